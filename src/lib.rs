@@ -1,0 +1,25 @@
+//! portaria: a small, durable webhook receiver.
+//!
+//! Code map, in the order a webhook travels:
+//!
+//! - [`config`] reads one TOML file into a validated [`config::Config`].
+//! - [`server`] owns the listener, connection limits and timeouts, and graceful shutdown.
+//! - [`ingest`] is the request pipeline: limit, verify, dedup key, store, answer.
+//! - [`verify`] holds one file per provider's signature rules; [`dedup`] the dedup key rules.
+//! - [`store`] is the only module that speaks SQL; a single writer thread commits in groups.
+//! - [`forward`] is the background worker that delivers stored events to a command or URL.
+//! - [`cli`] parses the command line and runs `serve`, `check` and `events`.
+//! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that every task listens to.
+
+pub mod cli;
+pub mod config;
+pub mod dedup;
+pub mod forward;
+pub mod ingest;
+pub mod server;
+pub mod shutdown;
+pub mod store;
+pub mod time;
+pub mod verify;
+
+pub use server::serve;

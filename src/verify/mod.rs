@@ -1,0 +1,2 @@
+//! placeholder
+pub mod standard_webhooks;
