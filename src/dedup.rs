@@ -1,1 +1,298 @@
-//! placeholder
+//! How the dedup key of a verified request is derived: the rules an endpoint can name in its
+//! config (`body-sha256`, `header:<name>`, `json:<pointer>`) and the extraction itself.
+//!
+//! A rule that cannot produce a key fails (the request gets a 400) rather than falling back to
+//! another rule: a silent fallback would make two deliveries of one event look different, or
+//! two events look the same.
+
+use std::fmt;
+use std::str::FromStr;
+
+use http::{HeaderMap, HeaderName};
+use sha2::{Digest, Sha256};
+
+/// Longest key accepted; a key is stored and indexed once per event.
+pub const MAX_KEY_BYTES: usize = 512;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DedupRule {
+    /// Lowercase hex SHA-256 of the raw body: byte-identical deliveries are one event.
+    BodySha256,
+    /// A header's value, such as a provider's delivery id.
+    Header(HeaderName),
+    /// A string or number in a JSON body, addressed by a JSON pointer (RFC 6901), e.g. `/id`.
+    JsonPointer(String),
+}
+
+/// Why no key could be derived. The text is the body of the 400 answer.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum DedupError {
+    #[error("missing header `{0}`")]
+    MissingHeader(String),
+    #[error("header `{0}` appears more than once")]
+    RepeatedHeader(String),
+    #[error("header `{0}` is not visible ASCII")]
+    HeaderNotText(String),
+    #[error("body is not JSON")]
+    NotJson,
+    #[error("no value at `{0}`")]
+    NoValue(String),
+    #[error("value at `{0}` is not a string or number")]
+    NotStringOrNumber(String),
+    #[error("empty dedup key")]
+    Empty,
+    #[error("dedup key longer than {MAX_KEY_BYTES} bytes")]
+    TooLong,
+}
+
+impl DedupRule {
+    /// Derives the key from a request that has already been verified.
+    pub fn extract(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
+        let key = match self {
+            DedupRule::BodySha256 => hex::encode(Sha256::digest(body)),
+            DedupRule::Header(name) => header_key(headers, name)?,
+            DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
+        };
+        if key.is_empty() {
+            return Err(DedupError::Empty);
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(DedupError::TooLong);
+        }
+        Ok(key)
+    }
+}
+
+fn header_key(headers: &HeaderMap, name: &HeaderName) -> Result<String, DedupError> {
+    let mut values = headers.get_all(name).iter();
+    let value = values
+        .next()
+        .ok_or_else(|| DedupError::MissingHeader(name.to_string()))?;
+    // Two ids on one request: which one names the event would be a guess.
+    if values.next().is_some() {
+        return Err(DedupError::RepeatedHeader(name.to_string()));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| DedupError::HeaderNotText(name.to_string()))?;
+    Ok(text.trim().to_string())
+}
+
+fn json_key(body: &[u8], pointer: &str) -> Result<String, DedupError> {
+    let document: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| DedupError::NotJson)?;
+    match document.pointer(pointer) {
+        None => Err(DedupError::NoValue(pointer.to_string())),
+        Some(serde_json::Value::String(text)) => Ok(text.clone()),
+        // The number's JSON text, so `"id": 42` gives the key `42`.
+        Some(serde_json::Value::Number(number)) => Ok(number.to_string()),
+        Some(_) => Err(DedupError::NotStringOrNumber(pointer.to_string())),
+    }
+}
+
+impl FromStr for DedupRule {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        if text == "body-sha256" {
+            return Ok(DedupRule::BodySha256);
+        }
+        if let Some(name) = text.strip_prefix("header:") {
+            return HeaderName::from_bytes(name.as_bytes())
+                .map(DedupRule::Header)
+                .map_err(|_| format!("`{name}` is not a valid header name"));
+        }
+        if let Some(pointer) = text.strip_prefix("json:") {
+            check_pointer(pointer)?;
+            return Ok(DedupRule::JsonPointer(pointer.to_string()));
+        }
+        Err(format!(
+            "unknown dedup rule `{text}` (expected `body-sha256`, `header:<name>` or \
+             `json:/<pointer>`)"
+        ))
+    }
+}
+
+/// Refuses pointers that serde_json would read loosely instead of failing: one not starting
+/// with `/` (only the empty pointer, the whole document, would work), and `~` not followed by
+/// `0` or `1`.
+fn check_pointer(pointer: &str) -> Result<(), String> {
+    if !pointer.starts_with('/') {
+        return Err(format!(
+            "JSON pointer `{pointer}` must start with `/`, like `/id`"
+        ));
+    }
+    let bytes = pointer.as_bytes();
+    for (i, byte) in bytes.iter().enumerate() {
+        if *byte == b'~' && !matches!(bytes.get(i + 1), Some(b'0' | b'1')) {
+            return Err(format!(
+                "`~` in JSON pointer `{pointer}` must be followed by 0 or 1"
+            ));
+        }
+    }
+    Ok(())
+}
+
+impl fmt::Display for DedupRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DedupRule::BodySha256 => f.write_str("body-sha256"),
+            DedupRule::Header(name) => write!(f, "header:{name}"),
+            DedupRule::JsonPointer(pointer) => write!(f, "json:{pointer}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(text: &str) -> DedupRule {
+        text.parse().unwrap()
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn body_sha256_is_lowercase_hex_of_the_raw_bytes() {
+        let key = rule("body-sha256").extract(&HeaderMap::new(), b"abc");
+        assert_eq!(
+            key.as_deref(),
+            Ok("ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        );
+        let empty = rule("body-sha256").extract(&HeaderMap::new(), b"");
+        assert_eq!(
+            empty.as_deref(),
+            Ok("e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        );
+    }
+
+    #[test]
+    fn header_rule_reads_one_trimmed_value() {
+        let r = rule("header:X-Relya-Delivery-Id");
+        let h = headers(&[("x-relya-delivery-id", "  dlv_1 ")]);
+        assert_eq!(r.extract(&h, b"").as_deref(), Ok("dlv_1"));
+        assert_eq!(
+            r.extract(&HeaderMap::new(), b"").unwrap_err().to_string(),
+            "missing header `x-relya-delivery-id`"
+        );
+        let twice = headers(&[("x-relya-delivery-id", "a"), ("x-relya-delivery-id", "b")]);
+        assert_eq!(
+            r.extract(&twice, b""),
+            Err(DedupError::RepeatedHeader(
+                "x-relya-delivery-id".to_string()
+            ))
+        );
+        let blank = headers(&[("x-relya-delivery-id", " ")]);
+        assert_eq!(r.extract(&blank, b""), Err(DedupError::Empty));
+        let mut binary = HeaderMap::new();
+        binary.insert(
+            "x-relya-delivery-id",
+            http::HeaderValue::from_bytes(b"\xc3\xa9").unwrap(),
+        );
+        assert_eq!(
+            r.extract(&binary, b""),
+            Err(DedupError::HeaderNotText("x-relya-delivery-id".to_string()))
+        );
+    }
+
+    #[test]
+    fn json_rule_takes_strings_verbatim_and_numbers_as_json_text() {
+        let h = HeaderMap::new();
+        let body = br#"{"id":"evt_1","n":42,"f":1.5,"data":{"a/b":" x "},"t":true,"e":""}"#;
+        assert_eq!(rule("json:/id").extract(&h, body).as_deref(), Ok("evt_1"));
+        assert_eq!(rule("json:/n").extract(&h, body).as_deref(), Ok("42"));
+        assert_eq!(rule("json:/f").extract(&h, body).as_deref(), Ok("1.5"));
+        assert_eq!(
+            rule("json:/data/a~1b").extract(&h, body).as_deref(),
+            Ok(" x ")
+        );
+        assert_eq!(rule("json:/e").extract(&h, body), Err(DedupError::Empty));
+    }
+
+    #[test]
+    fn json_rule_errors_read_well() {
+        let h = HeaderMap::new();
+        let body = br#"{"t":true,"o":{},"a":[1],"z":null}"#;
+        let message = |r: &str, b: &[u8]| rule(r).extract(&h, b).unwrap_err().to_string();
+        assert_eq!(message("json:/id", b"id=1"), "body is not JSON");
+        assert_eq!(message("json:/id", body), "no value at `/id`");
+        for pointer in ["/t", "/o", "/a", "/z"] {
+            let text = format!("value at `{pointer}` is not a string or number");
+            assert_eq!(message(&format!("json:{pointer}"), body), text);
+        }
+    }
+
+    #[test]
+    fn keys_are_capped_at_512_bytes() {
+        let h = HeaderMap::new();
+        let fits = format!(r#"{{"id":"{}"}}"#, "a".repeat(MAX_KEY_BYTES));
+        let over = format!(r#"{{"id":"{}"}}"#, "a".repeat(MAX_KEY_BYTES + 1));
+        assert_eq!(
+            rule("json:/id")
+                .extract(&h, fits.as_bytes())
+                .map(|k| k.len()),
+            Ok(512)
+        );
+        assert_eq!(
+            rule("json:/id")
+                .extract(&h, over.as_bytes())
+                .unwrap_err()
+                .to_string(),
+            "dedup key longer than 512 bytes"
+        );
+    }
+
+    #[test]
+    fn rules_round_trip_through_text() {
+        for text in [
+            "body-sha256",
+            "header:x-github-delivery",
+            "json:/id",
+            "json:/data/a~1b~0c",
+        ] {
+            assert_eq!(rule(text).to_string(), text);
+            assert_eq!(rule(&rule(text).to_string()), rule(text));
+        }
+        // Header names are case-insensitive and shown lowercase.
+        assert_eq!(rule("header:Webhook-Id").to_string(), "header:webhook-id");
+        assert_eq!(
+            rule("header:Webhook-Id"),
+            DedupRule::Header(HeaderName::from_static("webhook-id"))
+        );
+    }
+
+    #[test]
+    fn bad_rules_say_why() {
+        let err = |text: &str| text.parse::<DedupRule>().unwrap_err();
+        assert!(err("sha256").starts_with("unknown dedup rule `sha256`"));
+        assert!(err("").starts_with("unknown dedup rule ``"));
+        assert_eq!(err("header:"), "`` is not a valid header name");
+        assert_eq!(err("header:x y"), "`x y` is not a valid header name");
+        assert_eq!(
+            err("json:id"),
+            "JSON pointer `id` must start with `/`, like `/id`"
+        );
+        assert_eq!(
+            err("json:"),
+            "JSON pointer `` must start with `/`, like `/id`"
+        );
+        assert_eq!(
+            err("json:/a~2"),
+            "`~` in JSON pointer `/a~2` must be followed by 0 or 1"
+        );
+        assert_eq!(
+            err("json:/a~"),
+            "`~` in JSON pointer `/a~` must be followed by 0 or 1"
+        );
+    }
+}

@@ -1,2 +1,604 @@
-//! placeholder
+//! Signature verification: one file per provider, and the [`Verifier`] in front of them.
+//!
+//! A verifier is a pure function of (secrets, headers, raw body, now). It runs on the raw bytes
+//! before anything parses them, compares decoded MAC bytes in constant time, and tries every
+//! configured secret, so a key can be rotated without downtime. [`Verified`] can only be built
+//! here: holding one is the proof that a request passed.
+//!
+//! Error order, for schemes that sign a timestamp: a timestamp that is not a number is
+//! `Malformed` before any MAC is computed; then the MAC is checked; only a request whose MAC
+//! matches is told `StaleTimestamp`. Anyone without the secret gets `Mismatch` whatever the
+//! timestamp, and a `StaleTimestamp` in the log means a genuine delivery that came late or was
+//! replayed (usually clock skew), which is worth telling apart from a forgery.
+
+pub mod github;
+pub mod hmac_scheme;
+pub mod pagarme;
+pub mod plowf;
+pub mod relya;
 pub mod standard_webhooks;
+pub mod stripe;
+
+use std::fmt;
+
+use http::{HeaderMap, HeaderName};
+use subtle::{Choice, ConstantTimeEq};
+
+use crate::dedup::DedupRule;
+pub use hmac_scheme::HmacOptions;
+use hmac_scheme::HmacScheme;
+
+/// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
+const DEFAULT_TOLERANCE_SECS: u64 = 300;
+
+/// The names `Verifier::new` accepts, for its error message.
+const PROVIDERS: &str = "plowf, pagarme, relya, stripe, standard-webhooks, svix, github, hmac";
+
+/// Secret bytes. `Debug` prints `Secret([redacted])` and there is no `Display`, so a secret
+/// cannot reach a log by accident.
+#[derive(Clone)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    pub fn new(bytes: Vec<u8>) -> Self {
+        Secret(bytes)
+    }
+
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Secret([redacted])")
+    }
+}
+
+/// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
+#[derive(Debug)]
+pub struct Verifier {
+    /// Canonical provider name ("standard-webhooks" for svix too).
+    provider: &'static str,
+    scheme: Scheme,
+    /// Keys in configured order, already decoded the way the scheme wants (the base64 part of a
+    /// Standard Webhooks `whsec_` secret, the UTF-8 bytes of the string otherwise). Never empty.
+    keys: Vec<Secret>,
+    /// Allowed |now - timestamp|, for schemes that sign a timestamp.
+    tolerance_secs: u64,
+    /// The default dedup rule. Kept here rather than derived from `provider` because svix and
+    /// standard-webhooks share a scheme but not an id header.
+    dedup: DedupRule,
+}
+
+/// How a provider signs. plowf, github and `hmac` are all the generic scheme, with presets.
+#[derive(Debug)]
+enum Scheme {
+    Hmac(HmacScheme),
+    Pagarme,
+    Relya,
+    Stripe,
+    StandardWebhooks,
+}
+
+/// Proof that a request's signature checked out. Only this module can build one.
+#[derive(Debug)]
+pub struct Verified {
+    secret_index: usize,
+}
+
+impl Verified {
+    /// Which configured secret matched (0 = first): after a rotation, a request still signed
+    /// with the old secret shows up here.
+    pub fn secret_index(&self) -> usize {
+        self.secret_index
+    }
+}
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum VerifyError {
+    #[error("missing signature header `{0}`")]
+    MissingHeader(String),
+    #[error("malformed signature header: {0}")]
+    Malformed(String),
+    #[error("signature does not match")]
+    Mismatch,
+    /// `skew_secs` is now minus the signed timestamp: positive when the request is old,
+    /// negative when it claims to come from the future.
+    #[error("timestamp outside the allowed window ({skew_secs} s off)")]
+    StaleTimestamp { skew_secs: i64 },
+}
+
+impl Verifier {
+    /// `provider` is one of: plowf, pagarme, relya, stripe, standard-webhooks (alias svix),
+    /// github, hmac. `options` is required for, and only allowed with, "hmac". `secrets` are the
+    /// configured secret strings; any one of them verifies. `tolerance_secs` overrides the 300 s
+    /// window of schemes that sign a timestamp, and is ignored by the others.
+    pub fn new(
+        provider: &str,
+        options: Option<&HmacOptions>,
+        secrets: &[String],
+        tolerance_secs: Option<u64>,
+    ) -> Result<Verifier, String> {
+        use DedupRule::{BodySha256, JsonPointer};
+        let (name, scheme, dedup) = match provider {
+            "plowf" => ("plowf", Scheme::Hmac(plowf::scheme()), BodySha256),
+            "pagarme" => ("pagarme", Scheme::Pagarme, BodySha256),
+            "relya" => ("relya", Scheme::Relya, header_rule(relya::DELIVERY_ID)),
+            "stripe" => ("stripe", Scheme::Stripe, JsonPointer("/id".to_string())),
+            "standard-webhooks" => (
+                "standard-webhooks",
+                Scheme::StandardWebhooks,
+                header_rule(standard_webhooks::ID),
+            ),
+            // Svix sends the `svix-*` names, so its deliveries carry no `webhook-id` to dedup on.
+            "svix" => (
+                "standard-webhooks",
+                Scheme::StandardWebhooks,
+                header_rule(standard_webhooks::SVIX_ID),
+            ),
+            "github" => (
+                "github",
+                Scheme::Hmac(github::scheme()),
+                header_rule(github::DELIVERY),
+            ),
+            "hmac" => {
+                let options = options.ok_or_else(|| {
+                    "provider `hmac` needs a `signature` table (at least `header = \"...\"`)"
+                        .to_string()
+                })?;
+                (
+                    "hmac",
+                    Scheme::Hmac(HmacScheme::from_options(options)?),
+                    BodySha256,
+                )
+            }
+            other => return Err(format!("unknown provider `{other}` (known: {PROVIDERS})")),
+        };
+        if name != "hmac" && options.is_some() {
+            return Err(format!(
+                "a `signature` table is only allowed with provider `hmac`, not `{provider}`"
+            ));
+        }
+        if secrets.is_empty() {
+            return Err("at least one secret is required".to_string());
+        }
+        let label = |i: usize| match secrets.len() {
+            1 => "the secret".to_string(),
+            _ => format!("secret {}", i + 1),
+        };
+        let mut keys = Vec::with_capacity(secrets.len());
+        for (i, secret) in secrets.iter().enumerate() {
+            if secret.is_empty() {
+                return Err(format!("{} is empty", label(i)));
+            }
+            let key = match scheme {
+                Scheme::StandardWebhooks => match standard_webhooks::decode_secret(secret) {
+                    Ok(key) => key,
+                    Err(why) if secrets.len() == 1 => return Err(why),
+                    Err(why) => return Err(format!("{}: {why}", label(i))),
+                },
+                // Everyone else keys the HMAC with the string as given; Stripe's `whsec_` too.
+                _ => secret.as_bytes().to_vec(),
+            };
+            keys.push(Secret::new(key));
+        }
+        Ok(Verifier {
+            provider: name,
+            scheme,
+            keys,
+            tolerance_secs: tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS),
+            dedup,
+        })
+    }
+
+    /// Checks the signature on the raw bytes, before any parsing, against every secret.
+    pub fn verify(
+        &self,
+        headers: &HeaderMap,
+        body: &[u8],
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        let (keys, tolerance) = (&self.keys, self.tolerance_secs);
+        let secret_index = match &self.scheme {
+            Scheme::Hmac(scheme) => scheme.verify(keys, headers, body, now_unix, tolerance),
+            Scheme::Pagarme => pagarme::verify(keys, headers, body),
+            Scheme::Relya => relya::verify(keys, headers, body, now_unix, tolerance),
+            Scheme::Stripe => stripe::verify(keys, headers, body, now_unix, tolerance),
+            Scheme::StandardWebhooks => {
+                standard_webhooks::verify(keys, headers, body, now_unix, tolerance)
+            }
+        }?;
+        Ok(Verified { secret_index })
+    }
+
+    /// The preset's default dedup rule.
+    pub fn default_dedup(&self) -> DedupRule {
+        self.dedup.clone()
+    }
+
+    /// The header carrying the event type for this provider, if it sends one.
+    pub fn event_type_header(&self) -> Option<&'static str> {
+        match self.provider {
+            "relya" => Some(relya::EVENT_TYPE),
+            "github" => Some(github::EVENT),
+            _ => None,
+        }
+    }
+
+    /// Canonical provider name ("standard-webhooks" for svix too).
+    pub fn provider(&self) -> &'static str {
+        self.provider
+    }
+
+    /// The headers this provider would send for `body`, signed with the first secret at
+    /// `now_unix`, with `delivery_id` where the scheme carries one (Stripe's has none). Header
+    /// names are lowercase.
+    pub fn sign(&self, body: &[u8], now_unix: i64, delivery_id: &str) -> Vec<(String, String)> {
+        // `new` refuses an empty list, so this is always `Some`.
+        let Some(key) = self.keys.first() else {
+            return Vec::new();
+        };
+        match &self.scheme {
+            Scheme::Hmac(scheme) => scheme.sign(key, body, now_unix, delivery_id),
+            Scheme::Pagarme => pagarme::sign(key, body),
+            Scheme::Relya => relya::sign(key, body, now_unix, delivery_id),
+            Scheme::Stripe => stripe::sign(key, body, now_unix),
+            Scheme::StandardWebhooks => {
+                standard_webhooks::sign_headers(key, body, now_unix, delivery_id)
+            }
+        }
+    }
+}
+
+fn header_rule(name: &'static str) -> DedupRule {
+    DedupRule::Header(HeaderName::from_static(name))
+}
+
+/// Reads one header a scheme needs, trimmed. A header given twice is refused: which copy was
+/// signed would be a guess, and the dedup key might read the other one.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, VerifyError> {
+    let mut values = headers.get_all(name).iter();
+    let value = values
+        .next()
+        .ok_or_else(|| VerifyError::MissingHeader(name.to_string()))?;
+    if values.next().is_some() {
+        return Err(VerifyError::Malformed(format!(
+            "header `{name}` appears more than once"
+        )));
+    }
+    let text = value
+        .to_str()
+        .map_err(|_| VerifyError::Malformed(format!("header `{name}` is not visible ASCII")))?
+        .trim();
+    if text.is_empty() {
+        return Err(VerifyError::Malformed(format!("header `{name}` is empty")));
+    }
+    Ok(text)
+}
+
+/// Parses unix seconds. Digits only: a sign or spaces would let two spellings of one instant
+/// carry different MACs.
+fn parse_timestamp(text: &str, what: &str) -> Result<i64, VerifyError> {
+    let bad = || VerifyError::Malformed(format!("`{what}` is not a unix timestamp in seconds"));
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad());
+    }
+    text.parse().map_err(|_| bad())
+}
+
+/// Refuses a timestamp more than `tolerance_secs` away from `now`, in either direction.
+fn check_window(timestamp: i64, now: i64, tolerance_secs: u64) -> Result<(), VerifyError> {
+    let skew_secs = now.saturating_sub(timestamp);
+    if skew_secs.unsigned_abs() > tolerance_secs {
+        return Err(VerifyError::StaleTimestamp { skew_secs });
+    }
+    Ok(())
+}
+
+/// Returns the index of the first key whose MAC equals one of the `received` ones. Every key
+/// is tried against every signature with no early exit, so the time taken does not tell which
+/// key matched, and the bytes are compared in constant time.
+fn find_secret(
+    keys: &[Secret],
+    received: &[Vec<u8>],
+    expected_mac: impl Fn(&[u8]) -> Vec<u8>,
+) -> Result<usize, VerifyError> {
+    let mut found = None;
+    for (index, key) in keys.iter().enumerate() {
+        let expected = expected_mac(key.expose());
+        let mut hit = Choice::from(0);
+        for signature in received {
+            hit |= expected.as_slice().ct_eq(signature.as_slice());
+        }
+        if bool::from(hit) && found.is_none() {
+            found = Some(index);
+        }
+    }
+    found.ok_or(VerifyError::Mismatch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_700_000_000;
+    const ALL: [&str; 8] = [
+        "plowf",
+        "pagarme",
+        "relya",
+        "stripe",
+        "standard-webhooks",
+        "svix",
+        "github",
+        "hmac",
+    ];
+
+    /// A valid secret for each provider, and a second, different one.
+    fn secrets_for(provider: &str) -> [String; 2] {
+        match provider {
+            "standard-webhooks" | "svix" => [
+                "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string(),
+                "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD".to_string(),
+            ],
+            _ => ["first-secret".to_string(), "second-secret".to_string()],
+        }
+    }
+
+    fn options_for(provider: &str) -> Option<HmacOptions> {
+        (provider == "hmac").then(|| HmacOptions {
+            header: "X-Signature".to_string(),
+            algorithm: Some("sha512".to_string()),
+            encoding: Some("base64".to_string()),
+            prefix: Some("v1=".to_string()),
+            timestamp_header: Some("X-Timestamp".to_string()),
+            template: Some("{header:x-timestamp}.{header:x-delivery}.{body}".to_string()),
+        })
+    }
+
+    fn verifier(provider: &str, secrets: &[String]) -> Verifier {
+        Verifier::new(provider, options_for(provider).as_ref(), secrets, None).unwrap()
+    }
+
+    pub(super) fn headers(pairs: &[(impl AsRef<str>, impl AsRef<str>)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.append(
+                HeaderName::from_bytes(name.as_ref().as_bytes()).unwrap(),
+                value.as_ref().parse().unwrap(),
+            );
+        }
+        map
+    }
+
+    const BODY: &[u8] = br#"{"id":"evt_1","object":"event"}"#;
+
+    #[test]
+    fn every_provider_verifies_what_it_signs() {
+        for provider in ALL {
+            let v = verifier(provider, &secrets_for(provider));
+            let signed = headers(&v.sign(BODY, NOW, "dlv_1"));
+            let verified = v.verify(&signed, BODY, NOW);
+            assert_eq!(verified.map(|v| v.secret_index()), Ok(0), "{provider}");
+        }
+    }
+
+    #[test]
+    fn every_provider_accepts_the_second_secret_and_reports_it() {
+        for provider in ALL {
+            let [old, new] = secrets_for(provider);
+            let sender = verifier(provider, std::slice::from_ref(&new));
+            let receiver = verifier(provider, &[old, new]);
+            let signed = headers(&sender.sign(BODY, NOW, "dlv_1"));
+            let verified = receiver.verify(&signed, BODY, NOW);
+            assert_eq!(verified.map(|v| v.secret_index()), Ok(1), "{provider}");
+        }
+    }
+
+    #[test]
+    fn every_provider_rejects_a_tampered_body_and_a_wrong_secret() {
+        for provider in ALL {
+            let [right, wrong] = secrets_for(provider);
+            let v = verifier(provider, &[right]);
+            let signed = headers(&v.sign(BODY, NOW, "dlv_1"));
+            let tampered = br#"{"id":"evt_2","object":"event"}"#;
+            assert_eq!(
+                v.verify(&signed, tampered, NOW).unwrap_err(),
+                VerifyError::Mismatch
+            );
+            let other = verifier(provider, &[wrong]);
+            assert_eq!(
+                other.verify(&signed, BODY, NOW).unwrap_err(),
+                VerifyError::Mismatch
+            );
+        }
+    }
+
+    #[test]
+    fn every_provider_reports_a_missing_header() {
+        for provider in ALL {
+            let v = verifier(provider, &secrets_for(provider));
+            let err = v.verify(&HeaderMap::new(), BODY, NOW).unwrap_err();
+            assert!(
+                matches!(err, VerifyError::MissingHeader(_)),
+                "{provider}: {err:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tolerance_override_narrows_the_window() {
+        let v = Verifier::new("relya", None, &["s".to_string()], Some(10)).unwrap();
+        let signed = headers(&v.sign(BODY, NOW, "dlv_1"));
+        assert!(v.verify(&signed, BODY, NOW + 10).is_ok());
+        assert_eq!(
+            v.verify(&signed, BODY, NOW + 11).unwrap_err(),
+            VerifyError::StaleTimestamp { skew_secs: 11 }
+        );
+    }
+
+    #[test]
+    fn window_is_inclusive_and_works_both_ways() {
+        assert_eq!(check_window(NOW, NOW + 300, 300), Ok(()));
+        assert_eq!(check_window(NOW, NOW - 300, 300), Ok(()));
+        assert_eq!(
+            check_window(NOW, NOW + 301, 300),
+            Err(VerifyError::StaleTimestamp { skew_secs: 301 })
+        );
+        assert_eq!(
+            check_window(NOW, NOW - 301, 300),
+            Err(VerifyError::StaleTimestamp { skew_secs: -301 })
+        );
+        assert!(check_window(i64::MAX, i64::MIN, 300).is_err());
+    }
+
+    #[test]
+    fn timestamps_are_digits_only() {
+        assert_eq!(parse_timestamp("1700000000", "t"), Ok(1_700_000_000));
+        for bad in ["", "-1", "+1", "1.5", "abc", "99999999999999999999"] {
+            assert!(
+                matches!(parse_timestamp(bad, "t"), Err(VerifyError::Malformed(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn header_values_must_be_single_visible_ascii() {
+        let mut map = HeaderMap::new();
+        map.insert(
+            "x-sig",
+            http::HeaderValue::from_bytes(b"caf\xc3\xa9").unwrap(),
+        );
+        assert!(matches!(
+            header(&map, "x-sig"),
+            Err(VerifyError::Malformed(_))
+        ));
+        let twice = headers(&[("x-sig", "a"), ("x-sig", "b")]);
+        assert!(matches!(
+            header(&twice, "x-sig"),
+            Err(VerifyError::Malformed(_))
+        ));
+        let blank = headers(&[("x-sig", " ")]);
+        assert!(matches!(
+            header(&blank, "x-sig"),
+            Err(VerifyError::Malformed(_))
+        ));
+        assert_eq!(header(&headers(&[("X-Sig", " ab ")]), "x-sig"), Ok("ab"));
+    }
+
+    #[test]
+    fn non_ascii_signature_header_is_malformed_for_a_provider() {
+        let v = verifier("github", &secrets_for("github"));
+        let mut map = HeaderMap::new();
+        map.insert(
+            github::SIGNATURE,
+            http::HeaderValue::from_bytes(b"sha256=\xff\xfe").unwrap(),
+        );
+        assert!(matches!(
+            v.verify(&map, BODY, NOW),
+            Err(VerifyError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn debug_output_never_shows_a_secret() {
+        let secret = Secret::new(b"hunter2-very-secret".to_vec());
+        assert_eq!(format!("{secret:?}"), "Secret([redacted])");
+        for provider in ALL {
+            let secrets = secrets_for(provider);
+            let shown = format!("{:?}", verifier(provider, &secrets));
+            for s in &secrets[..1] {
+                assert!(!shown.contains(s.as_str()), "{provider}: {shown}");
+                let tail = s.trim_start_matches("whsec_");
+                assert!(!shown.contains(tail), "{provider}: {shown}");
+            }
+            assert!(shown.contains("[redacted]"), "{provider}: {shown}");
+        }
+    }
+
+    #[test]
+    fn provider_names_headers_and_dedup_defaults() {
+        let expect: [(&str, &str, Option<&str>, &str); 8] = [
+            ("plowf", "plowf", None, "body-sha256"),
+            ("pagarme", "pagarme", None, "body-sha256"),
+            (
+                "relya",
+                "relya",
+                Some("x-relya-event-type"),
+                "header:x-relya-delivery-id",
+            ),
+            ("stripe", "stripe", None, "json:/id"),
+            (
+                "standard-webhooks",
+                "standard-webhooks",
+                None,
+                "header:webhook-id",
+            ),
+            ("svix", "standard-webhooks", None, "header:svix-id"),
+            (
+                "github",
+                "github",
+                Some("x-github-event"),
+                "header:x-github-delivery",
+            ),
+            ("hmac", "hmac", None, "body-sha256"),
+        ];
+        for (given, canonical, event, dedup) in expect {
+            let v = verifier(given, &secrets_for(given));
+            assert_eq!(v.provider(), canonical);
+            assert_eq!(v.event_type_header(), event, "{given}");
+            assert_eq!(v.default_dedup().to_string(), dedup, "{given}");
+        }
+    }
+
+    #[test]
+    fn new_explains_what_is_wrong() {
+        let one = ["s".to_string()];
+        let err = |p: &str, o: Option<&HmacOptions>, s: &[String]| {
+            Verifier::new(p, o, s, None).unwrap_err()
+        };
+        assert_eq!(
+            err("foo", None, &one),
+            "unknown provider `foo` (known: plowf, pagarme, relya, stripe, standard-webhooks, \
+             svix, github, hmac)"
+        );
+        assert!(err("hmac", None, &one).contains("needs a `signature` table"));
+        let options = options_for("hmac").unwrap();
+        assert!(err("github", Some(&options), &one).contains("only allowed with provider `hmac`"));
+        assert_eq!(err("github", None, &[]), "at least one secret is required");
+        assert_eq!(err("github", None, &[String::new()]), "the secret is empty");
+        assert_eq!(
+            err("github", None, &["a".to_string(), String::new()]),
+            "secret 2 is empty"
+        );
+        assert_eq!(
+            err("standard-webhooks", None, &one),
+            "a Standard Webhooks secret starts with `whsec_`"
+        );
+        let two = [
+            "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw".to_string(),
+            "whsec_!!".to_string(),
+        ];
+        assert_eq!(
+            err("svix", None, &two),
+            "secret 2: the part after `whsec_` is not valid base64"
+        );
+        let bad_alg = HmacOptions {
+            algorithm: Some("md5".to_string()),
+            ..options.clone()
+        };
+        assert_eq!(
+            err("hmac", Some(&bad_alg), &one),
+            "unknown algorithm `md5` (known: sha256, sha512, sha1)"
+        );
+        let bad_enc = HmacOptions {
+            encoding: Some("base32".to_string()),
+            ..options
+        };
+        assert_eq!(
+            err("hmac", Some(&bad_enc), &one),
+            "unknown encoding `base32` (known: hex, base64)"
+        );
+    }
+}
