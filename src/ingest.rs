@@ -1,1 +1,340 @@
-//! placeholder
+//! The request pipeline, in the order of the mission: route, limit the body, verify the
+//! signature on the raw bytes, derive the dedup key, store durably, and only then answer.
+//!
+//! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
+//! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use tokio::sync::Notify;
+
+use crate::config::{Config, Endpoint};
+use crate::store::{Inserted, NewEvent, Store};
+use crate::time::{unix_millis, unix_secs};
+use crate::verify::VerifyError;
+
+/// How long a request waits for its batch to commit before the gateway is told 503. Gateways
+/// give up after 10-30 s; a quick 503 makes them retry instead of wondering.
+pub const STORE_DEADLINE: Duration = Duration::from_secs(5);
+
+/// What the pipeline needs, shared by every connection.
+pub struct Intake {
+    /// Endpoints by path: routing is one hash lookup.
+    endpoints: HashMap<String, Arc<Endpoint>>,
+    store: Store,
+    max_body_bytes: usize,
+    body_timeout: Duration,
+    /// Poked after a new event commits, so the forwarding worker starts at once.
+    new_event: Arc<Notify>,
+}
+
+/// How a request ended. Each maps to exactly one HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Accepted(i64),
+    Duplicate(i64),
+    NotFound,
+    MethodNotAllowed,
+    TooLarge,
+    BodyTimeout,
+    BadSignature(String),
+    StaleTimestamp,
+    BadRequest(String),
+    StorageError(String),
+}
+
+impl Outcome {
+    /// A short label for logs (and, later, metrics).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Accepted(_) => "accepted",
+            Outcome::Duplicate(_) => "duplicate",
+            Outcome::NotFound => "not_found",
+            Outcome::MethodNotAllowed => "method_not_allowed",
+            Outcome::TooLarge => "too_large",
+            Outcome::BodyTimeout => "body_timeout",
+            Outcome::BadSignature(_) => "bad_signature",
+            Outcome::StaleTimestamp => "stale_timestamp",
+            Outcome::BadRequest(_) => "bad_request",
+            Outcome::StorageError(_) => "storage_error",
+        }
+    }
+
+    /// The one mapping from outcomes to answers. 5xx bodies stay generic; the cause is logged.
+    pub fn response(&self, max_body_bytes: usize) -> Response<Full<Bytes>> {
+        let (status, body) = match self {
+            Outcome::Accepted(_) | Outcome::Duplicate(_) => {
+                (StatusCode::OK, r#"{"received":true}"#.to_string())
+            }
+            Outcome::NotFound => (
+                StatusCode::NOT_FOUND,
+                error_json("no endpoint at this path"),
+            ),
+            Outcome::MethodNotAllowed => (
+                StatusCode::METHOD_NOT_ALLOWED,
+                error_json("webhooks are delivered with POST"),
+            ),
+            Outcome::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                error_json(&format!("body larger than {max_body_bytes} bytes")),
+            ),
+            Outcome::BodyTimeout => (
+                StatusCode::REQUEST_TIMEOUT,
+                error_json("the body did not arrive in time"),
+            ),
+            Outcome::BadSignature(_) => (StatusCode::UNAUTHORIZED, error_json("invalid signature")),
+            Outcome::StaleTimestamp => (
+                StatusCode::UNAUTHORIZED,
+                error_json("timestamp outside the allowed window"),
+            ),
+            Outcome::BadRequest(reason) => (StatusCode::BAD_REQUEST, error_json(reason)),
+            Outcome::StorageError(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                error_json("storage unavailable; retry later"),
+            ),
+        };
+        let mut response = Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        match self {
+            Outcome::MethodNotAllowed => {
+                headers.insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+            }
+            Outcome::StorageError(_) => {
+                headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+            }
+            _ => {}
+        }
+        response
+    }
+}
+
+fn error_json(reason: &str) -> String {
+    serde_json::json!({ "error": reason }).to_string()
+}
+
+impl Intake {
+    /// Builds the intake; also hands back the endpoints that forward, for the worker.
+    pub fn new(
+        config: Config,
+        store: Store,
+        new_event: Arc<Notify>,
+    ) -> (Intake, Vec<Arc<Endpoint>>) {
+        let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
+        let forwards = endpoints
+            .iter()
+            .filter(|e| e.forward.is_some())
+            .cloned()
+            .collect();
+        let intake = Intake {
+            endpoints: endpoints.into_iter().map(|e| (e.path.clone(), e)).collect(),
+            store,
+            max_body_bytes: config.server.max_body_bytes,
+            body_timeout: config.server.body_timeout,
+            new_event,
+        };
+        (intake, forwards)
+    }
+
+    /// Handles one request, start to finish, and logs one line about it.
+    pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        let started = Instant::now();
+        let endpoint = self.endpoints.get(req.uri().path()).cloned();
+        let (outcome, meta) = match &endpoint {
+            Some(endpoint) => self.pipeline(endpoint, req).await,
+            None => (Outcome::NotFound, EventMeta::default()),
+        };
+        log(endpoint.as_deref(), &outcome, &meta, started.elapsed());
+        if matches!(outcome, Outcome::Accepted(_)) {
+            self.new_event.notify_one();
+        }
+        outcome.response(self.max_body_bytes)
+    }
+
+    async fn pipeline(&self, endpoint: &Endpoint, req: Request<Incoming>) -> (Outcome, EventMeta) {
+        let mut meta = EventMeta::default();
+        if req.method() != Method::POST {
+            return (Outcome::MethodNotAllowed, meta);
+        }
+        let (parts, body) = req.into_parts();
+
+        // 1. The raw body, within the size and time limits.
+        let body = match self.read_body(&parts.headers, body).await {
+            Ok(body) => body,
+            Err(outcome) => return (outcome, meta),
+        };
+
+        // 2. The signature, on the raw bytes, before anything parses them.
+        let received_at = SystemTime::now();
+        let proof = match endpoint
+            .verifier
+            .verify(&parts.headers, &body, unix_secs(received_at))
+        {
+            Ok(proof) => proof,
+            Err(VerifyError::StaleTimestamp { .. }) => return (Outcome::StaleTimestamp, meta),
+            Err(e) => return (Outcome::BadSignature(e.to_string()), meta),
+        };
+
+        // 3. The dedup key, and what kind of event this is.
+        let dedup_key = match endpoint.dedup.extract(&parts.headers, &body) {
+            Ok(key) => key,
+            Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
+        };
+        meta.dedup_key = Some(dedup_key.clone());
+        meta.event_type = event_type(endpoint, &parts.headers, &body);
+
+        // 4. Store durably; only a committed row earns a 2xx.
+        let event = NewEvent::new(
+            proof,
+            &endpoint.name,
+            dedup_key,
+            meta.event_type.clone(),
+            header_text(&parts.headers, header::CONTENT_TYPE.as_str()),
+            headers_blob(&parts.headers),
+            body,
+            unix_millis(received_at),
+            endpoint.forward.is_some(),
+        );
+        let outcome =
+            match tokio::time::timeout(STORE_DEADLINE, self.store.insert_event(event)).await {
+                Ok(Ok(Inserted::New(id))) => Outcome::Accepted(id),
+                Ok(Ok(Inserted::Duplicate(id))) => Outcome::Duplicate(id),
+                Ok(Err(e)) => Outcome::StorageError(e.to_string()),
+                Err(_) => Outcome::StorageError(format!(
+                    "no commit within {} s (database locked or disk stalled)",
+                    STORE_DEADLINE.as_secs()
+                )),
+            };
+        (outcome, meta)
+    }
+
+    /// Reads the whole body, refusing it early by Content-Length, or as soon as a chunked
+    /// body passes the limit.
+    async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, Outcome> {
+        let declared = header_text(headers, header::CONTENT_LENGTH.as_str())
+            .and_then(|len| len.parse::<u64>().ok());
+        if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
+            return Err(Outcome::TooLarge);
+        }
+        let limited = Limited::new(body, self.max_body_bytes);
+        match tokio::time::timeout(self.body_timeout, limited.collect()).await {
+            Ok(Ok(collected)) => Ok(collected.to_bytes()),
+            Ok(Err(e))
+                if e.downcast_ref::<http_body_util::LengthLimitError>()
+                    .is_some() =>
+            {
+                Err(Outcome::TooLarge)
+            }
+            Ok(Err(e)) => Err(Outcome::BadRequest(format!("could not read the body: {e}"))),
+            Err(_) => Err(Outcome::BodyTimeout),
+        }
+    }
+}
+
+/// What the log line says about the event, once it is known.
+#[derive(Debug, Default)]
+struct EventMeta {
+    dedup_key: Option<String>,
+    event_type: Option<String>,
+}
+
+fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed: Duration) {
+    let endpoint = endpoint.map_or("-", |e| e.name.as_str());
+    let status = outcome.response(0).status().as_u16();
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
+    let dedup_key = meta.dedup_key.as_deref().unwrap_or("-");
+    let event_type = meta.event_type.as_deref().unwrap_or("-");
+    match outcome {
+        Outcome::Accepted(id) | Outcome::Duplicate(id) => tracing::info!(
+            endpoint,
+            outcome = outcome.label(),
+            event_id = id,
+            dedup_key,
+            event_type,
+            status,
+            latency_ms,
+            duplicate = matches!(outcome, Outcome::Duplicate(_)),
+            "webhook"
+        ),
+        Outcome::StorageError(cause) => tracing::error!(
+            endpoint,
+            outcome = outcome.label(),
+            dedup_key,
+            status,
+            latency_ms,
+            cause,
+            "webhook"
+        ),
+        Outcome::BadSignature(cause) | Outcome::BadRequest(cause) => tracing::warn!(
+            endpoint,
+            outcome = outcome.label(),
+            status,
+            latency_ms,
+            cause,
+            "webhook rejected"
+        ),
+        _ => tracing::warn!(
+            endpoint,
+            outcome = outcome.label(),
+            status,
+            latency_ms,
+            "webhook rejected"
+        ),
+    }
+}
+
+/// The event type, best effort: the provider's header, else a top-level `type` or `event`.
+fn event_type(endpoint: &Endpoint, headers: &HeaderMap, body: &[u8]) -> Option<String> {
+    if let Some(value) = endpoint
+        .verifier
+        .event_type_header()
+        .and_then(|h| header_text(headers, h))
+    {
+        return Some(value);
+    }
+    #[derive(serde::Deserialize)]
+    struct Top {
+        #[serde(rename = "type")]
+        kind: Option<serde_json::Value>,
+        event: Option<serde_json::Value>,
+    }
+    let top: Top = serde_json::from_slice(body).ok()?;
+    [top.kind, top.event]
+        .into_iter()
+        .flatten()
+        .find_map(|v| match v {
+            serde_json::Value::String(s) if !s.is_empty() => Some(s.chars().take(200).collect()),
+            _ => None,
+        })
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(String::from)
+}
+
+/// The request headers as `name: value\r\n` lines: compact, exact bytes, easy to show.
+fn headers_blob(headers: &HeaderMap) -> Vec<u8> {
+    let mut out = Vec::with_capacity(headers.len() * 32);
+    for (name, value) in headers {
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
