@@ -1,1 +1,397 @@
-//! placeholder
+//! The forwarding worker: delivers every stored event to its endpoint's command or URL, at
+//! least once, with retries, backoff and a dead-letter state.
+//!
+//! It is mini-redis's purge loop with SQLite as the queue: claim what is due, start those
+//! deliveries, then sleep until the next event is due, a new event is committed, a delivery
+//! finishes, or shutdown. Nothing about delivery lives only in memory: an event is marked
+//! `delivering` before its attempt starts, so a crash mid-attempt is found at the next start
+//! ([`crate::store::Store::recover`]) and the event goes out again.
+//!
+//! Each endpoint is a lane with its own concurrency. With `concurrency = 1` a lane delivers
+//! strictly in arrival order: the oldest unfinished event is the only candidate, so an event
+//! waiting for its retry holds back the ones behind it.
+
+pub mod command;
+pub mod http;
+
+use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use tokio::sync::{Notify, mpsc};
+use tokio::task::{JoinHandle, JoinSet};
+
+use crate::config::{Endpoint, Target};
+use crate::shutdown::Shutdown;
+use crate::store::{AfterAttempt, Attempt, Claimed, Store, StoreError};
+use crate::time::{now_ms, unix_millis};
+
+/// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
+/// stay `delivering` in the database, and go out again after the next start.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How often the worker looks whether another process (`portaria events replay`) changed the
+/// database. A cheap read of `PRAGMA data_version`; the hot path never waits on it.
+pub const EXTERNAL_CHECK: Duration = Duration::from_secs(2);
+
+/// A delivery that takes longer than this is logged as slow: the seed manual's 5 s alert.
+pub const SLOW_DELIVERY: Duration = Duration::from_secs(5);
+
+/// One delivery attempt's input.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    pub event_id: i64,
+    pub endpoint: String,
+    pub dedup_key: String,
+    pub event_type: Option<String>,
+    pub content_type: Option<String>,
+    /// Unix milliseconds.
+    pub received_at_ms: i64,
+    /// 1-based.
+    pub attempt: u32,
+    pub body: bytes::Bytes,
+}
+
+impl From<Claimed> for Delivery {
+    fn from(c: Claimed) -> Self {
+        Delivery {
+            event_id: c.id,
+            endpoint: c.endpoint,
+            dedup_key: c.dedup_key,
+            event_type: c.event_type,
+            content_type: c.content_type,
+            received_at_ms: c.received_at_ms,
+            attempt: c.attempt,
+            body: c.body,
+        }
+    }
+}
+
+/// What one attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Delivered,
+    /// A short error text, at most a few KiB, safe to log and store.
+    Failed(String),
+}
+
+/// Where one endpoint's events go.
+enum Runner {
+    Command(command::CommandTarget),
+    /// Boxed: the HTTP client is much larger than a command line.
+    Http(Box<http::HttpTarget>),
+}
+
+impl Runner {
+    async fn deliver(&self, d: &Delivery) -> Outcome {
+        match self {
+            Runner::Command(target) => target.deliver(d).await,
+            Runner::Http(target) => target.deliver(d).await,
+        }
+    }
+}
+
+/// One endpoint's queue.
+struct Lane {
+    endpoint: Arc<Endpoint>,
+    runner: Arc<Runner>,
+    retry: Arc<[Duration]>,
+    concurrency: usize,
+    in_flight: usize,
+}
+
+impl Lane {
+    fn new(endpoint: Arc<Endpoint>) -> Option<Lane> {
+        let forward = endpoint.forward.as_ref()?;
+        let runner = match &forward.target {
+            Target::Command(argv) => {
+                Runner::Command(command::CommandTarget::new(argv.clone(), forward.timeout))
+            }
+            Target::Url { url, signing_key } => Runner::Http(Box::new(http::HttpTarget::new(
+                url.clone(),
+                forward.timeout,
+                signing_key.clone(),
+            ))),
+        };
+        Some(Lane {
+            runner: Arc::new(runner),
+            retry: forward.retry.clone().into(),
+            concurrency: forward.concurrency,
+            in_flight: 0,
+            endpoint,
+        })
+    }
+
+    fn in_order(&self) -> bool {
+        self.concurrency == 1
+    }
+
+    fn free(&self) -> usize {
+        self.concurrency.saturating_sub(self.in_flight)
+    }
+}
+
+/// The running worker; [`Worker::stop`] waits for it after the shutdown signal fired.
+pub struct Worker {
+    task: Option<JoinHandle<()>>,
+}
+
+impl Worker {
+    /// Recovers attempts cut short by the last stop, then starts delivering.
+    pub async fn start(
+        endpoints: Vec<Arc<Endpoint>>,
+        store: Store,
+        new_event: Arc<Notify>,
+        shutdown: Shutdown,
+    ) -> Result<Worker, StoreError> {
+        let recovered = store.recover(now_ms()).await?;
+        if recovered > 0 {
+            tracing::warn!(
+                recovered,
+                "deliveries interrupted by the last stop will be retried"
+            );
+        }
+        let lanes: Vec<Lane> = endpoints.into_iter().filter_map(Lane::new).collect();
+        if lanes.is_empty() {
+            return Ok(Worker { task: None });
+        }
+        let task = tokio::spawn(run(lanes, store, new_event, shutdown));
+        Ok(Worker { task: Some(task) })
+    }
+
+    pub async fn stop(self) {
+        if let Some(task) = self.task {
+            let _ = task.await;
+        }
+    }
+}
+
+async fn run(mut lanes: Vec<Lane>, store: Store, new_event: Arc<Notify>, mut shutdown: Shutdown) {
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
+    let mut deliveries = JoinSet::new();
+    let mut data_version = store.data_version().await.ok();
+    let mut check = tokio::time::interval(EXTERNAL_CHECK);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+
+    'work: while !shutdown.is_fired() {
+        let wake_at = match start_due(&mut lanes, &store, &done_tx, &mut deliveries).await {
+            Ok(wake_at) => wake_at,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the delivery queue; retrying in 1 s");
+                Some(now_ms() + 1000)
+            }
+        };
+        let sleep =
+            sleep_for(wake_at.map(|at| Duration::from_millis((at - now_ms()).max(0) as u64)));
+        tokio::pin!(sleep);
+        // Wait for a reason to look at the queue again.
+        loop {
+            tokio::select! {
+                _ = shutdown.fired() => break 'work,
+                _ = new_event.notified() => break,
+                _ = &mut sleep => break,
+                Some(lane) = done_rx.recv() => {
+                    lanes[lane].in_flight -= 1;
+                    while let Ok(lane) = done_rx.try_recv() {
+                        lanes[lane].in_flight -= 1;
+                    }
+                    break;
+                }
+                _ = check.tick() => {
+                    let now = store.data_version().await.ok();
+                    if now != data_version {
+                        data_version = now;
+                        break;
+                    }
+                }
+            }
+        }
+        while deliveries.try_join_next().is_some() {}
+    }
+
+    if !deliveries.is_empty() {
+        tracing::info!(
+            in_flight = deliveries.len(),
+            "waiting for deliveries in flight"
+        );
+        let all_done = async { while deliveries.join_next().await.is_some() {} };
+        if tokio::time::timeout(SHUTDOWN_GRACE, all_done)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "deliveries still running after the grace period; they will be retried after restart"
+            );
+            deliveries.abort_all();
+            while deliveries.join_next().await.is_some() {}
+        }
+    }
+}
+
+async fn sleep_for(duration: Option<Duration>) {
+    match duration {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Claims and starts every due delivery that fits in its lane; returns when the next one is
+/// due, among lanes with room.
+async fn start_due(
+    lanes: &mut [Lane],
+    store: &Store,
+    done: &mpsc::UnboundedSender<usize>,
+    deliveries: &mut JoinSet<()>,
+) -> Result<Option<i64>, StoreError> {
+    let mut wake_at: Option<i64> = None;
+    for (index, lane) in lanes.iter_mut().enumerate() {
+        if lane.free() == 0 {
+            continue;
+        }
+        let name = lane.endpoint.name.clone();
+        let claimed = store
+            .claim_due(name.clone(), lane.free(), lane.in_order(), now_ms())
+            .await?;
+        for event in claimed {
+            lane.in_flight += 1;
+            let job = deliver(
+                event.into(),
+                lane.runner.clone(),
+                lane.retry.clone(),
+                store.clone(),
+            );
+            let done = done.clone();
+            deliveries.spawn(async move {
+                job.await;
+                let _ = done.send(index);
+            });
+        }
+        if lane.free() > 0
+            && let Some(due) = store.next_due(name, lane.in_order()).await?
+        {
+            wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
+        }
+    }
+    Ok(wake_at)
+}
+
+/// One attempt: run it, then record what it came to and what happens next.
+async fn deliver(delivery: Delivery, runner: Arc<Runner>, retry: Arc<[Duration]>, store: Store) {
+    let started_at = SystemTime::now();
+    let clock = Instant::now();
+    let outcome = runner.deliver(&delivery).await;
+    let elapsed = clock.elapsed();
+    let finished_ms = now_ms();
+
+    let (after, error) = match outcome {
+        Outcome::Delivered => (AfterAttempt::Delivered, None),
+        Outcome::Failed(error) => {
+            // Attempt n failed: wait the n-th gap of the schedule; past its end, the event is dead.
+            let gap = retry.get(delivery.attempt as usize - 1).copied();
+            match gap {
+                Some(gap) => (
+                    AfterAttempt::RetryAt(finished_ms + jittered(gap, delivery.event_id)),
+                    Some(error),
+                ),
+                None => (AfterAttempt::Dead, Some(error)),
+            }
+        }
+    };
+    log_attempt(&delivery, &after, error.as_deref(), elapsed);
+    let attempt = Attempt {
+        attempt: delivery.attempt,
+        started_at_ms: unix_millis(started_at),
+        duration_ms: elapsed.as_millis() as i64,
+        outcome: if after == AfterAttempt::Delivered {
+            "delivered"
+        } else {
+            "failed"
+        }
+        .to_string(),
+        error,
+    };
+    // The outcome must reach the database; until it does, the event stays `delivering` and
+    // would only be retried after a restart. Keep trying, gently.
+    let mut backoff = Duration::from_millis(200);
+    while let Err(e) = store
+        .record_attempt(delivery.event_id, attempt.clone(), after.clone())
+        .await
+    {
+        if matches!(e, StoreError::Closed) {
+            return;
+        }
+        tracing::error!(event_id = delivery.event_id, error = %e, "cannot record a delivery attempt; retrying");
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(10));
+    }
+}
+
+fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed: Duration) {
+    let latency_ms = elapsed.as_secs_f64() * 1000.0;
+    let (event_id, endpoint, attempt) = (d.event_id, d.endpoint.as_str(), d.attempt);
+    if elapsed > SLOW_DELIVERY {
+        tracing::warn!(
+            event_id,
+            endpoint,
+            attempt,
+            latency_ms,
+            "slow delivery (over 5 s)"
+        );
+    }
+    match after {
+        AfterAttempt::Delivered => {
+            tracing::info!(
+                event_id,
+                endpoint,
+                attempt,
+                latency_ms,
+                outcome = "delivered",
+                "delivery"
+            )
+        }
+        AfterAttempt::RetryAt(at) => tracing::warn!(
+            event_id,
+            endpoint,
+            attempt,
+            latency_ms,
+            outcome = "failed",
+            retry_in_ms = at - now_ms(),
+            error = error.unwrap_or(""),
+            "delivery"
+        ),
+        AfterAttempt::Dead => tracing::error!(
+            event_id,
+            endpoint,
+            attempt,
+            latency_ms,
+            outcome = "dead",
+            error = error.unwrap_or(""),
+            "delivery failed for the last time; event is dead (replay with `portaria events replay`)"
+        ),
+    }
+}
+
+/// The gap plus or minus up to 10 %, so retries of many events spread out.
+fn jittered(gap: Duration, seed: i64) -> i64 {
+    let ms = gap.as_millis() as i64;
+    let spread = ms / 10;
+    if spread == 0 {
+        return ms;
+    }
+    let random = RandomState::new().hash_one((seed, now_ms())) as i64;
+    ms + random.rem_euclid(2 * spread + 1) - spread
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        for seed in 0..200 {
+            let ms = jittered(Duration::from_secs(10), seed);
+            assert!((9_000..=11_000).contains(&ms), "{ms}");
+        }
+        assert_eq!(jittered(Duration::from_millis(5), 1), 5);
+    }
+}

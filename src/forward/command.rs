@@ -1,0 +1,598 @@
+//! The command target: one delivery attempt as a child process.
+//!
+//! The event's raw body goes to the program's stdin and its metadata to `PORTARIA_*` environment
+//! variables; exit status 0 means delivered. This file owns the child's whole life: it starts
+//! the program without a shell in a process group of its own, feeds stdin while draining
+//! stdout and stderr, enforces the timeout, and reaps the child.
+//!
+//! Invariants:
+//! - While the program runs, nothing it started outlives the attempt: a timeout, or the
+//!   `deliver` future being dropped, sends SIGKILL to the whole process group.
+//! - Once the program has exited on its own, anything it deliberately left running in the
+//!   background is its business and is not killed.
+//! - The child never blocks on a full pipe: output past the first few KiB is read and thrown
+//!   away, and stdin is written concurrently with the reads.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::pin::pin;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{ChildStdin, Command};
+use tokio::time::Instant;
+
+use super::{Delivery, Outcome};
+
+/// How much of each of stdout and stderr is kept for the failure message.
+const CAPTURE_LIMIT: usize = 4096;
+
+/// How much of each stream a `Failed` message quotes, so that both together stay within the
+/// ~4 KiB an outcome may carry.
+const QUOTE_LIMIT: usize = 1800;
+
+/// After the program exits, how long its output pipes may stay open before we stop reading.
+/// Only a background process it left behind can hold them open, and we do not wait for that.
+const DRAIN_GRACE: Duration = Duration::from_millis(200);
+
+/// Runs one configured program per delivery attempt.
+#[derive(Debug, Clone)]
+pub struct CommandTarget {
+    /// Program and arguments, run directly (no shell). Config guarantees it is non-empty.
+    argv: Vec<String>,
+    /// How long the program may run before its process group is killed.
+    timeout: Duration,
+}
+
+impl CommandTarget {
+    pub fn new(argv: Vec<String>, timeout: Duration) -> Self {
+        Self { argv, timeout }
+    }
+
+    /// Runs the program once for `d`. Never panics on event data; every problem becomes
+    /// [`Outcome::Failed`] with a short, loggable reason.
+    pub async fn deliver(&self, d: &Delivery) -> Outcome {
+        let Some((program, args)) = self.argv.split_first() else {
+            return Outcome::Failed("no command configured".to_string());
+        };
+
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .envs(delivery_env(d))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // A group of its own lets one kill(-pgid) reach grandchildren too, and keeps a
+            // terminal's Ctrl-C aimed at portaria from hitting the program directly.
+            .process_group(0)
+            // Backstop for the leader if this future is dropped; `GroupKill` handles the rest.
+            .kill_on_drop(true);
+
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                return Outcome::Failed(format!(
+                    "could not start {program}: {}",
+                    describe_io_error(&e)
+                ));
+            }
+        };
+
+        // Declared after `child` so that it drops first: the group is killed while the
+        // leader is still unreaped, which keeps its pid (= the pgid) from being reused.
+        let mut group = match child.id().and_then(GroupKill::arm) {
+            Some(group) => group,
+            None => {
+                // Only possible if the pid were out of range; the child is killed on drop.
+                return Outcome::Failed(format!("started {program} but could not track its pid"));
+            }
+        };
+
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        let mut out = Captured::default();
+        let mut err = Captured::default();
+        let deadline = Instant::now() + self.timeout;
+
+        let ended = {
+            let mut io = pin!(async {
+                tokio::join!(
+                    feed_stdin(stdin, &d.body),
+                    capture(stdout, &mut out),
+                    capture(stderr, &mut err),
+                );
+            });
+            let mut io_done = false;
+            let ended = loop {
+                tokio::select! {
+                    () = &mut io, if !io_done => io_done = true,
+                    status = child.wait() => break Ended::Exited(status),
+                    () = tokio::time::sleep_until(deadline) => break Ended::TimedOut,
+                }
+            };
+            if let Ended::Exited(Ok(_)) = ended {
+                // The leader is reaped, so its pgid may be recycled once the group empties:
+                // never signal it again.
+                group.disarm();
+                if !io_done {
+                    // Usually instant (EOF follows exit); bounded in case a background
+                    // process inherited the pipes.
+                    let _ = tokio::time::timeout(DRAIN_GRACE, &mut io).await;
+                }
+            }
+            ended
+        };
+
+        match ended {
+            Ended::Exited(Ok(status)) if status.success() => Outcome::Delivered,
+            Ended::Exited(Ok(status)) => Outcome::Failed(format!(
+                "{}{}{}",
+                describe_status(status),
+                quote("stderr", &err),
+                quote("stdout", &out),
+            )),
+            Ended::Exited(Err(e)) => {
+                group.kill();
+                Outcome::Failed(format!("could not wait for {program}: {e}"))
+            }
+            Ended::TimedOut => {
+                group.kill();
+                // SIGKILL cannot be caught, so this is prompt; the bound only guards against a
+                // process stuck in the kernel. If it expires, `kill_on_drop` hands the child to
+                // tokio's orphan reaper, so no zombie is left either way.
+                let _ = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+                Outcome::Failed(format!(
+                    "timed out after {:?} (process group killed)",
+                    self.timeout
+                ))
+            }
+        }
+    }
+}
+
+/// How the wait for the program ended.
+enum Ended {
+    Exited(io::Result<ExitStatus>),
+    TimedOut,
+}
+
+/// Kills the child's process group when dropped while armed, so that a cancelled attempt
+/// (worker shutdown) cannot leave the program or its children running.
+struct GroupKill {
+    /// The group id, which equals the leader's pid because of `process_group(0)`.
+    pgid: libc::pid_t,
+    armed: bool,
+}
+
+impl GroupKill {
+    fn arm(pid: u32) -> Option<Self> {
+        let pgid = libc::pid_t::try_from(pid).ok()?;
+        // kill(0, ..) and kill(-1, ..) would hit our own group or every process we may signal.
+        (pgid > 1).then_some(Self { pgid, armed: true })
+    }
+
+    fn kill(&mut self) {
+        if self.armed {
+            // SAFETY: kill(2) takes plain integers and touches no memory of ours. `pgid > 1`
+            // was checked in `arm`, so this targets exactly the child's group.
+            // ESRCH (the group is already gone) is the desired state, so the result is unused.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
+            self.armed = false;
+        }
+    }
+
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The first bytes of one output stream, plus whether more followed.
+#[derive(Default)]
+struct Captured {
+    kept: Vec<u8>,
+    truncated: bool,
+}
+
+/// Writes the body to the program's stdin, then closes it so the program sees EOF.
+async fn feed_stdin(stdin: Option<ChildStdin>, body: &[u8]) {
+    let Some(mut stdin) = stdin else { return };
+    match stdin.write_all(body).await {
+        Ok(()) => {}
+        // The program exited (or closed stdin) without reading everything; its exit status,
+        // not this, decides the outcome.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
+        Err(e) => tracing::debug!(error = %e, "writing the body to the command's stdin failed"),
+    }
+    // Dropping the handle closes our end of the pipe.
+}
+
+/// Reads a stream to EOF, keeping the first `CAPTURE_LIMIT` bytes and discarding the rest, so
+/// the program never blocks writing to a full pipe.
+async fn capture(stream: Option<impl AsyncRead + Unpin>, into: &mut Captured) {
+    let Some(mut stream) = stream else { return };
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = match stream.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let room = CAPTURE_LIMIT - into.kept.len();
+        let chunk = buf.get(..n).unwrap_or_default();
+        if chunk.len() > room {
+            into.truncated = true;
+        }
+        into.kept
+            .extend_from_slice(chunk.get(..room.min(chunk.len())).unwrap_or_default());
+    }
+}
+
+/// `PORTARIA_*` variables describing the event. The parent environment is inherited too.
+fn delivery_env(d: &Delivery) -> [(&'static str, String); 7] {
+    [
+        ("PORTARIA_EVENT_ID", d.event_id.to_string()),
+        ("PORTARIA_ENDPOINT", env_value(&d.endpoint)),
+        ("PORTARIA_DEDUP_KEY", env_value(&d.dedup_key)),
+        (
+            "PORTARIA_EVENT_TYPE",
+            env_value(d.event_type.as_deref().unwrap_or("")),
+        ),
+        ("PORTARIA_ATTEMPT", d.attempt.to_string()),
+        (
+            "PORTARIA_RECEIVED_AT",
+            crate::time::rfc3339(d.received_at_ms),
+        ),
+        (
+            "PORTARIA_CONTENT_TYPE",
+            env_value(d.content_type.as_deref().unwrap_or("")),
+        ),
+    ]
+}
+
+/// Environment values cannot hold NUL, and one NUL in event data must not make every retry
+/// fail to spawn, so NUL becomes U+FFFD. Everything else passes through unchanged.
+fn env_value(raw: &str) -> String {
+    raw.replace('\0', "\u{FFFD}")
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) if status.core_dumped() => {
+            format!("killed by signal {signal} (core dumped)")
+        }
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => format!("ended with {status}"),
+    }
+}
+
+/// `; <name>: <excerpt>`, or nothing if the stream was empty or only whitespace.
+fn quote(name: &str, captured: &Captured) -> String {
+    let (text, cut) = excerpt(&captured.kept, QUOTE_LIMIT);
+    if text.is_empty() {
+        return String::new();
+    }
+    let more = if cut || captured.truncated {
+        " …"
+    } else {
+        ""
+    };
+    format!("; {name}: {text}{more}")
+}
+
+/// Lossy UTF-8 of `bytes`, trimmed and cut to at most `limit` bytes on a character boundary.
+/// Returns whether it was cut. Shared with the HTTP target's error excerpts.
+pub(super) fn excerpt(bytes: &[u8], limit: usize) -> (String, bool) {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim();
+    if text.len() <= limit {
+        return (text.to_string(), false);
+    }
+    let mut end = limit;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].trim_end().to_string(), true)
+}
+
+/// An I/O error's text without Rust's ` (os error N)` suffix, which adds nothing for a person.
+fn describe_io_error(e: &io::Error) -> String {
+    let text = e.to_string();
+    match e.raw_os_error() {
+        Some(code) => text
+            .strip_suffix(&format!(" (os error {code})"))
+            .unwrap_or(&text)
+            .to_string(),
+        None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+
+    fn delivery(body: impl Into<Bytes>) -> Delivery {
+        Delivery {
+            event_id: 42,
+            endpoint: "github".to_string(),
+            dedup_key: "gh:72d3162e-cc78-11e3-81ab-4c9367dc0958".to_string(),
+            event_type: Some("push".to_string()),
+            content_type: Some("application/json".to_string()),
+            received_at_ms: 1_796_026_524_123,
+            attempt: 3,
+            body: body.into(),
+        }
+    }
+
+    fn sh(script: &str, timeout: Duration) -> CommandTarget {
+        let argv = ["/bin/sh", "-c", script, "sh"].map(String::from).to_vec();
+        CommandTarget::new(argv, timeout)
+    }
+
+    fn write_script(dir: &Path, name: &str, text: &str) -> String {
+        let path = dir.join(name);
+        std::fs::write(&path, text).expect("write script");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        path.to_string_lossy().into_owned()
+    }
+
+    fn failure(outcome: Outcome) -> String {
+        match outcome {
+            Outcome::Failed(text) => text,
+            Outcome::Delivered => panic!("expected a failure, got Delivered"),
+        }
+    }
+
+    /// Processes in group `pgid` that are still running (zombies waiting for a reaper that is
+    /// not us do not count: they run nothing and hold no resources but a pid).
+    fn live_members(pgid: i32) -> Vec<i32> {
+        let mut live = Vec::new();
+        for entry in std::fs::read_dir("/proc").expect("read /proc").flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // Fields after the parenthesised command name: state, ppid, pgrp, ...
+            let Some((_, rest)) = stat.rsplit_once(')') else {
+                continue;
+            };
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            if fields.get(2) == Some(&pgid.to_string().as_str()) && fields.first() != Some(&"Z") {
+                live.push(pid);
+            }
+        }
+        live
+    }
+
+    async fn assert_group_dies(pgid: i32) {
+        let give_up = Instant::now() + Duration::from_secs(3);
+        loop {
+            let live = live_members(pgid);
+            if live.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < give_up, "group {pgid} still has {live:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn read_pid_file(path: &Path) -> i32 {
+        let give_up = Instant::now() + Duration::from_secs(5);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(path) {
+                if let Ok(pid) = text.trim().parse() {
+                    return pid;
+                }
+            }
+            assert!(Instant::now() < give_up, "the script never wrote its pid");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    #[tokio::test]
+    async fn passes_body_on_stdin_and_metadata_in_env() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = write_script(
+            dir.path(),
+            "dump.sh",
+            r#"#!/bin/sh
+out="$1"
+cat > "$out/body"
+{
+  printf 'id=%s\n' "$PORTARIA_EVENT_ID"
+  printf 'endpoint=%s\n' "$PORTARIA_ENDPOINT"
+  printf 'dedup=%s\n' "$PORTARIA_DEDUP_KEY"
+  printf 'type=%s|%s\n' "${PORTARIA_EVENT_TYPE+set}" "$PORTARIA_EVENT_TYPE"
+  printf 'attempt=%s\n' "$PORTARIA_ATTEMPT"
+  printf 'received=%s\n' "$PORTARIA_RECEIVED_AT"
+  printf 'ctype=%s|%s\n' "${PORTARIA_CONTENT_TYPE+set}" "$PORTARIA_CONTENT_TYPE"
+  printf 'path=%s\n' "$PATH"
+} > "$out/env"
+"#,
+        );
+        let out_dir = dir.path().to_string_lossy().into_owned();
+        let target = CommandTarget::new(vec![script.clone(), out_dir], Duration::from_secs(10));
+
+        // Binary and multi-line content must arrive byte for byte.
+        let body: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+        let outcome = target.deliver(&delivery(body.clone())).await;
+        assert_eq!(outcome, Outcome::Delivered);
+        assert_eq!(std::fs::read(dir.path().join("body")).expect("body"), body);
+        let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
+        let path = std::env::var("PATH").unwrap_or_default();
+        assert_eq!(
+            env,
+            format!(
+                "id=42\nendpoint=github\ndedup=gh:72d3162e-cc78-11e3-81ab-4c9367dc0958\n\
+                 type=set|push\nattempt=3\nreceived=2026-11-30T08:15:24.123Z\n\
+                 ctype=set|application/json\npath={path}\n"
+            )
+        );
+
+        // Absent type and content type are present but empty.
+        let mut bare = delivery(Bytes::new());
+        bare.event_type = None;
+        bare.content_type = None;
+        assert_eq!(target.deliver(&bare).await, Outcome::Delivered);
+        assert_eq!(std::fs::read(dir.path().join("body")).expect("body"), b"");
+        let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
+        assert!(env.contains("type=set|\n"), "{env}");
+        assert!(env.contains("ctype=set|\n"), "{env}");
+    }
+
+    #[tokio::test]
+    async fn nul_in_event_data_still_runs_the_program() {
+        let mut d = delivery("x");
+        d.dedup_key = "a\0b".to_string();
+        let target = sh(
+            r#"test "$PORTARIA_DEDUP_KEY" = "a�b""#,
+            Duration::from_secs(10),
+        );
+        assert_eq!(target.deliver(&d).await, Outcome::Delivered);
+    }
+
+    #[tokio::test]
+    async fn exit_zero_is_delivered() {
+        let target = sh("cat >/dev/null; echo fine; exit 0", Duration::from_secs(10));
+        assert_eq!(target.deliver(&delivery("{}")).await, Outcome::Delivered);
+    }
+
+    #[tokio::test]
+    async fn nonzero_exit_fails_with_code_and_output() {
+        let target = sh(
+            "echo 'bad signature' >&2; echo partial; exit 3",
+            Duration::from_secs(10),
+        );
+        let text = failure(target.deliver(&delivery("{}")).await);
+        assert_eq!(
+            text,
+            "exit status 3; stderr: bad signature; stdout: partial"
+        );
+    }
+
+    #[tokio::test]
+    async fn death_by_signal_fails() {
+        let target = sh("kill -9 $$", Duration::from_secs(10));
+        let text = failure(target.deliver(&delivery("{}")).await);
+        assert_eq!(text, "killed by signal 9");
+    }
+
+    #[tokio::test]
+    async fn large_output_does_not_deadlock_and_is_truncated() {
+        // 1 MiB on each stream, written before stdin (also 1 MiB) is read.
+        let target = sh(
+            "head -c 1048576 /dev/zero | tr '\\0' o; head -c 1048576 /dev/zero | tr '\\0' e >&2; \
+             cat >/dev/null; exit 1",
+            Duration::from_secs(20),
+        );
+        let started = Instant::now();
+        let text = failure(target.deliver(&delivery(vec![b'i'; 1 << 20])).await);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(
+            text.starts_with("exit status 1; stderr: eeee"),
+            "{}",
+            &text[..80]
+        );
+        assert!(text.contains("e …; stdout: oooo"));
+        assert!(text.ends_with("o …"));
+        assert!(text.len() <= 4096, "message is {} bytes", text.len());
+    }
+
+    #[tokio::test]
+    async fn program_ignoring_a_large_stdin_is_delivered() {
+        for script in ["exit 0", "head -c 10 >/dev/null; exit 0"] {
+            let target = sh(script, Duration::from_secs(10));
+            let outcome = target.deliver(&delivery(vec![b'x'; 1 << 20])).await;
+            assert_eq!(outcome, Outcome::Delivered, "{script}");
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_program_fails_naming_the_path() {
+        let target = CommandTarget::new(vec!["/bin/nope".to_string()], Duration::from_secs(5));
+        let text = failure(target.deliver(&delivery("{}")).await);
+        assert_eq!(text, "could not start /bin/nope: No such file or directory");
+    }
+
+    #[tokio::test]
+    async fn non_executable_program_fails_naming_the_path() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("plain.txt");
+        std::fs::write(&path, "not a program").expect("write");
+        let path = path.to_string_lossy().into_owned();
+        let target = CommandTarget::new(vec![path.clone()], Duration::from_secs(5));
+        let text = failure(target.deliver(&delivery("{}")).await);
+        assert_eq!(text, format!("could not start {path}: Permission denied"));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pid_file = dir.path().join("pid");
+        let target = CommandTarget::new(
+            vec![
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                r#"echo $$ > "$1"; sleep 30 & sleep 30"#.to_string(),
+                "sh".to_string(),
+                pid_file.to_string_lossy().into_owned(),
+            ],
+            Duration::from_millis(300),
+        );
+        let started = Instant::now();
+        let text = failure(target.deliver(&delivery("{}")).await);
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(text, "timed out after 300ms (process group killed)");
+        let pgid = read_pid_file(&pid_file).await;
+        assert_group_dies(pgid).await;
+    }
+
+    #[tokio::test]
+    async fn dropping_the_attempt_kills_the_whole_process_group() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pid_file = dir.path().join("pid");
+        let target = CommandTarget::new(
+            vec![
+                "/bin/sh".to_string(),
+                "-c".to_string(),
+                r#"sleep 30 & echo $$ > "$1"; sleep 30"#.to_string(),
+                "sh".to_string(),
+                pid_file.to_string_lossy().into_owned(),
+            ],
+            Duration::from_secs(60),
+        );
+        let d = delivery("{}");
+        let attempt = target.deliver(&d);
+        let pgid = tokio::select! {
+            outcome = attempt => panic!("finished early: {outcome:?}"),
+            pgid = read_pid_file(&pid_file) => pgid,
+        };
+        // `attempt` was dropped when the select finished.
+        assert_group_dies(pgid).await;
+    }
+}

@@ -1,0 +1,546 @@
+//! The HTTP target: one delivery attempt as a `POST` of the raw body to the business's own
+//! plain-http URL, optionally signed with the Standard Webhooks scheme.
+//!
+//! This file owns the request's shape (headers, signature), the pooled keep-alive client, and
+//! the mapping from what the server did to an [`Outcome`]: any 2xx is delivered; anything else,
+//! including a connection error or the timeout, is a failure for the worker to retry.
+//!
+//! Invariants:
+//! - Event data never makes the request invalid: header values built from it are
+//!   percent-encoded, so a stray control byte cannot stop delivery or cause a panic.
+//! - One attempt (connect, send, response head, draining the body) never outlasts `timeout`.
+//! - The signing key never reaches `Debug` output or an error message.
+
+use std::error::Error as _;
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, USER_AGENT};
+use http::uri::Scheme;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::time::{Instant, timeout_at};
+
+use super::command::excerpt;
+use super::{Delivery, Outcome};
+use crate::verify::standard_webhooks;
+
+/// How much of a response body is kept; the rest is read and discarded so the connection can
+/// go back to the pool.
+const CAPTURE_LIMIT: usize = 4096;
+
+/// How much of a failed response's body the `Failed` message quotes.
+const QUOTE_LIMIT: usize = 1024;
+
+/// Idle connections are dropped before common keep-alive timeouts on the server side (Node's
+/// is 5 s), so we rarely send on a socket the server is just closing.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+
+const USER_AGENT_VALUE: &str = concat!("portaria/", env!("CARGO_PKG_VERSION"));
+
+static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
+static EVENT_ID: HeaderName = HeaderName::from_static("portaria-event-id");
+static ENDPOINT: HeaderName = HeaderName::from_static("portaria-endpoint");
+static EVENT_TYPE: HeaderName = HeaderName::from_static("portaria-event-type");
+static ATTEMPT: HeaderName = HeaderName::from_static("portaria-attempt");
+static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
+static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
+static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
+
+/// Posts each delivery to one URL.
+pub struct HttpTarget {
+    /// Must be `http://`; config rejects other schemes, and `deliver` re-checks.
+    url: Uri,
+    /// Bound on one whole attempt.
+    timeout: Duration,
+    /// Raw Standard Webhooks key bytes, if the forward is signed. Never printed.
+    signing_key: Option<Vec<u8>>,
+    /// Shared keep-alive pool, so steady forwarding to one program reuses connections.
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+impl fmt::Debug for HttpTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HttpTarget")
+            .field("url", &self.url)
+            .field("timeout", &self.timeout)
+            .field(
+                "signing_key",
+                &self.signing_key.as_ref().map(|_| "[redacted]"),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpTarget {
+    /// `signing_key`: when Some, the forward is signed with the Standard Webhooks scheme using
+    /// these raw key bytes (already decoded from `whsec_...` by config).
+    pub fn new(url: Uri, timeout: Duration, signing_key: Option<Vec<u8>>) -> Self {
+        let mut connector = HttpConnector::new();
+        // Requests are small and latency matters more than packet count.
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_timer(TokioTimer::new())
+            .build(connector);
+        Self {
+            url,
+            timeout,
+            signing_key,
+            client,
+        }
+    }
+
+    /// Posts `d` once. Never panics on event data; every problem becomes
+    /// [`Outcome::Failed`] with a short, loggable reason.
+    pub async fn deliver(&self, d: &Delivery) -> Outcome {
+        if self.url.scheme() != Some(&Scheme::HTTP) {
+            return Outcome::Failed(format!(
+                "cannot post to {}: only http:// URLs are supported",
+                self.url
+            ));
+        }
+        let request = match self.request(d) {
+            Ok(request) => request,
+            Err(e) => return Outcome::Failed(format!("could not build the request: {e}")),
+        };
+
+        let deadline = Instant::now() + self.timeout;
+        let response = match timeout_at(deadline, self.client.request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Outcome::Failed(describe_client_error(&e)),
+            Err(_) => return Outcome::Failed(format!("timed out after {:?}", self.timeout)),
+        };
+        let status = response.status();
+
+        // The status already decides the outcome; the body is read only for the error excerpt
+        // and so that a fully read connection can be reused. If the server stalls here, we give
+        // up at the deadline and the half-read connection is dropped, not pooled.
+        let mut body = Vec::new();
+        let _ = timeout_at(deadline, read_capped(response.into_body(), &mut body)).await;
+
+        if status.is_success() {
+            return Outcome::Delivered;
+        }
+        let (text, cut) = excerpt(&body, QUOTE_LIMIT);
+        if text.is_empty() {
+            Outcome::Failed(format!("HTTP {}", status.as_u16()))
+        } else {
+            let more = if cut { " …" } else { "" };
+            Outcome::Failed(format!("HTTP {}: {text}{more}", status.as_u16()))
+        }
+    }
+
+    fn request(&self, d: &Delivery) -> Result<Request<Full<Bytes>>, http::Error> {
+        let mut headers = HeaderMap::new();
+        let content_type = d
+            .content_type
+            .as_deref()
+            .filter(|ct| !ct.is_empty())
+            .and_then(|ct| HeaderValue::from_str(ct).ok())
+            // It arrived as a header, so it is normally valid; if storage mangled it, the
+            // program still gets the body, labelled honestly as opaque bytes.
+            .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+        headers.insert(CONTENT_TYPE, content_type);
+        headers.insert(USER_AGENT, HeaderValue::from_static(USER_AGENT_VALUE));
+        insert_encoded(&mut headers, &IDEMPOTENCY_KEY, &d.dedup_key);
+        headers.insert(EVENT_ID.clone(), HeaderValue::from(d.event_id));
+        insert_encoded(&mut headers, &ENDPOINT, &d.endpoint);
+        if let Some(event_type) = &d.event_type {
+            insert_encoded(&mut headers, &EVENT_TYPE, event_type);
+        }
+        headers.insert(ATTEMPT.clone(), HeaderValue::from(d.attempt));
+
+        if let Some(key) = &self.signing_key {
+            let id = d.event_id.to_string();
+            let timestamp = unix_now_secs();
+            let signature = standard_webhooks::signature(key, &id, timestamp, &d.body);
+            headers.insert(WEBHOOK_ID.clone(), HeaderValue::from(d.event_id));
+            headers.insert(WEBHOOK_TIMESTAMP.clone(), HeaderValue::from(timestamp));
+            // `v1,` plus base64 is always a valid header value; the fallible conversion is
+            // only there to avoid a panic path.
+            if let Ok(value) = HeaderValue::try_from(signature) {
+                headers.insert(WEBHOOK_SIGNATURE.clone(), value);
+            }
+        }
+
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.url.clone())
+            .body(Full::new(d.body.clone()))?;
+        *request.headers_mut() = headers;
+        Ok(request)
+    }
+}
+
+/// Inserts a header whose value comes from event data, percent-encoding it (see
+/// [`percent_encode`]) so that any bytes at all produce a valid value.
+fn insert_encoded(headers: &mut HeaderMap, name: &HeaderName, raw: &str) {
+    // The encoded text is visible ASCII only, so this cannot fail; if it somehow did, the
+    // header is omitted rather than the delivery failing.
+    if let Ok(value) = HeaderValue::try_from(percent_encode(raw)) {
+        headers.insert(name.clone(), value);
+    }
+}
+
+/// Percent-encodes every byte outside visible ASCII, and `%` itself, as `%XX`. Applied to every
+/// value (not only to invalid ones) so the receiver can always percent-decode to get the exact
+/// original; typical keys and names (`[A-Za-z0-9._:-]`) pass through unchanged. Spaces are
+/// encoded too, because HTTP trims them at the ends of a value.
+fn percent_encode(raw: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(raw.len());
+    for &b in raw.as_bytes() {
+        if b.is_ascii_graphic() && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0x0f)]));
+        }
+    }
+    out
+}
+
+fn unix_now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Reads a response body to the end, keeping the first `CAPTURE_LIMIT` bytes.
+async fn read_capped(mut body: Incoming, into: &mut Vec<u8>) {
+    while let Some(frame) = body.frame().await {
+        let Ok(frame) = frame else { return };
+        if let Ok(data) = frame.into_data() {
+            let room = CAPTURE_LIMIT.saturating_sub(into.len());
+            into.extend_from_slice(data.get(..room.min(data.len())).unwrap_or_default());
+        }
+    }
+}
+
+/// `connection failed: tcp connect error: Connection refused (os error 111)` and the like.
+/// The client's own top-level text (`client error (Connect)`) says less than its causes.
+fn describe_client_error(e: &hyper_util::client::legacy::Error) -> String {
+    let mut causes = Vec::new();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        causes.push(cause.to_string());
+        source = cause.source();
+    }
+    let text = if causes.is_empty() {
+        e.to_string()
+    } else {
+        causes.join(": ")
+    };
+    if e.is_connect() {
+        format!("connection failed: {text}")
+    } else {
+        format!("request failed: {text}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use base64::Engine as _;
+    use hmac::{Hmac, KeyInit, Mac};
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper::{Response, StatusCode};
+    use hyper_util::rt::TokioIo;
+    use sha2::Sha256;
+    use std::convert::Infallible;
+    use std::net::SocketAddr;
+    use std::sync::{Arc, Mutex};
+    use tokio::net::TcpListener;
+
+    /// One request as the test server saw it.
+    #[derive(Debug)]
+    struct Seen {
+        method: Method,
+        path: String,
+        headers: HeaderMap,
+        body: Bytes,
+    }
+
+    /// A real hyper server that records requests and answers each with `status` and `reply`.
+    async fn recording_server(
+        status: StatusCode,
+        reply: &'static str,
+    ) -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = Arc::clone(&seen);
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let record = Arc::clone(&record);
+                let service = service_fn(move |req: Request<Incoming>| {
+                    let record = Arc::clone(&record);
+                    async move {
+                        let (parts, body) = req.into_parts();
+                        let body = body
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        record.lock().expect("lock").push(Seen {
+                            method: parts.method,
+                            path: parts.uri.path().to_string(),
+                            headers: parts.headers,
+                            body,
+                        });
+                        let mut response =
+                            Response::new(Full::new(Bytes::from_static(reply.as_bytes())));
+                        *response.status_mut() = status;
+                        Ok::<_, Infallible>(response)
+                    }
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+            }
+        });
+        (addr, seen)
+    }
+
+    fn delivery() -> Delivery {
+        Delivery {
+            event_id: 7,
+            endpoint: "stripe".to_string(),
+            dedup_key: "stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy".to_string(),
+            event_type: Some("invoice.paid".to_string()),
+            content_type: Some("application/json; charset=utf-8".to_string()),
+            received_at_ms: 1_796_026_524_123,
+            attempt: 2,
+            body: Bytes::from_static(b"{\"id\":\"evt_1\",\"amount\":1200}\n"),
+        }
+    }
+
+    fn url(addr: SocketAddr, path: &str) -> Uri {
+        format!("http://{addr}{path}").parse().expect("uri")
+    }
+
+    fn header<'a>(seen: &'a Seen, name: &str) -> Option<&'a str> {
+        seen.headers
+            .get(name)
+            .map(|v| v.to_str().expect("ascii header"))
+    }
+
+    fn failure(outcome: Outcome) -> String {
+        match outcome {
+            Outcome::Failed(text) => text,
+            Outcome::Delivered => panic!("expected a failure, got Delivered"),
+        }
+    }
+
+    #[tokio::test]
+    async fn posts_body_and_headers_and_signs_independently_verifiably() {
+        let (addr, seen) = recording_server(StatusCode::NO_CONTENT, "").await;
+        let key = b"0123456789abcdef0123456789abcdef".to_vec();
+        let target = HttpTarget::new(
+            url(addr, "/hooks/in"),
+            Duration::from_secs(5),
+            Some(key.clone()),
+        );
+        let d = delivery();
+
+        let before = unix_now_secs();
+        assert_eq!(target.deliver(&d).await, Outcome::Delivered);
+        let after = unix_now_secs();
+
+        let seen = seen.lock().expect("lock");
+        let [req] = seen.as_slice() else {
+            panic!("expected one request, got {seen:?}")
+        };
+        assert_eq!(req.method, Method::POST);
+        assert_eq!(req.path, "/hooks/in");
+        assert_eq!(req.body, d.body);
+        assert_eq!(
+            header(req, "content-type"),
+            Some("application/json; charset=utf-8")
+        );
+        assert_eq!(
+            header(req, "idempotency-key"),
+            Some("stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy")
+        );
+        assert_eq!(header(req, "portaria-event-id"), Some("7"));
+        assert_eq!(header(req, "portaria-endpoint"), Some("stripe"));
+        assert_eq!(header(req, "portaria-event-type"), Some("invoice.paid"));
+        assert_eq!(header(req, "portaria-attempt"), Some("2"));
+        let ua = format!("portaria/{}", env!("CARGO_PKG_VERSION"));
+        assert_eq!(header(req, "user-agent"), Some(ua.as_str()));
+
+        assert_eq!(header(req, "webhook-id"), Some("7"));
+        let ts: i64 = header(req, "webhook-timestamp")
+            .expect("timestamp")
+            .parse()
+            .expect("int");
+        assert!(
+            (before..=after).contains(&ts),
+            "{ts} not in {before}..={after}"
+        );
+        let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&key).expect("any key length");
+        mac.update(format!("7.{ts}.").as_bytes());
+        mac.update(&d.body);
+        let expected = format!(
+            "v1,{}",
+            base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+        );
+        assert_eq!(header(req, "webhook-signature"), Some(expected.as_str()));
+    }
+
+    #[tokio::test]
+    async fn unsigned_and_sparse_delivery_omits_optional_headers() {
+        let (addr, seen) = recording_server(StatusCode::OK, "ok").await;
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
+        let mut d = delivery();
+        d.event_type = None;
+        d.content_type = None;
+        d.body = Bytes::new();
+        assert_eq!(target.deliver(&d).await, Outcome::Delivered);
+
+        let seen = seen.lock().expect("lock");
+        let [req] = seen.as_slice() else {
+            panic!("expected one request, got {seen:?}")
+        };
+        assert_eq!(
+            header(req, "content-type"),
+            Some("application/octet-stream")
+        );
+        assert_eq!(header(req, "portaria-event-type"), None);
+        assert_eq!(header(req, "webhook-id"), None);
+        assert_eq!(header(req, "webhook-timestamp"), None);
+        assert_eq!(header(req, "webhook-signature"), None);
+        assert!(req.body.is_empty());
+    }
+
+    #[tokio::test]
+    async fn header_unsafe_event_data_is_percent_encoded_and_still_delivered() {
+        let (addr, seen) = recording_server(StatusCode::ACCEPTED, "").await;
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
+        let mut d = delivery();
+        d.dedup_key = "key\r\nX-Injected: 1".to_string();
+        d.event_type = Some("caf\u{e9} 100%\0".to_string());
+        d.content_type = Some("text/plain\nbroken".to_string());
+        assert_eq!(target.deliver(&d).await, Outcome::Delivered);
+
+        let seen = seen.lock().expect("lock");
+        let [req] = seen.as_slice() else {
+            panic!("expected one request, got {seen:?}")
+        };
+        assert_eq!(
+            header(req, "idempotency-key"),
+            Some("key%0D%0AX-Injected:%201")
+        );
+        assert_eq!(
+            header(req, "portaria-event-type"),
+            Some("caf%C3%A9%20100%25%00")
+        );
+        assert_eq!(header(req, "x-injected"), None);
+        assert_eq!(
+            header(req, "content-type"),
+            Some("application/octet-stream")
+        );
+    }
+
+    #[tokio::test]
+    async fn reuses_the_connection_between_attempts() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let connections = Arc::new(Mutex::new(0u32));
+        let counter = Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                *counter.lock().expect("lock") += 1;
+                let service = service_fn(|_req: Request<Incoming>| async {
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+                });
+                tokio::spawn(http1::Builder::new().serve_connection(TokioIo::new(stream), service));
+            }
+        });
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
+        for _ in 0..3 {
+            assert_eq!(target.deliver(&delivery()).await, Outcome::Delivered);
+        }
+        assert_eq!(*connections.lock().expect("lock"), 1);
+    }
+
+    #[tokio::test]
+    async fn non_2xx_fails_with_status_and_body_excerpt() {
+        let (addr, _) =
+            recording_server(StatusCode::INTERNAL_SERVER_ERROR, "database is down\n").await;
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
+        let text = failure(target.deliver(&delivery()).await);
+        assert_eq!(text, "HTTP 500: database is down");
+
+        let long: &'static str = "x".repeat(10_000).leak();
+        let (addr, _) = recording_server(StatusCode::SERVICE_UNAVAILABLE, long).await;
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
+        let text = failure(target.deliver(&delivery()).await);
+        assert_eq!(text, format!("HTTP 503: {} …", "x".repeat(QUOTE_LIMIT)));
+    }
+
+    #[tokio::test]
+    async fn silent_server_fails_after_the_timeout() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        // Accepts and holds connections without ever answering.
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((stream, _)) = listener.accept().await {
+                held.push(stream);
+            }
+        });
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_millis(300), None);
+        let started = Instant::now();
+        let text = failure(target.deliver(&delivery()).await);
+        let elapsed = started.elapsed();
+        assert_eq!(text, "timed out after 300ms");
+        assert!(
+            elapsed >= Duration::from_millis(300) && elapsed < Duration::from_secs(2),
+            "{elapsed:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn refused_connection_fails() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        drop(listener);
+        let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
+        let text = failure(target.deliver(&delivery()).await);
+        assert!(text.starts_with("connection failed: "), "{text}");
+        assert!(text.contains("refused"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn non_http_scheme_fails_clearly() {
+        let uri: Uri = "https://127.0.0.1:1/".parse().expect("uri");
+        let target = HttpTarget::new(uri, Duration::from_secs(5), None);
+        let text = failure(target.deliver(&delivery()).await);
+        assert_eq!(
+            text,
+            "cannot post to https://127.0.0.1:1/: only http:// URLs are supported"
+        );
+    }
+
+    #[test]
+    fn debug_output_redacts_the_signing_key() {
+        let target = HttpTarget::new(
+            "http://127.0.0.1:1/".parse().expect("uri"),
+            Duration::from_secs(1),
+            Some(b"supersecretkey".to_vec()),
+        );
+        let text = format!("{target:?}");
+        assert!(text.contains("[redacted]"), "{text}");
+        assert!(!text.contains("supersecret"), "{text}");
+    }
+}
