@@ -1,0 +1,507 @@
+//! The forwarding worker with real parts: child processes for command targets, a real HTTP
+//! listener for URL targets, the real binary where a crash or the CLI is involved.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use hmac::{Hmac, KeyInit, Mac};
+
+use crate::support::*;
+
+/// Writes an executable /bin/sh script into `dir`; `$D` in it is that directory.
+fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\nD='{}'\n{body}\n", dir.display())).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+/// A script that records each call (`<event id> <attempt>` per line in `$D/calls`), its stdin
+/// and its environment, then runs `then`.
+fn recorder(dir: &Path, then: &str) -> PathBuf {
+    script(
+        dir,
+        "on-event.sh",
+        &format!(
+            "cat > \"$D/body.$PORTARIA_EVENT_ID.$PORTARIA_ATTEMPT\"\n\
+             env | grep '^PORTARIA_' | sort > \"$D/env.$PORTARIA_EVENT_ID\"\n\
+             echo \"$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT\" >> \"$D/calls\"\n{then}"
+        ),
+    )
+}
+
+fn calls(dir: &Path) -> Vec<(i64, u32)> {
+    std::fs::read_to_string(dir.join("calls"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            let mut parts = l.split_whitespace();
+            (
+                parts.next().unwrap().parse().unwrap(),
+                parts.next().unwrap().parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn command_forward(program: &Path, timeout_secs: u64, retry: &str) -> String {
+    format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = {timeout_secs} }}\nretry = {retry}\n",
+        program.display()
+    )
+}
+
+async fn start_with_forward(
+    forward: impl FnOnce(&Path) -> String,
+) -> (TestServer, tempfile::TempDir) {
+    let work = tempfile::tempdir().unwrap();
+    let extra = forward(work.path());
+    (TestServer::start("", &extra).await, work)
+}
+
+async fn accept(server: &TestServer, n: usize) -> Vec<u8> {
+    let body = payment_body(n);
+    let reply = post(
+        server.addr,
+        "/webhooks/pagarme",
+        &pagarme_headers(&body),
+        &body,
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    body
+}
+
+fn status_of(server: &TestServer, id: i64) -> (String, u32) {
+    server
+        .db()
+        .query_row(
+            "SELECT status, attempts FROM events WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+fn attempt_outcomes(server: &TestServer, id: i64) -> Vec<(String, Option<String>)> {
+    let conn = server.db();
+    let mut stmt = conn
+        .prepare("SELECT outcome, error FROM attempts WHERE event_id = ?1 ORDER BY id")
+        .unwrap();
+    stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+const WAIT: Duration = Duration::from_secs(15);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_gets_each_event_once_with_the_raw_body_and_metadata() {
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
+    let first = accept(&server, 1).await;
+    let second = accept(&server, 2).await;
+    eventually(WAIT, "both delivered", || calls(work.path()).len() == 2).await;
+    eventually(WAIT, "recorded as delivered", || {
+        status_of(&server, 2).0 == "delivered"
+    })
+    .await;
+    assert_eq!(calls(work.path()), vec![(1, 1), (2, 1)]);
+    assert_eq!(std::fs::read(work.path().join("body.1.1")).unwrap(), first);
+    assert_eq!(std::fs::read(work.path().join("body.2.1")).unwrap(), second);
+
+    let env = std::fs::read_to_string(work.path().join("env.1")).unwrap();
+    let key = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&first));
+    for expected in [
+        "PORTARIA_EVENT_ID=1".to_string(),
+        "PORTARIA_ENDPOINT=pagarme".to_string(),
+        format!("PORTARIA_DEDUP_KEY={key}"),
+        "PORTARIA_EVENT_TYPE=charge.paid".to_string(),
+        "PORTARIA_ATTEMPT=1".to_string(),
+        "PORTARIA_CONTENT_TYPE=application/json".to_string(),
+    ] {
+        assert!(
+            env.lines().any(|l| l == expected),
+            "missing {expected} in\n{env}"
+        );
+    }
+    assert!(
+        env.lines()
+            .any(|l| l.starts_with("PORTARIA_RECEIVED_AT=20") && l.ends_with('Z')),
+        "{env}"
+    );
+    assert_eq!(status_of(&server, 1), ("delivered".to_string(), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gateway_duplicates_are_not_forwarded_again() {
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
+    for _ in 0..3 {
+        accept(&server, 9).await;
+    }
+    eventually(WAIT, "delivered", || status_of(&server, 1).0 == "delivered").await;
+    accept(&server, 9).await; // and once more after delivery
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(calls(work.path()), vec![(1, 1)]);
+    assert_eq!(server.count_rows(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_target_gets_the_headers_and_a_verifiable_standard_webhooks_signature() {
+    let target = Target::start(vec![200]).await;
+    let secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    let extra = format!(
+        "forward = {{ url = \"http://{}/payments\", timeout_secs = 5, secret = \"{secret}\" }}\n",
+        target.addr
+    );
+    let server = TestServer::start("", &extra).await;
+    let body = accept(&server, 3).await;
+    eventually(WAIT, "the target got it", || target.count() == 1).await;
+    let got = target.seen.lock().unwrap()[0].clone();
+    assert_eq!(got.body, body);
+    let header = |name: &str| {
+        got.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_string())
+    };
+    let key = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&body));
+    assert_eq!(header("idempotency-key"), Some(key));
+    assert_eq!(header("content-type").as_deref(), Some("application/json"));
+    assert_eq!(header("portaria-event-id").as_deref(), Some("1"));
+    assert_eq!(header("portaria-endpoint").as_deref(), Some("pagarme"));
+    assert_eq!(
+        header("portaria-event-type").as_deref(),
+        Some("charge.paid")
+    );
+    assert_eq!(header("portaria-attempt").as_deref(), Some("1"));
+
+    // Verify as a Standard Webhooks library does, computed here from the spec.
+    let id = header("webhook-id").unwrap();
+    let ts: i64 = header("webhook-timestamp").unwrap().parse().unwrap();
+    assert!((now_secs() - ts).abs() < 60);
+    let key = base64::engine::general_purpose::STANDARD
+        .decode("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+        .unwrap();
+    let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(&key).unwrap();
+    mac.update(format!("{id}.{ts}.").as_bytes());
+    mac.update(&body);
+    let expected = format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes())
+    );
+    let signatures = header("webhook-signature").unwrap();
+    assert!(
+        signatures.split(' ').any(|s| s == expected),
+        "{signatures} vs {expected}"
+    );
+    eventually(WAIT, "recorded", || status_of(&server, 1).0 == "delivered").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_fails_twice_then_succeeds_gets_three_attempts() {
+    let target = Target::start(vec![500, 503, 200]).await;
+    let extra = format!(
+        "forward = {{ url = \"http://{}/x\", timeout_secs = 5 }}\nretry = [\"100ms\", \"100ms\", \"100ms\"]\n",
+        target.addr
+    );
+    let server = TestServer::start("", &extra).await;
+    accept(&server, 4).await;
+    eventually(WAIT, "delivered", || status_of(&server, 1).0 == "delivered").await;
+    assert_eq!(status_of(&server, 1), ("delivered".to_string(), 3));
+    assert_eq!(target.count(), 3);
+    let attempts = attempt_outcomes(&server, 1);
+    assert_eq!(
+        attempts.iter().map(|a| a.0.as_str()).collect::<Vec<_>>(),
+        ["failed", "failed", "delivered"]
+    );
+    assert!(
+        attempts[0].1.as_deref().unwrap().contains("500"),
+        "{attempts:?}"
+    );
+    let attempts_seen: Vec<String> = target
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.headers["portaria-attempt"].to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(attempts_seen, ["1", "2", "3"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_that_always_fails_ends_dead_after_the_schedule_and_can_be_replayed() {
+    let (server, work) = start_with_forward(|d| {
+        command_forward(
+            &recorder(d, "echo 'payment service down' >&2; exit 7"),
+            10,
+            "[\"50ms\", \"50ms\"]",
+        )
+    })
+    .await;
+    accept(&server, 5).await;
+    eventually(WAIT, "dead", || status_of(&server, 1).0 == "dead").await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        calls(work.path()).len(),
+        3,
+        "one attempt plus one per retry gap, then no more"
+    );
+    let attempts = attempt_outcomes(&server, 1);
+    assert_eq!(attempts.len(), 3);
+    let error = attempts[2].1.clone().unwrap();
+    assert!(
+        error.contains("exit status 7") && error.contains("payment service down"),
+        "{error}"
+    );
+
+    // The operator sees it, fixes the target, and replays the dead events from the CLI.
+    let config = server.config_path();
+    let out = portaria()
+        .args(["events", "list", "--status", "dead", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    assert!(listed.contains("\"status\":\"dead\""));
+    let out = portaria()
+        .args(["events", "show", "1", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains("attempt 3") && shown.contains("payment service down"),
+        "{shown}"
+    );
+
+    recorder(work.path(), "exit 0");
+    let started = Instant::now();
+    let out = portaria()
+        .args([
+            "events",
+            "replay",
+            "--dead",
+            "--endpoint",
+            "pagarme",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 dead event"));
+    eventually(WAIT, "delivered after replay", || {
+        status_of(&server, 1).0 == "delivered"
+    })
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the running server noticed within seconds"
+    );
+    assert_eq!(status_of(&server, 1).1, 1, "attempt counting starts again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delivered_event_can_be_replayed_by_id() {
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
+    accept(&server, 6).await;
+    eventually(WAIT, "delivered", || status_of(&server, 1).0 == "delivered").await;
+    let out = portaria()
+        .args(["events", "replay", "1", "--config"])
+        .arg(server.config_path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eventually(WAIT, "delivered again", || calls(work.path()).len() == 2).await;
+    let out = portaria()
+        .args(["events", "replay", "77", "--config"])
+        .arg(server.config_path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_that_hangs_is_killed_at_its_timeout() {
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, "sleep 30; exit 0"), 1, "[\"10m\"]"))
+            .await;
+    accept(&server, 7).await;
+    eventually(WAIT, "the attempt was cut off", || {
+        !attempt_outcomes(&server, 1).is_empty()
+    })
+    .await;
+    let attempts = attempt_outcomes(&server, 1);
+    assert_eq!(attempts[0].0, "failed");
+    assert!(
+        attempts[0].1.as_deref().unwrap().contains("timed out"),
+        "{attempts:?}"
+    );
+    let (status, tries) = status_of(&server, 1);
+    assert_eq!(
+        (status.as_str(), tries),
+        ("pending", 1),
+        "waits for its retry"
+    );
+    assert_eq!(calls(work.path()).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_one_delivers_in_arrival_order() {
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, "sleep 0.05; exit 0"), 10, "[\"1s\"]"))
+            .await;
+    for n in 0..6 {
+        accept(&server, n).await;
+    }
+    eventually(WAIT, "all delivered", || calls(work.path()).len() == 6).await;
+    let order: Vec<i64> = calls(work.path()).into_iter().map(|c| c.0).collect();
+    assert_eq!(order, [1, 2, 3, 4, 5, 6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_target_does_not_slow_intake() {
+    let extra = |d: &Path| {
+        format!(
+            "{}concurrency = 2\n",
+            command_forward(&recorder(d, "sleep 3; exit 0"), 10, "[\"1s\"]")
+        )
+    };
+    let (server, _work) = start_with_forward(extra).await;
+    for n in 0..10 {
+        let started = Instant::now();
+        accept(&server, n).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "intake waited on delivery: {:?}",
+            started.elapsed()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_lets_the_delivery_in_flight_finish() {
+    let (mut server, work) = start_with_forward(|d| {
+        command_forward(
+            &recorder(d, "sleep 1; echo done >> \"$D/finished\"; exit 0"),
+            10,
+            "[\"1s\"]",
+        )
+    })
+    .await;
+    accept(&server, 8).await;
+    eventually(WAIT, "delivery started", || calls(work.path()).len() == 1).await;
+    let db = server.db.clone();
+    server.shutdown().await;
+    assert!(
+        work.path().join("finished").exists(),
+        "the command ran to its end"
+    );
+    let status: String = open_db(&db)
+        .query_row("SELECT status FROM events WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "delivered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_sigkill_a_restart_delivers_every_pending_and_interrupted_event() {
+    let work = tempfile::tempdir().unwrap();
+    // Until the gate file exists, the target hangs (and its orphan exits without a trace).
+    let program = recorder(
+        work.path(),
+        "if [ ! -e \"$D/gate\" ]; then sleep 5; exit 1; fi\necho \"$PORTARIA_EVENT_ID\" >> \"$D/delivered\"",
+    );
+    let db = work.path().join("p.db");
+    let config = work.path().join("p.toml");
+    std::fs::write(
+        &config,
+        base_config(&db, "", &command_forward(&program, 60, "[\"1s\"]")),
+    )
+    .unwrap();
+
+    let mut first = Process::spawn(&config).await;
+    for n in 0..4 {
+        let body = payment_body(n);
+        assert_eq!(
+            post(
+                first.addr,
+                "/webhooks/pagarme",
+                &pagarme_headers(&body),
+                &body
+            )
+            .await
+            .status,
+            200
+        );
+    }
+    eventually(WAIT, "the first delivery is under way", || {
+        calls(work.path()).len() == 1
+    })
+    .await;
+    first.signal(libc::SIGKILL);
+    first.wait(Duration::from_secs(10)).await;
+    let statuses: Vec<String> = {
+        let conn = open_db(&db);
+        let mut stmt = conn
+            .prepare("SELECT status FROM events ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    };
+    assert_eq!(statuses, ["delivering", "pending", "pending", "pending"]);
+
+    std::fs::write(work.path().join("gate"), "").unwrap();
+    let second = Process::spawn(&config).await;
+    let delivered = || {
+        let mut ids: Vec<i64> = std::fs::read_to_string(work.path().join("delivered"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.parse().unwrap())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    eventually(WAIT, "all four delivered after restart", || {
+        delivered() == [1, 2, 3, 4]
+    })
+    .await;
+    let conn = open_db(&db);
+    eventually(WAIT, "all recorded delivered", || {
+        conn.query_row(
+            "SELECT count(*) FROM events WHERE status = 'delivered'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap()
+            == 4
+    })
+    .await;
+    let interrupted: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM attempts WHERE outcome = 'interrupted'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(interrupted, 1);
+    drop(second);
+}

@@ -1,0 +1,8 @@
+//! One integration-test binary (so the 2-core machine links once), driving the real server:
+//! in-process `serve` on 127.0.0.1:0 where a test only needs HTTP, the real `portaria`
+//! binary where it needs a process (CLI, signals, SIGKILL).
+
+mod cli;
+mod forwarding;
+mod receiver;
+mod support;

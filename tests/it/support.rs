@@ -1,0 +1,434 @@
+//! Test helpers: a real server on 127.0.0.1:0 with a real SQLite file in a temp dir, the real
+//! binary when a test needs a process to kill, a tiny HTTP client, signing helpers computed
+//! here independently of portaria's own code, and a recording HTTP target.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use hmac::{Hmac, KeyInit, Mac};
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use portaria::config::{Config, Source};
+use sha2::Sha256;
+use tempfile::TempDir;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+
+pub const PAGARME_SECRET: &str = "test-pagarme-secret";
+pub const RELYA_SECRET: &str = "test-relya-secret";
+pub const GITHUB_SECRET: &str = "test-github-secret";
+pub const STRIPE_SECRET: &str = "whsec_test_stripe";
+
+/// A config with one endpoint per kind the contract tests need. `{extra}` lets a test add
+/// keys to the pagarme endpoint (a forward target, say).
+pub fn base_config(db: &Path, server_extra: &str, pagarme_extra: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+max_body_bytes = 4096
+{server_extra}
+
+[storage]
+path = "{db}"
+
+[[endpoint]]
+path = "/webhooks/pagarme"
+provider = "pagarme"
+secret = "{PAGARME_SECRET}"
+{pagarme_extra}
+
+[[endpoint]]
+path = "/webhooks/relya"
+provider = "relya"
+secrets = ["{RELYA_SECRET}", "old-relya-secret"]
+
+[[endpoint]]
+path = "/webhooks/github"
+provider = "github"
+secret = "{GITHUB_SECRET}"
+
+[[endpoint]]
+path = "/webhooks/stripe"
+provider = "stripe"
+secret = "{STRIPE_SECRET}"
+"#,
+        db = db.display()
+    )
+}
+
+/// portaria's `serve`, in this process, on 127.0.0.1:0.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub dir: TempDir,
+    pub db: PathBuf,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TestServer {
+    pub async fn start(server_extra: &str, pagarme_extra: &str) -> TestServer {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("portaria.db");
+        let text = base_config(&db, server_extra, pagarme_extra);
+        TestServer::start_with(dir, db, &text).await
+    }
+
+    pub async fn start_with(dir: TempDir, db: PathBuf, text: &str) -> TestServer {
+        let path = dir.path().join("portaria.toml");
+        std::fs::write(&path, text).unwrap();
+        let config = Config::parse(text, Source::File(path)).expect("test config is valid");
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            portaria::serve(config, listener, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("serve ends cleanly");
+        });
+        TestServer {
+            addr,
+            dir,
+            db,
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("portaria.toml")
+    }
+
+    /// Graceful shutdown; waits for `serve` to return.
+    pub async fn stop(mut self) -> TempDir {
+        self.shutdown().await;
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.dir, dir)
+    }
+
+    pub async fn shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            tokio::time::timeout(Duration::from_secs(30), task)
+                .await
+                .expect("serve stops within 30 s")
+                .expect("serve task did not panic");
+        }
+    }
+
+    pub fn db(&self) -> rusqlite::Connection {
+        open_db(&self.db)
+    }
+
+    pub fn count_rows(&self) -> i64 {
+        self.db()
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap()
+    }
+}
+
+pub fn open_db(path: &Path) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.busy_timeout(Duration::from_secs(5)).unwrap();
+    conn
+}
+
+/// A reply, read in full.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+/// POSTs (or another method) over a fresh connection.
+pub async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Reply {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = Request::builder()
+        .method(method)
+        .uri(path)
+        .header("host", addr.to_string());
+    for (k, v) in headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    let req = req.body(Full::new(Bytes::copy_from_slice(body))).unwrap();
+    let res = sender.send_request(req).await.unwrap();
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+pub async fn post(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+) -> Reply {
+    send(addr, "POST", path, headers, body).await
+}
+
+pub fn now_secs() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+pub fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
+    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
+    for part in parts {
+        mac.update(part);
+    }
+    hex::encode(mac.finalize().into_bytes())
+}
+
+pub fn h(name: &str, value: impl Into<String>) -> (String, String) {
+    (name.to_string(), value.into())
+}
+
+/// Headers Pagar.me sends: `X-Hub-Signature: sha256=<hex>` over the raw body.
+pub fn pagarme_headers(body: &[u8]) -> Vec<(String, String)> {
+    vec![
+        h("content-type", "application/json"),
+        h(
+            "x-hub-signature",
+            format!("sha256={}", hmac_hex(PAGARME_SECRET, &[body])),
+        ),
+    ]
+}
+
+/// Headers Relya sends, signed with `secret` at `ts`.
+pub fn relya_headers(
+    secret: &str,
+    delivery_id: &str,
+    ts: i64,
+    body: &[u8],
+) -> Vec<(String, String)> {
+    let ts_text = ts.to_string();
+    let sig = hmac_hex(
+        secret,
+        &[ts_text.as_bytes(), b".", delivery_id.as_bytes(), b".", body],
+    );
+    vec![
+        h("content-type", "application/json"),
+        h("x-relya-delivery-id", delivery_id),
+        h("x-relya-timestamp", ts_text),
+        h("x-relya-event-type", "messages_update"),
+        h("x-relya-signature", format!("v1={sig}")),
+    ]
+}
+
+pub fn github_headers(delivery: Option<&str>, body: &[u8]) -> Vec<(String, String)> {
+    let mut headers = vec![
+        h("content-type", "application/json"),
+        h("x-github-event", "push"),
+        h(
+            "x-hub-signature-256",
+            format!("sha256={}", hmac_hex(GITHUB_SECRET, &[body])),
+        ),
+    ];
+    if let Some(id) = delivery {
+        headers.push(h("x-github-delivery", id));
+    }
+    headers
+}
+
+pub fn stripe_headers(ts: i64, body: &[u8]) -> Vec<(String, String)> {
+    let ts_text = ts.to_string();
+    let sig = hmac_hex(STRIPE_SECRET, &[ts_text.as_bytes(), b".", body]);
+    vec![
+        h("content-type", "application/json"),
+        h("stripe-signature", format!("t={ts},v1={sig}")),
+    ]
+}
+
+/// A realistic payment event body.
+pub fn payment_body(n: usize) -> Vec<u8> {
+    format!(
+        r#"{{"id":"hook_{n}","type":"charge.paid","created_at":"2026-11-30T08:00:00Z","data":{{"id":"ch_{n}","amount":{},"status":"paid"}}}}"#,
+        1000 + n
+    )
+    .into_bytes()
+}
+
+/// Polls `check` every 20 ms until it holds, or panics after `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The real binary, with a clean environment for config lookup.
+pub fn portaria() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_portaria"));
+    cmd.env_remove("PORTARIA_CONFIG").env("RUST_LOG", "info");
+    cmd
+}
+
+/// The binary serving `config`, with its bound address read from its log.
+pub struct Process {
+    pub child: Child,
+    pub addr: SocketAddr,
+    pub log: Arc<Mutex<String>>,
+}
+
+impl Process {
+    pub async fn spawn(config: &Path) -> Process {
+        let mut child = portaria()
+            .args(["serve", "--config"])
+            .arg(config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = tokio::process::ChildStderr::from_std(child.stderr.take().unwrap()).unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (addr_tx, addr_rx) = oneshot::channel();
+        let sink = log.clone();
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stderr).lines();
+            let mut addr_tx = Some(addr_tx);
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(rest) = line.split("addr=").nth(1)
+                    && line.contains("listening")
+                    && let Some(tx) = addr_tx.take()
+                {
+                    let addr: SocketAddr = rest.split_whitespace().next().unwrap().parse().unwrap();
+                    let _ = tx.send(addr);
+                }
+                let mut log = sink.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = tokio::time::timeout(Duration::from_secs(20), addr_rx)
+            .await
+            .expect("the server reports its address within 20 s")
+            .expect("the server started");
+        Process { child, addr, log }
+    }
+
+    pub fn signal(&self, signal: i32) {
+        unsafe {
+            libc::kill(self.child.id() as i32, signal);
+        }
+    }
+
+    pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "the server did not exit in time");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A request the recording target received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+/// A real HTTP listener on loopback that records every request and answers with the status
+/// its script gives for the n-th request (the last entry repeats).
+pub struct Target {
+    pub addr: SocketAddr,
+    pub seen: Arc<Mutex<Vec<Recorded>>>,
+}
+
+impl Target {
+    pub async fn start(statuses: Vec<u16>) -> Target {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let statuses = Arc::new(statuses);
+        let record = seen.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let record = record.clone();
+                let statuses = statuses.clone();
+                tokio::spawn(async move {
+                    let service =
+                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let record = record.clone();
+                            let statuses = statuses.clone();
+                            async move {
+                                let headers = req.headers().clone();
+                                let body = req.into_body().collect().await?.to_bytes();
+                                let n = {
+                                    let mut seen = record.lock().unwrap();
+                                    seen.push(Recorded { headers, body });
+                                    seen.len()
+                                };
+                                let status = statuses
+                                    .get(n - 1)
+                                    .or(statuses.last())
+                                    .copied()
+                                    .unwrap_or(200);
+                                let mut res = hyper::Response::new(Full::new(Bytes::from_static(
+                                    b"target says hi",
+                                )));
+                                *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+                                Ok::<_, hyper::Error>(res)
+                            }
+                        });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Target { addr, seen }
+    }
+
+    pub fn count(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+}
