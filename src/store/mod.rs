@@ -87,7 +87,8 @@ impl std::str::FromStr for Status {
 
 impl std::fmt::Display for Status {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`, not `write_str`, so table columns (`{:<10}`) line up.
+        f.pad(self.as_str())
     }
 }
 
