@@ -195,12 +195,12 @@ impl HmacScheme {
             None => None,
         };
         let template = parse_template(options.template.as_deref().unwrap_or("{body}"))?;
-        if let Some(name) = &timestamp_header {
-            if !template.contains(&Part::Header(name.clone())) {
-                return Err(format!(
-                    "the template must include `{{header:{name}}}`, or the timestamp is not signed"
-                ));
-            }
+        if let Some(name) = &timestamp_header
+            && !template.contains(&Part::Header(name.clone()))
+        {
+            return Err(format!(
+                "the template must include `{{header:{name}}}`, or the timestamp is not signed"
+            ));
         }
         if template.contains(&Part::Header(header.clone())) {
             return Err(format!(

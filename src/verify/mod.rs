@@ -58,7 +58,7 @@ impl fmt::Debug for Secret {
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
 #[derive(Debug)]
 pub struct Verifier {
-    /// Canonical provider name ("standard-webhooks" for svix too).
+    /// Canonical provider name.
     provider: &'static str,
     scheme: Scheme,
     /// Keys in configured order, already decoded the way the scheme wants (the base64 part of a
@@ -78,7 +78,10 @@ enum Scheme {
     Pagarme,
     Relya,
     Stripe,
-    StandardWebhooks,
+    /// `svix`: the same scheme; Svix's deliveries carry the `svix-*` header names.
+    StandardWebhooks {
+        svix: bool,
+    },
 }
 
 /// Proof that a request's signature checked out. Only this module can build one.
@@ -128,13 +131,13 @@ impl Verifier {
             "stripe" => ("stripe", Scheme::Stripe, JsonPointer("/id".to_string())),
             "standard-webhooks" => (
                 "standard-webhooks",
-                Scheme::StandardWebhooks,
+                Scheme::StandardWebhooks { svix: false },
                 header_rule(standard_webhooks::ID),
             ),
             // Svix sends the `svix-*` names, so its deliveries carry no `webhook-id` to dedup on.
             "svix" => (
-                "standard-webhooks",
-                Scheme::StandardWebhooks,
+                "svix",
+                Scheme::StandardWebhooks { svix: true },
                 header_rule(standard_webhooks::SVIX_ID),
             ),
             "github" => (
@@ -173,7 +176,7 @@ impl Verifier {
                 return Err(format!("{} is empty", label(i)));
             }
             let key = match scheme {
-                Scheme::StandardWebhooks => match standard_webhooks::decode_secret(secret) {
+                Scheme::StandardWebhooks { .. } => match standard_webhooks::decode_secret(secret) {
                     Ok(key) => key,
                     Err(why) if secrets.len() == 1 => return Err(why),
                     Err(why) => return Err(format!("{}: {why}", label(i))),
@@ -205,7 +208,7 @@ impl Verifier {
             Scheme::Pagarme => pagarme::verify(keys, headers, body),
             Scheme::Relya => relya::verify(keys, headers, body, now_unix, tolerance),
             Scheme::Stripe => stripe::verify(keys, headers, body, now_unix, tolerance),
-            Scheme::StandardWebhooks => {
+            Scheme::StandardWebhooks { .. } => {
                 standard_webhooks::verify(keys, headers, body, now_unix, tolerance)
             }
         }?;
@@ -226,7 +229,7 @@ impl Verifier {
         }
     }
 
-    /// Canonical provider name ("standard-webhooks" for svix too).
+    /// Canonical provider name.
     pub fn provider(&self) -> &'static str {
         self.provider
     }
@@ -244,8 +247,8 @@ impl Verifier {
             Scheme::Pagarme => pagarme::sign(key, body),
             Scheme::Relya => relya::sign(key, body, now_unix, delivery_id),
             Scheme::Stripe => stripe::sign(key, body, now_unix),
-            Scheme::StandardWebhooks => {
-                standard_webhooks::sign_headers(key, body, now_unix, delivery_id)
+            Scheme::StandardWebhooks { svix } => {
+                standard_webhooks::sign_headers(key, body, now_unix, delivery_id, *svix)
             }
         }
     }
@@ -535,7 +538,7 @@ mod tests {
                 None,
                 "header:webhook-id",
             ),
-            ("svix", "standard-webhooks", None, "header:svix-id"),
+            ("svix", "svix", None, "header:svix-id"),
             (
                 "github",
                 "github",

@@ -123,12 +123,24 @@ pub(super) fn verify(
 }
 
 /// The three `webhook-*` headers a sender adds, signed with `key` (already decoded).
-pub(super) fn sign_headers(key: &Secret, body: &[u8], now: i64, id: &str) -> Vec<(String, String)> {
+/// The three headers, under Svix's `svix-*` names when `svix` is set (what Svix sends).
+pub(super) fn sign_headers(
+    key: &Secret,
+    body: &[u8],
+    now: i64,
+    id: &str,
+    svix: bool,
+) -> Vec<(String, String)> {
+    let [id_name, timestamp_name, signature_name] = if svix {
+        [SVIX_ID, SVIX_TIMESTAMP, SVIX_SIGNATURE]
+    } else {
+        [ID, TIMESTAMP, SIGNATURE]
+    };
     vec![
-        (ID.to_string(), id.to_string()),
-        (TIMESTAMP.to_string(), now.to_string()),
+        (id_name.to_string(), id.to_string()),
+        (timestamp_name.to_string(), now.to_string()),
         (
-            SIGNATURE.to_string(),
+            signature_name.to_string(),
             signature(key.expose(), id, now, body),
         ),
     ]
