@@ -23,8 +23,17 @@ struct Cli {
     /// /etc/portaria/portaria.toml, then the embedded demo).
     #[arg(long, short = 'c', global = true, value_name = "FILE")]
     config: Option<PathBuf>,
+    /// Log lines for people (`text`, the default) or for machines (`json`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand, Debug)]
@@ -36,6 +45,56 @@ enum Command {
     /// Look at stored events, and replay them.
     #[command(subcommand)]
     Events(EventsCommand),
+    /// Remove delivered, stored and dead events past their retention window now (a running
+    /// server also does this hourly), archiving them first if `[storage] archive_dir` is set.
+    Prune {
+        /// Print what would be removed, and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Work with archived (pruned) events.
+    #[command(subcommand)]
+    Archive(ArchiveCommand),
+    /// Sign a payload as the endpoint's provider would and POST it to a running portaria.
+    Send(SendArgs),
+    /// Write a commented starter config, and say which environment variables to set.
+    Init {
+        /// Where to write it.
+        #[arg(default_value = "portaria.toml")]
+        path: PathBuf,
+    },
+}
+
+#[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("payload").required(true).args(["data", "file"]))]
+struct SendArgs {
+    /// The endpoint's name, as in the config.
+    #[arg(long)]
+    endpoint: String,
+    /// The payload, inline.
+    #[arg(long)]
+    data: Option<String>,
+    /// The payload, from a file (`-` for stdin).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Send the identical delivery this many times (watch deduplication work).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    repeat: u16,
+    /// Where to POST (default: the config's listen address and the endpoint's path).
+    #[arg(long)]
+    url: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+enum ArchiveCommand {
+    /// Put the events of an archive file back into the queue, to be delivered again.
+    Replay {
+        /// A `YYYY-MM-DD.jsonl.gz` file from `[storage] archive_dir`.
+        file: PathBuf,
+        /// Only this endpoint's events.
+        #[arg(long)]
+        endpoint: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -87,11 +146,30 @@ pub fn main() -> ExitCode {
             };
         }
     };
-    init_logging();
+    let format = cli.log_format;
     let result = match cli.command {
-        Command::Serve => serve(cli.config.as_deref()),
-        Command::Check => check(cli.config.as_deref()),
-        Command::Events(command) => events(cli.config.as_deref(), command),
+        Command::Serve => serve(cli.config.as_deref(), format),
+        Command::Send(args) => {
+            init_logging(format, "warn");
+            send(cli.config.as_deref(), args)
+        }
+        Command::Init { path } => init(&path),
+        Command::Check => {
+            init_logging(format, "warn");
+            check(cli.config.as_deref())
+        }
+        Command::Events(command) => {
+            init_logging(format, "warn");
+            events(cli.config.as_deref(), command)
+        }
+        Command::Prune { dry_run } => {
+            init_logging(format, "warn");
+            prune(cli.config.as_deref(), dry_run)
+        }
+        Command::Archive(command) => {
+            init_logging(format, "warn");
+            archive(cli.config.as_deref(), command)
+        }
     };
     match result {
         Ok(code) => code,
@@ -102,18 +180,23 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging() {
+/// Logging to stderr. `RUST_LOG` wins over `level` (the config's `[log] level`, or a
+/// command's quiet default).
+fn init_logging(format: LogFormat, level: &str) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env()
+        .or_else(|_| EnvFilter::try_new(level))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Under systemd, journald stamps every line already.
-    if std::env::var_os("JOURNAL_STREAM").is_some() {
-        builder.without_time().init();
-    } else {
-        builder.init();
+    let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    match (format, journald) {
+        (LogFormat::Json, _) => builder.json().flatten_event(true).init(),
+        (LogFormat::Text, true) => builder.without_time().init(),
+        (LogFormat::Text, false) => builder.init(),
     }
 }
 
@@ -121,8 +204,12 @@ fn load(config: Option<&Path>) -> Result<Config, String> {
     Config::load(config).map_err(|e| format!("invalid configuration\n{e}"))
 }
 
-fn serve(config: Option<&Path>) -> Result<ExitCode, String> {
+fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
     let config = load(config)?;
+    init_logging(format, &config.log.level);
+    for warning in &config.warnings {
+        tracing::warn!("{}: {warning}", config.source);
+    }
     if config.source == Source::Embedded {
         tracing::warn!(
             "NO CONFIG FILE FOUND: running the embedded DEMO config with EXAMPLE SECRETS. \
@@ -140,11 +227,11 @@ fn serve(config: Option<&Path>) -> Result<ExitCode, String> {
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     runtime.block_on(async {
-        let addr = config.server.listen;
-        let listener = tokio::net::TcpListener::bind(addr)
+        // Both listeners before anything is opened: a busy port stops the start cleanly.
+        let listeners = crate::server::Listeners::bind(&config.server)
             .await
-            .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        crate::serve(config, listener, crate::shutdown::os_signal())
+            .map_err(|e| e.to_string())?;
+        crate::serve(config, listeners, crate::shutdown::os_signal())
             .await
             .map_err(|e| format!("cannot serve: {e}"))
     })?;
@@ -154,6 +241,9 @@ fn serve(config: Option<&Path>) -> Result<ExitCode, String> {
 fn check(config: Option<&Path>) -> Result<ExitCode, String> {
     match Config::load(config) {
         Ok(config) => {
+            for warning in &config.warnings {
+                eprintln!("{}: warning: {warning}", config.source);
+            }
             if config.source == Source::Embedded {
                 println!("ok (no config file found; the embedded demo config would be used)");
             } else {
@@ -166,6 +256,132 @@ fn check(config: Option<&Path>) -> Result<ExitCode, String> {
             Ok(ExitCode::FAILURE)
         }
     }
+}
+
+fn send(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, String> {
+    let config = load(config)?;
+    let Some(endpoint) = config.endpoint(&args.endpoint) else {
+        let names: Vec<&str> = config.endpoints.iter().map(|e| e.name.as_str()).collect();
+        return Err(format!(
+            "no endpoint named `{}` (configured: {})",
+            args.endpoint,
+            names.join(", ")
+        ));
+    };
+    let body = match (&args.data, &args.file) {
+        (Some(data), _) => data.clone().into_bytes(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut body = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
+                .map_err(|e| format!("cannot read the payload from stdin: {e}"))?;
+            body
+        }
+        (None, Some(path)) => {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        }
+        (None, None) => return Err("give the payload with --data or --file".into()),
+    };
+    let signed = crate::send::prepare(&config, endpoint, body, args.url.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let repeat = usize::from(args.repeat);
+    println!(
+        "POST {} ({} bytes, signed as {})",
+        signed.url,
+        signed.body.len(),
+        endpoint.verifier.provider()
+    );
+    let answers = runtime.block_on(crate::send::fire(
+        &signed,
+        repeat,
+        |n, answer| match answer {
+            Ok(a) => println!("{n}/{repeat}: {} {}", a.status, a.body.trim()),
+            Err(e) => println!("{n}/{repeat}: failed: {e}"),
+        },
+    ));
+    let all_ok = answers
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|a| (200..300).contains(&a.status)));
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// The starter config `portaria init` writes: the production template from `packaging/`.
+const STARTER: &str = include_str!("../packaging/portaria.toml");
+
+fn init(path: &Path) -> Result<ExitCode, String> {
+    if path.exists() {
+        return Err(format!(
+            "{} exists already; not overwriting it",
+            path.display()
+        ));
+    }
+    // Outside /etc/portaria the service's state directory is not ours: keep the database
+    // next to the config file instead.
+    let in_etc = path
+        .parent()
+        .is_some_and(|dir| dir == Path::new("/etc/portaria"));
+    let text = if in_etc {
+        STARTER.to_string()
+    } else {
+        STARTER.replace(
+            r#"path = "/var/lib/portaria/portaria.db"   # systemd creates /var/lib/portaria (StateDirectory=)"#,
+            r#"path = "portaria.db"                     # next to this file"#,
+        )
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    let mut file = options
+        .open(path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    file.write_all(text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    println!("wrote {}", path.display());
+    let vars = secret_variables(&text);
+    if !vars.is_empty() {
+        println!(
+            "set these environment variables before `portaria serve` (the secrets from each gateway's dashboard):"
+        );
+        for var in vars {
+            println!("  export {var}=...");
+        }
+    }
+    println!("then check it: portaria check --config {}", path.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Every `secret_env` a config names, in order, for `init` to list.
+fn secret_variables(text: &str) -> Vec<String> {
+    let Ok(value) = text.parse::<toml::Table>() else {
+        return Vec::new();
+    };
+    let mut vars = Vec::new();
+    let mut collect = |table: &toml::Table| match table.get("secret_env") {
+        Some(toml::Value::String(var)) => vars.push(var.clone()),
+        Some(toml::Value::Array(list)) => {
+            vars.extend(list.iter().filter_map(|v| v.as_str().map(String::from)))
+        }
+        _ => {}
+    };
+    for endpoint in value
+        .get("endpoint")
+        .and_then(toml::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(endpoint) = endpoint.as_table() {
+            collect(endpoint);
+            if let Some(forward) = endpoint.get("forward").and_then(toml::Value::as_table) {
+                collect(forward);
+            }
+        }
+    }
+    vars
 }
 
 fn events(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
@@ -309,4 +525,45 @@ fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()
     writeln!(out, "--- body ({} bytes) ---", event.body.len())?;
     out.write_all(&event.body)?;
     writeln!(out)
+}
+
+fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
+    let config = load(config)?;
+    let path = &config.storage.path;
+    if !path.exists() {
+        return Err(format!(
+            "no database at {}: has portaria served with this config yet?",
+            path.display()
+        ));
+    }
+    let policy = crate::prune::Policy::new(&config.storage);
+    let mut db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
+    let report = if dry_run {
+        crate::prune::dry_run(&db, &policy, now_ms())
+    } else {
+        crate::prune::prune_once(&mut db, &policy, now_ms())
+    }
+    .map_err(|e| format!("cannot prune: {e}"))?;
+    report
+        .write(&mut std::io::stdout().lock(), dry_run, &policy)
+        .map_err(|e| format!("cannot write the output: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn archive(config: Option<&Path>, command: ArchiveCommand) -> Result<ExitCode, String> {
+    let ArchiveCommand::Replay { file, endpoint } = command;
+    let config = load(config)?;
+    if let Some(name) = &endpoint
+        && config.endpoint(name).is_none()
+    {
+        return Err(format!("no endpoint named `{name}` in {}", config.source));
+    }
+    let mut db =
+        Db::open(&config.storage.path).map_err(|e| format!("cannot open the database: {e}"))?;
+    let replayed = crate::archive::replay(&file, &config, endpoint.as_deref(), &mut db, now_ms())
+        .map_err(|e| format!("cannot replay the archive: {e}"))?;
+    replayed
+        .write(&mut std::io::stdout().lock())
+        .map_err(|e| format!("cannot write the output: {e}"))?;
+    Ok(ExitCode::SUCCESS)
 }

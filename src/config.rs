@@ -29,6 +29,10 @@ pub const EXAMPLE: &str = include_str!("../config.example.toml");
 /// The system-wide config file, last before the embedded demo.
 pub const SYSTEM_PATH: &str = "/etc/portaria/portaria.toml";
 
+/// Where `/healthz`, `/readyz` and `/metrics` listen unless `[server] admin_listen` says
+/// otherwise: loopback, on the port registered for exporters (9090 is Prometheus' own).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+
 /// The retry schedule used when an endpoint names none (the gaps between attempts).
 pub const DEFAULT_RETRY: [&str; 6] = ["10s", "1m", "5m", "30m", "2h", "12h"];
 
@@ -40,6 +44,17 @@ pub struct Config {
     pub server: Server,
     pub storage: Storage,
     pub endpoints: Vec<Endpoint>,
+    pub log: Log,
+    /// Things worth saying that do not stop the start (a secret file others can read). Logged
+    /// by `serve` once logging is set up, since the level comes from this very file.
+    pub warnings: Vec<String>,
+}
+
+/// `[log]`: the level when `RUST_LOG` is not set.
+#[derive(Debug, Clone)]
+pub struct Log {
+    /// An `EnvFilter` directive such as `info` or `warn,portaria=debug`.
+    pub level: String,
 }
 
 /// Where a configuration came from, for messages and for resolving relative paths.
@@ -69,13 +84,22 @@ pub struct Server {
     pub body_timeout: Duration,
     /// Connections beyond this wait in the kernel's backlog instead of costing memory.
     pub max_connections: usize,
+    /// The admin listener (`/healthz`, `/readyz`, `/metrics`); None when `admin_listen = "off"`.
+    /// Never the webhook address: that one is exposed through the tunnel.
+    pub admin_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Clone)]
 pub struct Storage {
     /// Absolute path of the SQLite file.
     pub path: PathBuf,
+    /// Delivered and stored events older than this (by received time) are pruned.
     pub retention_days: u32,
+    /// Dead events are kept longer, so an operator has time to replay them.
+    pub dead_retention_days: u32,
+    /// Absolute path of the directory for `YYYY-MM-DD.jsonl.gz` archives of pruned events;
+    /// None: pruned events are not kept anywhere. Created at the first prune if missing.
+    pub archive_dir: Option<PathBuf>,
 }
 
 /// One webhook URL: how to verify it, how to dedup it, where to forward it.
@@ -158,16 +182,20 @@ impl Config {
             text,
             base_dir,
             problems: Vec::new(),
+            warnings: Vec::new(),
         };
         let server = v.server(raw.server);
         let storage = v.storage(raw.storage);
         let endpoints = v.endpoints(raw.endpoints);
+        let log = v.log(raw.log);
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,
                 server,
                 storage,
                 endpoints,
+                log,
+                warnings: v.warnings,
             }),
             _ => Err(fail(v.problems)),
         }
@@ -251,6 +279,14 @@ struct RawConfig {
     storage: RawStorage,
     #[serde(default, rename = "endpoint")]
     endpoints: Vec<Spanned<RawEndpoint>>,
+    #[serde(default)]
+    log: RawLog,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawLog {
+    level: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -261,6 +297,7 @@ struct RawServer {
     header_timeout_secs: Option<u64>,
     body_timeout_secs: Option<u64>,
     max_connections: Option<usize>,
+    admin_listen: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -268,6 +305,8 @@ struct RawServer {
 struct RawStorage {
     path: Option<PathBuf>,
     retention_days: Option<u32>,
+    dead_retention_days: Option<u32>,
+    archive_dir: Option<PathBuf>,
 }
 
 #[derive(Deserialize)]
@@ -330,9 +369,18 @@ struct Validator<'a> {
     text: &'a str,
     base_dir: Option<PathBuf>,
     problems: Vec<String>,
+    warnings: Vec<String>,
 }
 
 impl Validator<'_> {
+    fn log(&mut self, raw: RawLog) -> Log {
+        let level = raw.level.unwrap_or_else(|| "info".into());
+        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
+            self.problem(format!("log.level: `{level}` is not a level or filter like `info` or `warn,portaria=debug`: {e}"));
+        }
+        Log { level }
+    }
+
     fn problem(&mut self, msg: impl Into<String>) {
         self.problems.push(msg.into());
     }
@@ -356,13 +404,41 @@ impl Validator<'_> {
         if max_connections == 0 {
             self.problem("server.max_connections: must be at least 1");
         }
+        let admin_listen = self.admin_listen(raw.admin_listen, listen);
         Some(Server {
             listen,
+            admin_listen,
             max_body_bytes,
             header_timeout: Duration::from_secs(raw.header_timeout_secs.unwrap_or(10).max(1)),
             body_timeout: Duration::from_secs(raw.body_timeout_secs.unwrap_or(20).max(1)),
             max_connections,
         })
+    }
+
+    /// `off`, or an address that cannot be the webhook one (port 0 asks for any free port).
+    fn admin_listen(&mut self, raw: Option<String>, listen: SocketAddr) -> Option<SocketAddr> {
+        let text = raw.unwrap_or_else(|| DEFAULT_ADMIN_LISTEN.into());
+        if text.trim() == "off" {
+            return None;
+        }
+        let Ok(admin) = text.parse::<SocketAddr>() else {
+            self.problem(format!(
+                "server.admin_listen: `{text}` is not an address like {DEFAULT_ADMIN_LISTEN}, or \"off\""
+            ));
+            return None;
+        };
+        let overlaps = admin.port() == listen.port()
+            && admin.port() != 0
+            && (admin.ip() == listen.ip()
+                || admin.ip().is_unspecified()
+                || listen.ip().is_unspecified());
+        if overlaps {
+            self.problem(format!(
+                "server.admin_listen: `{admin}` is the webhook address ({listen}); health and \
+                 metrics need their own port, never the one the tunnel exposes (default {DEFAULT_ADMIN_LISTEN})"
+            ));
+        }
+        Some(admin)
     }
 
     fn storage(&mut self, raw: RawStorage) -> Option<Storage> {
@@ -399,9 +475,29 @@ impl Validator<'_> {
         if retention_days == 0 {
             self.problem("storage.retention_days: must be at least 1");
         }
+        let dead_retention_days = raw.dead_retention_days.unwrap_or(90);
+        if dead_retention_days == 0 {
+            self.problem("storage.dead_retention_days: must be at least 1");
+        }
+        let archive_dir = match raw.archive_dir {
+            Some(p) if p.as_os_str().is_empty() => {
+                self.problem("storage.archive_dir: is empty; leave it out to keep no archive");
+                None
+            }
+            Some(p) => {
+                let dir = self.resolve(&p);
+                if let Err(why) = usable_dir(&dir) {
+                    self.problem(format!("storage.archive_dir: {why}"));
+                }
+                Some(dir)
+            }
+            None => None,
+        };
         Some(Storage {
             path,
             retention_days,
+            dead_retention_days,
+            archive_dir,
         })
     }
 
@@ -466,6 +562,11 @@ impl Validator<'_> {
         if !name.is_empty() && !valid_name(&name) {
             self.problem(format!(
                 "{at}.name: `{name}` may hold only letters, digits, `-`, `_` and `.`"
+            ));
+        }
+        if name == crate::metrics::UNKNOWN_ENDPOINT {
+            self.problem(format!(
+                "{at}.name: `-` is reserved (metrics label requests to unknown paths with it)"
             ));
         }
         let Some(provider) = raw.provider else {
@@ -564,7 +665,12 @@ impl Validator<'_> {
             let path = self.resolve(Path::new(&file));
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
-                    warn_if_readable_by_others(&path);
+                    if readable_by_others(&path) {
+                        self.warnings.push(format!(
+                            "{at}.secret_file: {} is readable by group or others; chmod 600 it",
+                            path.display()
+                        ));
+                    }
                     let before = secrets.len();
                     secrets.extend(
                         text.lines()
@@ -685,6 +791,53 @@ impl Validator<'_> {
     }
 }
 
+/// A directory that exists and is writable, or could be created: its nearest existing
+/// ancestor is a writable directory. Creates nothing (`portaria check` must not).
+fn usable_dir(dir: &Path) -> Result<(), String> {
+    let existing = dir
+        .ancestors()
+        .find(|a| a.exists())
+        .unwrap_or(Path::new("/"));
+    if !existing.is_dir() {
+        return Err(if existing == dir {
+            format!("{} is not a directory", dir.display())
+        } else {
+            format!(
+                "cannot create {}: {} is not a directory",
+                dir.display(),
+                existing.display()
+            )
+        });
+    }
+    if !writable(existing) {
+        return Err(if existing == dir {
+            format!("{} is not writable", dir.display())
+        } else {
+            format!(
+                "cannot create {}: {} is not writable",
+                dir.display(),
+                existing.display()
+            )
+        });
+    }
+    Ok(())
+}
+
+#[cfg(unix)]
+fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `path` is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::access(path.as_ptr(), libc::W_OK) == 0 }
+}
+
+#[cfg(not(unix))]
+fn writable(dir: &Path) -> bool {
+    std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
+}
+
 fn valid_name(name: &str) -> bool {
     name.bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
@@ -714,20 +867,15 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 #[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path) {
+fn readable_by_others(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    if let Ok(meta) = std::fs::metadata(path)
-        && meta.permissions().mode() & 0o077 != 0
-    {
-        tracing::warn!(
-            file = %path.display(),
-            "secret file is readable by group or others; chmod 600 it"
-        );
-    }
+    std::fs::metadata(path).is_ok_and(|meta| meta.permissions().mode() & 0o077 != 0)
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_: &Path) {}
+fn readable_by_others(_: &Path) -> bool {
+    false
+}
 
 #[cfg(test)]
 mod tests {
@@ -767,6 +915,8 @@ secret = "s3cret"
         assert_eq!(config.server.listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(config.server.max_body_bytes, 1_048_576);
         assert_eq!(config.storage.retention_days, 30);
+        assert_eq!(config.storage.dead_retention_days, 90);
+        assert_eq!(config.storage.archive_dir, None);
         let endpoint = &config.endpoints[0];
         assert_eq!(
             endpoint.name, "github",
@@ -774,6 +924,55 @@ secret = "s3cret"
         );
         assert_eq!(endpoint.dedup.to_string(), "header:x-github-delivery");
         assert!(endpoint.forward.is_none());
+    }
+
+    #[test]
+    fn the_admin_listener_defaults_to_loopback_9464_and_can_be_off() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(
+            config.server.admin_listen,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
+        let off = parse(&format!("[server]\nadmin_listen = \"off\"\n{MINIMAL}")).unwrap();
+        assert_eq!(off.server.admin_listen, None);
+        let any = parse(&format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(
+            any.server.admin_listen,
+            Some("127.0.0.1:0".parse().unwrap())
+        );
+        assert!(
+            problems(&format!("[server]\nadmin_listen = \"9464\"\n{MINIMAL}"))
+                .contains("server.admin_listen: `9464` is not an address")
+        );
+    }
+
+    #[test]
+    fn the_admin_listener_may_not_share_the_webhook_port() {
+        for (listen, admin) in [
+            ("127.0.0.1:8080", "127.0.0.1:8080"),
+            ("0.0.0.0:8080", "127.0.0.1:8080"),
+            ("127.0.0.1:8080", "0.0.0.0:8080"),
+        ] {
+            let msg = problems(&format!(
+                "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\n{MINIMAL}"
+            ));
+            assert!(msg.contains("is the webhook address"), "{msg}");
+        }
+        let other_ip = format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\nadmin_listen = \"127.0.0.2:8080\"\n{MINIMAL}"
+        );
+        assert!(parse(&other_ip).is_ok());
+    }
+
+    #[test]
+    fn the_endpoint_name_dash_is_reserved_for_unknown_paths() {
+        let msg = problems(
+            "[[endpoint]]\npath = \"/webhooks/-\"\nprovider = \"github\"\nsecret = \"x\"\n",
+        );
+        assert!(msg.contains("`-` is reserved"), "{msg}");
     }
 
     #[test]
@@ -858,6 +1057,36 @@ secret = "s3cret"
     }
 
     #[test]
+    fn a_secret_file_others_can_read_is_a_warning_not_an_error() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let secret = dir.path().join("s");
+        std::fs::write(&secret, "x\n").unwrap();
+        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret_file = \"s\"\n";
+        let source = Source::File(dir.path().join("p.toml"));
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let config = Config::parse(text, source.clone()).unwrap();
+        assert!(
+            config.warnings[0].contains("chmod 600"),
+            "{:?}",
+            config.warnings
+        );
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert!(Config::parse(text, source).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn the_log_level_is_validated() {
+        assert_eq!(parse(MINIMAL).unwrap().log.level, "info");
+        let config = parse(&format!(
+            "[log]\nlevel = \"warn,portaria=debug\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(config.log.level, "warn,portaria=debug");
+        assert!(problems(&format!("[log]\nlevel = \"loud=[\"\n{MINIMAL}")).contains("log.level"));
+    }
+
+    #[test]
     fn unknown_providers_and_bad_dedup_rules_are_named() {
         let msg = problems("[[endpoint]]\npath = \"/a\"\nprovider = \"paypal\"\nsecret = \"x\"\n");
         assert!(msg.contains("paypal"), "{msg}");
@@ -877,6 +1106,56 @@ secret = "s3cret"
             file.display()
         );
         assert!(problems(&text).contains("is not a directory"));
+    }
+
+    #[test]
+    fn retention_windows_must_be_at_least_a_day() {
+        let config = parse(&format!(
+            "[storage]\nretention_days = 7\ndead_retention_days = 365\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(config.storage.retention_days, 7);
+        assert_eq!(config.storage.dead_retention_days, 365);
+        let msg = problems(&format!("[storage]\ndead_retention_days = 0\n{MINIMAL}"));
+        assert!(
+            msg.contains("storage.dead_retention_days: must be at least 1"),
+            "{msg}"
+        );
+        let msg = problems(&format!("[storage]\ndead_retention_days = -1\n{MINIMAL}"));
+        assert!(msg.contains("dead_retention_days"), "{msg}");
+    }
+
+    #[test]
+    fn archive_dir_follows_the_config_file_and_must_be_creatable() {
+        let dir = tempfile::tempdir().unwrap();
+        let source = Source::File(dir.path().join("p.toml"));
+        let text = format!("[storage]\narchive_dir = \"archive/pruned\"\n{MINIMAL}");
+        let config = Config::parse(&text, source.clone()).unwrap();
+        let archive = dir.path().join("archive/pruned");
+        assert_eq!(
+            config.storage.archive_dir.as_deref(),
+            Some(archive.as_path())
+        );
+        assert!(!archive.exists(), "validation creates nothing");
+
+        let file = dir.path().join("plain");
+        std::fs::write(&file, "").unwrap();
+        let text = format!("[storage]\narchive_dir = \"plain\"\n{MINIMAL}");
+        let msg = Config::parse(&text, source.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("storage.archive_dir") && msg.contains("is not a directory"),
+            "{msg}"
+        );
+        let text = format!("[storage]\narchive_dir = \"plain/below\"\n{MINIMAL}");
+        let msg = Config::parse(&text, source.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("cannot create"), "{msg}");
+        let text = format!("[storage]\narchive_dir = \"\"\n{MINIMAL}");
+        let msg = Config::parse(&text, source).unwrap_err().to_string();
+        assert!(msg.contains("storage.archive_dir: is empty"), "{msg}");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use crate::config::{Config, Endpoint};
+use crate::metrics::Metrics;
 use crate::store::{Inserted, NewEvent, Store};
 use crate::time::{unix_millis, unix_secs};
 use crate::verify::VerifyError;
@@ -32,6 +33,8 @@ pub struct Intake {
     body_timeout: Duration,
     /// Poked after a new event commits, so the forwarding worker starts at once.
     new_event: Arc<Notify>,
+    /// Counts every answer, by endpoint and outcome.
+    metrics: Arc<Metrics>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -50,7 +53,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// A short label for logs (and, later, metrics).
+    /// A short label for logs and metrics.
     pub fn label(&self) -> &'static str {
         match self {
             Outcome::Accepted(_) => "accepted",
@@ -129,6 +132,7 @@ impl Intake {
         config: Config,
         store: Store,
         new_event: Arc<Notify>,
+        metrics: Arc<Metrics>,
     ) -> (Intake, Vec<Arc<Endpoint>>) {
         let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
         let forwards = endpoints
@@ -142,6 +146,7 @@ impl Intake {
             max_body_bytes: config.server.max_body_bytes,
             body_timeout: config.server.body_timeout,
             new_event,
+            metrics,
         };
         (intake, forwards)
     }
@@ -154,7 +159,10 @@ impl Intake {
             Some(endpoint) => self.pipeline(endpoint, req).await,
             None => (Outcome::NotFound, EventMeta::default()),
         };
-        log(endpoint.as_deref(), &outcome, &meta, started.elapsed());
+        let elapsed = started.elapsed();
+        log(endpoint.as_deref(), &outcome, &meta, elapsed);
+        let name = endpoint.as_deref().map(|e| e.name.as_str());
+        self.metrics.request(name, &outcome, elapsed);
         if matches!(outcome, Outcome::Accepted(_)) {
             self.new_event.notify_one();
         }
@@ -191,7 +199,9 @@ impl Intake {
             Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
         };
         meta.dedup_key = Some(dedup_key.clone());
-        meta.event_type = event_type(endpoint, &parts.headers, &body);
+        let described = describe(endpoint, &parts.headers, &body);
+        meta.event_type = described.event_type;
+        meta.object_id = described.object_id;
 
         // 4. Store durably; only a committed row earns a 2xx.
         let event = NewEvent::new(
@@ -246,6 +256,7 @@ impl Intake {
 struct EventMeta {
     dedup_key: Option<String>,
     event_type: Option<String>,
+    object_id: Option<String>,
 }
 
 fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed: Duration) {
@@ -254,6 +265,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     let dedup_key = meta.dedup_key.as_deref().unwrap_or("-");
     let event_type = meta.event_type.as_deref().unwrap_or("-");
+    let object_id = meta.object_id.as_deref().unwrap_or("-");
     match outcome {
         Outcome::Accepted(id) | Outcome::Duplicate(id) => tracing::info!(
             endpoint,
@@ -261,6 +273,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
             event_id = id,
             dedup_key,
             event_type,
+            object_id,
             status,
             latency_ms,
             duplicate = matches!(outcome, Outcome::Duplicate(_)),
@@ -293,29 +306,49 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
     }
 }
 
-/// The event type, best effort: the provider's header, else a top-level `type` or `event`.
-fn event_type(endpoint: &Endpoint, headers: &HeaderMap, body: &[u8]) -> Option<String> {
-    if let Some(value) = endpoint
-        .verifier
-        .event_type_header()
-        .and_then(|h| header_text(headers, h))
-    {
-        return Some(value);
+/// What the body says about itself, best effort, for the store and the log line.
+#[derive(Debug, Default)]
+struct Described {
+    /// The provider's event-type header, else a top-level `type` or `event`.
+    event_type: Option<String>,
+    /// `data.id`, the object the event is about (a charge, an order), when there is one.
+    object_id: Option<String>,
+}
+
+/// Reads the event type and object id, parsing the body at most once (and not at all when the
+/// provider names the type in a header and the body is not JSON).
+fn describe(endpoint: &Endpoint, headers: &HeaderMap, body: &[u8]) -> Described {
+    #[derive(serde::Deserialize)]
+    struct Data {
+        id: Option<serde_json::Value>,
     }
     #[derive(serde::Deserialize)]
     struct Top {
         #[serde(rename = "type")]
         kind: Option<serde_json::Value>,
         event: Option<serde_json::Value>,
+        data: Option<Data>,
     }
-    let top: Top = serde_json::from_slice(body).ok()?;
-    [top.kind, top.event]
-        .into_iter()
-        .flatten()
-        .find_map(|v| match v {
-            serde_json::Value::String(s) if !s.is_empty() => Some(s.chars().take(200).collect()),
-            _ => None,
-        })
+    let scalar = |v: serde_json::Value| match v {
+        serde_json::Value::String(s) if !s.is_empty() => Some(s.chars().take(200).collect()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    let from_header = endpoint
+        .verifier
+        .event_type_header()
+        .and_then(|h| header_text(headers, h));
+    let Ok(top) = serde_json::from_slice::<Top>(body) else {
+        return Described {
+            event_type: from_header,
+            object_id: None,
+        };
+    };
+    Described {
+        event_type: from_header
+            .or_else(|| [top.kind, top.event].into_iter().flatten().find_map(scalar)),
+        object_id: top.data.and_then(|d| d.id).and_then(scalar),
+    }
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {

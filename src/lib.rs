@@ -8,14 +8,24 @@
 //! - [`verify`] holds one file per provider's signature rules; [`dedup`] the dedup key rules.
 //! - [`store`] is the only module that speaks SQL; a single writer thread commits in groups.
 //! - [`forward`] is the background worker that delivers stored events to a command or URL.
-//! - [`cli`] parses the command line and runs `serve`, `check` and `events`.
+//! - [`prune`] removes finished events past their retention window, after [`archive`] has
+//!   written them to a daily compressed file when one is configured.
+//! - [`cli`] parses the command line and runs `serve`, `check`, `events`, `prune`, `archive`,
+//!   `send` and `init`; [`send`] signs and fires test webhooks as a provider would.
+//! - [`metrics`] counts requests and deliveries; [`admin`] serves `/healthz`, `/readyz` and
+//!   `/metrics` on a second, loopback listener.
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that every task listens to.
 
+pub mod admin;
+pub mod archive;
 pub mod cli;
 pub mod config;
 pub mod dedup;
 pub mod forward;
 pub mod ingest;
+pub mod metrics;
+pub mod prune;
+pub mod send;
 pub mod server;
 pub mod shutdown;
 pub mod store;

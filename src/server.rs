@@ -1,12 +1,21 @@
 //! The server: opens the store, starts the forwarding worker, accepts connections (at most
 //! `max_connections` at once, each with header and body deadlines), hands each request to
 //! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
-//! worker at a safe point and closes the database.
+//! worker and the pruner at a safe point and closes the database.
+//!
+//! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz` and `/metrics`
+//! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
+//! before anything is opened or started, so a busy port is a clear start-up error.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Full;
+use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -14,22 +23,79 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
+use crate::admin::Admin;
 use crate::config::Config;
 use crate::forward::Worker;
 use crate::ingest::Intake;
+use crate::metrics::Metrics;
+use crate::prune::{self, Pruner};
 use crate::shutdown::{self, Shutdown};
 use crate::store::{Store, StoreError};
 
 /// How long requests in flight get to finish after shutdown begins.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves webhooks on an already-bound listener until `shutdown` resolves, then drains and
-/// closes everything. Tests bind `127.0.0.1:0` and call this directly.
+/// Connections the admin listener serves at once; it is for a scraper and a health checker.
+pub const ADMIN_MAX_CONNECTIONS: usize = 16;
+
+/// The sockets `serve` answers on, bound before anything else happens.
+#[derive(Debug)]
+pub struct Listeners {
+    pub webhooks: TcpListener,
+    /// `/healthz`, `/readyz`, `/metrics`; None when `admin_listen = "off"`.
+    pub admin: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds `listen` and `admin_listen` (unless it is off). Either failing is a start-up error
+    /// that names the address and the key.
+    pub async fn bind(server: &crate::config::Server) -> Result<Listeners, BindError> {
+        let bind = |addr: SocketAddr, key: &'static str| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| BindError { addr, key, source })
+        };
+        let webhooks = bind(server.listen, "listen").await?;
+        let admin = match server.admin_listen {
+            Some(addr) => Some(bind(addr, "admin_listen").await?),
+            None => None,
+        };
+        Ok(Listeners { webhooks, admin })
+    }
+}
+
+/// Webhooks only, no admin listener: what tests that do not need one pass to [`serve`].
+impl From<TcpListener> for Listeners {
+    fn from(webhooks: TcpListener) -> Self {
+        Listeners {
+            webhooks,
+            admin: None,
+        }
+    }
+}
+
+/// A listener that could not be bound.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot listen on {addr} ({key}): {source}")]
+pub struct BindError {
+    pub addr: SocketAddr,
+    /// The config key the address came from: `listen` or `admin_listen`.
+    pub key: &'static str,
+    pub source: std::io::Error,
+}
+
+/// Serves webhooks (and the admin endpoints, given an admin listener) on already-bound
+/// listeners until `shutdown` resolves, then drains and closes everything. Tests bind
+/// `127.0.0.1:0` and call this directly; a bare `TcpListener` means no admin listener.
 pub async fn serve(
     config: Config,
-    listener: TcpListener,
+    listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StoreError> {
+    let Listeners {
+        webhooks: listener,
+        admin: admin_listener,
+    } = listeners.into();
     let path = config.storage.path.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&path))
         .await
@@ -39,19 +105,58 @@ pub async fn serve(
     let new_event = Arc::new(Notify::new());
     let max_connections = config.server.max_connections;
     let http = connection_settings(&config);
-    let (intake, forwards) = Intake::new(config, store.clone(), new_event.clone());
-    let worker = Worker::start(forwards, store.clone(), new_event, signal.clone()).await?;
+    let metrics = Arc::new(Metrics::new(&config.endpoints));
+    let retention = prune::Policy::new(&config.storage);
+    let (intake, forwards) = Intake::new(config, store.clone(), new_event.clone(), metrics.clone());
+    let worker = Worker::start(
+        forwards,
+        store.clone(),
+        new_event,
+        metrics.clone(),
+        signal.clone(),
+    )
+    .await?;
+    let pruner = Pruner::start(retention, store.clone(), signal.clone());
     let intake = Arc::new(intake);
 
+    let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let admin = admin_listener.map(|listener| {
+        let admin = Arc::new(Admin::new(store.clone(), metrics));
+        let (http, signal) = (http.clone(), signal.clone());
+        tokio::spawn(async move {
+            let mut stop = signal.clone();
+            let stop = async move { stop.fired().await };
+            let connections =
+                accept_loop(&listener, http, admin, ADMIN_MAX_CONNECTIONS, signal, stop).await;
+            drop(listener);
+            drain(connections).await;
+        })
+    });
+
     if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "listening");
+        // One line with both addresses; tests read `addr=` from it.
+        let admin = admin_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
+        tracing::info!(%addr, %admin, "listening");
+    }
+    if let Some(addr) = admin_addr.filter(|a| !a.ip().is_loopback()) {
+        tracing::warn!(
+            %addr,
+            "the admin listener is not on loopback: /metrics and /readyz are open to that network; \
+             keep admin_listen on 127.0.0.1 unless a firewall guards it"
+        );
     }
     let connections = accept_loop(&listener, http, intake, max_connections, signal, shutdown).await;
     drop(listener);
 
     trigger.fire();
-    drain(connections).await;
+    let admin_stopped = async {
+        if let Some(admin) = admin {
+            let _ = admin.await;
+        }
+    };
+    tokio::join!(drain(connections), admin_stopped);
     worker.stop().await;
+    pruner.stop().await;
     tokio::task::spawn_blocking(move || store.close())
         .await
         .ok();
@@ -67,11 +172,28 @@ fn connection_settings(config: &Config) -> http1::Builder {
     http
 }
 
+/// What answers the requests of one listener: the webhook [`Intake`] or the [`Admin`] endpoints.
+trait Handler: Send + Sync + 'static {
+    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<Full<Bytes>>> + Send;
+}
+
+impl Handler for Intake {
+    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<Full<Bytes>>> + Send {
+        Intake::handle(self, req)
+    }
+}
+
+impl Handler for Admin {
+    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<Full<Bytes>>> + Send {
+        Admin::handle(self, req)
+    }
+}
+
 /// Accepts until `stop` resolves; returns the connection tasks still running.
 async fn accept_loop(
     listener: &TcpListener,
     http: http1::Builder,
-    intake: Arc<Intake>,
+    handler: Arc<impl Handler>,
     max_connections: usize,
     signal: Shutdown,
     stop: impl Future<Output = ()>,
@@ -102,15 +224,15 @@ async fn accept_loop(
         };
         let _ = stream.set_nodelay(true);
         let http = http.clone();
-        let intake = intake.clone();
+        let handler = handler.clone();
         let mut signal = signal.clone();
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let _permit = permit;
             let service = service_fn(move |req| {
-                let intake = intake.clone();
-                async move { Ok::<_, std::convert::Infallible>(intake.handle(req).await) }
+                let handler = handler.clone();
+                async move { Ok::<_, std::convert::Infallible>(handler.handle(req).await) }
             });
             let conn = http.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);

@@ -400,10 +400,10 @@ mod tests {
     async fn read_pid_file(path: &Path) -> i32 {
         let give_up = Instant::now() + Duration::from_secs(5);
         loop {
-            if let Ok(text) = std::fs::read_to_string(path) {
-                if let Ok(pid) = text.trim().parse() {
-                    return pid;
-                }
+            if let Ok(text) = std::fs::read_to_string(path)
+                && let Ok(pid) = text.trim().parse()
+            {
+                return pid;
             }
             assert!(Instant::now() < give_up, "the script never wrote its pid");
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -22,6 +22,7 @@ use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
 use crate::config::{Endpoint, Target};
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::store::{AfterAttempt, Attempt, Claimed, Store, StoreError};
 use crate::time::{now_ms, unix_millis};
@@ -142,6 +143,7 @@ impl Worker {
         endpoints: Vec<Arc<Endpoint>>,
         store: Store,
         new_event: Arc<Notify>,
+        metrics: Arc<Metrics>,
         shutdown: Shutdown,
     ) -> Result<Worker, StoreError> {
         let recovered = store.recover(now_ms()).await?;
@@ -155,7 +157,7 @@ impl Worker {
         if lanes.is_empty() {
             return Ok(Worker { task: None });
         }
-        let task = tokio::spawn(run(lanes, store, new_event, shutdown));
+        let task = tokio::spawn(run(lanes, store, new_event, metrics, shutdown));
         Ok(Worker { task: Some(task) })
     }
 
@@ -166,7 +168,13 @@ impl Worker {
     }
 }
 
-async fn run(mut lanes: Vec<Lane>, store: Store, new_event: Arc<Notify>, mut shutdown: Shutdown) {
+async fn run(
+    mut lanes: Vec<Lane>,
+    store: Store,
+    new_event: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    mut shutdown: Shutdown,
+) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut deliveries = JoinSet::new();
     let mut data_version = store.data_version().await.ok();
@@ -174,7 +182,8 @@ async fn run(mut lanes: Vec<Lane>, store: Store, new_event: Arc<Notify>, mut shu
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     'work: while !shutdown.is_fired() {
-        let wake_at = match start_due(&mut lanes, &store, &done_tx, &mut deliveries).await {
+        let started = start_due(&mut lanes, &store, &metrics, &done_tx, &mut deliveries).await;
+        let wake_at = match started {
             Ok(wake_at) => wake_at,
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the delivery queue; retrying in 1 s");
@@ -240,6 +249,7 @@ async fn sleep_for(duration: Option<Duration>) {
 async fn start_due(
     lanes: &mut [Lane],
     store: &Store,
+    metrics: &Arc<Metrics>,
     done: &mpsc::UnboundedSender<usize>,
     deliveries: &mut JoinSet<()>,
 ) -> Result<Option<i64>, StoreError> {
@@ -259,6 +269,7 @@ async fn start_due(
                 lane.runner.clone(),
                 lane.retry.clone(),
                 store.clone(),
+                metrics.clone(),
             );
             let done = done.clone();
             deliveries.spawn(async move {
@@ -276,7 +287,13 @@ async fn start_due(
 }
 
 /// One attempt: run it, then record what it came to and what happens next.
-async fn deliver(delivery: Delivery, runner: Arc<Runner>, retry: Arc<[Duration]>, store: Store) {
+async fn deliver(
+    delivery: Delivery,
+    runner: Arc<Runner>,
+    retry: Arc<[Duration]>,
+    store: Store,
+    metrics: Arc<Metrics>,
+) {
     let started_at = SystemTime::now();
     let clock = Instant::now();
     let outcome = runner.deliver(&delivery).await;
@@ -298,6 +315,7 @@ async fn deliver(delivery: Delivery, runner: Arc<Runner>, retry: Arc<[Duration]>
         }
     };
     log_attempt(&delivery, &after, error.as_deref(), elapsed);
+    metrics.delivery(&delivery.endpoint, &after, elapsed);
     let attempt = Attempt {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),

@@ -8,19 +8,25 @@
 //! - [`Db`], a plain synchronous connection for the command line (`portaria events ...`),
 //!   which may run while a server is up: WAL lets readers in, and writers wait on a busy
 //!   timeout.
+//!
+//! What pruning may remove is defined once, in `sql::PRUNABLE`: finished events past their
+//! window. Pending and delivering events never match it.
 
+mod observe;
 mod schema;
 mod writer;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use tokio::sync::oneshot;
 
 use crate::verify::Verified;
+pub use observe::QueueStats;
 use writer::{Finish, Job, Message};
 
 /// Why the store could not do what was asked. Cloneable: one failed COMMIT is reported to
@@ -207,6 +213,61 @@ pub struct ListFilter {
     pub limit: usize,
 }
 
+/// Which events pruning may remove: delivered and stored ones received before
+/// `finished_before_ms`, dead ones received before `dead_before_ms` (unix milliseconds).
+/// Pending and delivering events are never removed, however old.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cutoffs {
+    pub finished_before_ms: i64,
+    pub dead_before_ms: i64,
+}
+
+/// One row that pruning deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub endpoint: String,
+    pub status: Status,
+    /// Stored headers and body.
+    pub bytes: u64,
+}
+
+/// Events that pruning would remove now, for one endpoint and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunableGroup {
+    pub endpoint: String,
+    pub status: Status,
+    pub events: u64,
+    /// Stored headers and bodies.
+    pub bytes: u64,
+}
+
+/// What one round of incremental vacuum gave back to the file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reclaimed {
+    /// Pages cut from the end of the file.
+    pub pages: u64,
+    pub page_size: u64,
+    /// Free pages still inside the file.
+    pub free_left: u64,
+}
+
+impl Reclaimed {
+    pub fn bytes(&self) -> u64 {
+        self.pages * self.page_size
+    }
+}
+
+/// What putting archived events back came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Restored {
+    /// No row had the (endpoint, dedup key): a new pending row.
+    pub inserted: usize,
+    /// A finished row had it: back to pending with a fresh schedule.
+    pub reset: usize,
+    /// A pending or delivering row had it: already on its way, left alone.
+    pub already_queued: usize,
+}
+
 /// The server's handle on the database. Cheap to clone; all clones share one writer thread.
 #[derive(Clone)]
 pub struct Store {
@@ -240,12 +301,28 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        self.submit(f, Message::Job).await
+    }
+
+    /// Runs `f` on the writer thread alone, outside any transaction (after the batch in front
+    /// of it has committed): for what SQLite refuses inside one, a WAL checkpoint.
+    async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(f, Message::Solo).await
+    }
+
+    async fn submit<T, F>(&self, f: F, wrap: fn(Box<dyn Job>) -> Message) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
         let (reply, rx) = oneshot::channel();
         let job = Box::new(Work { f, reply });
         let sent = match self.inner.tx.lock() {
-            Ok(guard) => guard
-                .as_ref()
-                .is_some_and(|tx| tx.send(Message::Job(job)).is_ok()),
+            Ok(guard) => guard.as_ref().is_some_and(|tx| tx.send(wrap(job)).is_ok()),
             Err(_) => false,
         };
         if !sent {
@@ -314,6 +391,53 @@ impl Store {
 
     pub async fn list(&self, filter: ListFilter) -> Result<Vec<EventSummary>, StoreError> {
         self.run(move |conn| sql::list(conn, &filter)).await
+    }
+
+    /// Up to `limit` prunable events in full (with attempts), oldest first, stopping early
+    /// once their headers and bodies pass `byte_budget`: what the archive writes.
+    pub async fn prunable(
+        &self,
+        cutoffs: Cutoffs,
+        limit: usize,
+        byte_budget: u64,
+    ) -> Result<Vec<EventDetail>, StoreError> {
+        self.run(move |conn| sql::prunable(conn, &cutoffs, limit, byte_budget))
+            .await
+    }
+
+    /// Deletes these events (attempts go with them), each only if it is still prunable: one
+    /// replayed since it was read stays.
+    pub async fn delete_pruned(
+        &self,
+        cutoffs: Cutoffs,
+        ids: Vec<i64>,
+    ) -> Result<Vec<Removed>, StoreError> {
+        self.run(move |conn| sql::delete_pruned(conn, &cutoffs, &ids))
+            .await
+    }
+
+    /// Deletes up to `limit` prunable events, oldest first, without reading them.
+    pub async fn delete_prunable(
+        &self,
+        cutoffs: Cutoffs,
+        limit: usize,
+    ) -> Result<Vec<Removed>, StoreError> {
+        self.run(move |conn| sql::delete_prunable(conn, &cutoffs, limit))
+            .await
+    }
+
+    /// Gives up to `max_pages` free pages back to the file system (incremental auto-vacuum).
+    pub async fn reclaim_space(&self, max_pages: u32) -> Result<Reclaimed, StoreError> {
+        self.run(move |conn| sql::reclaim_space(conn, max_pages))
+            .await
+    }
+
+    /// Copies the WAL into the database file and truncates the WAL, so the space that
+    /// [`Store::reclaim_space`] freed leaves the disk. Runs outside any transaction (SQLite
+    /// refuses a checkpoint inside one). Returns false if a reader was in the way; the next
+    /// checkpoint catches up.
+    pub async fn checkpoint(&self) -> Result<bool, StoreError> {
+        self.run_solo(sql::checkpoint).await
     }
 
     /// Lets the queue drain, closes the database (checkpointing the WAL) and joins the writer.
@@ -401,6 +525,73 @@ impl Db {
         let n = sql::replay(&tx, None, Some(Status::Dead), endpoint, now_ms)?;
         tx.commit()?;
         Ok(n)
+    }
+
+    /// What pruning would remove now, by endpoint and status.
+    pub fn prunable_counts(&self, cutoffs: Cutoffs) -> Result<Vec<PrunableGroup>, StoreError> {
+        Ok(sql::prunable_counts(&self.conn, &cutoffs)?)
+    }
+
+    /// See [`Store::prunable`].
+    pub fn prunable(
+        &self,
+        cutoffs: Cutoffs,
+        limit: usize,
+        byte_budget: u64,
+    ) -> Result<Vec<EventDetail>, StoreError> {
+        Ok(sql::prunable(&self.conn, &cutoffs, limit, byte_budget)?)
+    }
+
+    /// See [`Store::delete_pruned`].
+    pub fn delete_pruned(
+        &mut self,
+        cutoffs: Cutoffs,
+        ids: &[i64],
+    ) -> Result<Vec<Removed>, StoreError> {
+        self.write(|conn| sql::delete_pruned(conn, &cutoffs, ids))
+    }
+
+    /// See [`Store::delete_prunable`].
+    pub fn delete_prunable(
+        &mut self,
+        cutoffs: Cutoffs,
+        limit: usize,
+    ) -> Result<Vec<Removed>, StoreError> {
+        self.write(|conn| sql::delete_prunable(conn, &cutoffs, limit))
+    }
+
+    /// See [`Store::reclaim_space`].
+    pub fn reclaim_space(&mut self, max_pages: u32) -> Result<Reclaimed, StoreError> {
+        self.write(|conn| sql::reclaim_space(conn, max_pages))
+    }
+
+    /// See [`Store::checkpoint`].
+    pub fn checkpoint(&self) -> Result<bool, StoreError> {
+        Ok(sql::checkpoint(&self.conn)?)
+    }
+
+    /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
+    /// headers, body and received time. The UNIQUE (endpoint, dedup key) decides: no row yet
+    /// means a new pending row; a finished row (delivered, dead, stored) goes back to pending
+    /// with a fresh schedule, like `events replay`; a pending or delivering row is left alone.
+    /// Never a second row for one key. These events were verified when first received; the
+    /// caller checks that their endpoint still forwards.
+    pub fn restore(&mut self, events: &[EventDetail], now_ms: i64) -> Result<Restored, StoreError> {
+        self.write(|conn| sql::restore(conn, events, now_ms))
+    }
+
+    /// Runs `f` in one IMMEDIATE transaction (the write lock first, so it waits on the busy
+    /// timeout rather than failing half-way).
+    fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
     }
 
     /// Counts events by status, for tests and a quick look.
@@ -630,40 +821,458 @@ mod sql {
         .collect()
     }
 
+    /// An event row selected as `{SUMMARY}, content_type, headers, body`, without attempts.
+    fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
+        Ok(EventDetail {
+            summary: summary(r)?,
+            content_type: r.get(9)?,
+            headers: r.get(10)?,
+            body: r.get(11)?,
+            attempts: Vec::new(),
+        })
+    }
+
+    fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT attempt, started_at, duration_ms, outcome, error FROM attempts \
+             WHERE event_id = ?1 ORDER BY id",
+        )?;
+        stmt.query_map([event_id], |r| {
+            Ok(Attempt {
+                attempt: r.get(0)?,
+                started_at_ms: r.get(1)?,
+                duration_ms: r.get(2)?,
+                outcome: r.get(3)?,
+                error: r.get(4)?,
+            })
+        })?
+        .collect()
+    }
+
     pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
         let detail = conn
             .query_row(
                 &format!("SELECT {SUMMARY}, content_type, headers, body FROM events WHERE id = ?1"),
                 [id],
-                |r| {
-                    Ok(EventDetail {
-                        summary: summary(r)?,
-                        content_type: r.get(9)?,
-                        headers: r.get(10)?,
-                        body: r.get(11)?,
-                        attempts: Vec::new(),
-                    })
-                },
+                detail,
             )
             .optional()?;
         let Some(mut detail) = detail else {
             return Ok(None);
         };
-        let mut stmt = conn.prepare_cached(
-            "SELECT attempt, started_at, duration_ms, outcome, error FROM attempts \
-             WHERE event_id = ?1 ORDER BY id",
-        )?;
-        detail.attempts = stmt
-            .query_map([id], |r| {
-                Ok(Attempt {
-                    attempt: r.get(0)?,
-                    started_at_ms: r.get(1)?,
-                    duration_ms: r.get(2)?,
-                    outcome: r.get(3)?,
-                    error: r.get(4)?,
-                })
-            })?
-            .collect::<rusqlite::Result<_>>()?;
+        detail.attempts = attempts(conn, id)?;
         Ok(Some(detail))
+    }
+
+    /// The one definition of what pruning may remove (?1: the cut-off for delivered and stored
+    /// events, ?2: for dead ones). It names finished statuses only: pending and delivering
+    /// events never match, however old.
+    const PRUNABLE: &str = "((status IN ('delivered', 'stored') AND received_at < ?1) \
+                            OR (status = 'dead' AND received_at < ?2))";
+
+    fn removed(r: &Row<'_>) -> rusqlite::Result<Removed> {
+        let status: String = r.get(1)?;
+        Ok(Removed {
+            endpoint: r.get(0)?,
+            status: status.parse().map_err(|e: String| {
+                rusqlite::Error::FromSqlConversionFailure(1, rusqlite::types::Type::Text, e.into())
+            })?,
+            bytes: r.get::<_, i64>(2)? as u64,
+        })
+    }
+
+    pub(super) fn prunable_counts(
+        conn: &Connection,
+        c: &Cutoffs,
+    ) -> rusqlite::Result<Vec<PrunableGroup>> {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT endpoint, status, count(*), sum(length(headers) + length(body)) \
+             FROM events WHERE {PRUNABLE} GROUP BY endpoint, status ORDER BY endpoint, status"
+        ))?;
+        stmt.query_map(params![c.finished_before_ms, c.dead_before_ms], |r| {
+            let Removed {
+                endpoint, status, ..
+            } = removed(r)?;
+            Ok(PrunableGroup {
+                endpoint,
+                status,
+                events: r.get::<_, i64>(2)? as u64,
+                bytes: r.get::<_, i64>(3)? as u64,
+            })
+        })?
+        .collect()
+    }
+
+    pub(super) fn prunable(
+        conn: &Connection,
+        c: &Cutoffs,
+        limit: usize,
+        byte_budget: u64,
+    ) -> rusqlite::Result<Vec<EventDetail>> {
+        let mut stmt = conn.prepare_cached(&format!(
+            "SELECT {SUMMARY}, content_type, headers, body FROM events WHERE {PRUNABLE} \
+             ORDER BY id LIMIT ?3"
+        ))?;
+        let mut rows = stmt.query(params![
+            c.finished_before_ms,
+            c.dead_before_ms,
+            limit as i64
+        ])?;
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        // Bodies may be up to `max_body_bytes` each: bound the batch's memory, not only its rows.
+        while bytes < byte_budget
+            && let Some(row) = rows.next()?
+        {
+            let event = detail(row)?;
+            bytes += (event.headers.len() + event.body.len()) as u64;
+            out.push(event);
+        }
+        drop(rows);
+        for event in &mut out {
+            event.attempts = attempts(conn, event.summary.id)?;
+        }
+        Ok(out)
+    }
+
+    pub(super) fn delete_pruned(
+        conn: &Connection,
+        c: &Cutoffs,
+        ids: &[i64],
+    ) -> rusqlite::Result<Vec<Removed>> {
+        let mut delete = conn.prepare_cached(&format!(
+            "DELETE FROM events WHERE id = ?3 AND {PRUNABLE} \
+             RETURNING endpoint, status, length(headers) + length(body)"
+        ))?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            if let Some(gone) = delete
+                .query_row(params![c.finished_before_ms, c.dead_before_ms, id], removed)
+                .optional()?
+            {
+                out.push(gone);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn delete_prunable(
+        conn: &Connection,
+        c: &Cutoffs,
+        limit: usize,
+    ) -> rusqlite::Result<Vec<Removed>> {
+        let mut delete = conn.prepare_cached(&format!(
+            "DELETE FROM events WHERE id IN \
+             (SELECT id FROM events WHERE {PRUNABLE} ORDER BY id LIMIT ?3) \
+             RETURNING endpoint, status, length(headers) + length(body)"
+        ))?;
+        delete
+            .query_map(
+                params![c.finished_before_ms, c.dead_before_ms, limit as i64],
+                removed,
+            )?
+            .collect()
+    }
+
+    pub(super) fn reclaim_space(conn: &Connection, max_pages: u32) -> rusqlite::Result<Reclaimed> {
+        let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
+        let before: i64 = pragma("freelist_count")?;
+        // The pragma yields one row per page it frees: step it to the end, or only one goes.
+        let mut vacuum =
+            conn.prepare(&format!("PRAGMA incremental_vacuum({})", max_pages.max(1)))?;
+        let mut rows = vacuum.query([])?;
+        while rows.next()?.is_some() {}
+        drop(rows);
+        let after: i64 = pragma("freelist_count")?;
+        let page_size: i64 = pragma("page_size")?;
+        Ok(Reclaimed {
+            pages: (before - after).max(0) as u64,
+            page_size: page_size as u64,
+            free_left: after as u64,
+        })
+    }
+
+    pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+        // TRUNCATE waits on the busy handler for readers (an operator's `events list`). On the
+        // server, intake queues behind this job, so it must not wait: with no busy handler it
+        // copies what it can, and the next checkpoint (SQLite's own, or the next prune)
+        // catches up.
+        conn.busy_timeout(Duration::ZERO)?;
+        let result = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            r.get::<_, i64>(0)
+        });
+        conn.busy_timeout(schema::BUSY_TIMEOUT)?;
+        match result {
+            Ok(busy) => Ok(busy == 0),
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(super) fn restore(
+        conn: &Connection,
+        events: &[EventDetail],
+        now_ms: i64,
+    ) -> rusqlite::Result<Restored> {
+        let mut insert = conn.prepare_cached(
+            "INSERT INTO events (endpoint, dedup_key, event_type, content_type, headers, body, \
+             received_at, status, next_attempt_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8) \
+             ON CONFLICT (endpoint, dedup_key) DO NOTHING",
+        )?;
+        let mut reset = conn.prepare_cached(
+            "UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ?3, \
+             last_error = NULL, finished_at = NULL \
+             WHERE endpoint = ?1 AND dedup_key = ?2 AND status IN ('delivered', 'dead', 'stored')",
+        )?;
+        let mut out = Restored::default();
+        for e in events {
+            let s = &e.summary;
+            let inserted = insert.execute(params![
+                s.endpoint,
+                s.dedup_key,
+                s.event_type,
+                e.content_type,
+                e.headers,
+                e.body,
+                s.received_at_ms,
+                now_ms,
+            ])?;
+            if inserted == 1 {
+                out.inserted += 1;
+            } else if reset.execute(params![s.endpoint, s.dedup_key, now_ms])? == 1 {
+                out.reset += 1;
+            } else {
+                out.already_queued += 1;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = 86_400_000;
+    const NOW: i64 = 1_796_026_524_000;
+
+    /// Inserts a row as it would be after its life so far; returns its id.
+    fn row(db: &Db, endpoint: &str, key: &str, status: Status, age_days: i64) -> i64 {
+        db.conn
+            .execute(
+                "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status, \
+                 next_attempt_at) VALUES (?1, ?2, x'', x'7b7d', ?3, ?4, ?3)",
+                params![endpoint, key, NOW - age_days * DAY, status.as_str()],
+            )
+            .unwrap();
+        let id = db.conn.last_insert_rowid();
+        db.conn
+            .execute(
+                "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome) \
+                 VALUES (?1, 1, ?2, 5, 'failed')",
+                params![id, NOW - age_days * DAY],
+            )
+            .unwrap();
+        id
+    }
+
+    fn ids(db: &Db) -> Vec<i64> {
+        let mut stmt = db
+            .conn
+            .prepare("SELECT id FROM events ORDER BY id")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    fn temp_db() -> (tempfile::TempDir, Db) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("p.db")).unwrap();
+        (dir, db)
+    }
+
+    const CUTOFFS: Cutoffs = Cutoffs {
+        finished_before_ms: NOW - 30 * DAY,
+        dead_before_ms: NOW - 90 * DAY,
+    };
+
+    #[test]
+    fn only_finished_events_past_their_window_are_prunable() {
+        let (_dir, mut db) = temp_db();
+        let mut keep = Vec::new();
+        let mut gone = Vec::new();
+        for (i, status) in Status::ALL.into_iter().enumerate() {
+            let young = row(&db, "a", &format!("young-{i}"), status, 29);
+            let old = row(&db, "a", &format!("old-{i}"), status, 31);
+            let ancient = row(&db, "a", &format!("ancient-{i}"), status, 91);
+            keep.push(young);
+            match status {
+                Status::Delivered | Status::Stored => gone.extend([old, ancient]),
+                Status::Dead => {
+                    keep.push(old);
+                    gone.push(ancient);
+                }
+                Status::Pending | Status::Delivering => keep.extend([old, ancient]),
+            }
+        }
+        let counts = db.prunable_counts(CUTOFFS).unwrap();
+        let summary: Vec<(Status, u64)> = counts.iter().map(|g| (g.status, g.events)).collect();
+        assert_eq!(
+            summary,
+            [
+                (Status::Dead, 1),
+                (Status::Delivered, 2),
+                (Status::Stored, 2)
+            ]
+        );
+        let removed = db.delete_prunable(CUTOFFS, 500).unwrap();
+        assert_eq!(removed.len(), gone.len());
+        keep.sort();
+        assert_eq!(ids(&db), keep);
+        let orphans: i64 = db
+            .conn
+            .query_row(
+                "SELECT count(*) FROM attempts WHERE event_id NOT IN (SELECT id FROM events)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0, "attempts go with their event");
+    }
+
+    #[test]
+    fn deleting_an_archived_batch_spares_an_event_replayed_since_it_was_read() {
+        let (_dir, mut db) = temp_db();
+        let a = row(&db, "a", "k1", Status::Delivered, 40);
+        let b = row(&db, "a", "k2", Status::Dead, 100);
+        let batch = db.prunable(CUTOFFS, 500, u64::MAX).unwrap();
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch[1].attempts.len(), 1, "read with its attempts");
+        assert!(db.replay(b, NOW).unwrap());
+        let removed = db.delete_pruned(CUTOFFS, &[a, b]).unwrap();
+        assert_eq!(removed.len(), 1);
+        assert_eq!(ids(&db), [b]);
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_byte_budget_but_takes_at_least_one_event() {
+        let (_dir, db) = temp_db();
+        for i in 0..5 {
+            row(&db, "a", &format!("k{i}"), Status::Delivered, 40);
+        }
+        // Each row holds a 2-byte body and no headers.
+        assert_eq!(db.prunable(CUTOFFS, 500, 1).unwrap().len(), 1);
+        assert_eq!(db.prunable(CUTOFFS, 500, 5).unwrap().len(), 3);
+        assert_eq!(db.prunable(CUTOFFS, 2, u64::MAX).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn restoring_never_makes_a_second_row_for_one_key() {
+        let (_dir, mut db) = temp_db();
+        let delivered = row(&db, "a", "delivered", Status::Delivered, 1);
+        let pending = row(&db, "a", "pending", Status::Pending, 1);
+        let archived = |key: &str| EventDetail {
+            summary: EventSummary {
+                id: 999,
+                endpoint: "a".into(),
+                dedup_key: key.into(),
+                event_type: Some("t".into()),
+                received_at_ms: NOW - 200 * DAY,
+                status: Status::Delivered,
+                attempts: 1,
+                next_attempt_at_ms: None,
+                last_error: None,
+            },
+            content_type: None,
+            headers: b"x: y\r\n".to_vec(),
+            body: b"{}".to_vec(),
+            attempts: Vec::new(),
+        };
+        let events = [archived("gone"), archived("delivered"), archived("pending")];
+        let restored = db.restore(&events, NOW).unwrap();
+        assert_eq!(
+            restored,
+            Restored {
+                inserted: 1,
+                reset: 1,
+                already_queued: 1
+            }
+        );
+        let again = db.restore(&events, NOW).unwrap();
+        assert_eq!(again.already_queued, 3, "all pending now: left alone");
+        assert_eq!(ids(&db).len(), 3);
+        let new = db
+            .list(&ListFilter::default())
+            .unwrap()
+            .into_iter()
+            .find(|e| e.dedup_key == "gone")
+            .unwrap();
+        assert_eq!(new.status, Status::Pending);
+        assert_eq!(
+            new.received_at_ms,
+            NOW - 200 * DAY,
+            "keeps its received time"
+        );
+        assert_eq!(new.next_attempt_at_ms, Some(NOW), "due now");
+        for id in [delivered, pending] {
+            assert_eq!(
+                db.event(id).unwrap().unwrap().summary.status,
+                Status::Pending
+            );
+        }
+    }
+
+    #[test]
+    fn reclaiming_frees_every_page_it_is_asked_for() {
+        let (_dir, mut db) = temp_db();
+        let body = vec![b'x'; 3000];
+        for i in 0..200 {
+            db.conn
+                .execute(
+                    "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status) \
+                     VALUES ('a', ?1, x'', ?2, 0, 'delivered')",
+                    params![i, body],
+                )
+                .unwrap();
+        }
+        db.delete_prunable(CUTOFFS, 500).unwrap();
+        let free: i64 = db
+            .conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .unwrap();
+        assert!(free > 150, "{free}");
+        let round = db.reclaim_space(100).unwrap();
+        assert_eq!(round.pages, 100, "more than one page per call");
+        assert_eq!(round.free_left, free as u64 - 100);
+        let round = db.reclaim_space(10_000).unwrap();
+        assert_eq!(round.free_left, 0);
+        assert!(round.bytes() > 0);
+    }
+
+    #[tokio::test]
+    async fn a_solo_job_runs_outside_any_transaction_and_in_queue_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        assert!(!store.run(|c| Ok(c.is_autocommit())).await.unwrap());
+        assert!(store.run_solo(|c| Ok(c.is_autocommit())).await.unwrap());
+        // A batch, a solo job and another batch, all queued at once: the solo job sees the
+        // first batch committed and not the second.
+        let first = store.run(|c| c.execute("PRAGMA user_version = 7", []));
+        let solo =
+            store.run_solo(|c| c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)));
+        let second = store.run(|c| c.execute("PRAGMA user_version = 8", []));
+        let (_, seen, _) = tokio::join!(first, solo, second);
+        assert_eq!(seen.unwrap(), 7);
+        assert!(store.checkpoint().await.unwrap());
+        store.close();
     }
 }

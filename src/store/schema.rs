@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-const SCHEMA_VERSION: i64 = 1;
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA_V1: &str = "
 CREATE TABLE events (
@@ -44,6 +44,16 @@ CREATE TABLE attempts (
     error       TEXT
 );
 CREATE INDEX attempts_event ON attempts (event_id);
+";
+
+/// Version 2: what `/readyz` and `/metrics` need. `meta` holds facts about the file itself (the
+/// readiness probe rewrites one row); `events_dead` keeps the dead count an index-only read.
+const SCHEMA_V2: &str = "
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value
+) WITHOUT ROWID;
+CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
 ";
 
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
@@ -81,6 +91,9 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < 1 {
         tx.execute_batch(SCHEMA_V1)?;
+    }
+    if version < 2 {
+        tx.execute_batch(SCHEMA_V2)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()

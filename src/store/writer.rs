@@ -5,6 +5,11 @@
 //! Each job runs inside its own SAVEPOINT, so one failing job rolls back alone and the rest of
 //! its batch still commits. If the COMMIT itself fails (disk full, I/O error, lock timeout),
 //! every job of the batch hears the error and nothing of it is kept.
+//!
+//! SQLite refuses a few statements inside a transaction: a WAL checkpoint, for one (pruning
+//! runs one to give the space back). Those go in as a *solo* job: the writer commits the batch
+//! in front of it, runs it alone in autocommit mode, then goes back to batching. Queue order is
+//! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
 
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -27,6 +32,9 @@ pub(super) trait Job: Send {
 
 pub(super) enum Message {
     Job(Box<dyn Job>),
+    /// Runs alone with no transaction open: for statements that SQLite refuses inside one.
+    /// Its `Finish` hears `Ok(())`: each of its statements committed on its own.
+    Solo(Box<dyn Job>),
     /// Finish the queue, close the connection (checkpointing the WAL) and exit.
     Close,
 }
@@ -45,16 +53,20 @@ pub(super) fn spawn(
 
 fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(64);
+    let mut solo: Option<Box<dyn Job>> = None;
     let mut closing = false;
     while !closing {
-        // Block for the first job, then take whatever else is already waiting.
+        // Block for the first job, then take whatever else is already waiting, up to a solo
+        // job: it runs after the batch in front of it, so the queue's order holds.
         match rx.recv() {
             Ok(Message::Job(job)) => batch.push(job),
+            Ok(Message::Solo(job)) => solo = Some(job),
             Ok(Message::Close) | Err(_) => break,
         }
-        while batch.len() < MAX_BATCH {
+        while solo.is_none() && batch.len() < MAX_BATCH {
             match rx.try_recv() {
                 Ok(Message::Job(job)) => batch.push(job),
+                Ok(Message::Solo(job)) => solo = Some(job),
                 Ok(Message::Close) => {
                     closing = true;
                     break;
@@ -62,7 +74,13 @@ fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
                 Err(_) => break,
             }
         }
-        commit_batch(&conn, &mut batch);
+        if !batch.is_empty() {
+            commit_batch(&conn, &mut batch);
+        }
+        if let Some(job) = solo.take() {
+            let (_, finish) = job.run(&conn);
+            finish(Ok(()));
+        }
     }
     // Jobs sent after Close hear that the store is closed when their sender is dropped.
     drop(rx);

@@ -226,3 +226,240 @@ async fn the_binary_stores_lists_shows_and_stops_cleanly_on_sigterm() {
     let wal = dir.path().join("p.db-wal");
     assert!(!wal.exists() || std::fs::metadata(&wal).unwrap().len() == 0);
 }
+
+/// A config with one endpoint per provider preset, for `send`.
+fn every_provider(db: &std::path::Path) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+[storage]
+path = "{}"
+[[endpoint]]
+path = "/w/plowf"
+provider = "plowf"
+secret = "plowf-secret"
+[[endpoint]]
+path = "/w/pagarme"
+provider = "pagarme"
+secret = "pagarme-secret"
+[[endpoint]]
+path = "/w/relya"
+provider = "relya"
+secret = "relya-secret"
+[[endpoint]]
+path = "/w/stripe"
+provider = "stripe"
+secret = "whsec_stripe"
+[[endpoint]]
+path = "/w/standard"
+provider = "standard-webhooks"
+secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+[[endpoint]]
+path = "/w/svix"
+provider = "svix"
+secret = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD"
+[[endpoint]]
+path = "/w/github"
+provider = "github"
+secret = "github-secret"
+[[endpoint]]
+path = "/w/acme"
+provider = "hmac"
+secret = "acme-secret"
+signature = {{ header = "x-acme-signature", encoding = "base64", prefix = "v1=", timestamp_header = "x-acme-timestamp", template = "{{header:x-acme-timestamp}}.{{body}}" }}
+"#,
+        db.display()
+    )
+}
+
+const PROVIDERS: [&str; 8] = [
+    "plowf", "pagarme", "relya", "stripe", "standard", "svix", "github", "acme",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_signs_as_every_provider_and_repeats_the_identical_delivery() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let text = every_provider(&db);
+    let server = TestServer::start_with(dir, db, &text).await;
+    for name in PROVIDERS {
+        let out = portaria()
+            .args(["send", "--endpoint", name, "--repeat", "3", "--data"])
+            .arg(format!(r#"{{"id":"evt_{name}","type":"charge.paid"}}"#))
+            .arg("--url")
+            .arg(server.url(&format!("/w/{name}")))
+            .arg("--config")
+            .arg(server.config_path())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{name}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for n in 1..=3 {
+            assert!(
+                stdout.contains(&format!("{n}/3: 200 {{\"received\":true}}")),
+                "{name}: {stdout}"
+            );
+        }
+    }
+    let per_endpoint: i64 = server
+        .db()
+        .query_row("SELECT count(DISTINCT endpoint) FROM events", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(per_endpoint, 8);
+    assert_eq!(
+        server.count_rows(),
+        8,
+        "each repeated delivery is stored once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_send_signs_is_rejected_after_tampering_with_one_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let text = every_provider(&db);
+    let server = TestServer::start_with(dir, db, &text).await;
+    let config =
+        portaria::config::Config::parse(&text, portaria::config::Source::Embedded).unwrap();
+    for name in PROVIDERS {
+        let endpoint = config.endpoint(name).unwrap();
+        let body = format!(r#"{{"id":"evt_t_{name}","type":"x"}}"#).into_bytes();
+        let url = server.url(&format!("/w/{name}"));
+        let signed = portaria::send::prepare(&config, endpoint, body, Some(&url)).unwrap();
+        let mut tampered = signed.body.to_vec();
+        tampered[2] ^= 0x01; // "id" becomes "hd": still JSON-ish, but not what was signed
+        let reply = post(
+            server.addr,
+            &format!("/w/{name}"),
+            &signed.headers,
+            &tampered,
+        )
+        .await;
+        assert_eq!(reply.status, 401, "{name}");
+        let reply = post(
+            server.addr,
+            &format!("/w/{name}"),
+            &signed.headers,
+            &signed.body,
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{name}: the untampered copy passes");
+    }
+}
+
+#[test]
+fn init_writes_a_starter_config_and_names_the_variables_to_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portaria.toml");
+    let out = portaria().arg("init").arg(&path).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("export PAGARME_WEBHOOK_SECRET="), "{said}");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains("secret_env") && text.contains("path = \"portaria.db\""),
+        "{text}"
+    );
+
+    let unset = portaria()
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .env_remove("PAGARME_WEBHOOK_SECRET")
+        .output()
+        .unwrap();
+    assert_eq!(
+        unset.status.code(),
+        Some(1),
+        "the variable it named is really needed"
+    );
+    let set = portaria()
+        .arg("check")
+        .arg("--config")
+        .arg(&path)
+        .env("PAGARME_WEBHOOK_SECRET", "s")
+        .output()
+        .unwrap();
+    assert_eq!(
+        set.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&set.stderr)
+    );
+
+    let again = portaria().arg("init").arg(&path).output().unwrap();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not overwriting"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_logs_are_one_object_per_line_with_the_webhook_fields() {
+    use tokio::io::AsyncBufReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, base_config(&dir.path().join("p.db"), "", "")).unwrap();
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_portaria"))
+        .args(["serve", "--log-format", "json", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "info")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("a log line within 20 s")
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        if v["message"] == "listening" {
+            break v["addr"]
+                .as_str()
+                .unwrap()
+                .parse::<std::net::SocketAddr>()
+                .unwrap();
+        }
+    };
+    let body = payment_body(11);
+    assert_eq!(
+        post(addr, "/webhooks/pagarme", &pagarme_headers(&body), &body)
+            .await
+            .status,
+        200
+    );
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the webhook's log line")
+            .unwrap()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v["message"] == "webhook" {
+            assert_eq!(v["endpoint"], "pagarme");
+            assert_eq!(v["event_type"], "charge.paid");
+            assert_eq!(v["object_id"], "ch_11");
+            assert_eq!(v["status"], 200);
+            assert_eq!(v["duplicate"], false);
+            assert!(v["latency_ms"].as_f64().is_some());
+            assert!(!line.contains(PAGARME_SECRET));
+            break;
+        }
+    }
+    let _ = child.kill().await;
+}

@@ -4,5 +4,7 @@
 
 mod cli;
 mod forwarding;
+mod observability;
 mod receiver;
+mod retention;
 mod support;

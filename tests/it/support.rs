@@ -16,6 +16,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use portaria::config::{Config, Source};
+use portaria::server::Listeners;
 use sha2::Sha256;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -28,12 +29,20 @@ pub const GITHUB_SECRET: &str = "test-github-secret";
 pub const STRIPE_SECRET: &str = "whsec_test_stripe";
 
 /// A config with one endpoint per kind the contract tests need. `{extra}` lets a test add
-/// keys to the pagarme endpoint (a forward target, say).
+/// keys to the pagarme endpoint (a forward target, say). The admin listener takes any free
+/// port (never the default 9464, which parallel tests would fight over) unless `server_extra`
+/// sets `admin_listen` itself.
 pub fn base_config(db: &Path, server_extra: &str, pagarme_extra: &str) -> String {
+    let admin = if server_extra.contains("admin_listen") {
+        ""
+    } else {
+        "admin_listen = \"127.0.0.1:0\""
+    };
     format!(
         r#"
 [server]
 listen = "127.0.0.1:0"
+{admin}
 max_body_bytes = 4096
 {server_extra}
 
@@ -68,6 +77,8 @@ secret = "{STRIPE_SECRET}"
 /// portaria's `serve`, in this process, on 127.0.0.1:0.
 pub struct TestServer {
     pub addr: SocketAddr,
+    /// The admin listener, unless the config turns it off.
+    pub admin: Option<SocketAddr>,
     pub dir: TempDir,
     pub db: PathBuf,
     stop: Option<oneshot::Sender<()>>,
@@ -85,12 +96,19 @@ impl TestServer {
     pub async fn start_with(dir: TempDir, db: PathBuf, text: &str) -> TestServer {
         let path = dir.path().join("portaria.toml");
         std::fs::write(&path, text).unwrap();
-        let config = Config::parse(text, Source::File(path)).expect("test config is valid");
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
+        let mut config = Config::parse(text, Source::File(path)).expect("test config is valid");
+        // Whatever the text says, both listeners take a free loopback port: tests run in parallel.
+        let any_port: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        config.server.listen = any_port;
+        if let Some(admin) = &mut config.server.admin_listen {
+            *admin = any_port;
+        }
+        let listeners = Listeners::bind(&config.server).await.unwrap();
+        let addr = listeners.webhooks.local_addr().unwrap();
+        let admin = listeners.admin.as_ref().map(|l| l.local_addr().unwrap());
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            portaria::serve(config, listener, async {
+            portaria::serve(config, listeners, async {
                 let _ = stopped.await;
             })
             .await
@@ -98,6 +116,7 @@ impl TestServer {
         });
         TestServer {
             addr,
+            admin,
             dir,
             db,
             stop: Some(stop),
@@ -298,10 +317,12 @@ pub fn portaria() -> Command {
     cmd
 }
 
-/// The binary serving `config`, with its bound address read from its log.
+/// The binary serving `config`, with its bound addresses read from its log.
 pub struct Process {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The admin listener, None when the log says `admin=off`.
+    pub admin: Option<SocketAddr>,
     pub log: Arc<Mutex<String>>,
 }
 
@@ -327,18 +348,27 @@ impl Process {
                     && let Some(tx) = addr_tx.take()
                 {
                     let addr: SocketAddr = rest.split_whitespace().next().unwrap().parse().unwrap();
-                    let _ = tx.send(addr);
+                    let admin = line
+                        .split(" admin=")
+                        .nth(1)
+                        .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
+                    let _ = tx.send((addr, admin));
                 }
                 let mut log = sink.lock().unwrap();
                 log.push_str(&line);
                 log.push('\n');
             }
         });
-        let addr = tokio::time::timeout(Duration::from_secs(20), addr_rx)
+        let (addr, admin) = tokio::time::timeout(Duration::from_secs(20), addr_rx)
             .await
             .expect("the server reports its address within 20 s")
             .expect("the server started");
-        Process { child, addr, log }
+        Process {
+            child,
+            addr,
+            admin,
+            log,
+        }
     }
 
     pub fn signal(&self, signal: i32) {

@@ -1,0 +1,412 @@
+#!/usr/bin/env python3
+"""bench/check.py: the benchmark's correctness checks and its summary, for bench/run.sh.
+
+Reads portaria's SQLite file read-only with Python's standard sqlite3 module (so the checks
+share no code with portaria), and the load generator's JSON report and key files. Each check
+subcommand writes one JSON verdict ({"phase", "ok", "misses", "facts"}) and exits 1 on any
+miss; `summary` puts every phase's figures next to issue 5's targets, writes
+bench/results/latest.json, and exits 1 if any phase missed.
+
+Subcommands:
+  intake    DB LOADGEN_JSON ACKED BAD OUT   every acked event stored once, nothing else stored
+  delivered DB ACKED OUT [--wait S] [--seen-ids FILE | --seen-keys FILE]
+            wait until every acked event is delivered, then check the target saw each one
+  summary   WORK_DIR MODE RESULTS_JSON      the table and the results file
+"""
+
+import hashlib
+import json
+import sqlite3
+import sys
+import time
+
+
+def read_lines(path):
+    with open(path, encoding="ascii") as f:
+        return [line.strip() for line in f if line.strip()]
+
+
+def connect(db):
+    # Read-only and never the one to checkpoint: portaria may still be running.
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def verdict(out, phase, misses, facts):
+    result = {"phase": phase, "ok": not misses, "misses": misses, "facts": facts}
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=2)
+    for miss in misses:
+        print(f"CORRECTNESS MISS [{phase}]: {miss}", file=sys.stderr)
+    return 0 if not misses else 1
+
+
+def intake(db, loadgen_json, acked_path, bad_path, out, endpoint="pagarme"):
+    """Every acknowledged unique event is in `events` exactly once, with its exact body;
+    duplicates and bad signatures are stored zero times; no 5xx and no dropped request."""
+    with open(loadgen_json, encoding="utf-8") as f:
+        report = json.load(f)
+    acked = set(read_lines(acked_path))
+    bad = set(read_lines(bad_path))
+    misses = []
+
+    statuses = report["status"]
+    server_errors = {s: n for s, n in statuses.items() if s.startswith("5")}
+    if server_errors:
+        misses.append(f"5xx answers: {server_errors}")
+    if statuses.get("error"):
+        misses.append(
+            f"{statuses['error']} requests got no answer (connection error or timeout): "
+            f"{report.get('first_errors')}"
+        )
+    by_kind = report["by_kind"]
+    for kind in ("original", "racing_copy", "late_copy"):
+        not_ok = {s: n for s, n in by_kind.get(kind, {}).items() if not s.startswith("2")}
+        if not_ok:
+            misses.append(f"validly signed {kind} requests answered {not_ok}")
+    bad_answers = by_kind.get("bad_signature", {})
+    if any(s != "401" for s in bad_answers):
+        misses.append(f"bad signatures answered {bad_answers} (expected 401 only)")
+    expected = report["expected"]
+    if len(acked) != expected["unique_events"]:
+        misses.append(
+            f"{expected['unique_events'] - len(acked)} of {expected['unique_events']} "
+            "unique events sent never got a 2xx"
+        )
+
+    conn = connect(db)
+    rows = conn.execute(
+        "SELECT dedup_key, count(*) FROM events WHERE endpoint = ? GROUP BY dedup_key",
+        (endpoint,),
+    ).fetchall()
+    stored = dict(rows)
+    twice = [key for key, count in stored.items() if count > 1]
+    if twice:
+        misses.append(f"{len(twice)} events stored more than once, e.g. {twice[:3]}")
+    missing = sorted(acked - stored.keys())
+    if missing:
+        misses.append(f"{len(missing)} acknowledged events are not in the database, e.g. {missing[:3]}")
+    bad_stored = sorted(bad & stored.keys())
+    if bad_stored:
+        misses.append(f"{len(bad_stored)} bad-signature events were stored, e.g. {bad_stored[:3]}")
+    total = conn.execute("SELECT count(*) FROM events").fetchone()[0]
+    if total != len(acked):
+        extra = sorted(stored.keys() - acked)
+        misses.append(
+            f"the database holds {total} events but {len(acked)} were acknowledged "
+            f"(unacknowledged rows, e.g. {extra[:3]})"
+        )
+    # The raw body, exactly as sent: for body-sha256 dedup its hash is the key.
+    body_mismatch = 0
+    no_headers = 0
+    for key, body, headers in conn.execute(
+        "SELECT dedup_key, body, headers FROM events WHERE endpoint = ?", (endpoint,)
+    ):
+        if hashlib.sha256(body).hexdigest() != key:
+            body_mismatch += 1
+        if not headers or b"x-hub-signature" not in bytes(headers).lower():
+            no_headers += 1
+    if body_mismatch:
+        misses.append(f"{body_mismatch} stored bodies differ from what was sent")
+    if no_headers:
+        misses.append(f"{no_headers} rows lack the request headers")
+    by_status = dict(conn.execute("SELECT status, count(*) FROM events GROUP BY status").fetchall())
+    conn.close()
+
+    facts = {
+        "acked_unique": len(acked),
+        "rows": total,
+        "rows_by_status": by_status,
+        "bad_signatures_sent": expected["bad_signatures"],
+        "duplicates_sent": expected["duplicates"],
+    }
+    return verdict(out, "intake:" + report.get("label", "?"), misses, facts)
+
+
+def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, phase="delivery"):
+    """Waits (bounded) until every acknowledged event is `delivered`, then checks the target
+    saw every one of them at least once."""
+    acked = set(read_lines(acked_path))
+    misses = []
+    deadline = time.monotonic() + wait_secs
+    started = time.monotonic()
+    while True:
+        conn = connect(db)
+        rows = conn.execute("SELECT id, dedup_key, status FROM events").fetchall()
+        conn.close()
+        status_of = {key: status for _, key, status in rows}
+        waiting = [k for k in acked if status_of.get(k) != "delivered"]
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    waited = time.monotonic() - started
+    if waiting:
+        counts = {}
+        for k in waiting:
+            s = status_of.get(k, "missing")
+            counts[s] = counts.get(s, 0) + 1
+        misses.append(
+            f"{len(waiting)} acknowledged events not delivered after {wait_secs} s: {counts}"
+        )
+
+    id_of = {key: event_id for event_id, key, _ in rows}
+    deliveries = None
+    if seen_ids:
+        seen = [line.split()[0] for line in read_lines(seen_ids)]
+        deliveries = len(seen)
+        seen_set = set(seen)
+        unseen = sorted(k for k in acked if str(id_of.get(k)) not in seen_set)
+        if unseen:
+            misses.append(
+                f"the command never ran for {len(unseen)} acknowledged events, e.g. {unseen[:3]}"
+            )
+    if seen_keys:
+        seen = read_lines(seen_keys)
+        deliveries = len(seen)
+        unseen = sorted(acked - set(seen))
+        if unseen:
+            misses.append(
+                f"the HTTP target never received {len(unseen)} acknowledged events, e.g. {unseen[:3]}"
+            )
+
+    conn = connect(db)
+    spans = conn.execute("SELECT started_at, started_at + duration_ms FROM attempts").fetchall()
+    timing = conn.execute(
+        "SELECT min(received_at), max(finished_at), count(*) FROM events WHERE status = 'delivered'"
+    ).fetchone()
+    attempts = conn.execute(
+        "SELECT count(*), avg(duration_ms), sum(outcome = 'delivered'), "
+        "min(started_at), max(started_at + duration_ms) FROM attempts"
+    ).fetchone()
+    conn.close()
+    facts = {
+        "acked_unique": len(acked),
+        "delivered": sum(1 for k in acked if status_of.get(k) == "delivered"),
+        "target_deliveries_seen": deliveries,
+        "redeliveries": None if deliveries is None else deliveries - len(acked),
+        "waited_secs": round(waited, 3),
+        "first_received_ms": timing[0],
+        "last_finished_ms": timing[1],
+        "attempts": attempts[0],
+        "attempts_delivered": attempts[2],
+        "mean_attempt_ms": None if attempts[1] is None else round(attempts[1], 3),
+        "first_attempt_ms": attempts[3],
+        "last_attempt_end_ms": attempts[4],
+        "ms_by_attempts_in_flight": in_flight_histogram(spans),
+    }
+    return verdict(out, phase, misses, facts)
+
+
+def in_flight_histogram(spans):
+    """Milliseconds spent with 0, 1, 2... attempts running, between the first attempt's start
+    and the last one's end: shows whether the configured concurrency is actually used."""
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    histogram, running, last = {}, 0, None
+    for t, step in edges:
+        if last is not None and t > last:
+            histogram[running] = histogram.get(running, 0) + (t - last)
+        running += step
+        last = t
+    return {str(k): v for k, v in sorted(histogram.items())}
+
+
+def attempt_window(db, after_ms):
+    """Attempts that started at or after `after_ms` (unix ms): count and their span."""
+    conn = connect(db)
+    row = conn.execute(
+        "SELECT count(*), min(started_at), max(started_at + duration_ms), avg(duration_ms) "
+        "FROM attempts WHERE started_at >= ?",
+        (after_ms,),
+    ).fetchone()
+    conn.close()
+    return row
+
+
+# ---- summary ----
+
+MIB = 1024 * 1024
+
+
+def load_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def load_metrics(path):
+    metrics = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.strip().partition(" ")
+                if not key:
+                    continue
+                try:
+                    metrics[key] = float(value) if "." in value else int(value)
+                except ValueError:
+                    metrics[key] = value
+    except OSError:
+        pass
+    return metrics
+
+
+def fmt(x, digits=1):
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return f"{x:,.{digits}f}"
+    return f"{x:,}"
+
+
+def summary(work, mode, results_path):
+    m = load_metrics(f"{work}/metrics.txt")
+    main = load_json(f"{work}/intake.json") or {}
+    ceiling = load_json(f"{work}/ceiling.json") or {}
+    paced = load_json(f"{work}/paced.json")
+    ceiling_paced = load_json(f"{work}/ceiling-paced.json")
+    verdicts = {}
+    for name in ("intake", "paced", "command", "command-intake", "http", "http-intake"):
+        v = load_json(f"{work}/check-{name}.json")
+        if v is not None:
+            verdicts[name] = v
+    tick = m.get("clk_tck", 100)
+
+    rps = main.get("throughput_rps")
+    ceiling_rps = ceiling.get("throughput_rps")
+    ratio = rps / ceiling_rps if rps and ceiling_rps else None
+    p99 = main.get("latency_ms", {}).get("p99")
+    paced_p99 = paced.get("latency_ms", {}).get("p99") if paced else None
+    accepted = (verdicts.get("intake") or {}).get("facts", {}).get("rows")
+    written = m.get("intake_write_bytes")
+    wal = m.get("intake_wal_bytes", 0)
+    per_event = written / accepted if written is not None and accepted else None
+    per_event_bound = (written + wal) / accepted if written is not None and accepted else None
+    cpu_load = m.get("intake_cpu_ticks")
+    idle_ticks = m.get("idle_cpu_ticks")
+    idle_secs = m.get("idle_cpu_window_secs")
+
+    def mean_in_flight(name):
+        histogram = (verdicts.get(name) or {}).get("facts", {}).get("ms_by_attempts_in_flight")
+        total = sum(histogram.values()) if histogram else 0
+        if not total:
+            return None
+        return sum(int(k) * v for k, v in histogram.items()) / total
+
+    rows = [
+        ("Durable intake, requests/s", fmt(rps, 0), ">= 30,000", rps is not None and rps >= 30000),
+        ("  share of bare hyper ceiling", f"{ratio:.1%}" if ratio else "n/a", ">= 40 %",
+         ratio is not None and ratio >= 0.40),
+        ("  bare hyper ceiling, requests/s", fmt(ceiling_rps, 0), "(measured)", None),
+        ("  p99 latency under that load, ms", fmt(p99, 2), "< 10", p99 is not None and p99 < 10),
+        ("  p50 / p90 / max, ms",
+         " / ".join(fmt(main.get("latency_ms", {}).get(k), 2) for k in ("p50", "p90", "max")),
+         "", None),
+        ("p99 at 1,000 req/s, ms", fmt(paced_p99, 2) if paced else "(full mode)", "< 2",
+         None if paced_p99 is None else paced_p99 < 2),
+        ("  bare hyper at 1,000 req/s, p99 ms",
+         fmt(ceiling_paced.get("latency_ms", {}).get("p99"), 2) if ceiling_paced else "(full mode)",
+         "(floor)", None),
+        ("Command delivery overhead per event, ms", fmt(m.get("command_overhead_ms"), 2), "< 1",
+         None if m.get("command_overhead_ms") is None else m["command_overhead_ms"] < 1),
+        ("  command deliveries/s (4 lanes)", fmt(m.get("command_deliveries_per_sec"), 0), "", None),
+        ("  the command alone, runs/s (4 at once)", fmt(m.get("command_baseline_per_sec"), 0), "", None),
+        ("  mean command runs in flight (of 4)", fmt(mean_in_flight("command"), 2), "", None),
+        ("HTTP forward deliveries/s (4 lanes)", fmt(m.get("http_deliveries_per_sec"), 0), "", None),
+        ("  mean HTTP deliveries in flight (of 4)", fmt(mean_in_flight("http"), 2), "", None),
+        ("RSS at idle, MiB", fmt(m.get("idle_rss_kib", 0) / 1024, 1) if "idle_rss_kib" in m else "n/a",
+         "< 6", m.get("idle_rss_kib", 1e12) < 6 * 1024),
+        ("Peak RSS under load, MiB", fmt(m.get("peak_rss_kib", 0) / 1024, 1) if "peak_rss_kib" in m else "n/a",
+         "< 24", m.get("peak_rss_kib", 1e12) < 24 * 1024),
+        ("Release binary, stripped, MiB", fmt(m.get("binary_bytes", 0) / MIB, 2), "< 6",
+         m.get("binary_bytes", 1e12) < 6 * MIB),
+        ("CPU seconds for the load (user+sys)", fmt(cpu_load / tick, 2) if cpu_load is not None else "n/a",
+         "", None),
+        (f"CPU seconds idle over {idle_secs or 0} s after load",
+         fmt(idle_ticks / tick, 2) if idle_ticks is not None else "(full mode)", "~ 0",
+         None if idle_ticks is None else idle_ticks / tick <= 0.02 * max(idle_secs or 1, 1)),
+        ("Disk written per accepted event, KiB", fmt(per_event / 1024, 2) if per_event else "n/a",
+         "< 3", None if per_event is None else per_event < 3 * 1024),
+        ("  with the WAL still to checkpoint, KiB", fmt(per_event_bound / 1024, 2) if per_event_bound else "n/a",
+         "< 3", None if per_event_bound is None else per_event_bound < 3 * 1024),
+        ("  database / WAL after load, MiB",
+         f"{fmt(m.get('intake_db_bytes', 0) / MIB, 2)} / {fmt(wal / MIB, 2)}", "", None),
+        ("  database after shutdown, MiB", fmt(m.get("intake_db_bytes_closed", 0) / MIB, 2), "", None),
+    ]
+
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'figure':<{width}}  {'measured':>18}  {'target':>10}  met"]
+    for name, value, target, met in rows:
+        mark = "" if met is None else ("yes" if met else "NO")
+        lines.append(f"{name:<{width}}  {value:>18}  {target:>10}  {mark}")
+    misses = [f"[{v['phase']}] {miss}" for v in verdicts.values() for miss in v["misses"]]
+    for key in ("shutdown_misses",):
+        if m.get(key):
+            misses.append(str(m[key]))
+    print("\n".join(lines), file=sys.stderr)
+    print(file=sys.stderr)
+    print(
+        "correctness: "
+        + ("all checks passed" if not misses else f"{len(misses)} MISS(ES)"),
+        file=sys.stderr,
+    )
+    for miss in misses:
+        print(f"  - {miss}", file=sys.stderr)
+
+    results = {
+        "mode": mode,
+        "machine": m.get("machine"),
+        "command": m.get("command"),
+        "finished_at": m.get("finished_at"),
+        "targets": [
+            {"figure": name.strip(), "measured": value, "target": target, "met": met}
+            for name, value, target, met in rows
+        ],
+        "metrics": m,
+        "loadgen": {"intake": main, "ceiling": ceiling, "paced": paced,
+                    "ceiling_paced": ceiling_paced,
+                    "command": load_json(f"{work}/command-load.json"),
+                    "http": load_json(f"{work}/http-load.json")},
+        "checks": verdicts,
+        "correctness_ok": not misses,
+        "misses": misses,
+    }
+    with open(results_path, "w", encoding="utf-8") as f:
+        json.dump(results, f, indent=2)
+        f.write("\n")
+    return 0 if not misses else 1
+
+
+def main(argv):
+    if len(argv) < 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, args = argv[1], argv[2:]
+    if command == "intake":
+        return intake(*args[:5])
+    if command == "delivered":
+        db, acked, out = args[:3]
+        opts = dict(zip(args[3::2], args[4::2]))
+        return delivered(
+            db,
+            acked,
+            out,
+            float(opts.get("--wait", 60)),
+            seen_ids=opts.get("--seen-ids"),
+            seen_keys=opts.get("--seen-keys"),
+            phase=opts.get("--phase", "delivery"),
+        )
+    if command == "window":
+        count, first, last, mean = attempt_window(args[0], int(args[1]))
+        print(f"{count} {first or 0} {last or 0} {mean or 0}")
+        return 0
+    if command == "summary":
+        return summary(*args[:3])
+    print(f"check.py: unknown subcommand {command}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

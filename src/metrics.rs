@@ -1,0 +1,639 @@
+//! Metrics: one [`Metrics`] per `serve`, shared by intake, the forwarding worker and the admin
+//! listener, written out in the Prometheus text format by the `prometheus-client` crate.
+//!
+//! Every label value is a configured endpoint name, `-` (a request to a path no endpoint has),
+//! or one of a fixed list of outcomes: never anything a client sent, so the number of series is
+//! fixed by the configuration. All series exist from the start, at zero, so `rate()` sees the
+//! first increment.
+//!
+//! Counters and histograms move as things happen. The queue gauges (pending, age of the oldest
+//! pending event, dead) are read from the database at scrape time
+//! ([`crate::store::Store::queue_stats`]): the database is the truth, and `portaria events
+//! replay` in another process changes it. The duplicate ratio comes from a 15-minute
+//! [`DuplicateWindow`] per endpoint, the same one that raises the seed manual's warning.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::config::Endpoint;
+use crate::ingest::Outcome;
+use crate::store::{AfterAttempt, QueueStats};
+
+/// The `Content-Type` of what [`Metrics::render`] writes (text format 0.0.4).
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
+
+/// The endpoint label of requests to a path no endpoint has. Never the raw path: anyone can
+/// send any path, and each one would become a series.
+pub const UNKNOWN_ENDPOINT: &str = "-";
+
+/// Every label [`Outcome::label`] gives for a configured endpoint (`not_found` belongs to `-`
+/// alone). A label missing here still counts (its series is created on first use); listing it
+/// only makes the series exist at zero from the start.
+const REQUEST_OUTCOMES: [&str; 9] = [
+    "accepted",
+    "duplicate",
+    "bad_signature",
+    "stale_timestamp",
+    "too_large",
+    "bad_request",
+    "storage_error",
+    "body_timeout",
+    "method_not_allowed",
+];
+
+/// What one delivery attempt came to: `failed` will be retried, `dead` was the last try.
+const DELIVERY_OUTCOMES: [&str; 3] = ["delivered", "failed", "dead"];
+
+/// Request latency, seconds. An accepted webhook costs one group-committed fsync: about a
+/// millisecond on an SSD, tens to hundreds on an SD card; the top buckets catch slow bodies.
+const REQUEST_BUCKETS: [f64; 14] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// Delivery latency, seconds: a local command or URL, up to the 30 s default timeout. 5 s is
+/// the slow-delivery line of the seed manual.
+const DELIVERY_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// The window of the duplicate ratio and of its warning.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(15 * 60);
+
+/// Above this share of duplicates in the window, warn (the seed manual's 5 %).
+pub const DUPLICATE_WARN_PERCENT: u64 = 5;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabel {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabels {
+    endpoint: String,
+    outcome: &'static str,
+}
+
+type FloatGauge = Gauge<f64, AtomicU64>;
+
+/// Every metric portaria exports. Shared through an `Arc`; no global registry.
+pub struct Metrics {
+    registry: Registry,
+    /// Each configured endpoint's series, by name: the hot path is one lookup and an atomic add.
+    endpoints: HashMap<String, EndpointSeries>,
+    /// Requests to paths no endpoint has.
+    unknown: EndpointSeries,
+    requests: Family<OutcomeLabels, Counter>,
+    duplicate_ratio: Family<EndpointLabel, FloatGauge>,
+    pending: Family<EndpointLabel, Gauge>,
+    oldest_pending_age: Family<EndpointLabel, FloatGauge>,
+    dead: Family<EndpointLabel, Gauge>,
+    /// The clock of the duplicate windows: monotonic, so a wall-clock jump neither empties nor
+    /// stretches them.
+    started: Instant,
+    /// Gauges are set from one scrape's snapshot and then encoded; two scrapes must not
+    /// interleave.
+    scrape: Mutex<()>,
+}
+
+/// Handles on one endpoint's series (clones share the value with the registered family).
+struct EndpointSeries {
+    name: String,
+    requests: Vec<(&'static str, Counter)>,
+    request_latency: Histogram,
+    /// Empty for an endpoint that does not forward.
+    deliveries: Vec<(&'static str, Counter)>,
+    delivery_latency: Option<Histogram>,
+    duplicates: Mutex<DuplicateWindow>,
+}
+
+impl Metrics {
+    /// Creates every series of these endpoints, at zero. (The gauges are set by [`Metrics::render`]
+    /// before each encoding, so they too exist from the first scrape.)
+    pub fn new(endpoints: &[Endpoint]) -> Metrics {
+        let mut registry = Registry::with_prefix("portaria");
+        let requests = Family::<OutcomeLabels, Counter>::default();
+        let request_latency = Family::<EndpointLabel, Histogram>::new_with_constructor(
+            request_histogram as fn() -> _,
+        );
+        let deliveries = Family::<OutcomeLabels, Counter>::default();
+        let delivery_latency = Family::<EndpointLabel, Histogram>::new_with_constructor(
+            delivery_histogram as fn() -> _,
+        );
+        let duplicate_ratio = Family::<EndpointLabel, FloatGauge>::default();
+        let pending = Family::<EndpointLabel, Gauge>::default();
+        let oldest_pending_age = Family::<EndpointLabel, FloatGauge>::default();
+        let dead = Family::<EndpointLabel, Gauge>::default();
+        let build_info = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();
+        build_info
+            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
+            .set(1);
+
+        registry.register(
+            "requests",
+            "Webhook requests answered, by endpoint (`-`: no endpoint at that path) and outcome",
+            requests.clone(),
+        );
+        registry.register(
+            "request_duration_seconds",
+            "Time from request to answer, including the durable write",
+            request_latency.clone(),
+        );
+        registry.register(
+            "duplicate_ratio",
+            "Share of verified webhooks that were duplicates over the last 15 minutes",
+            duplicate_ratio.clone(),
+        );
+        registry.register(
+            "deliveries",
+            "Delivery attempts by outcome: delivered, failed (will be retried), dead (last try failed)",
+            deliveries.clone(),
+        );
+        registry.register(
+            "delivery_duration_seconds",
+            "Time one delivery attempt took",
+            delivery_latency.clone(),
+        );
+        registry.register(
+            "events_pending",
+            "Events waiting for delivery or being delivered, read from the database at scrape time",
+            pending.clone(),
+        );
+        registry.register(
+            "oldest_pending_age_seconds",
+            "Age of the oldest event waiting for delivery (0 when none), read at scrape time",
+            oldest_pending_age.clone(),
+        );
+        registry.register(
+            "events_dead",
+            "Events whose every delivery attempt failed, kept for replay, read at scrape time",
+            dead.clone(),
+        );
+        registry.register("build_info", "The running version", build_info);
+
+        let series = |name: &str, outcomes: &[&'static str], forwards: bool| {
+            let endpoint = EndpointLabel {
+                endpoint: name.to_string(),
+            };
+            let counters = |family: &Family<OutcomeLabels, Counter>, outcomes: &[&'static str]| {
+                outcomes
+                    .iter()
+                    .map(|&outcome| {
+                        let labels = OutcomeLabels {
+                            endpoint: name.to_string(),
+                            outcome,
+                        };
+                        (outcome, family.get_or_create_owned(&labels))
+                    })
+                    .collect()
+            };
+            EndpointSeries {
+                name: name.to_string(),
+                requests: counters(&requests, outcomes),
+                request_latency: request_latency.get_or_create_owned(&endpoint),
+                deliveries: if forwards {
+                    counters(&deliveries, &DELIVERY_OUTCOMES)
+                } else {
+                    Vec::new()
+                },
+                delivery_latency: forwards.then(|| delivery_latency.get_or_create_owned(&endpoint)),
+                duplicates: Mutex::default(),
+            }
+        };
+        let configured = endpoints
+            .iter()
+            .map(|e| {
+                let s = series(&e.name, &REQUEST_OUTCOMES, e.forward.is_some());
+                (e.name.clone(), s)
+            })
+            .collect();
+        let unknown = series(UNKNOWN_ENDPOINT, &["not_found"], false);
+
+        Metrics {
+            registry,
+            endpoints: configured,
+            unknown,
+            requests,
+            duplicate_ratio,
+            pending,
+            oldest_pending_age,
+            dead,
+            started: Instant::now(),
+            scrape: Mutex::new(()),
+        }
+    }
+
+    /// Counts one answered request. `endpoint` is the name of the endpoint whose path it was
+    /// sent to, None if no endpoint has that path. Warns when duplicates pass 5 % of the last
+    /// 15 minutes (at most once per window and endpoint).
+    pub fn request(&self, endpoint: Option<&str>, outcome: &Outcome, elapsed: Duration) {
+        let series = endpoint
+            .and_then(|name| self.endpoints.get(name))
+            .unwrap_or(&self.unknown);
+        let label = outcome.label();
+        match series.requests.iter().find(|(l, _)| *l == label) {
+            Some((_, counter)) => {
+                counter.inc();
+            }
+            None => {
+                let labels = OutcomeLabels {
+                    endpoint: series.name.clone(),
+                    outcome: label,
+                };
+                self.requests.get_or_create(&labels).inc();
+            }
+        }
+        series.request_latency.observe(elapsed.as_secs_f64());
+
+        let duplicate = match outcome {
+            Outcome::Accepted(_) => false,
+            Outcome::Duplicate(_) => true,
+            _ => return,
+        };
+        let alert = series
+            .duplicates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(self.now_secs(), duplicate);
+        if let Some(alert) = alert {
+            tracing::warn!(
+                endpoint = series.name.as_str(),
+                duplicates = alert.duplicates,
+                received = alert.received,
+                window_minutes = DUPLICATE_WINDOW.as_secs() / 60,
+                "over 5 % of webhooks in the last 15 minutes were duplicates: the gateway is \
+                 redelivering; are answers slow or lost on the way back?"
+            );
+        }
+    }
+
+    /// Counts one finished delivery attempt of `endpoint` (a configured name).
+    pub fn delivery(&self, endpoint: &str, after: &AfterAttempt, elapsed: Duration) {
+        let Some(series) = self.endpoints.get(endpoint) else {
+            return;
+        };
+        let label = match after {
+            AfterAttempt::Delivered => "delivered",
+            AfterAttempt::RetryAt(_) => "failed",
+            AfterAttempt::Dead => "dead",
+        };
+        if let Some((_, counter)) = series.deliveries.iter().find(|(l, _)| *l == label) {
+            counter.inc();
+        }
+        if let Some(histogram) = &series.delivery_latency {
+            histogram.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// The text of one scrape. `queue` is what the database said, or None if it could not be
+    /// read in time: the queue gauges are then left out rather than shown stale.
+    pub fn render(&self, queue: Option<&[QueueStats]>, now_ms: i64) -> String {
+        let _one_scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
+        let now = self.now_secs();
+        for series in self.endpoints.values() {
+            let ratio = series
+                .duplicates
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .ratio(now);
+            self.duplicate_ratio
+                .get_or_create(&label(&series.name))
+                .set(ratio);
+        }
+        self.set_queue(queue, now_ms);
+        let mut out = String::with_capacity(16 * 1024);
+        // Writing into a String cannot fail.
+        let _ = prometheus_text::encode(&mut out, &self.registry);
+        out
+    }
+
+    /// Sets the queue gauges of every configured endpoint; events stored under a name that is
+    /// no longer configured are left out (their name is not ours to label with any more).
+    fn set_queue(&self, queue: Option<&[QueueStats]>, now_ms: i64) {
+        let Some(queue) = queue else {
+            self.pending.clear();
+            self.oldest_pending_age.clear();
+            self.dead.clear();
+            return;
+        };
+        for name in self.endpoints.keys() {
+            let stats = queue.iter().find(|s| &s.endpoint == name);
+            let pending = stats.map_or(0, |s| s.pending);
+            let dead = stats.map_or(0, |s| s.dead);
+            let age = stats
+                .and_then(|s| s.oldest_pending_ms)
+                .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
+            let label = label(name);
+            self.pending.get_or_create(&label).set(pending as i64);
+            self.dead.get_or_create(&label).set(dead as i64);
+            self.oldest_pending_age.get_or_create(&label).set(age);
+        }
+    }
+
+    fn now_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+}
+
+fn label(endpoint: &str) -> EndpointLabel {
+    EndpointLabel {
+        endpoint: endpoint.to_string(),
+    }
+}
+
+fn request_histogram() -> Histogram {
+    Histogram::new(REQUEST_BUCKETS)
+}
+
+fn delivery_histogram() -> Histogram {
+    Histogram::new(DELIVERY_BUCKETS)
+}
+
+/// Duplicates among verified webhooks over the last 15 minutes, in one-minute buckets, and
+/// when the last warning was given. Pure: the caller passes the time (seconds on any
+/// monotonic clock), so tests need no clock.
+#[derive(Debug, Default)]
+pub struct DuplicateWindow {
+    /// Minute `m` lives in slot `m % 15`; a slot still holding an older minute is reset when
+    /// its minute comes round again, and ignored when counting.
+    slots: [Slot; WINDOW_MINUTES as usize],
+    last_warning: Option<u64>,
+}
+
+const WINDOW_MINUTES: u64 = DUPLICATE_WINDOW.as_secs() / 60;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Slot {
+    minute: u64,
+    received: u64,
+    duplicates: u64,
+}
+
+/// What the warning says: the counts over the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DuplicateAlert {
+    pub duplicates: u64,
+    pub received: u64,
+}
+
+impl DuplicateWindow {
+    /// Records one verified webhook at `now_secs`. Returns an alert when duplicates are now
+    /// above 5 % of the window and no alert was given in the 15 minutes before.
+    pub fn record(&mut self, now_secs: u64, duplicate: bool) -> Option<DuplicateAlert> {
+        let minute = now_secs / 60;
+        let slot = &mut self.slots[(minute % WINDOW_MINUTES) as usize];
+        if slot.minute != minute {
+            *slot = Slot {
+                minute,
+                ..Slot::default()
+            };
+        }
+        slot.received += 1;
+        slot.duplicates += u64::from(duplicate);
+
+        let (duplicates, received) = self.counts(now_secs);
+        let above = duplicates * 100 > received * DUPLICATE_WARN_PERCENT;
+        let quiet = self
+            .last_warning
+            .is_none_or(|at| now_secs >= at + DUPLICATE_WINDOW.as_secs());
+        if above && quiet {
+            self.last_warning = Some(now_secs);
+            return Some(DuplicateAlert {
+                duplicates,
+                received,
+            });
+        }
+        None
+    }
+
+    /// (duplicates, received) over the 15 minutes up to `now_secs`.
+    pub fn counts(&self, now_secs: u64) -> (u64, u64) {
+        let minute = now_secs / 60;
+        self.slots
+            .iter()
+            .filter(|s| s.minute <= minute && minute - s.minute < WINDOW_MINUTES)
+            .fold((0, 0), |(d, r), s| (d + s.duplicates, r + s.received))
+    }
+
+    /// Duplicates over received in the window; 0 when nothing was received.
+    pub fn ratio(&self, now_secs: u64) -> f64 {
+        match self.counts(now_secs) {
+            (_, 0) => 0.0,
+            (duplicates, received) => duplicates as f64 / received as f64,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Source};
+
+    const MIN: u64 = 60;
+
+    fn feed(
+        w: &mut DuplicateWindow,
+        at: u64,
+        received: u64,
+        duplicates: u64,
+    ) -> Vec<DuplicateAlert> {
+        (0..received)
+            .filter_map(|i| w.record(at, i < duplicates))
+            .collect()
+    }
+
+    #[test]
+    fn exactly_five_percent_is_not_above_it() {
+        let mut w = DuplicateWindow::default();
+        // The 5 duplicates come first, so the ratio passes 5 % on the way; record them last.
+        assert!(feed(&mut w, 0, 95, 0).is_empty());
+        assert!(feed(&mut w, 10, 5, 5).is_empty());
+        assert_eq!(w.counts(10), (5, 100));
+        assert_eq!(w.ratio(10), 0.05);
+        let alerts = feed(&mut w, 20, 1, 1);
+        assert_eq!(
+            alerts,
+            vec![DuplicateAlert {
+                duplicates: 6,
+                received: 101
+            }]
+        );
+    }
+
+    #[test]
+    fn at_most_one_warning_per_window() {
+        let mut w = DuplicateWindow::default();
+        assert_eq!(
+            feed(&mut w, 100, 10, 5).len(),
+            1,
+            "warns once, not for every duplicate"
+        );
+        assert!(feed(&mut w, 100 + 5 * MIN, 10, 5).is_empty());
+        assert!(feed(&mut w, 100 + 15 * MIN - 1, 10, 5).is_empty());
+        let again = feed(&mut w, 100 + 15 * MIN, 10, 5);
+        assert_eq!(again.len(), 1, "a new window may warn again");
+    }
+
+    #[test]
+    fn old_minutes_leave_the_window() {
+        let mut w = DuplicateWindow::default();
+        feed(&mut w, 0, 10, 10);
+        assert_eq!(w.counts(14 * MIN + 59), (10, 10));
+        assert_eq!(w.counts(15 * MIN), (0, 0), "15 minutes later they are gone");
+        assert_eq!(w.ratio(15 * MIN), 0.0);
+        // A slot reused by a later minute does not add the old minute's counts.
+        feed(&mut w, 15 * MIN, 20, 0);
+        assert_eq!(w.counts(15 * MIN), (0, 20));
+        assert!(feed(&mut w, 16 * MIN, 1, 0).is_empty(), "no duplicates now");
+    }
+
+    #[test]
+    fn a_burst_after_a_quiet_hour_warns() {
+        let mut w = DuplicateWindow::default();
+        feed(&mut w, 0, 100, 0);
+        assert_eq!(feed(&mut w, 60 * MIN, 3, 1).len(), 1);
+        assert_eq!(w.counts(60 * MIN), (1, 3));
+    }
+
+    fn config() -> Config {
+        let text = r#"
+[[endpoint]]
+path = "/webhooks/pagarme"
+provider = "pagarme"
+secret = "x"
+forward = { command = ["/bin/true"] }
+
+[[endpoint]]
+path = "/webhooks/github"
+provider = "github"
+secret = "y"
+"#;
+        Config::parse(text, Source::Embedded).unwrap()
+    }
+
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn every_series_exists_at_zero_and_moves_by_what_happened() {
+        let metrics = Metrics::new(&config().endpoints);
+        let text = metrics.render(Some(&[]), 0);
+        for series in [
+            r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#,
+            r#"portaria_requests_total{endpoint="github",outcome="bad_signature"}"#,
+            r#"portaria_requests_total{endpoint="-",outcome="not_found"}"#,
+            r#"portaria_deliveries_total{endpoint="pagarme",outcome="dead"}"#,
+            r#"portaria_events_pending{endpoint="github"}"#,
+            r#"portaria_events_dead{endpoint="pagarme"}"#,
+            r#"portaria_oldest_pending_age_seconds{endpoint="pagarme"}"#,
+            r#"portaria_duplicate_ratio{endpoint="pagarme"}"#,
+            r#"portaria_request_duration_seconds_count{endpoint="pagarme"}"#,
+            r#"portaria_delivery_duration_seconds_count{endpoint="pagarme"}"#,
+        ] {
+            assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
+        }
+        assert!(
+            !text.contains(r#"portaria_deliveries_total{endpoint="github""#),
+            "github does not forward"
+        );
+
+        metrics.request(
+            Some("pagarme"),
+            &Outcome::Accepted(1),
+            Duration::from_millis(3),
+        );
+        metrics.request(
+            Some("pagarme"),
+            &Outcome::Duplicate(1),
+            Duration::from_millis(2),
+        );
+        metrics.request(None, &Outcome::NotFound, Duration::from_micros(40));
+        metrics.delivery("pagarme", &AfterAttempt::Dead, Duration::from_millis(7));
+        let queue = [QueueStats {
+            endpoint: "pagarme".into(),
+            pending: 2,
+            oldest_pending_ms: Some(1_000),
+            dead: 1,
+        }];
+        let text = metrics.render(Some(&queue), 31_000);
+        let get = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series}"));
+        assert_eq!(
+            get(r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#),
+            1.0
+        );
+        assert_eq!(
+            get(r#"portaria_requests_total{endpoint="pagarme",outcome="duplicate"}"#),
+            1.0
+        );
+        assert_eq!(
+            get(r#"portaria_requests_total{endpoint="-",outcome="not_found"}"#),
+            1.0
+        );
+        assert_eq!(
+            get(r#"portaria_request_duration_seconds_count{endpoint="pagarme"}"#),
+            2.0
+        );
+        assert_eq!(get(r#"portaria_duplicate_ratio{endpoint="pagarme"}"#), 0.5);
+        assert_eq!(
+            get(r#"portaria_deliveries_total{endpoint="pagarme",outcome="dead"}"#),
+            1.0
+        );
+        assert_eq!(get(r#"portaria_events_pending{endpoint="pagarme"}"#), 2.0);
+        assert_eq!(get(r#"portaria_events_dead{endpoint="pagarme"}"#), 1.0);
+        assert_eq!(
+            get(r#"portaria_oldest_pending_age_seconds{endpoint="pagarme"}"#),
+            30.0
+        );
+        assert_eq!(get(r#"portaria_events_pending{endpoint="github"}"#), 0.0);
+    }
+
+    #[test]
+    fn an_unreadable_queue_leaves_its_gauges_out_and_unknown_names_never_appear() {
+        let metrics = Metrics::new(&config().endpoints);
+        metrics.delivery("renamed-long-ago", &AfterAttempt::Delivered, Duration::ZERO);
+        let queue = [QueueStats {
+            endpoint: "renamed-long-ago".into(),
+            pending: 1,
+            oldest_pending_ms: Some(0),
+            dead: 1,
+        }];
+        let text = metrics.render(Some(&queue), 0);
+        assert!(!text.contains("renamed-long-ago"), "{text}");
+        let text = metrics.render(None, 0);
+        assert!(!text.contains("portaria_events_pending{"), "{text}");
+        assert!(!text.contains("portaria_events_dead{"), "{text}");
+        assert!(text.contains("portaria_requests_total{"), "{text}");
+    }
+
+    #[test]
+    fn every_outcome_label_has_a_series_from_the_start() {
+        let outcomes = [
+            Outcome::Accepted(0),
+            Outcome::Duplicate(0),
+            Outcome::MethodNotAllowed,
+            Outcome::TooLarge,
+            Outcome::BodyTimeout,
+            Outcome::BadSignature(String::new()),
+            Outcome::StaleTimestamp,
+            Outcome::BadRequest(String::new()),
+            Outcome::StorageError(String::new()),
+            // Last: only requests to unknown paths end this way, counted under `-`.
+            Outcome::NotFound,
+        ];
+        for outcome in &outcomes[..outcomes.len() - 1] {
+            assert!(REQUEST_OUTCOMES.contains(&outcome.label()), "{outcome:?}");
+        }
+        assert_eq!(outcomes.len() - 1, REQUEST_OUTCOMES.len());
+    }
+}

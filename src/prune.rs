@@ -1,0 +1,310 @@
+//! Retention: removes finished events past their window, archives them first when
+//! `[storage] archive_dir` is set, and gives the space back to the file system.
+//!
+//! The server runs [`Pruner`], a background task that prunes once at start-up and then every
+//! hour; `portaria prune` runs the same pass once through [`prune_once`]. A pass:
+//!
+//! 1. deletes delivered and stored events received more than `retention_days` ago, and dead
+//!    ones received more than `dead_retention_days` ago (their attempts go with them, by
+//!    foreign key). Pending and delivering events are never touched: the store's one
+//!    definition of "prunable" names finished statuses only.
+//! 2. works in batches of [`BATCH`] rows, each its own writer job and so its own short group
+//!    commit: intake never waits behind more than one batch.
+//! 3. with an archive, reads each batch first, appends it to the day's archive file and
+//!    fsyncs it, and only then deletes those rows (each only if it is still prunable). Nothing
+//!    is deleted before its archive line is durably written.
+//! 4. runs `PRAGMA incremental_vacuum` in rounds of [`VACUUM_PAGES`] (the file is created with
+//!    `auto_vacuum = INCREMENTAL`), then a `wal_checkpoint(TRUNCATE)`, so the file shrinks and
+//!    the WAL does not keep the deleted pages' size.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::archive;
+use crate::config::Storage;
+use crate::shutdown::Shutdown;
+use crate::store::{Cutoffs, Db, EventDetail, Reclaimed, Removed, Store, StoreError};
+use crate::time::now_ms;
+
+/// How often the server prunes, after the pass at start-up.
+pub const EVERY: Duration = Duration::from_secs(3600);
+
+/// Rows per delete job: small enough that a batch commits in milliseconds.
+pub const BATCH: usize = 500;
+
+/// With an archive, a batch also stops once its headers and bodies pass this, so a batch of
+/// large bodies never holds hundreds of MiB in memory.
+pub const BATCH_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Free pages returned to the file system per vacuum job (4 MiB with 4 KiB pages).
+pub const VACUUM_PAGES: u32 = 1024;
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Why a pass stopped. What it deleted before that stays deleted (and archived).
+#[derive(Debug, thiserror::Error)]
+pub enum PruneError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The archive could not be written: the batch's rows were not deleted.
+    #[error("archive: {0}")]
+    Archive(#[from] io::Error),
+}
+
+/// What retention keeps, from `[storage]`.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub retention_days: u32,
+    pub dead_retention_days: u32,
+    pub archive_dir: Option<PathBuf>,
+}
+
+impl Policy {
+    pub fn new(storage: &Storage) -> Policy {
+        Policy {
+            retention_days: storage.retention_days,
+            dead_retention_days: storage.dead_retention_days,
+            archive_dir: storage.archive_dir.clone(),
+        }
+    }
+
+    /// What is past its window at `now_ms`.
+    pub fn cutoffs(&self, now_ms: i64) -> Cutoffs {
+        Cutoffs {
+            finished_before_ms: now_ms - i64::from(self.retention_days) * DAY_MS,
+            dead_before_ms: now_ms - i64::from(self.dead_retention_days) * DAY_MS,
+        }
+    }
+}
+
+/// Events and bytes, for one endpoint and status.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    pub events: u64,
+    /// Stored headers and bodies.
+    pub bytes: u64,
+}
+
+/// What a pass removed (or, for a dry run, would remove).
+#[derive(Debug, Default)]
+pub struct Report {
+    /// By (endpoint, status).
+    pub removed: BTreeMap<(String, &'static str), Tally>,
+    /// Archive files written to.
+    pub archived_to: BTreeSet<PathBuf>,
+    /// How much smaller the database file got.
+    pub reclaimed_bytes: u64,
+}
+
+impl Report {
+    pub fn events(&self) -> u64 {
+        self.removed.values().map(|t| t.events).sum()
+    }
+
+    fn count(&mut self, removed: Vec<Removed>) {
+        for r in removed {
+            let tally = self
+                .removed
+                .entry((r.endpoint, r.status.as_str()))
+                .or_default();
+            tally.events += 1;
+            tally.bytes += r.bytes;
+        }
+    }
+
+    /// The table `portaria prune` prints.
+    pub fn write(&self, out: &mut impl Write, dry_run: bool, policy: &Policy) -> io::Result<()> {
+        if self.removed.is_empty() {
+            return writeln!(
+                out,
+                "nothing to prune (delivered and stored events are kept {} days, dead ones {})",
+                policy.retention_days, policy.dead_retention_days
+            );
+        }
+        let verb = if dry_run { "would remove" } else { "removed" };
+        let note = if dry_run {
+            " (dry run: nothing was changed)"
+        } else {
+            ""
+        };
+        writeln!(out, "{verb} {} event(s){note}", self.events())?;
+        writeln!(
+            out,
+            "  {:<20}  {:<10}  {:>8}  {:>12}",
+            "ENDPOINT", "STATUS", "EVENTS", "BYTES"
+        )?;
+        for ((endpoint, status), tally) in &self.removed {
+            writeln!(
+                out,
+                "  {endpoint:<20}  {status:<10}  {:>8}  {:>12}",
+                tally.events, tally.bytes
+            )?;
+        }
+        if dry_run {
+            if let Some(dir) = &policy.archive_dir {
+                writeln!(out, "would archive them to {} first", dir.display())?;
+            }
+            return Ok(());
+        }
+        for file in &self.archived_to {
+            writeln!(out, "archived to {}", file.display())?;
+        }
+        writeln!(
+            out,
+            "reclaimed {} bytes of the database file",
+            self.reclaimed_bytes
+        )
+    }
+}
+
+/// The background task. It owns its state; [`Pruner::stop`] waits for it after the shutdown
+/// signal fired (it stops between batches).
+pub struct Pruner {
+    task: JoinHandle<()>,
+}
+
+impl Pruner {
+    pub fn start(policy: Policy, store: Store, shutdown: Shutdown) -> Pruner {
+        Pruner {
+            task: tokio::spawn(run(policy, store, shutdown)),
+        }
+    }
+
+    pub async fn stop(self) {
+        let _ = self.task.await;
+    }
+}
+
+async fn run(policy: Policy, store: Store, mut shutdown: Shutdown) {
+    loop {
+        let next = tokio::time::Instant::now() + EVERY;
+        match pass(&policy, &store, &shutdown).await {
+            Ok(report) if report.removed.is_empty() => {
+                tracing::debug!(reclaimed_bytes = report.reclaimed_bytes, "nothing to prune")
+            }
+            Ok(report) => tracing::info!(
+                removed = report.events(),
+                archived = !report.archived_to.is_empty(),
+                reclaimed_bytes = report.reclaimed_bytes,
+                "pruned old events"
+            ),
+            Err(PruneError::Store(StoreError::Closed)) => return,
+            Err(e) => tracing::error!(error = %e, "pruning failed; the next pass tries again"),
+        }
+        tokio::select! {
+            _ = shutdown.fired() => return,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+    }
+}
+
+/// One pass through the server's writer thread.
+async fn pass(policy: &Policy, store: &Store, shutdown: &Shutdown) -> Result<Report, PruneError> {
+    let cutoffs = policy.cutoffs(now_ms());
+    let mut report = Report::default();
+    while !shutdown.is_fired() {
+        let removed = match &policy.archive_dir {
+            None => store.delete_prunable(cutoffs, BATCH).await?,
+            Some(dir) => {
+                let events = store.prunable(cutoffs, BATCH, BATCH_BYTES).await?;
+                if events.is_empty() {
+                    break;
+                }
+                let ids = ids(&events);
+                let dir = dir.clone();
+                let file =
+                    tokio::task::spawn_blocking(move || archive::append(&dir, &events, now_ms()))
+                        .await
+                        .map_err(io::Error::other)??;
+                report.archived_to.insert(file);
+                store.delete_pruned(cutoffs, ids).await?
+            }
+        };
+        let last = policy.archive_dir.is_none() && removed.len() < BATCH;
+        report.count(removed);
+        if last {
+            break;
+        }
+        // Let intake's jobs reach the writer between two batches.
+        tokio::task::yield_now().await;
+    }
+    if report.removed.is_empty() || shutdown.is_fired() {
+        return Ok(report);
+    }
+    loop {
+        let round = store.reclaim_space(VACUUM_PAGES).await?;
+        report.reclaimed_bytes += round.bytes();
+        if done_reclaiming(&round) || shutdown.is_fired() {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    store.checkpoint().await?;
+    Ok(report)
+}
+
+/// One pass through the command line's own connection: `portaria prune`.
+pub fn prune_once(db: &mut Db, policy: &Policy, now_ms: i64) -> Result<Report, PruneError> {
+    let cutoffs = policy.cutoffs(now_ms);
+    let mut report = Report::default();
+    loop {
+        let removed = match &policy.archive_dir {
+            None => db.delete_prunable(cutoffs, BATCH)?,
+            Some(dir) => {
+                let events = db.prunable(cutoffs, BATCH, BATCH_BYTES)?;
+                if events.is_empty() {
+                    break;
+                }
+                report
+                    .archived_to
+                    .insert(archive::append(dir, &events, now_ms)?);
+                db.delete_pruned(cutoffs, &ids(&events))?
+            }
+        };
+        let last = policy.archive_dir.is_none() && removed.len() < BATCH;
+        report.count(removed);
+        if last {
+            break;
+        }
+    }
+    if report.removed.is_empty() {
+        return Ok(report);
+    }
+    loop {
+        let round = db.reclaim_space(VACUUM_PAGES)?;
+        report.reclaimed_bytes += round.bytes();
+        if done_reclaiming(&round) {
+            break;
+        }
+    }
+    db.checkpoint()?;
+    Ok(report)
+}
+
+/// What [`prune_once`] would remove now, changing nothing.
+pub fn dry_run(db: &Db, policy: &Policy, now_ms: i64) -> Result<Report, PruneError> {
+    let mut report = Report::default();
+    for group in db.prunable_counts(policy.cutoffs(now_ms))? {
+        report.removed.insert(
+            (group.endpoint, group.status.as_str()),
+            Tally {
+                events: group.events,
+                bytes: group.bytes,
+            },
+        );
+    }
+    Ok(report)
+}
+
+fn ids(events: &[EventDetail]) -> Vec<i64> {
+    events.iter().map(|e| e.summary.id).collect()
+}
+
+/// No free pages left, or none could be cut (a file without auto-vacuum reuses them instead).
+fn done_reclaiming(round: &Reclaimed) -> bool {
+    round.free_left == 0 || round.pages == 0
+}

@@ -1,0 +1,135 @@
+//! `portaria send`: the seed manual's "script that signs HMAC and fires POSTs", built in. It
+//! signs a payload exactly as the endpoint's provider would (current timestamp, a fresh
+//! delivery id where the scheme has one) and POSTs it to a running portaria, so the whole chain
+//! can be tested locally without a gateway. `--repeat` resends the identical delivery, to watch
+//! deduplication work.
+
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use crate::config::{Config, Endpoint};
+use crate::time::unix_secs;
+
+/// One answer, as printed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub status: u16,
+    pub body: String,
+}
+
+/// The signed request `send` fires: the headers the provider would send, and the body.
+#[derive(Debug, Clone)]
+pub struct Signed {
+    pub url: Uri,
+    pub headers: Vec<(String, String)>,
+    pub body: Bytes,
+}
+
+/// Builds the request for `endpoint`: where it goes (`url`, else the server's own listen
+/// address and the endpoint's path) and its provider's signature headers.
+pub fn prepare(
+    config: &Config,
+    endpoint: &Endpoint,
+    body: Vec<u8>,
+    url: Option<&str>,
+) -> Result<Signed, String> {
+    let url = match url {
+        Some(url) => url.to_string(),
+        None => {
+            let mut addr = config.server.listen;
+            if addr.ip().is_unspecified() {
+                // Listening on every interface: reach it over loopback.
+                addr.set_ip(if addr.is_ipv4() {
+                    std::net::Ipv4Addr::LOCALHOST.into()
+                } else {
+                    std::net::Ipv6Addr::LOCALHOST.into()
+                });
+            }
+            format!("http://{addr}{}", endpoint.path)
+        }
+    };
+    let url: Uri = url
+        .parse()
+        .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
+    if url.scheme_str() != Some("http") {
+        return Err(format!(
+            "`{url}`: only http:// URLs (portaria listens on plain HTTP behind its tunnel)"
+        ));
+    }
+    let now = SystemTime::now();
+    let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+    headers.extend(
+        endpoint
+            .verifier
+            .sign(&body, unix_secs(now), &delivery_id(now)),
+    );
+    Ok(Signed {
+        url,
+        headers,
+        body: Bytes::from(body),
+    })
+}
+
+/// A delivery id that is new on every run: `dlv_` and the time in nanoseconds, in hex.
+fn delivery_id(now: SystemTime) -> String {
+    let nanos = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("dlv_{nanos:x}{:x}", std::process::id())
+}
+
+/// POSTs the same signed request `repeat` times, one after the other, calling `each` with
+/// every answer as it comes.
+pub async fn fire(
+    signed: &Signed,
+    repeat: usize,
+    mut each: impl FnMut(usize, &Result<Answer, String>),
+) -> Vec<Result<Answer, String>> {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let mut answers = Vec::with_capacity(repeat);
+    for n in 0..repeat {
+        let answer = post(&client, signed).await;
+        each(n + 1, &answer);
+        answers.push(answer);
+    }
+    answers
+}
+
+async fn post(
+    client: &Client<HttpConnector, Full<Bytes>>,
+    signed: &Signed,
+) -> Result<Answer, String> {
+    let mut request = Request::post(signed.url.clone());
+    for (name, value) in &signed.headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = request
+        .body(Full::new(signed.body.clone()))
+        .map_err(|e| format!("cannot build the request: {e}"))?;
+    let exchange = async {
+        let response = client
+            .request(request)
+            .await
+            .map_err(|e| format!("cannot reach {}: {e}", signed.url))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("cannot read the answer: {e}"))?;
+        Ok(Answer {
+            status,
+            body: String::from_utf8_lossy(&body.to_bytes()).into_owned(),
+        })
+    };
+    tokio::time::timeout(Duration::from_secs(30), exchange)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer from {} within 30 s", signed.url)))
+}

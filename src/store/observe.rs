@@ -1,0 +1,172 @@
+//! What the admin listener asks of the database: a write probe for `/readyz`, and the queue
+//! figures `/metrics` reports. Both go through the writer thread like every other query, so
+//! they see exactly what intake and the worker see, and the probe needs the write lock.
+
+use rusqlite::{Connection, params};
+
+use super::{Store, StoreError};
+
+/// One endpoint's queue, read at scrape time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueStats {
+    pub endpoint: String,
+    /// Events waiting for delivery, including those being delivered right now.
+    pub pending: u64,
+    /// When the oldest of them was received (unix milliseconds), if there is one.
+    pub oldest_pending_ms: Option<i64>,
+    pub dead: u64,
+}
+
+impl Store {
+    /// Rewrites one row of `meta` and waits for the COMMIT: proof that the database takes a
+    /// durable write now (the write lock is free, the disk has room, the file is writable).
+    pub async fn probe_write(&self, now_ms: i64) -> Result<(), StoreError> {
+        self.run(move |conn| probe_write(conn, now_ms)).await
+    }
+
+    /// Pending and dead counts and the oldest pending event, per endpoint that has any. Reads
+    /// only the partial indexes `events_queue` and `events_dead`, plus one row per endpoint.
+    pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
+        self.run(queue_stats).await
+    }
+}
+
+fn probe_write(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO meta (key, value) VALUES ('ready_probe_at', ?1) \
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![now_ms])?;
+    Ok(())
+}
+
+/// The oldest pending event is found by the smallest id (ids grow with arrival), which the
+/// queue index covers; only that one row is read for its received time.
+const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
+     (SELECT endpoint, count(*) AS n, min(id) AS first FROM events \
+      WHERE status IN ('pending', 'delivering') GROUP BY endpoint) AS q \
+     JOIN events AS e ON e.id = q.first";
+
+const DEAD: &str = "SELECT endpoint, count(*) FROM events WHERE status = 'dead' GROUP BY endpoint";
+
+fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
+    let mut out: Vec<QueueStats> = Vec::new();
+    let mut pending = conn.prepare_cached(PENDING)?;
+    let mut rows = pending.query([])?;
+    while let Some(r) = rows.next()? {
+        out.push(QueueStats {
+            endpoint: r.get(0)?,
+            pending: r.get::<_, i64>(1)? as u64,
+            oldest_pending_ms: r.get(2)?,
+            dead: 0,
+        });
+    }
+    let mut dead = conn.prepare_cached(DEAD)?;
+    let mut rows = dead.query([])?;
+    while let Some(r) = rows.next()? {
+        let endpoint: String = r.get(0)?;
+        let n = r.get::<_, i64>(1)? as u64;
+        match out.iter_mut().find(|s| s.endpoint == endpoint) {
+            Some(stats) => stats.dead = n,
+            None => out.push(QueueStats {
+                endpoint,
+                pending: 0,
+                oldest_pending_ms: None,
+                dead: n,
+            }),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> (tempfile::TempDir, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::schema::open(&dir.path().join("t.db")).unwrap();
+        (dir, conn)
+    }
+
+    fn insert(conn: &Connection, endpoint: &str, key: &str, status: &str, received_at: i64) {
+        conn.execute(
+            "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status) \
+             VALUES (?1, ?2, x'', x'', ?3, ?4)",
+            params![endpoint, key, received_at, status],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn queue_stats_count_pending_and_dead_per_endpoint() {
+        let (_dir, conn) = db();
+        insert(&conn, "a", "1", "delivered", 100);
+        insert(&conn, "a", "2", "pending", 200);
+        insert(&conn, "a", "3", "delivering", 150);
+        insert(&conn, "a", "4", "dead", 50);
+        insert(&conn, "b", "1", "dead", 60);
+        insert(&conn, "b", "2", "dead", 70);
+        insert(&conn, "c", "1", "stored", 10);
+        let mut stats = queue_stats(&conn).unwrap();
+        stats.sort_by(|x, y| x.endpoint.cmp(&y.endpoint));
+        assert_eq!(
+            stats,
+            vec![
+                QueueStats {
+                    endpoint: "a".into(),
+                    pending: 2,
+                    // The first to arrive (smallest id), not the smallest timestamp.
+                    oldest_pending_ms: Some(200),
+                    dead: 1
+                },
+                QueueStats {
+                    endpoint: "b".into(),
+                    pending: 0,
+                    oldest_pending_ms: None,
+                    dead: 2
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn queue_stats_read_indexes_not_the_table() {
+        let (_dir, conn) = db();
+        let plan = |sql: &str| -> String {
+            let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+            stmt.query_map([], |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        let pending = plan(PENDING);
+        assert!(pending.contains("COVERING INDEX events_queue"), "{pending}");
+        assert!(
+            pending.contains("INTEGER PRIMARY KEY"),
+            "one row by id: {pending}"
+        );
+        assert!(
+            !pending
+                .lines()
+                .any(|l| l.starts_with("SCAN events") && !l.contains("INDEX")),
+            "never the whole table: {pending}"
+        );
+        let dead = plan(DEAD);
+        assert!(dead.contains("COVERING INDEX events_dead"), "{dead}");
+    }
+
+    #[test]
+    fn the_probe_rewrites_one_row() {
+        let (_dir, conn) = db();
+        probe_write(&conn, 1).unwrap();
+        probe_write(&conn, 2).unwrap();
+        let (n, value): (i64, i64) = conn
+            .query_row("SELECT count(*), max(value) FROM meta", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .unwrap();
+        assert_eq!((n, value), (1, 2));
+    }
+}
