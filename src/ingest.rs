@@ -200,6 +200,7 @@ impl Intake {
         };
         meta.dedup_key = Some(dedup_key.clone());
         let described = describe(endpoint, &parts.headers, &body);
+        tracing::trace!(endpoint = %endpoint.name, body = %String::from_utf8_lossy(&body), "webhook body");
         meta.event_type = described.event_type;
         meta.object_id = described.object_id;
 

@@ -72,6 +72,10 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(15 * 60);
 /// Above this share of duplicates in the window, warn (the seed manual's 5 %).
 pub const DUPLICATE_WARN_PERCENT: u64 = 5;
 
+/// Fewer verified webhooks than this in the window say nothing about a ratio (one redelivery
+/// among three webhooks is 33 %), so they never warn.
+pub const DUPLICATE_MIN_SAMPLE: u64 = 20;
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabel {
     endpoint: String,
@@ -387,7 +391,8 @@ pub struct DuplicateAlert {
 
 impl DuplicateWindow {
     /// Records one verified webhook at `now_secs`. Returns an alert when duplicates are now
-    /// above 5 % of the window and no alert was given in the 15 minutes before.
+    /// above 5 % of a window of at least [`DUPLICATE_MIN_SAMPLE`] webhooks and no alert was
+    /// given in the 15 minutes before.
     pub fn record(&mut self, now_secs: u64, duplicate: bool) -> Option<DuplicateAlert> {
         let minute = now_secs / 60;
         let slot = &mut self.slots[(minute % WINDOW_MINUTES) as usize];
@@ -401,7 +406,8 @@ impl DuplicateWindow {
         slot.duplicates += u64::from(duplicate);
 
         let (duplicates, received) = self.counts(now_secs);
-        let above = duplicates * 100 > received * DUPLICATE_WARN_PERCENT;
+        let above = received >= DUPLICATE_MIN_SAMPLE
+            && duplicates * 100 > received * DUPLICATE_WARN_PERCENT;
         let quiet = self
             .last_warning
             .is_none_or(|at| now_secs >= at + DUPLICATE_WINDOW.as_secs());
@@ -470,16 +476,26 @@ mod tests {
     }
 
     #[test]
+    fn a_handful_of_webhooks_never_warns() {
+        let mut w = DuplicateWindow::default();
+        assert!(
+            feed(&mut w, 0, 19, 10).is_empty(),
+            "19 webhooks are too few to judge"
+        );
+        assert_eq!(feed(&mut w, 1, 1, 1).len(), 1, "the 20th makes a sample");
+    }
+
+    #[test]
     fn at_most_one_warning_per_window() {
         let mut w = DuplicateWindow::default();
         assert_eq!(
-            feed(&mut w, 100, 10, 5).len(),
+            feed(&mut w, 100, 20, 5).len(),
             1,
             "warns once, not for every duplicate"
         );
         assert!(feed(&mut w, 100 + 5 * MIN, 10, 5).is_empty());
         assert!(feed(&mut w, 100 + 15 * MIN - 1, 10, 5).is_empty());
-        let again = feed(&mut w, 100 + 15 * MIN, 10, 5);
+        let again = feed(&mut w, 100 + 15 * MIN, 20, 5);
         assert_eq!(again.len(), 1, "a new window may warn again");
     }
 
@@ -500,8 +516,8 @@ mod tests {
     fn a_burst_after_a_quiet_hour_warns() {
         let mut w = DuplicateWindow::default();
         feed(&mut w, 0, 100, 0);
-        assert_eq!(feed(&mut w, 60 * MIN, 3, 1).len(), 1);
-        assert_eq!(w.counts(60 * MIN), (1, 3));
+        assert_eq!(feed(&mut w, 60 * MIN, 20, 2).len(), 1);
+        assert_eq!(w.counts(60 * MIN), (2, 20));
     }
 
     fn config() -> Config {
