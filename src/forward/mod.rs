@@ -24,7 +24,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, Attempt, Claimed, Store, StoreError};
+use crate::store::{AfterAttempt, Attempt, ClaimNext, Claimed, Store, StoreError};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -92,17 +92,28 @@ impl Runner {
     }
 }
 
-/// One endpoint's queue.
+/// One endpoint's queue, as the worker loop sees it.
 struct Lane {
-    endpoint: Arc<Endpoint>,
-    runner: Arc<Runner>,
-    retry: Arc<[Duration]>,
+    /// What every delivery slot of this lane shares.
+    shared: Arc<LaneShared>,
     concurrency: usize,
+    /// Slots running now; a slot frees when it finds nothing more due.
     in_flight: usize,
 }
 
+/// What a delivery slot needs to run attempts for one endpoint.
+struct LaneShared {
+    endpoint: String,
+    runner: Runner,
+    retry: Box<[Duration]>,
+    /// Strict arrival order (`concurrency = 1`).
+    in_order: bool,
+    store: Store,
+    metrics: Arc<Metrics>,
+}
+
 impl Lane {
-    fn new(endpoint: Arc<Endpoint>) -> Option<Lane> {
+    fn new(endpoint: &Endpoint, store: &Store, metrics: &Arc<Metrics>) -> Option<Lane> {
         let forward = endpoint.forward.as_ref()?;
         let runner = match &forward.target {
             Target::Command(argv) => {
@@ -115,16 +126,17 @@ impl Lane {
             ))),
         };
         Some(Lane {
-            runner: Arc::new(runner),
-            retry: forward.retry.clone().into(),
+            shared: Arc::new(LaneShared {
+                endpoint: endpoint.name.clone(),
+                runner,
+                retry: forward.retry.clone().into(),
+                in_order: forward.concurrency == 1,
+                store: store.clone(),
+                metrics: metrics.clone(),
+            }),
             concurrency: forward.concurrency,
             in_flight: 0,
-            endpoint,
         })
-    }
-
-    fn in_order(&self) -> bool {
-        self.concurrency == 1
     }
 
     fn free(&self) -> usize {
@@ -153,11 +165,14 @@ impl Worker {
                 "deliveries interrupted by the last stop will be retried"
             );
         }
-        let lanes: Vec<Lane> = endpoints.into_iter().filter_map(Lane::new).collect();
+        let lanes: Vec<Lane> = endpoints
+            .iter()
+            .filter_map(|endpoint| Lane::new(endpoint, &store, &metrics))
+            .collect();
         if lanes.is_empty() {
             return Ok(Worker { task: None });
         }
-        let task = tokio::spawn(run(lanes, store, new_event, metrics, shutdown));
+        let task = tokio::spawn(run(lanes, store, new_event, shutdown));
         Ok(Worker { task: Some(task) })
     }
 
@@ -168,13 +183,7 @@ impl Worker {
     }
 }
 
-async fn run(
-    mut lanes: Vec<Lane>,
-    store: Store,
-    new_event: Arc<Notify>,
-    metrics: Arc<Metrics>,
-    mut shutdown: Shutdown,
-) {
+async fn run(mut lanes: Vec<Lane>, store: Store, new_event: Arc<Notify>, mut shutdown: Shutdown) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut deliveries = JoinSet::new();
     let mut data_version = store.data_version().await.ok();
@@ -182,7 +191,7 @@ async fn run(
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     'work: while !shutdown.is_fired() {
-        let started = start_due(&mut lanes, &store, &metrics, &done_tx, &mut deliveries).await;
+        let started = start_due(&mut lanes, &store, &shutdown, &done_tx, &mut deliveries).await;
         let wake_at = match started {
             Ok(wake_at) => wake_at,
             Err(e) => {
@@ -244,41 +253,35 @@ async fn sleep_for(duration: Option<Duration>) {
     }
 }
 
-/// Claims and starts every due delivery that fits in its lane; returns when the next one is
-/// due, among lanes with room.
+/// Claims and starts every due delivery that fits in its lane, each in a slot of its own;
+/// returns when the next one is due, among lanes with room.
 async fn start_due(
     lanes: &mut [Lane],
     store: &Store,
-    metrics: &Arc<Metrics>,
+    shutdown: &Shutdown,
     done: &mpsc::UnboundedSender<usize>,
-    deliveries: &mut JoinSet<()>,
+    slots: &mut JoinSet<()>,
 ) -> Result<Option<i64>, StoreError> {
     let mut wake_at: Option<i64> = None;
     for (index, lane) in lanes.iter_mut().enumerate() {
         if lane.free() == 0 {
             continue;
         }
-        let name = lane.endpoint.name.clone();
+        let (name, in_order) = (lane.shared.endpoint.clone(), lane.shared.in_order);
         let claimed = store
-            .claim_due(name.clone(), lane.free(), lane.in_order(), now_ms())
+            .claim_due(name.clone(), lane.free(), in_order, now_ms())
             .await?;
         for event in claimed {
             lane.in_flight += 1;
-            let job = deliver(
-                event.into(),
-                lane.runner.clone(),
-                lane.retry.clone(),
-                store.clone(),
-                metrics.clone(),
-            );
+            let slot = run_slot(lane.shared.clone(), event.into(), shutdown.clone());
             let done = done.clone();
-            deliveries.spawn(async move {
-                job.await;
+            slots.spawn(async move {
+                slot.await;
                 let _ = done.send(index);
             });
         }
         if lane.free() > 0
-            && let Some(due) = store.next_due(name, lane.in_order()).await?
+            && let Some(due) = store.next_due(name, in_order).await?
         {
             wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
         }
@@ -286,17 +289,53 @@ async fn start_due(
     Ok(wake_at)
 }
 
-/// One attempt: run it, then record what it came to and what happens next.
-async fn deliver(
-    delivery: Delivery,
-    runner: Arc<Runner>,
-    retry: Arc<[Duration]>,
-    store: Store,
-    metrics: Arc<Metrics>,
-) {
+/// A delivery slot: runs one attempt, records it and claims the lane's next due event in the
+/// same commit, and goes on until nothing more is due (or shutdown). A busy lane thus costs
+/// one commit per delivery and no round trip through the worker loop.
+async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
+    let mut delivery = first;
+    loop {
+        let (attempt, after) = attempt(&lane, &delivery).await;
+        let then = (!shutdown.is_fired()).then(|| ClaimNext {
+            endpoint: lane.endpoint.clone(),
+            in_order: lane.in_order,
+            now_ms: now_ms(),
+        });
+        // The outcome must reach the database; until it does, the event stays `delivering`
+        // and would only be retried after a restart. Keep trying, gently.
+        let mut backoff = Duration::from_millis(200);
+        let next = loop {
+            let recorded = lane
+                .store
+                .record_attempt(
+                    delivery.event_id,
+                    attempt.clone(),
+                    after.clone(),
+                    then.clone(),
+                )
+                .await;
+            match recorded {
+                Ok(next) => break next,
+                Err(StoreError::Closed) => return,
+                Err(e) => {
+                    tracing::error!(event_id = delivery.event_id, error = %e, "cannot record a delivery attempt; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                }
+            }
+        };
+        match next {
+            Some(claimed) => delivery = claimed.into(),
+            None => return,
+        }
+    }
+}
+
+/// One attempt: run it, and work out what it came to and what happens next.
+async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Attempt, AfterAttempt) {
     let started_at = SystemTime::now();
     let clock = Instant::now();
-    let outcome = runner.deliver(&delivery).await;
+    let outcome = lane.runner.deliver(delivery).await;
     let elapsed = clock.elapsed();
     let finished_ms = now_ms();
 
@@ -304,8 +343,7 @@ async fn deliver(
         Outcome::Delivered => (AfterAttempt::Delivered, None),
         Outcome::Failed(error) => {
             // Attempt n failed: wait the n-th gap of the schedule; past its end, the event is dead.
-            let gap = retry.get(delivery.attempt as usize - 1).copied();
-            match gap {
+            match lane.retry.get(delivery.attempt as usize - 1).copied() {
                 Some(gap) => (
                     AfterAttempt::RetryAt(finished_ms + jittered(gap, delivery.event_id)),
                     Some(error),
@@ -314,8 +352,8 @@ async fn deliver(
             }
         }
     };
-    log_attempt(&delivery, &after, error.as_deref(), elapsed);
-    metrics.delivery(&delivery.endpoint, &after, elapsed);
+    log_attempt(delivery, &after, error.as_deref(), elapsed);
+    lane.metrics.delivery(&delivery.endpoint, &after, elapsed);
     let attempt = Attempt {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),
@@ -328,20 +366,7 @@ async fn deliver(
         .to_string(),
         error,
     };
-    // The outcome must reach the database; until it does, the event stays `delivering` and
-    // would only be retried after a restart. Keep trying, gently.
-    let mut backoff = Duration::from_millis(200);
-    while let Err(e) = store
-        .record_attempt(delivery.event_id, attempt.clone(), after.clone())
-        .await
-    {
-        if matches!(e, StoreError::Closed) {
-            return;
-        }
-        tracing::error!(event_id = delivery.event_id, error = %e, "cannot record a delivery attempt; retrying");
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(10));
-    }
+    (attempt, after)
 }
 
 fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed: Duration) {

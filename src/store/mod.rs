@@ -27,7 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::verify::Verified;
 pub use observe::QueueStats;
-use writer::{Finish, Job, Message};
+use writer::{Finish, Job, Message, Needs};
 
 /// Why the store could not do what was asked. Cloneable: one failed COMMIT is reported to
 /// every request of its batch.
@@ -197,6 +197,15 @@ pub struct Claimed {
     pub body: Bytes,
 }
 
+/// After recording an attempt, claim the next due event of this lane.
+#[derive(Debug, Clone)]
+pub struct ClaimNext {
+    pub endpoint: String,
+    /// Only the oldest unfinished event is a candidate (see [`Store::claim_due`]).
+    pub in_order: bool,
+    pub now_ms: i64,
+}
+
 /// What happens to an event after an attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AfterAttempt {
@@ -301,7 +310,17 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Message::Job).await
+        self.submit(f, Needs::ALL, Message::Job).await
+    }
+
+    /// Like [`Store::run`], for delivery bookkeeping: the batch may commit without an fsync
+    /// when nothing else in it needs one (see [`writer`]).
+    async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(f, Needs::BOOKKEEPING, Message::Job).await
     }
 
     /// Runs `f` on the writer thread alone, outside any transaction (after the batch in front
@@ -311,16 +330,21 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Message::Solo).await
+        self.submit(f, Needs::ALL, Message::Solo).await
     }
 
-    async fn submit<T, F>(&self, f: F, wrap: fn(Box<dyn Job>) -> Message) -> Result<T, StoreError>
+    async fn submit<T, F>(
+        &self,
+        f: F,
+        needs: Needs,
+        wrap: fn(Box<dyn Job>) -> Message,
+    ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
-        let job = Box::new(Work { f, reply });
+        let job = Box::new(Work { f, needs, reply });
         let sent = match self.inner.tx.lock() {
             Ok(guard) => guard.as_ref().is_some_and(|tx| tx.send(wrap(job)).is_ok()),
             Err(_) => false,
@@ -334,13 +358,17 @@ impl Store {
     /// Stores a verified event unless its (endpoint, dedup key) is already there. The barrier is
     /// the UNIQUE constraint inside the insert, so concurrent copies cannot both get in.
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
-        self.run(move |conn| sql::insert_event(conn, &event)).await
+        // One statement (the SELECT after a conflict only reads): no savepoint needed.
+        let insert = move |conn: &Connection| sql::insert_event(conn, &event);
+        self.submit(insert, Needs::DURABLE_STATEMENT, Message::Job)
+            .await
     }
 
     /// At start-up: attempts that were running when the process died go back to pending, due
     /// now, and are recorded as interrupted. Returns how many.
     pub async fn recover(&self, now_ms: i64) -> Result<usize, StoreError> {
-        self.run(move |conn| sql::recover(conn, now_ms)).await
+        self.run_bookkeeping(move |conn| sql::recover(conn, now_ms))
+            .await
     }
 
     /// Claims up to `limit` due events of `endpoint` for delivery. With `in_order`, only the
@@ -352,7 +380,7 @@ impl Store {
         in_order: bool,
         now_ms: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        self.run(move |conn| sql::claim_due(conn, &endpoint, limit, in_order, now_ms))
+        self.run_bookkeeping(move |conn| sql::claim_due(conn, &endpoint, limit, in_order, now_ms))
             .await
     }
 
@@ -363,25 +391,32 @@ impl Store {
         endpoint: String,
         in_order: bool,
     ) -> Result<Option<i64>, StoreError> {
-        self.run(move |conn| sql::next_due(conn, &endpoint, in_order))
+        self.run_bookkeeping(move |conn| sql::next_due(conn, &endpoint, in_order))
             .await
     }
 
-    /// Records one attempt and moves the event on.
+    /// Records one attempt and moves the event on; with `then`, claims the lane's next due
+    /// event in the same transaction, so a busy lane costs one commit per delivery.
     pub async fn record_attempt(
         &self,
         event_id: i64,
         attempt: Attempt,
         after: AfterAttempt,
-    ) -> Result<(), StoreError> {
-        self.run(move |conn| sql::record_attempt(conn, event_id, &attempt, &after))
-            .await
+        then: Option<ClaimNext>,
+    ) -> Result<Option<Claimed>, StoreError> {
+        self.run_bookkeeping(move |conn| {
+            sql::record_attempt(conn, event_id, &attempt, &after)?;
+            let Some(next) = then else { return Ok(None) };
+            let mut claimed = sql::claim_due(conn, &next.endpoint, 1, next.in_order, next.now_ms)?;
+            Ok(claimed.pop())
+        })
+        .await
     }
 
     /// SQLite's `data_version`: changes when another connection (say, `portaria events
     /// replay`) commits to the file.
     pub async fn data_version(&self) -> Result<i64, StoreError> {
-        self.run(|conn| conn.query_row("PRAGMA data_version", [], |r| r.get(0)))
+        self.run_bookkeeping(|conn| conn.query_row("PRAGMA data_version", [], |r| r.get(0)))
             .await
     }
 
@@ -458,6 +493,7 @@ impl Store {
 /// A closure and the channel its caller waits on.
 struct Work<F, T> {
     f: F,
+    needs: Needs,
     reply: oneshot::Sender<Result<T, StoreError>>,
 }
 
@@ -466,8 +502,12 @@ where
     T: Send + 'static,
     F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
 {
+    fn needs(&self) -> Needs {
+        self.needs
+    }
+
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish) {
-        let Work { f, reply } = *self;
+        let Work { f, reply, .. } = *self;
         let result = f(conn);
         let ok = result.is_ok();
         let finish: Finish = Box::new(move |committed| {
@@ -1059,6 +1099,39 @@ mod sql {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
+    fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
+        conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+    }
+
+    #[tokio::test]
+    async fn bookkeeping_alone_commits_without_fsync_but_never_alongside_an_insert() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        assert_eq!(
+            store.run_bookkeeping(synchronous).await.unwrap(),
+            1,
+            "NORMAL"
+        );
+        assert_eq!(store.run(synchronous).await.unwrap(), 2, "FULL by default");
+        assert_eq!(store.run_bookkeeping(synchronous).await.unwrap(), 1);
+
+        // Queued together (while the writer is busy), they share one batch, which then needs
+        // the fsync.
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::join!(store.run_bookkeeping(synchronous), store.run(synchronous))
+        };
+        let (busy, (a, b)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        assert_eq!((a.unwrap(), b.unwrap()), (2, 2));
+        store.close();
+    }
 
     const DAY: i64 = 86_400_000;
     const NOW: i64 = 1_796_026_524_000;

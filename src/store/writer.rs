@@ -2,9 +2,17 @@
 //! waiting as one transaction (group commit), so a burst of requests costs one fsync, not one
 //! each. A job's caller hears back only after its transaction is durable.
 //!
-//! Each job runs inside its own SAVEPOINT, so one failing job rolls back alone and the rest of
-//! its batch still commits. If the COMMIT itself fails (disk full, I/O error, lock timeout),
-//! every job of the batch hears the error and nothing of it is kept.
+//! A job of several statements runs inside its own SAVEPOINT, so one failing job rolls back
+//! alone and the rest of its batch still commits; a job of one statement (an intake insert)
+//! needs none, since SQLite undoes a failed statement by itself. If the COMMIT itself fails
+//! (disk full, I/O error, lock timeout), every job of the batch hears the error and nothing of
+//! it is kept.
+//!
+//! A batch is committed with `synchronous=FULL` (an fsync before its callers hear back) when
+//! any of its jobs needs that: every intake insert does. A batch of nothing but delivery
+//! bookkeeping commits with `synchronous=NORMAL`: no fsync of its own, durable at the next FULL
+//! commit or checkpoint. Losing such a commit to a power cut can only make an event go out once
+//! more (at least once still holds), and it spares an SD card an fsync per delivery.
 //!
 //! SQLite refuses a few statements inside a transaction: a WAL checkpoint, for one (pruning
 //! runs one to give the space back). Those go in as a *solo* job: the writer commits the batch
@@ -21,8 +29,36 @@ use super::StoreError;
 /// Called once the batch a job ran in has committed (or failed to).
 pub(super) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
+/// What a job needs from the batch it runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Needs {
+    /// Its own SAVEPOINT: it runs several statements that must stand or fall together.
+    pub savepoint: bool,
+    /// An fsync before its caller hears back (`synchronous=FULL`).
+    pub fsync: bool,
+}
+
+impl Needs {
+    /// The safe default: atomic on its own, durable before the answer.
+    pub const ALL: Needs = Needs {
+        savepoint: true,
+        fsync: true,
+    };
+    /// One statement (atomic by itself) whose caller is promised durability: an intake insert.
+    pub const DURABLE_STATEMENT: Needs = Needs {
+        savepoint: false,
+        fsync: true,
+    };
+    /// Delivery bookkeeping: atomic, but a lost commit only means one more delivery.
+    pub const BOOKKEEPING: Needs = Needs {
+        savepoint: true,
+        fsync: false,
+    };
+}
+
 /// A unit of work for the writer.
 pub(super) trait Job: Send {
+    fn needs(&self) -> Needs;
     /// Runs on the write connection inside the batch's transaction; says whether it
     /// succeeded, and hands back what to call after COMMIT.
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish);
@@ -52,6 +88,8 @@ pub(super) fn spawn(
 }
 
 fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
+    // `schema::open` left the connection at FULL.
+    let mut synchronous_full = true;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(64);
     let mut solo: Option<Box<dyn Job>> = None;
     let mut closing = false;
@@ -75,6 +113,19 @@ fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
             }
         }
         if !batch.is_empty() {
+            let full = batch.iter().any(|job| job.needs().fsync);
+            if full != synchronous_full {
+                // Allowed outside a transaction only, which is where we are.
+                let pragma = if full {
+                    "PRAGMA synchronous = FULL"
+                } else {
+                    "PRAGMA synchronous = NORMAL"
+                };
+                match conn.execute_batch(pragma) {
+                    Ok(()) => synchronous_full = full,
+                    Err(e) => tracing::error!(error = %e, "cannot change synchronous"),
+                }
+            }
             commit_batch(&conn, &mut batch);
         }
         if let Some(job) = solo.take() {
@@ -90,7 +141,7 @@ fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
 }
 
 fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) {
-    if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let err = StoreError::from(e);
         for job in batch.drain(..) {
             job.abort(err.clone());
@@ -99,26 +150,37 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) {
     }
     let mut finishes = Vec::with_capacity(batch.len());
     for job in batch.drain(..) {
-        let in_savepoint = conn.execute_batch("SAVEPOINT job").is_ok();
+        let in_savepoint = job.needs().savepoint && exec(conn, "SAVEPOINT job").is_ok();
         let (ok, finish) = job.run(conn);
         if in_savepoint {
             let end = if ok {
-                "RELEASE job"
+                exec(conn, "RELEASE job")
             } else {
-                "ROLLBACK TO job; RELEASE job"
+                rollback_to(conn)
             };
-            if let Err(e) = conn.execute_batch(end) {
+            if let Err(e) = end {
                 tracing::error!(error = %e, "ending a savepoint failed");
             }
         }
         finishes.push(finish);
     }
-    let result = conn.execute_batch("COMMIT").map_err(StoreError::from);
+    let result = exec(conn, "COMMIT").map_err(StoreError::from);
     if result.is_err() {
         // COMMIT failed: make sure nothing of the batch survives, then report to everyone.
-        let _ = conn.execute_batch("ROLLBACK");
+        let _ = exec(conn, "ROLLBACK");
     }
     for finish in finishes {
         finish(result.clone());
     }
+}
+
+/// Runs one of the writer's fixed statements through the statement cache: they run for every
+/// batch or job, and parsing them anew each time showed in the profile.
+fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
+}
+
+fn rollback_to(conn: &Connection) -> rusqlite::Result<()> {
+    exec(conn, "ROLLBACK TO job")?;
+    exec(conn, "RELEASE job")
 }
