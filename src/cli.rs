@@ -204,6 +204,13 @@ fn load(config: Option<&Path>) -> Result<Config, String> {
     Config::load(config).map_err(|e| format!("invalid configuration\n{e}"))
 }
 
+/// For commands that only work on the database: the secrets are not read, so an operator can
+/// run them without the gateways' secrets in the environment.
+fn load_for_database(config: Option<&Path>) -> Result<Config, String> {
+    Config::load_with(config, crate::config::Secrets::Skip)
+        .map_err(|e| format!("invalid configuration\n{e}"))
+}
+
 fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
     let config = load(config)?;
     init_logging(format, &config.log.level);
@@ -385,7 +392,7 @@ fn secret_variables(text: &str) -> Vec<String> {
 }
 
 fn events(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
-    let config = load(config)?;
+    let config = load_for_database(config)?;
     let path = &config.storage.path;
     if !path.exists() {
         return Err(format!(
@@ -393,7 +400,12 @@ fn events(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, Str
             path.display()
         ));
     }
-    let mut db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
+    // Looking needs no write access; only a replay opens the database for writing.
+    let opened = match &command {
+        EventsCommand::Replay(_) => Db::open(path),
+        _ => Db::open_read_only(path),
+    };
+    let mut db = opened.map_err(|e| format!("cannot open the database: {e}"))?;
     let out = std::io::stdout();
     let mut out = out.lock();
     let now = now_ms();
@@ -528,7 +540,7 @@ fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()
 }
 
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
-    let config = load(config)?;
+    let config = load_for_database(config)?;
     let path = &config.storage.path;
     if !path.exists() {
         return Err(format!(
@@ -552,7 +564,7 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
 
 fn archive(config: Option<&Path>, command: ArchiveCommand) -> Result<ExitCode, String> {
     let ArchiveCommand::Replay { file, endpoint } = command;
-    let config = load(config)?;
+    let config = load_for_database(config)?;
     if let Some(name) = &endpoint
         && config.endpoint(name).is_none()
     {

@@ -48,7 +48,25 @@ pub struct Config {
     /// Things worth saying that do not stop the start (a secret file others can read). Logged
     /// by `serve` once logging is set up, since the level comes from this very file.
     pub warnings: Vec<String>,
+    /// Every environment variable the config reads a secret from: kept out of the environment
+    /// of forward commands, which have no business holding the gateways' secrets.
+    pub secret_variables: Vec<String>,
 }
+
+/// Whether loading a config reads its secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// Read and check every secret: for `serve`, `check` and `send`.
+    Load,
+    /// Check how secrets are given, but do not read them: for the commands that only work on
+    /// the database (`events`, `prune`, `archive`), so an operator needs no gateway secret.
+    /// The verifiers built then hold a placeholder that verifies nothing.
+    Skip,
+}
+
+/// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
+/// scheme accepts it, and matches no real signature.
+const PLACEHOLDER_SECRET: &str = "whsec_cG9ydGFyaWE6IHNlY3JldHMgbm90IGxvYWRlZA==";
 
 /// `[log]`: the level when `RUST_LOG` is not set.
 #[derive(Debug, Clone)]
@@ -121,6 +139,9 @@ pub struct Forward {
     pub retry: Vec<Duration>,
     /// Deliveries in flight at once; 1 keeps arrival order.
     pub concurrency: usize,
+    /// Environment variables a command target must not inherit: every `secret_env` of the
+    /// config (the command has no business holding the gateways' secrets).
+    pub hide_env: Vec<String>,
 }
 
 pub enum Target {
@@ -148,6 +169,11 @@ impl fmt::Debug for Target {
 impl Config {
     /// Finds, reads and validates the configuration (see the module doc for the order).
     pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::load_with(explicit, Secrets::Load)
+    }
+
+    /// [`Config::load`], choosing whether secrets are read (see [`Secrets`]).
+    pub fn load_with(explicit: Option<&Path>, secrets: Secrets) -> Result<Config, ConfigError> {
         let source = locate(
             explicit,
             std::env::var_os("PORTARIA_CONFIG").map(PathBuf::from),
@@ -160,15 +186,20 @@ impl Config {
                     source: source.clone(),
                     problems: vec![format!("cannot read the file: {e}")],
                 })?;
-                Config::parse(&text, source)
+                Config::parse_with(&text, source, secrets)
             }
-            Source::Embedded => Config::parse(EXAMPLE, Source::Embedded),
+            Source::Embedded => Config::parse_with(EXAMPLE, Source::Embedded, secrets),
         }
     }
 
     /// Validates configuration text. `source` says where it came from: relative storage and
     /// secret-file paths are resolved against a file's directory.
     pub fn parse(text: &str, source: Source) -> Result<Config, ConfigError> {
+        Config::parse_with(text, source, Secrets::Load)
+    }
+
+    /// [`Config::parse`], choosing whether secrets are read (see [`Secrets`]).
+    pub fn parse_with(text: &str, source: Source, secrets: Secrets) -> Result<Config, ConfigError> {
         let fail = |problems| ConfigError {
             source: source.clone(),
             problems,
@@ -181,13 +212,19 @@ impl Config {
         let mut v = Validator {
             text,
             base_dir,
+            secrets,
             problems: Vec::new(),
             warnings: Vec::new(),
+            secret_variables: Vec::new(),
         };
         let server = v.server(raw.server);
         let storage = v.storage(raw.storage);
         let endpoints = v.endpoints(raw.endpoints);
         let log = v.log(raw.log);
+        let mut endpoints = endpoints;
+        for forward in endpoints.iter_mut().filter_map(|e| e.forward.as_mut()) {
+            forward.hide_env = v.secret_variables.clone();
+        }
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,
@@ -196,6 +233,7 @@ impl Config {
                 endpoints,
                 log,
                 warnings: v.warnings,
+                secret_variables: v.secret_variables,
             }),
             _ => Err(fail(v.problems)),
         }
@@ -368,8 +406,10 @@ struct RawForward {
 struct Validator<'a> {
     text: &'a str,
     base_dir: Option<PathBuf>,
+    secrets: Secrets,
     problems: Vec<String>,
     warnings: Vec<String>,
+    secret_variables: Vec<String>,
 }
 
 impl Validator<'_> {
@@ -645,12 +685,17 @@ impl Validator<'_> {
                 return Vec::new();
             }
         }
+        let env_vars = raw.secret_env.map(OneOrMany::into_vec).unwrap_or_default();
+        self.secret_variables.extend(env_vars.iter().cloned());
+        if self.secrets == Secrets::Skip {
+            return vec![PLACEHOLDER_SECRET.to_string()];
+        }
         let mut secrets = Vec::new();
         if let Some(s) = raw.secret {
             secrets.push(s);
         }
         secrets.extend(list.unwrap_or_default());
-        for var in raw.secret_env.map(OneOrMany::into_vec).unwrap_or_default() {
+        for var in env_vars {
             match std::env::var(&var) {
                 Ok(value) if !value.trim().is_empty() => secrets.push(value.trim().to_string()),
                 Ok(_) => self.problem(format!(
@@ -787,6 +832,7 @@ impl Validator<'_> {
             timeout: Duration::from_secs(raw.timeout_secs.unwrap_or(30).max(1)),
             retry,
             concurrency,
+            hide_env: Vec::new(), // filled in once every endpoint has been read
         })
     }
 }
@@ -1073,6 +1119,43 @@ secret = "s3cret"
         );
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(Config::parse(text, source).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn database_commands_load_without_the_secrets() {
+        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"standard-webhooks\"\nsecret_env = \"PORTARIA_TEST_NEVER_SET\"\nforward = { url = \"http://127.0.0.1:1/\", secret_file = \"/nonexistent\" }\n";
+        assert!(parse(text).is_err(), "serve and check read them");
+        let config = Config::parse_with(text, file_source(), Secrets::Skip).unwrap();
+        assert_eq!(config.secret_variables, ["PORTARIA_TEST_NEVER_SET"]);
+        let forward = config.endpoints[0].forward.as_ref().unwrap();
+        assert_eq!(
+            forward.hide_env,
+            ["PORTARIA_TEST_NEVER_SET"],
+            "commands never see secrets"
+        );
+        let body = b"{}";
+        let headers: http::HeaderMap = [
+            ("webhook-id", "m"),
+            ("webhook-timestamp", "0"),
+            ("webhook-signature", "v1,AAAA"),
+        ]
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                http::HeaderName::from_static(k),
+                http::HeaderValue::from_static(v),
+            )
+        })
+        .collect();
+        assert!(
+            config.endpoints[0]
+                .verifier
+                .verify(&headers, body, 0)
+                .is_err()
+        );
+        // How secrets are given is still checked.
+        let both = "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret = \"x\"\nsecret_env = \"Y\"\n";
+        assert!(Config::parse_with(both, file_source(), Secrets::Skip).is_err());
     }
 
     #[test]

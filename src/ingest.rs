@@ -297,6 +297,14 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
             cause,
             "webhook rejected"
         ),
+        // Internet scanners reach every tunnel: wrong paths and methods are not news.
+        Outcome::NotFound | Outcome::MethodNotAllowed => tracing::debug!(
+            endpoint,
+            outcome = outcome.label(),
+            status,
+            latency_ms,
+            "request rejected"
+        ),
         _ => tracing::warn!(
             endpoint,
             outcome = outcome.label(),

@@ -43,11 +43,23 @@ pub struct CommandTarget {
     argv: Vec<String>,
     /// How long the program may run before its process group is killed.
     timeout: Duration,
+    /// Variables of portaria's own environment the program must not see (the secrets).
+    hidden_env: Vec<String>,
 }
 
 impl CommandTarget {
     pub fn new(argv: Vec<String>, timeout: Duration) -> Self {
-        Self { argv, timeout }
+        Self {
+            argv,
+            timeout,
+            hidden_env: Vec::new(),
+        }
+    }
+
+    /// Keeps these variables of portaria's environment from the program.
+    pub fn hiding_env(mut self, names: Vec<String>) -> Self {
+        self.hidden_env = names;
+        self
     }
 
     /// Runs the program once for `d`. Never panics on event data; every problem becomes
@@ -58,6 +70,9 @@ impl CommandTarget {
         };
 
         let mut command = Command::new(program);
+        for name in &self.hidden_env {
+            command.env_remove(name);
+        }
         command
             .args(args)
             .envs(delivery_env(d))
@@ -408,6 +423,29 @@ mod tests {
             assert!(Instant::now() < give_up, "the script never wrote its pid");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn hidden_variables_do_not_reach_the_program() {
+        assert!(
+            std::env::var_os("HOME").is_some(),
+            "the test needs HOME set to hide it"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script = write_script(
+            dir.path(),
+            "env.sh",
+            "#!/bin/sh\nprintf '%s|%s' \"${HOME+set}\" \"${PATH+set}\" > \"$1/seen\"\n",
+        );
+        let out_dir = dir.path().to_string_lossy().into_owned();
+        let target = CommandTarget::new(vec![script, out_dir], Duration::from_secs(10))
+            .hiding_env(vec!["HOME".to_string()]);
+        assert_eq!(
+            target.deliver(&delivery(Bytes::new())).await,
+            Outcome::Delivered
+        );
+        let seen = std::fs::read_to_string(dir.path().join("seen")).expect("seen");
+        assert_eq!(seen, "|set", "HOME hidden, the rest inherited");
     }
 
     #[tokio::test]

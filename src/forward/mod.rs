@@ -116,9 +116,10 @@ impl Lane {
     fn new(endpoint: &Endpoint, store: &Store, metrics: &Arc<Metrics>) -> Option<Lane> {
         let forward = endpoint.forward.as_ref()?;
         let runner = match &forward.target {
-            Target::Command(argv) => {
-                Runner::Command(command::CommandTarget::new(argv.clone(), forward.timeout))
-            }
+            Target::Command(argv) => Runner::Command(
+                command::CommandTarget::new(argv.clone(), forward.timeout)
+                    .hiding_env(forward.hide_env.clone()),
+            ),
             Target::Url { url, signing_key } => Runner::Http(Box::new(http::HttpTarget::new(
                 url.clone(),
                 forward.timeout,

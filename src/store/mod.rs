@@ -534,6 +534,14 @@ impl Db {
         })
     }
 
+    /// Opens an existing database for reading only: no schema change, no write, so any user
+    /// who can read the file (and its `-wal`/`-shm`) can look, not only the service's own.
+    pub fn open_read_only(path: &Path) -> Result<Db, StoreError> {
+        Ok(Db {
+            conn: schema::open_read_only(path)?,
+        })
+    }
+
     pub fn list(&self, filter: &ListFilter) -> Result<Vec<EventSummary>, StoreError> {
         Ok(sql::list(&self.conn, filter)?)
     }

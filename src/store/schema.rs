@@ -80,6 +80,31 @@ pub fn open(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// Opens an existing file read-only, for looking only. Refuses a file whose schema this build
+/// does not know, rather than misreading it.
+pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        StoreError::Sqlite(format!("{what} {}: {e}", path.display()))
+    };
+    let flags =
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(|e| fail("cannot open", &e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| fail("cannot configure", &e))?;
+    let version: i64 = conn
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .map_err(|e| fail("cannot read", &e))?;
+    if version != SCHEMA_VERSION {
+        return Err(fail(
+            "unexpected schema in",
+            &format!(
+                "version {version}, this portaria reads {SCHEMA_VERSION}; let the server open it first"
+            ),
+        ));
+    }
+    Ok(conn)
+}
+
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version >= SCHEMA_VERSION {

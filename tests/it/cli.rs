@@ -463,3 +463,63 @@ async fn json_logs_are_one_object_per_line_with_the_webhook_fields() {
     }
     let _ = child.kill().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn database_commands_need_no_gateway_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let config = dir.path().join("p.toml");
+    let text = base_config(&db, "", "")
+        + "\n[[endpoint]]\npath = \"/webhooks/from-env\"\nprovider = \"github\"\nsecret_env = \"PORTARIA_IT_SECRET_FOR_SERVE\"\n";
+    std::fs::write(&config, &text).unwrap();
+    // The server gets the secret; the operator's shell does not have it.
+    let mut serve = portaria();
+    serve
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("PORTARIA_IT_SECRET_FOR_SERVE", "s3");
+    let server = Process::spawn_command(serve).await;
+    let body = payment_body(1);
+    assert_eq!(
+        post(
+            server.addr,
+            "/webhooks/pagarme",
+            &pagarme_headers(&body),
+            &body
+        )
+        .await
+        .status,
+        200
+    );
+
+    for args in [
+        &["events", "list"][..],
+        &["events", "show", "1"],
+        &["prune", "--dry-run"],
+    ] {
+        let out = portaria()
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .env_remove("PORTARIA_IT_SECRET_FOR_SERVE")
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // A command that signs does need it, and says which.
+    let out = portaria()
+        .args(["send", "--endpoint", "from-env", "--data", "{}", "--config"])
+        .arg(&config)
+        .env_remove("PORTARIA_IT_SECRET_FOR_SERVE")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("PORTARIA_IT_SECRET_FOR_SERVE is not set")
+    );
+}

@@ -328,9 +328,14 @@ pub struct Process {
 
 impl Process {
     pub async fn spawn(config: &Path) -> Process {
-        let mut child = portaria()
-            .args(["serve", "--config"])
-            .arg(config)
+        let mut serve = portaria();
+        serve.args(["serve", "--config"]).arg(config);
+        Process::spawn_command(serve).await
+    }
+
+    /// Starts `serve` as `command` says (arguments, environment).
+    pub async fn spawn_command(mut command: Command) -> Process {
+        let mut child = command
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
