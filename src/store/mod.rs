@@ -12,6 +12,7 @@
 //! What pruning may remove is defined once, in `sql::PRUNABLE`: finished events past their
 //! window. Pending and delivering events never match it.
 
+mod checkpoint;
 mod observe;
 mod schema;
 mod writer;
@@ -293,7 +294,7 @@ impl Store {
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         let conn = schema::open(path)?;
         let (tx, rx) = mpsc::channel();
-        let thread = writer::spawn(conn, rx)
+        let thread = writer::spawn(conn, path.to_path_buf(), rx)
             .map_err(|e| StoreError::Sqlite(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
             inner: Arc::new(Inner {
@@ -1111,6 +1112,49 @@ mod tests {
     /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
     fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
         conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+    }
+
+    #[tokio::test]
+    async fn the_checkpoint_thread_keeps_the_wal_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let store = Store::open(&path).unwrap();
+        let wal = dir.path().join("p.db-wal");
+        let mut largest = 0;
+        // Four times the checkpoint threshold in events of 1 KB, 100 per commit.
+        let threshold = checkpoint::CHECKPOINT_PAGES as u64 * 1024;
+        for batch in 0..(4 * threshold / 100_000) {
+            store
+                .run(move |conn| {
+                    let mut insert = conn.prepare_cached(
+                        "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status) \
+                         VALUES ('e', ?1, x'', zeroblob(1000), 0, 'stored')",
+                    )?;
+                    for n in 0..100 {
+                        insert.execute([format!("{batch}-{n}")])?;
+                    }
+                    Ok(())
+                })
+                .await
+                .unwrap();
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        let threshold = checkpoint::CHECKPOINT_PAGES as u64 * 1024;
+        assert!(
+            largest > threshold / 2,
+            "the test wrote enough to need checkpoints"
+        );
+        assert!(
+            largest < 3 * threshold,
+            "the WAL started over: at most {largest} bytes"
+        );
+        let pages: i64 = store
+            .run(|c| c.query_row("PRAGMA page_size", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(pages, 1024);
+        store.close();
+        assert!(!wal.exists(), "closing checkpoints and removes the WAL");
     }
 
     #[tokio::test]

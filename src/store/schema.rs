@@ -68,11 +68,16 @@ pub fn open(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path).map_err(|e| fail("cannot open", &e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| fail("cannot configure", &e))?;
-    // auto_vacuum must be chosen before the first table exists; on an existing file it is a no-op.
+    // page_size and auto_vacuum must be chosen before the first table exists; on an existing
+    // file they are no-ops. 1 KiB pages: each event dirties a page of the (random-keyed) dedup
+    // index on every commit, and a smaller page is a smaller write (see ARCHITECTURE.md, Disk).
+    // journal_size_limit: once a checkpoint lets the WAL start over, trim it back to 32 MiB.
     conn.execute_batch(
-        "PRAGMA auto_vacuum = INCREMENTAL;
+        "PRAGMA page_size = 1024;
+         PRAGMA auto_vacuum = INCREMENTAL;
          PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
+         PRAGMA journal_size_limit = 33554432;
          PRAGMA foreign_keys = ON;",
     )
     .map_err(|e| fail("cannot configure", &e))?;

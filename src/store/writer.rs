@@ -19,12 +19,14 @@
 //! in front of it, runs it alone in autocommit mode, then goes back to batching. Queue order is
 //! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
 
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
 
 use rusqlite::Connection;
 
 use super::StoreError;
+use super::checkpoint::Checkpointer;
 
 /// Called once the batch a job ran in has committed (or failed to).
 pub(super) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
@@ -80,14 +82,24 @@ const MAX_BATCH: usize = 1024;
 
 pub(super) fn spawn(
     conn: Connection,
+    path: PathBuf,
     rx: mpsc::Receiver<Message>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("portaria-writer".into())
-        .spawn(move || run(conn, rx))
+        .spawn(move || run(conn, &path, rx))
 }
 
-fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
+fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
+    let checkpointer = match Checkpointer::start(path, &mut conn) {
+        Ok(checkpointer) => Some(checkpointer),
+        Err(e) => {
+            // Not fatal: SQLite's own auto-checkpoint (in the commit path) takes over.
+            tracing::warn!(error = %e, "no checkpoint thread; checkpointing on commit instead");
+            let _ = conn.execute_batch("PRAGMA wal_autocheckpoint = 4096");
+            None
+        }
+    };
     // `schema::open` left the connection at FULL.
     let mut synchronous_full = true;
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(64);
@@ -127,6 +139,9 @@ fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
                 }
             }
             commit_batch(&conn, &mut batch);
+            if let Some(checkpointer) = &checkpointer {
+                checkpointer.finish_pass(&conn);
+            }
         }
         if let Some(job) = solo.take() {
             let (_, finish) = job.run(&conn);
@@ -135,6 +150,10 @@ fn run(conn: Connection, rx: mpsc::Receiver<Message>) {
     }
     // Jobs sent after Close hear that the store is closed when their sender is dropped.
     drop(rx);
+    if let Some(checkpointer) = checkpointer {
+        checkpointer.stop(&mut conn);
+    }
+    // The last connection to close checkpoints the WAL and removes it.
     if let Err((_, e)) = conn.close() {
         tracing::error!(error = %e, "closing the database failed");
     }

@@ -1,0 +1,109 @@
+//! The checkpointer: a thread with a connection of its own that copies the WAL back into the
+//! database file, so that the writer never does it in the middle of a commit.
+//!
+//! SQLite's default is to checkpoint from whichever connection commits past the threshold,
+//! which would stall every request of that batch for the whole copy (tens of milliseconds with
+//! an 8 MiB WAL). Instead the writer's WAL hook nudges this thread once the log holds
+//! [`CHECKPOINT_PAGES`] pages, and it runs a PASSIVE checkpoint: it copies what no reader still
+//! needs and never blocks the writer.
+//!
+//! The WAL can only start over when it is *completely* copied at the moment the writer begins
+//! a transaction, and under a steady load the writer has always committed more by the time a
+//! background pass ends. So after each pass the writer finishes the job between two batches:
+//! its own PASSIVE checkpoint copies only what was committed during the pass (a few
+//! milliseconds' worth), and its next transaction starts the log over.
+//!
+//! The threshold is a trade: a longer log means a page written many times (the hot pages of the
+//! dedup index) is copied to the database once per checkpoint rather than once per commit,
+//! which is most of what an SD card is spared.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+
+use rusqlite::Connection;
+
+use super::StoreError;
+
+/// Log pages (1 KiB each) after which the checkpointer is nudged: 16 MiB of WAL.
+pub const CHECKPOINT_PAGES: i32 = 16384;
+
+/// The writer's end: nudges the checkpointer from the WAL hook, and stops it when dropped.
+pub(super) struct Checkpointer {
+    nudge: Option<mpsc::SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
+    /// Set by the thread after a pass: the writer should copy the rest itself.
+    caught_up: Arc<AtomicBool>,
+}
+
+impl Checkpointer {
+    /// Starts the thread on its own connection to `path` (whose schema `open` already made),
+    /// and installs the hook on the writer's connection.
+    pub(super) fn start(path: &Path, writer: &mut Connection) -> Result<Checkpointer, StoreError> {
+        let conn = Connection::open(path)?;
+        // A checkpoint syncs the database file only when synchronous is on.
+        conn.execute_batch("PRAGMA synchronous = FULL")?;
+        let (nudge, nudged) = mpsc::sync_channel::<()>(1);
+        let hook_nudge = nudge.clone();
+        // Replaces SQLite's own auto-checkpoint (the two share one hook).
+        writer.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: i32| {
+            if pages >= CHECKPOINT_PAGES {
+                // Full means a nudge is already waiting: nothing to add.
+                let _ = hook_nudge.try_send(());
+            }
+            Ok(())
+        }))?;
+        let caught_up = Arc::new(AtomicBool::new(false));
+        let flag = caught_up.clone();
+        let thread = std::thread::Builder::new()
+            .name("portaria-checkpoint".into())
+            .spawn(move || run(conn, nudged, flag))
+            .map_err(|e| StoreError::Sqlite(format!("cannot start the checkpoint thread: {e}")))?;
+        Ok(Checkpointer {
+            nudge: Some(nudge),
+            thread: Some(thread),
+            caught_up,
+        })
+    }
+
+    /// Called by the writer between batches (no transaction open): after a background pass,
+    /// copies what was committed during it, so that the next transaction starts the log over.
+    pub(super) fn finish_pass(&self, writer: &Connection) {
+        if self.caught_up.swap(false, Ordering::AcqRel) {
+            let done: rusqlite::Result<i64> =
+                writer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(0));
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "finishing a checkpoint failed");
+            }
+        }
+    }
+
+    /// Stops the thread and closes its connection, so that the writer's connection is the last
+    /// one and its close checkpoints and removes the WAL.
+    pub(super) fn stop(mut self, writer: &mut Connection) {
+        let _ = writer.wal_hook(None::<fn(&mut rusqlite::hooks::Wal, i32) -> rusqlite::Result<()>>);
+        self.nudge.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(conn: Connection, nudged: mpsc::Receiver<()>, caught_up: Arc<AtomicBool>) {
+    // Ends when the writer drops its sender (and the hook's clone with `wal_hook(None)`).
+    while nudged.recv().is_ok() {
+        let done: rusqlite::Result<(i64, i64, i64)> =
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            });
+        match done {
+            Ok((_, log, copied)) => {
+                tracing::debug!(log, copied, "checkpoint");
+                caught_up.store(true, Ordering::Release);
+            }
+            Err(e) => tracing::warn!(error = %e, "checkpoint failed; the next nudge tries again"),
+        }
+    }
+    let _ = conn.close();
+}
