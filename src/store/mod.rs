@@ -713,17 +713,41 @@ mod sql {
             .map(Inserted::Duplicate)
     }
 
+    // The queue queries. Each repeats `status IN ('pending', 'delivering')`, the WHERE of the
+    // partial index `events_queue`: SQLite uses a partial index only for a query that states
+    // its condition, and without it these would walk every event of the endpoint (a test
+    // below checks every plan).
+
+    /// The delivering events, at start-up.
+    pub(super) const INTERRUPTED: &str = "SELECT id, attempts FROM events \
+         WHERE status IN ('pending', 'delivering') AND status = 'delivering'";
+    /// The oldest unfinished event of an endpoint (the head of an in-order lane).
+    pub(super) const HEAD: &str = "SELECT id, status, next_attempt_at FROM events \
+         WHERE endpoint = ?1 AND status IN ('pending', 'delivering') ORDER BY id LIMIT 1";
+    /// Due events of an endpoint, soonest first.
+    pub(super) const DUE: &str = "SELECT id FROM events \
+         WHERE endpoint = ?1 AND status IN ('pending', 'delivering') AND status = 'pending' \
+         AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3";
+    /// When the next pending event of an endpoint is due.
+    pub(super) const NEXT_DUE: &str = "SELECT min(next_attempt_at) FROM events \
+         WHERE endpoint = ?1 AND status IN ('pending', 'delivering') AND status = 'pending'";
+
     pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
-        conn.execute(
+        let interrupted: Vec<(i64, u32)> = conn
+            .prepare(INTERRUPTED)?
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut record = conn.prepare(
             "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, error) \
-             SELECT id, attempts, ?1, 0, 'interrupted', 'portaria stopped during this attempt' \
-             FROM events WHERE status = 'delivering'",
-            [now_ms],
+             VALUES (?1, ?2, ?3, 0, 'interrupted', 'portaria stopped during this attempt')",
         )?;
-        conn.execute(
-            "UPDATE events SET status = 'pending', next_attempt_at = ?1 WHERE status = 'delivering'",
-            [now_ms],
-        )
+        let mut requeue = conn
+            .prepare("UPDATE events SET status = 'pending', next_attempt_at = ?2 WHERE id = ?1")?;
+        for (id, attempt) in &interrupted {
+            record.execute(params![id, attempt, now_ms])?;
+            requeue.execute(params![id, now_ms])?;
+        }
+        Ok(interrupted.len())
     }
 
     pub(super) fn claim_due(
@@ -736,10 +760,7 @@ mod sql {
         let ids: Vec<i64> = if in_order {
             // The head of the line: the oldest event not yet finished. If it is not due (or is
             // being delivered), nothing behind it may go first.
-            let mut head = conn.prepare_cached(
-                "SELECT id, status, next_attempt_at FROM events \
-                 WHERE endpoint = ?1 AND status IN ('pending', 'delivering') ORDER BY id LIMIT 1",
-            )?;
+            let mut head = conn.prepare_cached(HEAD)?;
             let row: Option<(i64, String, Option<i64>)> = head
                 .query_row([endpoint], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                 .optional()?;
@@ -750,10 +771,7 @@ mod sql {
                 _ => Vec::new(),
             }
         } else {
-            let mut due = conn.prepare_cached(
-                "SELECT id FROM events WHERE status = 'pending' AND endpoint = ?1 \
-                 AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3",
-            )?;
+            let mut due = conn.prepare_cached(DUE)?;
             due.query_map(params![endpoint, now_ms, limit as i64], |r| r.get(0))?
                 .collect::<rusqlite::Result<_>>()?
         };
@@ -785,18 +803,13 @@ mod sql {
         in_order: bool,
     ) -> rusqlite::Result<Option<i64>> {
         if in_order {
-            let mut head = conn.prepare_cached(
-                "SELECT status, next_attempt_at FROM events \
-                 WHERE endpoint = ?1 AND status IN ('pending', 'delivering') ORDER BY id LIMIT 1",
-            )?;
+            let mut head = conn.prepare_cached(HEAD)?;
             let row: Option<(String, Option<i64>)> = head
-                .query_row([endpoint], |r| Ok((r.get(0)?, r.get(1)?)))
+                .query_row([endpoint], |r| Ok((r.get(1)?, r.get(2)?)))
                 .optional()?;
             return Ok(row.and_then(|(status, due)| if status == "pending" { due } else { None }));
         }
-        let mut next = conn.prepare_cached(
-            "SELECT min(next_attempt_at) FROM events WHERE status = 'pending' AND endpoint = ?1",
-        )?;
+        let mut next = conn.prepare_cached(NEXT_DUE)?;
         next.query_row([endpoint], |r| r.get(0))
     }
 
@@ -1112,6 +1125,37 @@ mod tests {
     /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
     fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
         conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+    }
+
+    #[test]
+    fn the_queue_queries_read_the_queue_index_not_the_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(&dir.path().join("p.db")).unwrap();
+        let none: &[&dyn rusqlite::ToSql] = &[];
+        for (name, query, args) in [
+            ("interrupted", sql::INTERRUPTED, none),
+            ("head", sql::HEAD, params!["e"]),
+            ("due", sql::DUE, params!["e", 0, 1]),
+            ("next due", sql::NEXT_DUE, params!["e"]),
+        ] {
+            let mut stmt = db
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+                .unwrap();
+            let plan: Vec<String> = stmt
+                .query_map(args, |r| r.get(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let plan = plan.join("; ");
+            assert!(plan.contains("events_queue"), "{name}: {plan}");
+            // Walking the partial index is fine (it holds only unfinished events); walking the
+            // table or the dedup index is not.
+            let walks_all = plan
+                .split("; ")
+                .any(|step| step.starts_with("SCAN events") && !step.contains("events_queue"));
+            assert!(!walks_all && !plan.contains("autoindex"), "{name}: {plan}");
+        }
     }
 
     #[tokio::test]
