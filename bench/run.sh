@@ -17,7 +17,9 @@
 #   5. forwarding to a command: every acknowledged event delivered and seen by the command;
 #      the per-event overhead is portaria's delivery rate against the command run alone;
 #   6. forwarding to a local HTTP target (the bare server, recording what it receives);
-#   7. a table of every figure next to its target, and bench/results/latest.json.
+#   7. a table of every figure next to its target, and bench/results/latest.json (a full run;
+#      a quick run writes bench/results/quick.json, so a smoke run never replaces the figures
+#      the README quotes).
 #
 # Exits non-zero on any correctness miss, never on speed. Every process it starts is stopped on
 # exit. The temporary directory is removed unless a check failed (or KEEP=1).
@@ -176,6 +178,9 @@ EOF
 # start_portaria DIR: sets PORTARIA_PID and ADDR.
 start_portaria() {
     local dir=$1
+    # Let the previous phase's write-back reach the disk first, so that each phase's latencies
+    # (and fsync stalls) are its own.
+    sync
     # stderr through a pipe: log lines are not portaria's disk writes (see the header).
     RUST_LOG=${RUST_LOG:-info} "$ROOT/target/release/portaria" serve --config "$dir/portaria.toml" \
         2> >(exec cat >"$dir/portaria.log") &
@@ -390,9 +395,11 @@ stop_pid "$TARGET_PID" bare-server
 metric finished_at "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 mkdir -p "$ROOT/bench/results"
 log "summary ($MODE)"
-python3 "$ROOT/bench/check.py" summary "$WORK" "$MODE" "$ROOT/bench/results/latest.json" ||
+RESULTS="$ROOT/bench/results/latest.json"
+[[ $MODE == quick ]] && RESULTS="$ROOT/bench/results/quick.json"
+python3 "$ROOT/bench/check.py" summary "$WORK" "$MODE" "$RESULTS" ||
     MISSES=$((MISSES + 1))
-echo "results: bench/results/latest.json" >&2
+echo "results: ${RESULTS#"$ROOT/"}" >&2
 if [[ $MISSES -ne 0 ]]; then
     echo "bench: correctness misses: see above" >&2
     exit 1

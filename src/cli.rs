@@ -183,20 +183,30 @@ pub fn main() -> ExitCode {
 /// Logging to stderr. `RUST_LOG` wins over `level` (the config's `[log] level`, or a
 /// command's quiet default).
 fn init_logging(format: LogFormat, level: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    use tracing_subscriber::filter::Targets;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    // `Targets` takes `warn,portaria=debug`-style directives: all we need, without the regex
+    // engine that a full `EnvFilter` brings into the binary.
+    let filter = std::env::var("RUST_LOG")
+        .ok()
+        .and_then(|env| env.parse::<Targets>().ok())
+        .or_else(|| level.parse::<Targets>().ok())
+        .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
     let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Under systemd, journald stamps every line already.
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
     match (format, journald) {
-        (LogFormat::Json, _) => builder.json().flatten_event(true).init(),
-        (LogFormat::Text, true) => builder.without_time().init(),
-        (LogFormat::Text, false) => builder.init(),
+        (LogFormat::Json, _) => builder
+            .json()
+            .flatten_event(true)
+            .finish()
+            .with(filter)
+            .init(),
+        (LogFormat::Text, true) => builder.without_time().finish().with(filter).init(),
+        (LogFormat::Text, false) => builder.finish().with(filter).init(),
     }
 }
 

@@ -71,7 +71,7 @@ const PLACEHOLDER_SECRET: &str = "whsec_cG9ydGFyaWE6IHNlY3JldHMgbm90IGxvYWRlZA==
 /// `[log]`: the level when `RUST_LOG` is not set.
 #[derive(Debug, Clone)]
 pub struct Log {
-    /// An `EnvFilter` directive such as `info` or `warn,portaria=debug`.
+    /// Directives such as `info` or `warn,portaria=debug` (a level, or `target=level` pairs).
     pub level: String,
 }
 
@@ -415,7 +415,7 @@ struct Validator<'a> {
 impl Validator<'_> {
     fn log(&mut self, raw: RawLog) -> Log {
         let level = raw.level.unwrap_or_else(|| "info".into());
-        if let Err(e) = tracing_subscriber::EnvFilter::try_new(&level) {
+        if let Err(e) = level.parse::<tracing_subscriber::filter::Targets>() {
             self.problem(format!("log.level: `{level}` is not a level or filter like `info` or `warn,portaria=debug`: {e}"));
         }
         Log { level }
