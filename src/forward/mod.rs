@@ -24,7 +24,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, Attempt, ClaimNext, Claimed, Store, StoreError};
+use crate::store::{AfterAttempt, Attempt, ClaimNext, Store, StoreError};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -38,35 +38,8 @@ pub const EXTERNAL_CHECK: Duration = Duration::from_secs(2);
 /// A delivery that takes longer than this is logged as slow: the seed manual's 5 s alert.
 pub const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 
-/// One delivery attempt's input.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub event_id: i64,
-    pub endpoint: String,
-    pub dedup_key: String,
-    pub event_type: Option<String>,
-    pub content_type: Option<String>,
-    /// Unix milliseconds.
-    pub received_at_ms: i64,
-    /// 1-based.
-    pub attempt: u32,
-    pub body: bytes::Bytes,
-}
-
-impl From<Claimed> for Delivery {
-    fn from(c: Claimed) -> Self {
-        Delivery {
-            event_id: c.id,
-            endpoint: c.endpoint,
-            dedup_key: c.dedup_key,
-            event_type: c.event_type,
-            content_type: c.content_type,
-            received_at_ms: c.received_at_ms,
-            attempt: c.attempt,
-            body: c.body,
-        }
-    }
-}
+/// One delivery attempt's input: the claimed event, as the store hands it over.
+pub use crate::store::Claimed as Delivery;
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -274,7 +247,7 @@ async fn start_due(
             .await?;
         for event in claimed {
             lane.in_flight += 1;
-            let slot = run_slot(lane.shared.clone(), event.into(), shutdown.clone());
+            let slot = run_slot(lane.shared.clone(), event, shutdown.clone());
             let done = done.clone();
             slots.spawn(async move {
                 slot.await;
@@ -326,7 +299,7 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
             }
         };
         match next {
-            Some(claimed) => delivery = claimed.into(),
+            Some(claimed) => delivery = claimed,
             None => return,
         }
     }

@@ -184,10 +184,11 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
-/// An event claimed for one delivery attempt (its status is now `delivering`).
+/// An event claimed for one delivery attempt (its status is now `delivering`): everything the
+/// attempt hands to the target. The forwarding worker knows it as `forward::Delivery`.
 #[derive(Debug, Clone)]
 pub struct Claimed {
-    pub id: i64,
+    pub event_id: i64,
     pub endpoint: String,
     pub dedup_key: String,
     pub event_type: Option<String>,
@@ -783,7 +784,7 @@ mod sql {
             .map(|id| {
                 claim.query_row([id], |r| {
                     Ok(Claimed {
-                        id: r.get(0)?,
+                        event_id: r.get(0)?,
                         endpoint: r.get(1)?,
                         dedup_key: r.get(2)?,
                         event_type: r.get(3)?,
