@@ -40,7 +40,7 @@ pub const BATCH: usize = 500;
 /// large bodies never holds hundreds of MiB in memory.
 pub const BATCH_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Free pages returned to the file system per vacuum job (4 MiB with 4 KiB pages).
+/// Free pages returned to the file system per vacuum job (1 MiB with 1 KiB pages).
 pub const VACUUM_PAGES: u32 = 1024;
 
 const DAY_MS: i64 = 86_400_000;
