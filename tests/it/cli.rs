@@ -307,12 +307,7 @@ async fn send_signs_as_every_provider_and_repeats_the_identical_delivery() {
             );
         }
     }
-    let per_endpoint: i64 = server
-        .db()
-        .query_row("SELECT count(DISTINCT endpoint) FROM events", [], |r| {
-            r.get(0)
-        })
-        .unwrap();
+    let per_endpoint: i64 = server.one("SELECT count(DISTINCT endpoint) FROM events");
     assert_eq!(per_endpoint, 8);
     assert_eq!(
         server.count_rows(),

@@ -330,14 +330,7 @@ async fn readyz_is_503_while_another_process_holds_the_write_lock() {
     assert_eq!(get("/readyz").await.status, 200);
     assert_eq!(get("/nope").await.status, 404);
     assert_eq!(send(admin, "POST", "/metrics", &[], b"").await.status, 405);
-    let ready_writes: i64 = server
-        .db()
-        .query_row(
-            "SELECT count(*) FROM meta WHERE key = 'ready_probe_at'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
+    let ready_writes: i64 = server.one("SELECT count(*) FROM meta WHERE key = 'ready_probe_at'");
     assert_eq!(ready_writes, 1, "the probe really wrote");
 
     let blocker = server.db();

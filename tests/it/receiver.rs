@@ -60,10 +60,7 @@ async fn a_valid_new_event_is_stored_once_then_answered_200() {
     assert_eq!(status, "stored", "an endpoint without forward only stores");
 
     // WAL + synchronous=FULL are the settings the durability promise rests on.
-    let conn = server.db();
-    let mode: String = conn
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .unwrap();
+    let mode: String = server.one("PRAGMA journal_mode");
     assert_eq!(mode, "wal");
 }
 
@@ -80,10 +77,7 @@ async fn a_repeated_delivery_gets_the_same_200_and_no_second_row() {
         );
     }
     assert_eq!(server.count_rows(), 1);
-    let key: String = server
-        .db()
-        .query_row("SELECT dedup_key FROM events", [], |r| r.get(0))
-        .unwrap();
+    let key: String = server.one("SELECT dedup_key FROM events");
     assert_eq!(key, "dlv_42", "relya dedups on its delivery id");
 }
 
@@ -222,10 +216,7 @@ async fn timestamps_outside_the_window_get_401_and_store_nothing() {
     )
     .await;
     assert_eq!(fresh.status, 200);
-    let key: String = server
-        .db()
-        .query_row("SELECT dedup_key FROM events", [], |r| r.get(0))
-        .unwrap();
+    let key: String = server.one("SELECT dedup_key FROM events");
     assert_eq!(key, "evt_1", "stripe dedups on the body's id");
 }
 

@@ -155,10 +155,13 @@ impl TestServer {
         open_db(&self.db)
     }
 
+    /// The single value a query returns.
+    pub fn one<T: rusqlite::types::FromSql>(&self, sql: &str) -> T {
+        self.db().query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
     pub fn count_rows(&self) -> i64 {
-        self.db()
-            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-            .unwrap()
+        self.one("SELECT count(*) FROM events")
     }
 }
 
