@@ -143,6 +143,18 @@ impl Worker {
             .iter()
             .filter_map(|endpoint| Lane::new(endpoint, &store, &metrics))
             .collect();
+        // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
+        // forwards, would wait forever unnoticed (pruning never takes unfinished events).
+        for (endpoint, waiting) in store.unfinished_by_endpoint().await? {
+            if !lanes.iter().any(|lane| lane.shared.endpoint == endpoint) {
+                tracing::warn!(
+                    endpoint,
+                    waiting,
+                    "events are waiting for delivery, but this endpoint has no forward target now; \
+                     they wait until it has one again"
+                );
+            }
+        }
         if lanes.is_empty() {
             return Ok(Worker { task: None });
         }

@@ -373,6 +373,17 @@ impl Store {
             .await
     }
 
+    /// Unfinished (pending or delivering) events per endpoint, for the start-up check that
+    /// every such event still has a forward target to go to.
+    pub async fn unfinished_by_endpoint(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        self.run_bookkeeping(|conn| {
+            conn.prepare(sql::UNFINISHED_BY_ENDPOINT)?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect()
+        })
+        .await
+    }
+
     /// Claims up to `limit` due events of `endpoint` for delivery. With `in_order`, only the
     /// oldest unfinished event is a candidate, so one endpoint's events go out in arrival order.
     pub async fn claim_due(
@@ -729,6 +740,9 @@ mod sql {
     pub(super) const DUE: &str = "SELECT id FROM events \
          WHERE endpoint = ?1 AND status IN ('pending', 'delivering') AND status = 'pending' \
          AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3";
+    /// Unfinished events per endpoint.
+    pub(super) const UNFINISHED_BY_ENDPOINT: &str = "SELECT endpoint, count(*) FROM events \
+         WHERE status IN ('pending', 'delivering') GROUP BY endpoint";
     /// When the next pending event of an endpoint is due.
     pub(super) const NEXT_DUE: &str = "SELECT min(next_attempt_at) FROM events \
          WHERE endpoint = ?1 AND status IN ('pending', 'delivering') AND status = 'pending'";
@@ -1138,6 +1152,7 @@ mod tests {
             ("head", sql::HEAD, params!["e"]),
             ("due", sql::DUE, params!["e", 0, 1]),
             ("next due", sql::NEXT_DUE, params!["e"]),
+            ("unfinished", sql::UNFINISHED_BY_ENDPOINT, none),
         ] {
             let mut stmt = db
                 .conn

@@ -505,3 +505,53 @@ async fn after_sigkill_a_restart_delivers_every_pending_and_interrupted_event() 
     assert_eq!(interrupted, 1);
     drop(second);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_left_waiting_by_a_removed_forward_are_reported_at_start_up() {
+    let work = tempfile::tempdir().unwrap();
+    let db = work.path().join("p.db");
+    let config = work.path().join("p.toml");
+    let failing = recorder(work.path(), "exit 1");
+    std::fs::write(
+        &config,
+        base_config(&db, "", &command_forward(&failing, 10, "[\"10m\"]")),
+    )
+    .unwrap();
+    let mut first = Process::spawn(&config).await;
+    let body = payment_body(1);
+    assert_eq!(
+        post(
+            first.addr,
+            "/webhooks/pagarme",
+            &pagarme_headers(&body),
+            &body
+        )
+        .await
+        .status,
+        200
+    );
+    eventually(WAIT, "the first attempt failed", || {
+        calls(work.path()).len() == 1
+    })
+    .await;
+    first.signal(libc::SIGTERM);
+    assert!(first.wait(Duration::from_secs(20)).await.success());
+
+    // The operator removes the forward; the event is still pending, and the start says so.
+    std::fs::write(&config, base_config(&db, "", "")).unwrap();
+    let second = Process::spawn(&config).await;
+    let log = second.log.clone();
+    eventually(WAIT, "the warning", || {
+        log.lock().unwrap().contains("no forward target now")
+    })
+    .await;
+    let text = log.lock().unwrap().clone();
+    let line = text
+        .lines()
+        .find(|l| l.contains("no forward target now"))
+        .unwrap();
+    assert!(
+        line.contains("endpoint=\"pagarme\"") && line.contains("waiting=1"),
+        "{line}"
+    );
+}
