@@ -195,6 +195,17 @@ async fn the_binary_stores_lists_shows_and_stops_cleanly_on_sigterm() {
         table.contains("pagarme") && !table.contains("relya"),
         "{table}"
     );
+    let out = portaria()
+        .args(["events", "list", "--json", "--limit", "1", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let newest = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(newest.lines().count(), 1, "{newest}");
+    assert!(
+        newest.contains("\"endpoint\":\"relya\""),
+        "the newest one: {newest}"
+    );
 
     let id = lines[1]["id"].as_i64().unwrap().to_string();
     let out = portaria()
