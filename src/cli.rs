@@ -150,24 +150,24 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve => serve(cli.config.as_deref(), format),
         Command::Send(args) => {
-            init_logging(format, "warn");
+            let _log = init_logging(format, "warn");
             send(cli.config.as_deref(), args)
         }
         Command::Init { path } => init(&path),
         Command::Check => {
-            init_logging(format, "warn");
+            let _log = init_logging(format, "warn");
             check(cli.config.as_deref())
         }
         Command::Events(command) => {
-            init_logging(format, "warn");
+            let _log = init_logging(format, "warn");
             events(cli.config.as_deref(), command)
         }
         Command::Prune { dry_run } => {
-            init_logging(format, "warn");
+            let _log = init_logging(format, "warn");
             prune(cli.config.as_deref(), dry_run)
         }
         Command::Archive(command) => {
-            init_logging(format, "warn");
+            let _log = init_logging(format, "warn");
             archive(cli.config.as_deref(), command)
         }
     };
@@ -182,7 +182,8 @@ pub fn main() -> ExitCode {
 
 /// Logging to stderr. `RUST_LOG` wins over `level` (the config's `[log] level`, or a
 /// command's quiet default).
-fn init_logging(format: LogFormat, level: &str) {
+/// Returns the guard that writes out the last buffered lines; keep it until the command ends.
+fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop {
     use tracing_subscriber::filter::Targets;
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
@@ -193,8 +194,9 @@ fn init_logging(format: LogFormat, level: &str) {
         .and_then(|env| env.parse::<Targets>().ok())
         .or_else(|| level.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
+    let (writer, guard) = crate::logwriter::Buffered::start(Box::new(std::io::stderr()));
     let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Under systemd, journald stamps every line already.
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
@@ -208,6 +210,7 @@ fn init_logging(format: LogFormat, level: &str) {
         (LogFormat::Text, true) => builder.without_time().finish().with(filter).init(),
         (LogFormat::Text, false) => builder.finish().with(filter).init(),
     }
+    guard
 }
 
 fn load(config: Option<&Path>) -> Result<Config, String> {
@@ -223,7 +226,7 @@ fn load_for_database(config: Option<&Path>) -> Result<Config, String> {
 
 fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
     let config = load(config)?;
-    init_logging(format, &config.log.level);
+    let _log = init_logging(format, &config.log.level);
     for warning in &config.warnings {
         tracing::warn!("{}: {warning}", config.source);
     }

@@ -23,6 +23,7 @@ pub mod config;
 pub mod dedup;
 pub mod forward;
 pub mod ingest;
+pub mod logwriter;
 pub mod metrics;
 pub mod prune;
 pub mod send;
