@@ -14,7 +14,9 @@
 //!   `send` and `init`; [`send`] signs and fires test webhooks as a provider would.
 //! - [`metrics`] counts requests and deliveries; [`admin`] serves `/healthz`, `/readyz` and
 //!   `/metrics` on a second, loopback listener.
-//! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that every task listens to.
+//! - [`logwriter`] takes log output off the request path.
+//! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
+//!   every task listens to.
 
 pub mod admin;
 pub mod archive;
