@@ -18,6 +18,10 @@
 //! runs one to give the space back). Those go in as a *solo* job: the writer commits the batch
 //! in front of it, runs it alone in autocommit mode, then goes back to batching. Queue order is
 //! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
+//!
+//! The writer never copies the WAL back into the database in the middle of a commit: its WAL
+//! hook hands that to the checkpoint thread ([`super::checkpoint`]), and between batches it only
+//! finishes what that thread started.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
