@@ -69,41 +69,37 @@ impl Outcome {
         }
     }
 
+    /// The status code of the answer; the log and [`Outcome::response`] both read it here.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Outcome::Accepted(_) | Outcome::Duplicate(_) => StatusCode::OK,
+            Outcome::NotFound => StatusCode::NOT_FOUND,
+            Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            Outcome::BadSignature(_) | Outcome::StaleTimestamp => StatusCode::UNAUTHORIZED,
+            Outcome::BadRequest(_) => StatusCode::BAD_REQUEST,
+            Outcome::StorageError(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
     /// The one mapping from outcomes to answers. 5xx bodies stay generic; the cause is logged.
     pub fn response(&self, max_body_bytes: usize) -> Response<Full<Bytes>> {
-        let (status, body) = match self {
+        let body = match self {
             Outcome::Accepted(_) | Outcome::Duplicate(_) => {
-                (StatusCode::OK, r#"{"received":true}"#.to_string())
+                Bytes::from_static(br#"{"received":true}"#)
             }
-            Outcome::NotFound => (
-                StatusCode::NOT_FOUND,
-                error_json("no endpoint at this path"),
-            ),
-            Outcome::MethodNotAllowed => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                error_json("webhooks are delivered with POST"),
-            ),
-            Outcome::TooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                error_json(&format!("body larger than {max_body_bytes} bytes")),
-            ),
-            Outcome::BodyTimeout => (
-                StatusCode::REQUEST_TIMEOUT,
-                error_json("the body did not arrive in time"),
-            ),
-            Outcome::BadSignature(_) => (StatusCode::UNAUTHORIZED, error_json("invalid signature")),
-            Outcome::StaleTimestamp => (
-                StatusCode::UNAUTHORIZED,
-                error_json("timestamp outside the allowed window"),
-            ),
-            Outcome::BadRequest(reason) => (StatusCode::BAD_REQUEST, error_json(reason)),
-            Outcome::StorageError(_) => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                error_json("storage unavailable; retry later"),
-            ),
+            Outcome::NotFound => error_json("no endpoint at this path"),
+            Outcome::MethodNotAllowed => error_json("webhooks are delivered with POST"),
+            Outcome::TooLarge => error_json(&format!("body larger than {max_body_bytes} bytes")),
+            Outcome::BodyTimeout => error_json("the body did not arrive in time"),
+            Outcome::BadSignature(_) => error_json("invalid signature"),
+            Outcome::StaleTimestamp => error_json("timestamp outside the allowed window"),
+            Outcome::BadRequest(reason) => error_json(reason),
+            Outcome::StorageError(_) => error_json("storage unavailable; retry later"),
         };
-        let mut response = Response::new(Full::new(Bytes::from(body)));
-        *response.status_mut() = status;
+        let mut response = Response::new(Full::new(body));
+        *response.status_mut() = self.status();
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
@@ -122,8 +118,8 @@ impl Outcome {
     }
 }
 
-fn error_json(reason: &str) -> String {
-    serde_json::json!({ "error": reason }).to_string()
+fn error_json(reason: &str) -> Bytes {
+    Bytes::from(serde_json::json!({ "error": reason }).to_string())
 }
 
 impl Intake {
@@ -262,7 +258,7 @@ struct EventMeta {
 
 fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed: Duration) {
     let endpoint = endpoint.map_or("-", |e| e.name.as_str());
-    let status = outcome.response(0).status().as_u16();
+    let status = outcome.status().as_u16();
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     let dedup_key = meta.dedup_key.as_deref().unwrap_or("-");
     let event_type = meta.event_type.as_deref().unwrap_or("-");
