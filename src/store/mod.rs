@@ -286,7 +286,9 @@ pub struct Store {
 }
 
 struct Inner {
-    tx: Mutex<Option<mpsc::Sender<Message>>>,
+    /// Jobs for the writer. Sending after `close` fails or is dropped with the queue, and the
+    /// caller hears `Closed` either way, so the sender needs no lock of its own.
+    tx: mpsc::Sender<Message>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -299,7 +301,7 @@ impl Store {
             .map_err(|e| StoreError::Sqlite(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
             inner: Arc::new(Inner {
-                tx: Mutex::new(Some(tx)),
+                tx,
                 thread: Mutex::new(Some(thread)),
             }),
         })
@@ -347,13 +349,10 @@ impl Store {
     {
         let (reply, rx) = oneshot::channel();
         let job = Box::new(Work { f, needs, reply });
-        let sent = match self.inner.tx.lock() {
-            Ok(guard) => guard.as_ref().is_some_and(|tx| tx.send(wrap(job)).is_ok()),
-            Err(_) => false,
-        };
-        if !sent {
+        if self.inner.tx.send(wrap(job)).is_err() {
             return Err(StoreError::Closed);
         }
+        // A job still queued when the writer stops is dropped with its reply sender.
         rx.await.unwrap_or(Err(StoreError::Closed))
     }
 
@@ -488,13 +487,10 @@ impl Store {
         self.run_solo(sql::checkpoint).await
     }
 
-    /// Lets the queue drain, closes the database (checkpointing the WAL) and joins the writer.
+    /// Lets the jobs queued so far finish, closes the database (checkpointing the WAL) and
+    /// joins the writer. Jobs sent after this hear `Closed`.
     pub fn close(&self) {
-        if let Ok(mut tx) = self.inner.tx.lock()
-            && let Some(tx) = tx.take()
-        {
-            let _ = tx.send(Message::Close);
-        }
+        let _ = self.inner.tx.send(Message::Close);
         if let Ok(mut thread) = self.inner.thread.lock()
             && let Some(thread) = thread.take()
         {
@@ -1215,6 +1211,25 @@ mod tests {
         assert_eq!(pages, 1024);
         store.close();
         assert!(!wal.exists(), "closing checkpoints and removes the WAL");
+    }
+
+    #[tokio::test]
+    async fn after_close_every_job_hears_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        assert_eq!(
+            store
+                .run(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
+                .await
+                .unwrap(),
+            1
+        );
+        store.close();
+        let late = store
+            .run(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
+            .await;
+        assert!(matches!(late, Err(StoreError::Closed)), "{late:?}");
+        store.close(); // a second close is harmless
     }
 
     #[tokio::test]
