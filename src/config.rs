@@ -621,18 +621,24 @@ impl Validator<'_> {
             secret_file: raw.secret_file,
         };
         let secrets = self.secrets(at, given, raw.secrets, true);
+        // With no usable secret (that problem is already reported), check the provider and its
+        // options with a stand-in, so that every problem shows in one run.
+        let checked_with = if secrets.is_empty() {
+            vec![PLACEHOLDER_SECRET.to_string()]
+        } else {
+            secrets
+        };
         let verifier = match Verifier::new(
             &provider,
             raw.signature.as_ref(),
-            &secrets,
+            &checked_with,
             raw.tolerance_secs,
         ) {
             Ok(v) => Some(v),
-            Err(why) if !secrets.is_empty() || self.problems.len() == before => {
+            Err(why) => {
                 self.problem(format!("{at}: {why}"));
                 None
             }
-            Err(_) => None,
         };
         let dedup = match raw.dedup.map(|d| d.parse::<DedupRule>()) {
             Some(Ok(rule)) => Some(rule),
@@ -1167,6 +1173,18 @@ secret = "s3cret"
         .unwrap();
         assert_eq!(config.log.level, "warn,portaria=debug");
         assert!(problems(&format!("[log]\nlevel = \"loud=[\"\n{MINIMAL}")).contains("log.level"));
+    }
+
+    #[test]
+    fn a_missing_secret_does_not_hide_a_bad_provider() {
+        let msg = problems(
+            "[[endpoint]]\npath = \"/a\"\nprovider = \"paypal\"\nsecret_env = \"PORTARIA_TEST_SURELY_UNSET_VAR\"\n",
+        );
+        assert!(
+            msg.contains("PORTARIA_TEST_SURELY_UNSET_VAR is not set"),
+            "{msg}"
+        );
+        assert!(msg.contains("paypal"), "{msg}");
     }
 
     #[test]
