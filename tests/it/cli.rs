@@ -15,12 +15,7 @@ fn check_says_ok_for_a_valid_file_and_exits_0() {
         .arg(&config)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok_stdout(&out);
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
     assert!(
         !dir.path().join("p.db").exists(),
@@ -134,13 +129,7 @@ async fn the_binary_stores_lists_shows_and_stops_cleanly_on_sigterm() {
     let mut server = Process::spawn(&config).await;
 
     let body = payment_body(5);
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200);
     let relya = br#"{"event":"messages_update"}"#;
     let headers = relya_headers(RELYA_SECRET, "dlv_cli", now_secs(), relya);
@@ -152,17 +141,8 @@ async fn the_binary_stores_lists_shows_and_stops_cleanly_on_sigterm() {
     );
 
     // The CLI reads while the server runs (WAL).
-    let out = portaria()
-        .args(["events", "list", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_cli(&["events", "list", "--json"], &config);
+    ok_stdout(&out);
     let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
@@ -185,21 +165,13 @@ async fn the_binary_stores_lists_shows_and_stops_cleanly_on_sigterm() {
         assert!(lines[1].get(key).is_some(), "missing {key}");
     }
 
-    let out = portaria()
-        .args(["events", "list", "--endpoint", "pagarme", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = run_cli(&["events", "list", "--endpoint", "pagarme"], &config);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(
         table.contains("pagarme") && !table.contains("relya"),
         "{table}"
     );
-    let out = portaria()
-        .args(["events", "list", "--json", "--limit", "1", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = run_cli(&["events", "list", "--json", "--limit", "1"], &config);
     let newest = String::from_utf8_lossy(&out.stdout);
     assert_eq!(newest.lines().count(), 1, "{newest}");
     assert!(
@@ -221,11 +193,7 @@ async fn the_binary_stores_lists_shows_and_stops_cleanly_on_sigterm() {
         "{shown}"
     );
 
-    let out = portaria()
-        .args(["events", "show", "999", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = run_cli(&["events", "show", "999"], &config);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no event 999"));
 
@@ -366,12 +334,7 @@ fn init_writes_a_starter_config_and_names_the_variables_to_set() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
     let out = portaria().arg("init").arg(&path).output().unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    ok_stdout(&out);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("export PAGARME_WEBHOOK_SECRET="), "{said}");
     let text = std::fs::read_to_string(&path).unwrap();
@@ -443,12 +406,7 @@ async fn json_logs_are_one_object_per_line_with_the_webhook_fields() {
         }
     };
     let body = payment_body(11);
-    assert_eq!(
-        post(addr, "/webhooks/pagarme", &pagarme_headers(&body), &body)
-            .await
-            .status,
-        200
-    );
+    assert_eq!(post_pagarme(addr, &body).await.status, 200);
     loop {
         let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
             .await
@@ -486,17 +444,7 @@ async fn database_commands_need_no_gateway_secret() {
         .env("PORTARIA_IT_SECRET_FOR_SERVE", "s3");
     let server = Process::spawn_command(serve).await;
     let body = payment_body(1);
-    assert_eq!(
-        post(
-            server.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body
-        )
-        .await
-        .status,
-        200
-    );
+    assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
 
     for args in [
         &["events", "list"][..],

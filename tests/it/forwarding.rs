@@ -63,13 +63,7 @@ async fn start_with_forward(
 
 async fn accept(server: &TestServer, n: usize) -> Vec<u8> {
     let body = payment_body(n);
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200);
     body
 }
@@ -260,19 +254,11 @@ async fn a_target_that_always_fails_ends_dead_after_the_schedule_and_can_be_repl
 
     // The operator sees it, fixes the target, and replays the dead events from the CLI.
     let config = server.config_path();
-    let out = portaria()
-        .args(["events", "list", "--status", "dead", "--json", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = run_cli(&["events", "list", "--status", "dead", "--json"], &config);
     let listed = String::from_utf8_lossy(&out.stdout);
     assert_eq!(listed.lines().count(), 1, "{listed}");
     assert!(listed.contains("\"status\":\"dead\""));
-    let out = portaria()
-        .args(["events", "show", "1", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = run_cli(&["events", "show", "1"], &config);
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
         shown.contains("attempt 3") && shown.contains("payment service down"),
@@ -281,24 +267,11 @@ async fn a_target_that_always_fails_ends_dead_after_the_schedule_and_can_be_repl
 
     recorder(work.path(), "exit 0");
     let started = Instant::now();
-    let out = portaria()
-        .args([
-            "events",
-            "replay",
-            "--dead",
-            "--endpoint",
-            "pagarme",
-            "--config",
-        ])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = run_cli(
+        &["events", "replay", "--dead", "--endpoint", "pagarme"],
+        &config,
     );
+    ok_stdout(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("1 dead event"));
     eventually(WAIT, "delivered after replay", || {
         status_of(&server, 1).0 == "delivered"
@@ -317,23 +290,10 @@ async fn a_delivered_event_can_be_replayed_by_id() {
         start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
     accept(&server, 6).await;
     eventually(WAIT, "delivered", || status_of(&server, 1).0 == "delivered").await;
-    let out = portaria()
-        .args(["events", "replay", "1", "--config"])
-        .arg(server.config_path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_cli(&["events", "replay", "1"], &server.config_path());
+    ok_stdout(&out);
     eventually(WAIT, "delivered again", || calls(work.path()).len() == 2).await;
-    let out = portaria()
-        .args(["events", "replay", "77", "--config"])
-        .arg(server.config_path())
-        .output()
-        .unwrap();
+    let out = run_cli(&["events", "replay", "77"], &server.config_path());
     assert_eq!(out.status.code(), Some(1));
 }
 
@@ -438,17 +398,7 @@ async fn after_sigkill_a_restart_delivers_every_pending_and_interrupted_event() 
     let mut first = Process::spawn(&config).await;
     for n in 0..4 {
         let body = payment_body(n);
-        assert_eq!(
-            post(
-                first.addr,
-                "/webhooks/pagarme",
-                &pagarme_headers(&body),
-                &body
-            )
-            .await
-            .status,
-            200
-        );
+        assert_eq!(post_pagarme(first.addr, &body).await.status, 200);
     }
     eventually(WAIT, "the first delivery is under way", || {
         calls(work.path()).len() == 1
@@ -519,17 +469,7 @@ async fn events_left_waiting_by_a_removed_forward_are_reported_at_start_up() {
     .unwrap();
     let mut first = Process::spawn(&config).await;
     let body = payment_body(1);
-    assert_eq!(
-        post(
-            first.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body
-        )
-        .await
-        .status,
-        200
-    );
+    assert_eq!(post_pagarme(first.addr, &body).await.status, 200);
     eventually(WAIT, "the first attempt failed", || {
         calls(work.path()).len() == 1
     })

@@ -73,24 +73,12 @@ async fn metrics_count_every_request_by_endpoint_and_outcome() {
     // 3 new events, 2 redeliveries of them, 1 forged signature.
     for n in 1..=3 {
         let body = payment_body(n);
-        let reply = post(
-            server.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body,
-        )
-        .await;
+        let reply = post_pagarme(server.addr, &body).await;
         assert_eq!(reply.status, 200);
     }
     for n in 1..=2 {
         let body = payment_body(n);
-        let reply = post(
-            server.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body,
-        )
-        .await;
+        let reply = post_pagarme(server.addr, &body).await;
         assert_eq!(reply.status, 200);
     }
     let forged = pagarme_headers(b"another body");
@@ -298,17 +286,8 @@ async fn deliveries_and_the_queue_show_in_metrics() {
     assert_eq!(gauge("portaria_oldest_pending_age_seconds", "pagarme"), 0.0);
 
     // The queue gauges come from the database: a replay by another process shows at once.
-    let out = portaria()
-        .args(["events", "replay", "--dead", "--config"])
-        .arg(server.config_path())
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_cli(&["events", "replay", "--dead"], &server.config_path());
+    ok_stdout(&out);
     let s = scrape(admin).await;
     let dead = value(&s, "portaria_events_dead", &[("endpoint", "github")]);
     let pending = value(&s, "portaria_events_pending", &[("endpoint", "github")]);
@@ -372,13 +351,7 @@ async fn admin_listen_off_opens_no_admin_listener() {
     })
     .await;
     let body = payment_body(1);
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200, "webhooks are served as ever");
     server.signal(libc::SIGTERM);
     assert!(server.wait(Duration::from_secs(20)).await.success());
@@ -407,13 +380,7 @@ async fn the_binary_serves_admin_endpoints_and_warns_about_duplicates() {
     // large enough to judge) at the second copy.
     for n in 0..20 {
         let body = payment_body(n);
-        let reply = post(
-            server.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body,
-        )
-        .await;
+        let reply = post_pagarme(server.addr, &body).await;
         assert_eq!(reply.status, 200);
     }
     let body = payment_body(0);

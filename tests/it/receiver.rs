@@ -11,13 +11,7 @@ use crate::support::*;
 async fn a_valid_new_event_is_stored_once_then_answered_200() {
     let server = TestServer::start("", "").await;
     let body = payment_body(1);
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200);
     assert_eq!(reply.body, r#"{"received":true}"#);
     assert_eq!(reply.headers["content-type"], "application/json");
@@ -108,9 +102,7 @@ async fn distinct_events_each_get_their_row() {
         let addr = server.addr;
         tokio::spawn(async move {
             let body = payment_body(n);
-            post(addr, "/webhooks/pagarme", &pagarme_headers(&body), &body)
-                .await
-                .status
+            post_pagarme(addr, &body).await.status
         })
     });
     for send in sends.collect::<Vec<_>>() {
@@ -224,28 +216,12 @@ async fn timestamps_outside_the_window_get_401_and_store_nothing() {
 async fn a_body_over_the_limit_by_content_length_gets_413() {
     let server = TestServer::start("", "").await;
     let body = vec![b'x'; 4097];
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 413);
     assert_eq!(server.count_rows(), 0);
     // At the limit exactly, it is fine.
     let body = vec![b'y'; 4096];
-    assert_eq!(
-        post(
-            server.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body
-        )
-        .await
-        .status,
-        200
-    );
+    assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -353,30 +329,14 @@ async fn a_locked_database_gets_503_within_about_5_s_and_nothing_is_kept() {
     let server = TestServer::start("", "").await;
     // Warm up: the schema exists and the writer is idle.
     let body = payment_body(1);
-    assert_eq!(
-        post(
-            server.addr,
-            "/webhooks/pagarme",
-            &pagarme_headers(&body),
-            &body
-        )
-        .await
-        .status,
-        200
-    );
+    assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
 
     // Another process holds the write lock past portaria's busy timeout.
     let blocker = server.db();
     blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let body = payment_body(2);
     let started = Instant::now();
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     let waited = started.elapsed();
     assert_eq!(reply.status, 503);
     assert_eq!(reply.headers["retry-after"], "5");
@@ -394,13 +354,7 @@ async fn a_locked_database_gets_503_within_about_5_s_and_nothing_is_kept() {
     );
 
     // The gateway retries once the lock is gone, and this time it is stored.
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200);
     assert_eq!(server.count_rows(), 2);
 }

@@ -474,11 +474,7 @@ fn nothing_is_deleted_when_the_archive_cannot_be_written() {
         let date = &portaria::time::rfc3339(at)[..10];
         std::fs::create_dir_all(dir.path().join(format!("archive/{date}.jsonl.gz"))).unwrap();
     }
-    let out = portaria()
-        .args(["prune", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
+    let out = run_cli(&["prune"], &config);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("cannot prune: archive: cannot open"), "{err}");
@@ -526,13 +522,7 @@ async fn archived_events_are_delivered_again_after_archive_replay() {
     let config = server.config_path();
 
     let body = payment_body(42);
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200);
     eventually(WAIT, "delivered once", || calls(work.path()).len() == 1).await;
     let conn = server.db();
@@ -653,13 +643,7 @@ async fn the_server_prunes_old_events_at_start_up() {
     .await;
     // Intake still works while and after it prunes.
     let body = payment_body(1);
-    let reply = post(
-        server.addr,
-        "/webhooks/pagarme",
-        &pagarme_headers(&body),
-        &body,
-    )
-    .await;
+    let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200);
     drop(conn);
     server.stop().await;

@@ -211,6 +211,11 @@ pub async fn send(
     }
 }
 
+/// POSTs `body` to the pagarme endpoint, signed as Pagar.me does.
+pub async fn post_pagarme(addr: SocketAddr, body: &[u8]) -> Reply {
+    post(addr, "/webhooks/pagarme", &pagarme_headers(body), body).await
+}
+
 pub async fn post(
     addr: SocketAddr,
     path: &str,
@@ -318,6 +323,27 @@ pub fn portaria() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portaria"));
     cmd.env_remove("PORTARIA_CONFIG").env("RUST_LOG", "info");
     cmd
+}
+
+/// Runs `portaria ARGS --config CONFIG` to the end.
+pub fn run_cli(args: &[&str], config: &Path) -> std::process::Output {
+    portaria()
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .output()
+        .unwrap()
+}
+
+/// Checks that a command exited 0 (showing its stderr if not) and returns its stdout.
+pub fn ok_stdout(out: &std::process::Output) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// The binary serving `config`, with its bound addresses read from its log.
