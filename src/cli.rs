@@ -404,15 +404,21 @@ fn secret_variables(text: &str) -> Vec<String> {
     vars
 }
 
-fn events(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
+/// The config of a command that works on a database which must already exist.
+fn existing_database(config: Option<&Path>) -> Result<Config, String> {
     let config = load_for_database(config)?;
-    let path = &config.storage.path;
-    if !path.exists() {
+    if !config.storage.path.exists() {
         return Err(format!(
             "no database at {}: has portaria served with this config yet?",
-            path.display()
+            config.storage.path.display()
         ));
     }
+    Ok(config)
+}
+
+fn events(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
+    let config = existing_database(config)?;
+    let path = &config.storage.path;
     // Looking needs no write access; only a replay opens the database for writing.
     let opened = match &command {
         EventsCommand::Replay(_) => Db::open(path),
@@ -553,14 +559,8 @@ fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()
 }
 
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
-    let config = load_for_database(config)?;
+    let config = existing_database(config)?;
     let path = &config.storage.path;
-    if !path.exists() {
-        return Err(format!(
-            "no database at {}: has portaria served with this config yet?",
-            path.display()
-        ));
-    }
     let policy = crate::prune::Policy::new(&config.storage);
     let mut db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
     let report = if dry_run {

@@ -477,3 +477,20 @@ async fn database_commands_need_no_gateway_secret() {
         String::from_utf8_lossy(&out.stderr).contains("PORTARIA_IT_SECRET_FOR_SERVE is not set")
     );
 }
+
+#[test]
+fn database_commands_refuse_a_database_that_does_not_exist_yet() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("never-served.db");
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, base_config(&db, "", "")).unwrap();
+    for args in [&["events", "list"][..], &["prune", "--dry-run"]] {
+        let out = run_cli(args, &config);
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no database at"),
+            "{args:?}"
+        );
+    }
+    assert!(!db.exists(), "looking creates nothing");
+}
