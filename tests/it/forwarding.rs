@@ -131,6 +131,22 @@ async fn a_command_gets_each_event_once_with_the_raw_body_and_metadata() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_event_is_picked_up_at_once_not_at_the_next_tick() {
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
+    // Let the worker settle into its sleep (its external-change tick is every 2 s).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let acknowledged = Instant::now();
+    accept(&server, 1).await;
+    eventually(WAIT, "delivered", || calls(work.path()).len() == 1).await;
+    let waited = acknowledged.elapsed();
+    assert!(
+        waited < portaria::forward::EXTERNAL_CHECK / 2,
+        "the 200 woke the worker: delivery started {waited:?} after it"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gateway_duplicates_are_not_forwarded_again() {
     let (server, work) =
         start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
@@ -475,6 +491,15 @@ async fn events_left_waiting_by_a_removed_forward_are_reported_at_start_up() {
     })
     .await;
     first.signal(libc::SIGTERM);
+    // Each attempt has its log line.
+    let log = first.log.clone();
+    eventually(WAIT, "the attempt's log line", || {
+        log.lock()
+            .unwrap()
+            .contains("delivery event_id=1 endpoint=\"pagarme\" attempt=1")
+    })
+    .await;
+    assert!(log.lock().unwrap().contains("outcome=\"failed\""));
     assert!(first.wait(Duration::from_secs(20)).await.success());
 
     // The operator removes the forward; the event is still pending, and the start says so.
