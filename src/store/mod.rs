@@ -104,6 +104,9 @@ impl std::fmt::Display for Status {
 pub struct NewEvent {
     endpoint: String,
     dedup_key: String,
+    /// [`dedup_hash`] of the endpoint and key, computed here on the request's task rather
+    /// than on the writer thread.
+    dedup_hash: i64,
     event_type: Option<String>,
     content_type: Option<String>,
     /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
@@ -129,6 +132,7 @@ impl NewEvent {
     ) -> Self {
         NewEvent {
             endpoint: endpoint.to_string(),
+            dedup_hash: dedup_hash(endpoint, &dedup_key),
             dedup_key,
             event_type,
             content_type,
@@ -138,6 +142,22 @@ impl NewEvent {
             forward,
         }
     }
+}
+
+/// What the dedup index holds for an (endpoint, dedup key): the first 8 bytes of SHA-256 over
+/// the endpoint, a zero byte and the key, as a signed integer. Stored in every row, so it must
+/// never change. Two keys may share a hash (about one chance in 10^8 among a million events);
+/// the insert compares the full key, so they are still two events.
+pub fn dedup_hash(endpoint: &str, dedup_key: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(endpoint.as_bytes())
+        .chain_update([0u8])
+        .chain_update(dedup_key.as_bytes())
+        .finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first)
 }
 
 /// What inserting an event came to.
@@ -357,7 +377,8 @@ impl Store {
     }
 
     /// Stores a verified event unless its (endpoint, dedup key) is already there. The barrier is
-    /// the UNIQUE constraint inside the insert, so concurrent copies cannot both get in.
+    /// the insert statement itself (`sql::INSERT_UNLESS_KNOWN`), so concurrent copies cannot
+    /// both get in.
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
         // One statement (the SELECT after a conflict only reads): no savepoint needed.
         let insert = move |conn: &Connection| sql::insert_event(conn, &event);
@@ -628,7 +649,7 @@ impl Db {
     }
 
     /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
-    /// headers, body and received time. The UNIQUE (endpoint, dedup key) decides: no row yet
+    /// headers, body and received time. The dedup barrier decides: no row yet
     /// means a new pending row; a finished row (delivered, dead, stored) goes back to pending
     /// with a fresh schedule, like `events replay`; a pending or delivering row is left alone.
     /// Never a second row for one key. These events were verified when first received; the
@@ -688,6 +709,18 @@ mod sql {
         })
     }
 
+    /// The dedup barrier, one statement: the row goes in only if no row of the same endpoint
+    /// and key exists (found through the narrow `events_dedup` index, then the full key
+    /// compared). A statement runs whole under SQLite's write lock, so no other insert, from
+    /// this process or another, can come between the check and the insert.
+    pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, dedup_hash, \
+         event_type, content_type, headers, body, received_at, status, next_attempt_at) \
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE NOT EXISTS (SELECT 1 FROM events \
+         WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2)";
+    /// The row an (endpoint, key) already has.
+    pub(super) const KNOWN: &str =
+        "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2";
+
     pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
         let status = if e.forward {
             Status::Pending
@@ -695,14 +728,10 @@ mod sql {
             Status::Stored
         };
         let next = e.forward.then_some(e.received_at_ms);
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO events (endpoint, dedup_key, event_type, content_type, headers, body, \
-             received_at, status, next_attempt_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) \
-             ON CONFLICT (endpoint, dedup_key) DO NOTHING",
-        )?;
-        let changed = insert.execute(params![
+        let changed = conn.prepare_cached(INSERT_UNLESS_KNOWN)?.execute(params![
             e.endpoint,
             e.dedup_key,
+            e.dedup_hash,
             e.event_type,
             e.content_type,
             e.headers,
@@ -714,10 +743,8 @@ mod sql {
         if changed == 1 {
             return Ok(Inserted::New(conn.last_insert_rowid()));
         }
-        let mut existing =
-            conn.prepare_cached("SELECT id FROM events WHERE endpoint = ?1 AND dedup_key = ?2")?;
-        existing
-            .query_row(params![e.endpoint, e.dedup_key], |r| r.get(0))
+        conn.prepare_cached(KNOWN)?
+            .query_row(params![e.endpoint, e.dedup_key, e.dedup_hash], |r| r.get(0))
             .map(Inserted::Duplicate)
     }
 
@@ -1094,32 +1121,32 @@ mod sql {
         events: &[EventDetail],
         now_ms: i64,
     ) -> rusqlite::Result<Restored> {
-        let mut insert = conn.prepare_cached(
-            "INSERT INTO events (endpoint, dedup_key, event_type, content_type, headers, body, \
-             received_at, status, next_attempt_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 'pending', ?8) \
-             ON CONFLICT (endpoint, dedup_key) DO NOTHING",
-        )?;
+        let mut insert = conn.prepare_cached(INSERT_UNLESS_KNOWN)?;
         let mut reset = conn.prepare_cached(
             "UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ?3, \
              last_error = NULL, finished_at = NULL \
-             WHERE endpoint = ?1 AND dedup_key = ?2 AND status IN ('delivered', 'dead', 'stored')",
+             WHERE dedup_hash = ?4 AND endpoint = ?1 AND dedup_key = ?2 \
+             AND status IN ('delivered', 'dead', 'stored')",
         )?;
         let mut out = Restored::default();
         for e in events {
             let s = &e.summary;
+            let hash = dedup_hash(&s.endpoint, &s.dedup_key);
             let inserted = insert.execute(params![
                 s.endpoint,
                 s.dedup_key,
+                hash,
                 s.event_type,
                 e.content_type,
                 e.headers,
                 e.body,
                 s.received_at_ms,
+                Status::Pending.as_str(),
                 now_ms,
             ])?;
             if inserted == 1 {
                 out.inserted += 1;
-            } else if reset.execute(params![s.endpoint, s.dedup_key, now_ms])? == 1 {
+            } else if reset.execute(params![s.endpoint, s.dedup_key, now_ms, hash])? == 1 {
                 out.reset += 1;
             } else {
                 out.already_queued += 1;
@@ -1183,11 +1210,12 @@ mod tests {
             store
                 .run(move |conn| {
                     let mut insert = conn.prepare_cached(
-                        "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status) \
-                         VALUES ('e', ?1, x'', zeroblob(1000), 0, 'stored')",
+                        "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, \
+                         received_at, status) VALUES ('e', ?1, ?2, x'', zeroblob(1000), 0, 'stored')",
                     )?;
                     for n in 0..100 {
-                        insert.execute([format!("{batch}-{n}")])?;
+                        let key = format!("{batch}-{n}");
+                        insert.execute(params![key, dedup_hash("e", &key)])?;
                     }
                     Ok(())
                 })
@@ -1267,9 +1295,15 @@ mod tests {
     fn row(db: &Db, endpoint: &str, key: &str, status: Status, age_days: i64) -> i64 {
         db.conn
             .execute(
-                "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status, \
-                 next_attempt_at) VALUES (?1, ?2, x'', x'7b7d', ?3, ?4, ?3)",
-                params![endpoint, key, NOW - age_days * DAY, status.as_str()],
+                "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, received_at, \
+                 status, next_attempt_at) VALUES (?1, ?2, ?5, x'', x'7b7d', ?3, ?4, ?3)",
+                params![
+                    endpoint,
+                    key,
+                    NOW - age_days * DAY,
+                    status.as_str(),
+                    dedup_hash(endpoint, key)
+                ],
             )
             .unwrap();
         let id = db.conn.last_insert_rowid();
@@ -1431,6 +1465,177 @@ mod tests {
         }
     }
 
+    fn new_event(endpoint: &str, key: &str) -> NewEvent {
+        NewEvent {
+            endpoint: endpoint.into(),
+            dedup_key: key.into(),
+            dedup_hash: dedup_hash(endpoint, key),
+            event_type: None,
+            content_type: None,
+            headers: b"x: y\r\n".to_vec(),
+            body: Bytes::from_static(b"{}"),
+            received_at_ms: NOW,
+            forward: false,
+        }
+    }
+
+    #[test]
+    fn the_dedup_hash_is_fixed_and_covers_the_endpoint() {
+        // Stored in every row: a change here would let every old event in again.
+        assert_eq!(
+            dedup_hash("pagarme", "hook_1"),
+            dedup_hash("pagarme", "hook_1")
+        );
+        assert_eq!(dedup_hash("", ""), 0x6e340b9cffb37a98_u64 as i64);
+        assert_ne!(dedup_hash("a", "b"), dedup_hash("b", "a"));
+        assert_ne!(dedup_hash("ab", "c"), dedup_hash("a", "bc"));
+    }
+
+    #[test]
+    fn keys_sharing_a_hash_are_still_two_events() {
+        let (_dir, db) = temp_db();
+        // Another key already holds the hash of "k" (a collision, forced).
+        db.conn
+            .execute(
+                "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, \
+                 received_at, status) VALUES ('a', 'other', ?1, x'', x'', 0, 'stored')",
+                [dedup_hash("a", "k")],
+            )
+            .unwrap();
+        let other = db.conn.last_insert_rowid();
+        let first = sql::insert_event(&db.conn, &new_event("a", "k")).unwrap();
+        let Inserted::New(id) = first else {
+            panic!("a different key is a new event, whatever its hash: {first:?}");
+        };
+        assert_eq!(
+            sql::insert_event(&db.conn, &new_event("a", "k")).unwrap(),
+            Inserted::Duplicate(id)
+        );
+        let mut other_again = new_event("a", "other");
+        other_again.dedup_hash = dedup_hash("a", "k");
+        assert_eq!(
+            sql::insert_event(&db.conn, &other_again).unwrap(),
+            Inserted::Duplicate(other)
+        );
+        // The same key on another endpoint is another event.
+        assert!(matches!(
+            sql::insert_event(&db.conn, &new_event("b", "k")).unwrap(),
+            Inserted::New(_)
+        ));
+        assert_eq!(ids(&db).len(), 3);
+    }
+
+    #[test]
+    fn the_dedup_queries_read_the_narrow_index() {
+        let (_dir, db) = temp_db();
+        let none = None::<String>;
+        for (query, args) in [
+            (
+                sql::INSERT_UNLESS_KNOWN,
+                params!["a", "k", 1, none, none, b"", b"", 0, "stored", 0],
+            ),
+            (sql::KNOWN, params!["a", "k", 1]),
+        ] {
+            let plan: Vec<String> = db
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {query}"))
+                .unwrap()
+                .query_map(args, |r| r.get(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let plan = plan.join("; ");
+            assert!(
+                plan.contains("USING INDEX events_dedup (dedup_hash=?)"),
+                "{query}: {plan}"
+            );
+        }
+    }
+
+    /// The whole schema of version 2, as released before the narrow dedup index.
+    const SCHEMA_V2: &str = "
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, dedup_key TEXT NOT NULL,
+            event_type TEXT, content_type TEXT, headers BLOB NOT NULL, body BLOB NOT NULL,
+            received_at INTEGER NOT NULL,
+            status TEXT NOT NULL
+                CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
+            attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at INTEGER, last_error TEXT,
+            finished_at INTEGER, UNIQUE (endpoint, dedup_key));
+        CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
+            WHERE status IN ('pending', 'delivering');
+        CREATE TABLE attempts (
+            id INTEGER PRIMARY KEY,
+            event_id INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL, started_at INTEGER NOT NULL,
+            duration_ms INTEGER NOT NULL, outcome TEXT NOT NULL, error TEXT);
+        CREATE INDEX attempts_event ON attempts (event_id);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+        CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
+        INSERT INTO events (id, endpoint, dedup_key, headers, body, received_at, status,
+                            attempts, next_attempt_at)
+            VALUES (7, 'a', 'k', x'', x'7b7d', 5, 'pending', 1, 9),
+                   (8, 'b', 'k', x'', x'', 6, 'dead', 1, NULL);
+        INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome)
+            VALUES (7, 1, 6, 3, 'failed'), (8, 1, 7, 3, 'failed');
+        PRAGMA user_version = 2;
+    ";
+
+    #[test]
+    fn a_version_2_file_is_upgraded_in_place_keeping_events_attempts_and_the_barrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(SCHEMA_V2)
+            .unwrap();
+        let db = Db::open(&path).unwrap();
+        let version: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 3);
+        let old = db.event(7).unwrap().unwrap();
+        assert_eq!(
+            (old.summary.status, old.body),
+            (Status::Pending, b"{}".to_vec())
+        );
+        assert_eq!(old.attempts.len(), 1, "attempts survive the table rebuild");
+        assert_eq!(db.event(8).unwrap().unwrap().attempts.len(), 1);
+        // The old rows are behind the new barrier.
+        assert_eq!(
+            sql::insert_event(&db.conn, &new_event("a", "k")).unwrap(),
+            Inserted::Duplicate(7)
+        );
+        assert_eq!(
+            sql::insert_event(&db.conn, &new_event("b", "k")).unwrap(),
+            Inserted::Duplicate(8)
+        );
+        let indexes: Vec<String> = db
+            .conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(indexes, ["events_dead", "events_dedup", "events_queue"]);
+        let fk: bool = db
+            .conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert!(fk, "foreign keys are back on after the upgrade");
+        // A new event still cascades its attempts away on delete.
+        db.conn
+            .execute("DELETE FROM events WHERE id = 7", [])
+            .unwrap();
+        let left: i64 = db
+            .conn
+            .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 1);
+    }
+
     #[test]
     fn reclaiming_frees_every_page_it_is_asked_for() {
         let (_dir, mut db) = temp_db();
@@ -1438,9 +1643,9 @@ mod tests {
         for i in 0..200 {
             db.conn
                 .execute(
-                    "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status) \
-                     VALUES ('a', ?1, x'', ?2, 0, 'delivered')",
-                    params![i, body],
+                    "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, \
+                     received_at, status) VALUES ('a', ?1, ?3, x'', ?2, 0, 'delivered')",
+                    params![i, body, dedup_hash("a", &i.to_string())],
                 )
                 .unwrap();
         }

@@ -91,9 +91,15 @@ mod tests {
 
     fn insert(conn: &Connection, endpoint: &str, key: &str, status: &str, received_at: i64) {
         conn.execute(
-            "INSERT INTO events (endpoint, dedup_key, headers, body, received_at, status) \
-             VALUES (?1, ?2, x'', x'', ?3, ?4)",
-            params![endpoint, key, received_at, status],
+            "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, received_at, \
+             status) VALUES (?1, ?2, ?5, x'', x'', ?3, ?4)",
+            params![
+                endpoint,
+                key,
+                received_at,
+                status,
+                super::super::dedup_hash(endpoint, key)
+            ],
         )
         .unwrap();
     }

@@ -74,8 +74,8 @@ fn insert(
     let last_error = (status == "dead").then_some("exit status 7: payment service down");
     conn.execute(
         "INSERT INTO events (endpoint, dedup_key, event_type, content_type, headers, body, \
-         received_at, status, attempts, next_attempt_at, last_error, finished_at) \
-         VALUES (?1, ?2, 'charge.paid', 'application/json', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         received_at, status, attempts, next_attempt_at, last_error, finished_at, dedup_hash) \
+         VALUES (?1, ?2, 'charge.paid', 'application/json', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         params![
             endpoint,
             key,
@@ -88,6 +88,7 @@ fn insert(
             (status == "pending").then_some(received),
             last_error,
             matches!(status, "delivered" | "dead").then_some(received + 1000),
+            portaria::store::dedup_hash(endpoint, key),
         ],
     )
     .unwrap();
