@@ -101,7 +101,9 @@ def intake(db, loadgen_json, acked_path, bad_path, out, endpoint="pagarme"):
     body_mismatch = 0
     no_headers = 0
     for key, body, headers in conn.execute(
-        "SELECT dedup_key, body, headers FROM events WHERE endpoint = ?", (endpoint,)
+        "SELECT dedup_key, body, headers FROM events JOIN payloads ON event_id = id "
+        "WHERE endpoint = ?",
+        (endpoint,),
     ):
         if hashlib.sha256(body).hexdigest() != key:
             body_mismatch += 1
@@ -111,6 +113,11 @@ def intake(db, loadgen_json, acked_path, bad_path, out, endpoint="pagarme"):
         misses.append(f"{body_mismatch} stored bodies differ from what was sent")
     if no_headers:
         misses.append(f"{no_headers} rows lack the request headers")
+    no_payload = conn.execute(
+        "SELECT count(*) FROM events WHERE id NOT IN (SELECT event_id FROM payloads)"
+    ).fetchone()[0]
+    if no_payload:
+        misses.append(f"{no_payload} events have no stored headers and body")
     by_status = dict(conn.execute("SELECT status, count(*) FROM events GROUP BY status").fetchall())
     conn.close()
 

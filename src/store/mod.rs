@@ -380,10 +380,9 @@ impl Store {
     /// the insert statement itself (`sql::INSERT_UNLESS_KNOWN`), so concurrent copies cannot
     /// both get in.
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
-        // One statement (the SELECT after a conflict only reads): no savepoint needed.
+        // Two statements (the event, then its payload): in a savepoint of its own.
         let insert = move |conn: &Connection| sql::insert_event(conn, &event);
-        self.submit(insert, Needs::DURABLE_STATEMENT, Message::Job)
-            .await
+        self.submit(insert, Needs::ALL, Message::Job).await
     }
 
     /// At start-up: attempts that were running when the process died go back to pending, due
@@ -713,10 +712,13 @@ mod sql {
     /// and key exists (found through the narrow `events_dedup` index, then the full key
     /// compared). A statement runs whole under SQLite's write lock, so no other insert, from
     /// this process or another, can come between the check and the insert.
-    pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, dedup_hash, \
-         event_type, content_type, headers, body, received_at, status, next_attempt_at) \
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10 WHERE NOT EXISTS (SELECT 1 FROM events \
-         WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2)";
+    pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, \
+         dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
+         next_attempt_at) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE NOT EXISTS \
+         (SELECT 1 FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2)";
+    /// The headers and body of the event just inserted, in the same savepoint.
+    const INSERT_PAYLOAD: &str =
+        "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)";
     /// The row an (endpoint, key) already has.
     pub(super) const KNOWN: &str =
         "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2";
@@ -734,14 +736,16 @@ mod sql {
             e.dedup_hash,
             e.event_type,
             e.content_type,
-            e.headers,
-            &e.body[..],
+            (e.headers.len() + e.body.len()) as i64,
             e.received_at_ms,
             status.as_str(),
             next,
         ])?;
         if changed == 1 {
-            return Ok(Inserted::New(conn.last_insert_rowid()));
+            let id = conn.last_insert_rowid();
+            conn.prepare_cached(INSERT_PAYLOAD)?
+                .execute(params![id, e.headers, &e.body[..]])?;
+            return Ok(Inserted::New(id));
         }
         conn.prepare_cached(KNOWN)?
             .query_row(params![e.endpoint, e.dedup_key, e.dedup_hash], |r| r.get(0))
@@ -815,10 +819,12 @@ mod sql {
         };
         let mut claim = conn.prepare_cached(
             "UPDATE events SET status = 'delivering', attempts = attempts + 1 WHERE id = ?1 \
-             RETURNING id, endpoint, dedup_key, event_type, content_type, received_at, attempts, body",
+             RETURNING id, endpoint, dedup_key, event_type, content_type, received_at, attempts",
         )?;
+        let mut body = conn.prepare_cached("SELECT body FROM payloads WHERE event_id = ?1")?;
         ids.into_iter()
             .map(|id| {
+                let body = Bytes::from(body.query_row([id], |r| r.get::<_, Vec<u8>>(0))?);
                 claim.query_row([id], |r| {
                     Ok(Claimed {
                         event_id: r.get(0)?,
@@ -828,7 +834,7 @@ mod sql {
                         content_type: r.get(4)?,
                         received_at_ms: r.get(5)?,
                         attempt: r.get(6)?,
-                        body: Bytes::from(r.get::<_, Vec<u8>>(7)?),
+                        body,
                     })
                 })
             })
@@ -952,7 +958,10 @@ mod sql {
     pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
         let detail = conn
             .query_row(
-                &format!("SELECT {SUMMARY}, content_type, headers, body FROM events WHERE id = ?1"),
+                &format!(
+                    "SELECT {SUMMARY}, content_type, headers, body FROM events \
+                     JOIN payloads ON event_id = id WHERE id = ?1"
+                ),
                 [id],
                 detail,
             )
@@ -986,7 +995,7 @@ mod sql {
         c: &Cutoffs,
     ) -> rusqlite::Result<Vec<PrunableGroup>> {
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT endpoint, status, count(*), sum(length(headers) + length(body)) \
+            "SELECT endpoint, status, count(*), sum(payload_bytes) \
              FROM events WHERE {PRUNABLE} GROUP BY endpoint, status ORDER BY endpoint, status"
         ))?;
         stmt.query_map(params![c.finished_before_ms, c.dead_before_ms], |r| {
@@ -1010,8 +1019,8 @@ mod sql {
         byte_budget: u64,
     ) -> rusqlite::Result<Vec<EventDetail>> {
         let mut stmt = conn.prepare_cached(&format!(
-            "SELECT {SUMMARY}, content_type, headers, body FROM events WHERE {PRUNABLE} \
-             ORDER BY id LIMIT ?3"
+            "SELECT {SUMMARY}, content_type, headers, body FROM events \
+             JOIN payloads ON event_id = id WHERE {PRUNABLE} ORDER BY id LIMIT ?3"
         ))?;
         let mut rows = stmt.query(params![
             c.finished_before_ms,
@@ -1042,7 +1051,7 @@ mod sql {
     ) -> rusqlite::Result<Vec<Removed>> {
         let mut delete = conn.prepare_cached(&format!(
             "DELETE FROM events WHERE id = ?3 AND {PRUNABLE} \
-             RETURNING endpoint, status, length(headers) + length(body)"
+             RETURNING endpoint, status, payload_bytes"
         ))?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -1064,7 +1073,7 @@ mod sql {
         let mut delete = conn.prepare_cached(&format!(
             "DELETE FROM events WHERE id IN \
              (SELECT id FROM events WHERE {PRUNABLE} ORDER BY id LIMIT ?3) \
-             RETURNING endpoint, status, length(headers) + length(body)"
+             RETURNING endpoint, status, payload_bytes"
         ))?;
         delete
             .query_map(
@@ -1138,13 +1147,15 @@ mod sql {
                 hash,
                 s.event_type,
                 e.content_type,
-                e.headers,
-                e.body,
+                (e.headers.len() + e.body.len()) as i64,
                 s.received_at_ms,
                 Status::Pending.as_str(),
                 now_ms,
             ])?;
             if inserted == 1 {
+                let id = conn.last_insert_rowid();
+                conn.prepare_cached(INSERT_PAYLOAD)?
+                    .execute(params![id, e.headers, e.body])?;
                 out.inserted += 1;
             } else if reset.execute(params![s.endpoint, s.dedup_key, now_ms, hash])? == 1 {
                 out.reset += 1;
@@ -1210,12 +1221,17 @@ mod tests {
             store
                 .run(move |conn| {
                     let mut insert = conn.prepare_cached(
-                        "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, \
-                         received_at, status) VALUES ('e', ?1, ?2, x'', zeroblob(1000), 0, 'stored')",
+                        "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, \
+                         received_at, status) VALUES ('e', ?1, ?2, 1000, 0, 'stored')",
+                    )?;
+                    let mut payload = conn.prepare_cached(
+                        "INSERT INTO payloads (event_id, headers, body) \
+                         VALUES (last_insert_rowid(), x'', zeroblob(1000))",
                     )?;
                     for n in 0..100 {
                         let key = format!("{batch}-{n}");
                         insert.execute(params![key, dedup_hash("e", &key)])?;
+                        payload.execute([])?;
                     }
                     Ok(())
                 })
@@ -1295,8 +1311,8 @@ mod tests {
     fn row(db: &Db, endpoint: &str, key: &str, status: Status, age_days: i64) -> i64 {
         db.conn
             .execute(
-                "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, received_at, \
-                 status, next_attempt_at) VALUES (?1, ?2, ?5, x'', x'7b7d', ?3, ?4, ?3)",
+                "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
+                 status, next_attempt_at) VALUES (?1, ?2, ?5, 2, ?3, ?4, ?3)",
                 params![
                     endpoint,
                     key,
@@ -1307,6 +1323,12 @@ mod tests {
             )
             .unwrap();
         let id = db.conn.last_insert_rowid();
+        db.conn
+            .execute(
+                "INSERT INTO payloads (event_id, headers, body) VALUES (?1, x'', x'7b7d')",
+                [id],
+            )
+            .unwrap();
         db.conn
             .execute(
                 "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome) \
@@ -1497,8 +1519,8 @@ mod tests {
         // Another key already holds the hash of "k" (a collision, forced).
         db.conn
             .execute(
-                "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, \
-                 received_at, status) VALUES ('a', 'other', ?1, x'', x'', 0, 'stored')",
+                "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, \
+                 received_at, status) VALUES ('a', 'other', ?1, 0, 0, 'stored')",
                 [dedup_hash("a", "k")],
             )
             .unwrap();
@@ -1532,7 +1554,7 @@ mod tests {
         for (query, args) in [
             (
                 sql::INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, b"", b"", 0, "stored", 0],
+                params!["a", "k", 1, none, none, 0, 0, "stored", 0],
             ),
             (sql::KNOWN, params!["a", "k", 1]),
         ] {
@@ -1643,9 +1665,16 @@ mod tests {
         for i in 0..200 {
             db.conn
                 .execute(
-                    "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, \
-                     received_at, status) VALUES ('a', ?1, ?3, x'', ?2, 0, 'delivered')",
-                    params![i, body, dedup_hash("a", &i.to_string())],
+                    "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, \
+                     received_at, status) VALUES ('a', ?1, ?2, 3000, 0, 'delivered')",
+                    params![i, dedup_hash("a", &i.to_string())],
+                )
+                .unwrap();
+            db.conn
+                .execute(
+                    "INSERT INTO payloads (event_id, headers, body) \
+                     VALUES (last_insert_rowid(), x'', ?1)",
+                    [&body],
                 )
                 .unwrap();
         }

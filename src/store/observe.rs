@@ -91,8 +91,8 @@ mod tests {
 
     fn insert(conn: &Connection, endpoint: &str, key: &str, status: &str, received_at: i64) {
         conn.execute(
-            "INSERT INTO events (endpoint, dedup_key, dedup_hash, headers, body, received_at, \
-             status) VALUES (?1, ?2, ?5, x'', x'', ?3, ?4)",
+            "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
+             status) VALUES (?1, ?2, ?5, 0, ?3, ?4)",
             params![
                 endpoint,
                 key,

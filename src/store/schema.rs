@@ -14,12 +14,18 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
 const SCHEMA_VERSION: i64 = 3;
 
-/// The schema of a new file. `events.dedup_hash` is the first 8 bytes of SHA-256 over the
-/// endpoint and the dedup key ([`super::dedup_hash`]): the dedup index holds that integer
-/// instead of the key itself, so an index leaf holds ~60 entries instead of ~10, and the
-/// random leaf each new event dirties is found in the cache and written less often. The
-/// barrier is the one insert statement that checks the index and compares the full key (two
-/// keys may share a hash; they are still two events).
+/// The schema of a new file.
+///
+/// `events.dedup_hash` is the first 8 bytes of SHA-256 over the endpoint and the dedup key
+/// ([`super::dedup_hash`]): the dedup index holds that integer instead of the key itself, so an
+/// index leaf holds ~60 entries instead of ~10, and the random leaf each new event dirties is
+/// found in the cache and written less often. The barrier is the one insert statement that
+/// checks the index and compares the full key (two keys may share a hash; they are still two
+/// events).
+///
+/// Headers and body live in `payloads`, written once and never rewritten: a delivery changes
+/// the event's status twice, and in a row of its own that is a ~150-byte cell on one page,
+/// where the same update to a row holding a 1 KiB body rewrote its overflow chain too.
 const SCHEMA: &str = "
 CREATE TABLE events (
     id              INTEGER PRIMARY KEY,
@@ -28,8 +34,7 @@ CREATE TABLE events (
     dedup_hash      INTEGER NOT NULL,   -- SHA-256(endpoint, 0, dedup_key), first 8 bytes
     event_type      TEXT,
     content_type    TEXT,
-    headers         BLOB    NOT NULL,   -- `name: value\\r\\n` each, as received
-    body            BLOB    NOT NULL,   -- the raw bytes, exactly as received
+    payload_bytes   INTEGER NOT NULL,   -- length of headers + body, for pruning reports
     received_at     INTEGER NOT NULL,   -- unix milliseconds
     status          TEXT    NOT NULL
         CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
@@ -37,6 +42,11 @@ CREATE TABLE events (
     next_attempt_at INTEGER,            -- unix milliseconds, while pending
     last_error      TEXT,
     finished_at     INTEGER             -- when it was delivered or went dead
+);
+CREATE TABLE payloads (
+    event_id        INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,
+    headers         BLOB    NOT NULL,   -- `name: value\\r\\n` each, as received
+    body            BLOB    NOT NULL    -- the raw bytes, exactly as received
 );
 CREATE INDEX events_dedup ON events (dedup_hash);
 CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
@@ -69,10 +79,10 @@ CREATE TABLE meta (
 CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
 ";
 
-/// Version 3 replaced `UNIQUE (endpoint, dedup_key)` with the narrow `events_dedup` index. A
-/// table constraint cannot be dropped in SQLite, so the table is rebuilt (SQLite's documented
-/// procedure, with foreign keys off so `attempts` keeps its rows) and the hashes are filled in
-/// by [`fill_dedup_hashes`].
+/// Version 3 replaced `UNIQUE (endpoint, dedup_key)` with the narrow `events_dedup` index and
+/// moved headers and body to `payloads`. A table constraint cannot be dropped in SQLite, so the
+/// table is rebuilt (SQLite's documented procedure, with foreign keys off so `attempts` keeps
+/// its rows) and the hashes are filled in by [`fill_dedup_hashes`].
 const V2_TO_V3: &str = "
 CREATE TABLE events_v3 (
     id              INTEGER PRIMARY KEY,
@@ -81,8 +91,7 @@ CREATE TABLE events_v3 (
     dedup_hash      INTEGER NOT NULL,
     event_type      TEXT,
     content_type    TEXT,
-    headers         BLOB    NOT NULL,
-    body            BLOB    NOT NULL,
+    payload_bytes   INTEGER NOT NULL,
     received_at     INTEGER NOT NULL,
     status          TEXT    NOT NULL
         CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
@@ -91,12 +100,19 @@ CREATE TABLE events_v3 (
     last_error      TEXT,
     finished_at     INTEGER
 );
-INSERT INTO events_v3 (id, endpoint, dedup_key, dedup_hash, event_type, content_type, headers,
-                       body, received_at, status, attempts, next_attempt_at, last_error,
+CREATE TABLE payloads (
+    event_id        INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,
+    headers         BLOB    NOT NULL,
+    body            BLOB    NOT NULL
+);
+INSERT INTO events_v3 (id, endpoint, dedup_key, dedup_hash, event_type, content_type,
+                       payload_bytes, received_at, status, attempts, next_attempt_at, last_error,
                        finished_at)
-    SELECT id, endpoint, dedup_key, 0, event_type, content_type, headers, body, received_at,
-           status, attempts, next_attempt_at, last_error, finished_at
+    SELECT id, endpoint, dedup_key, 0, event_type, content_type,
+           length(headers) + length(body), received_at, status, attempts, next_attempt_at,
+           last_error, finished_at
     FROM events;
+INSERT INTO payloads (event_id, headers, body) SELECT id, headers, body FROM events;
 DROP TABLE events;
 ALTER TABLE events_v3 RENAME TO events;
 CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)

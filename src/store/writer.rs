@@ -3,8 +3,8 @@
 //! each. A job's caller hears back only after its transaction is durable.
 //!
 //! A job of several statements runs inside its own SAVEPOINT, so one failing job rolls back
-//! alone and the rest of its batch still commits; a job of one statement (an intake insert)
-//! needs none, since SQLite undoes a failed statement by itself. If the COMMIT itself fails
+//! alone and the rest of its batch still commits; a job of one statement needs none, since
+//! SQLite undoes a failed statement by itself. If the COMMIT itself fails
 //! (disk full, I/O error, lock timeout), every job of the batch hears the error and nothing of
 //! it is kept.
 //!
@@ -48,11 +48,6 @@ impl Needs {
     /// The safe default: atomic on its own, durable before the answer.
     pub const ALL: Needs = Needs {
         savepoint: true,
-        fsync: true,
-    };
-    /// One statement (atomic by itself) whose caller is promised durability: an intake insert.
-    pub const DURABLE_STATEMENT: Needs = Needs {
-        savepoint: false,
         fsync: true,
     };
     /// Delivery bookkeeping: atomic, but a lost commit only means one more delivery.

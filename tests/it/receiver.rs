@@ -27,7 +27,8 @@ async fn a_valid_new_event_is_stored_once_then_answered_200() {
     ) = server
         .db()
         .query_row(
-            "SELECT endpoint, dedup_key, event_type, body, headers, status FROM events",
+            "SELECT endpoint, dedup_key, event_type, body, headers, status FROM events \
+             JOIN payloads ON event_id = id",
             [],
             |r| {
                 Ok((

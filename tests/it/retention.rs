@@ -70,18 +70,18 @@ fn insert(
     body: &[u8],
 ) -> i64 {
     let received = now_ms() - age_ms;
+    let headers =
+        format!("content-type: application/json\r\nx-hub-signature: sha256={key}\r\n").into_bytes();
     let attempts = i64::from(matches!(status, "delivered" | "dead" | "delivering"));
     let last_error = (status == "dead").then_some("exit status 7: payment service down");
     conn.execute(
-        "INSERT INTO events (endpoint, dedup_key, event_type, content_type, headers, body, \
+        "INSERT INTO events (endpoint, dedup_key, event_type, content_type, payload_bytes, \
          received_at, status, attempts, next_attempt_at, last_error, finished_at, dedup_hash) \
-         VALUES (?1, ?2, 'charge.paid', 'application/json', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+         VALUES (?1, ?2, 'charge.paid', 'application/json', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         params![
             endpoint,
             key,
-            format!("content-type: application/json\r\nx-hub-signature: sha256={key}\r\n")
-                .into_bytes(),
-            body,
+            (headers.len() + body.len()) as i64,
             received,
             status,
             attempts,
@@ -93,6 +93,11 @@ fn insert(
     )
     .unwrap();
     let id = conn.last_insert_rowid();
+    conn.execute(
+        "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)",
+        params![id, headers, body],
+    )
+    .unwrap();
     if attempts == 1 {
         conn.execute(
             "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, error) \
