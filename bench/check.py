@@ -321,6 +321,9 @@ def summary(work, mode, results_path):
         ("  command deliveries/s (4 lanes)", fmt(m.get("command_deliveries_per_sec"), 0), "", None),
         ("  the command alone, runs/s (4 at once)", fmt(m.get("command_baseline_per_sec"), 0), "", None),
         ("  mean command runs in flight (of 4)", fmt(mean_in_flight("command"), 2), "", None),
+        ("  disk written per delivered event, KiB",
+         fmt(m["delivery_write_bytes"] / m["delivered_events"] / 1024, 2)
+         if m.get("delivered_events") else "n/a", "", None),
         ("HTTP forward deliveries/s (4 lanes)", fmt(m.get("http_deliveries_per_sec"), 0), "", None),
         ("RSS at idle, MiB", fmt(m.get("idle_rss_kib", 0) / 1024, 1) if "idle_rss_kib" in m else "n/a",
          "< 6", m.get("idle_rss_kib", 1e12) < 6 * 1024),

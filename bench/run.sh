@@ -346,8 +346,12 @@ start_portaria "$D"
 run_loadgen command-load "http://$ADDR$ENDPOINT_PATH" "$FORWARD_REQUESTS" \
     --acked-out "$D/acked.txt" --bad-out "$D/bad.txt"
 LOAD_END=$(now_ms)
+DELIVERY_IO0=$(write_bytes "$PORTARIA_PID")
 check delivered "$D/portaria.db" "$D/acked.txt" "$WORK/check-command.json" \
     --wait "$DELIVERY_WAIT_SECS" --seen-ids "$D/seen.txt" --phase command
+# What delivering costs the disk (attempt rows, status changes), on top of intake's share.
+metric delivery_write_bytes "$(($(write_bytes "$PORTARIA_PID") - DELIVERY_IO0))"
+metric delivered_events "$(wc -l <"$D/acked.txt")"
 check intake "$D/portaria.db" "$WORK/command-load.json" "$D/acked.txt" "$D/bad.txt" \
     "$WORK/check-command-intake.json"
 RATE=$(delivery_rate "$D/portaria.db" "$LOAD_END" "$WORK/check-command.json")
