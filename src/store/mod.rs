@@ -1642,6 +1642,34 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         assert_eq!(indexes, ["events_dead", "events_dedup", "events_queue"]);
+        // The upgrade's own copy of the table definitions must not drift from a new file's.
+        let (_fresh_dir, fresh) = temp_db();
+        let shape = |conn: &Connection, pragma: &str| -> Vec<String> {
+            conn.prepare(pragma)
+                .unwrap()
+                .query_map([], |r| {
+                    let cells: Vec<String> = (0..r.as_ref().column_count())
+                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                        .collect();
+                    Ok(cells.join(" "))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        for pragma in [
+            "PRAGMA table_info(events)",
+            "PRAGMA table_info(payloads)",
+            "PRAGMA foreign_key_list(payloads)",
+            "PRAGMA foreign_key_list(attempts)",
+            "PRAGMA index_info(events_dedup)",
+        ] {
+            assert_eq!(
+                shape(&db.conn, pragma),
+                shape(&fresh.conn, pragma),
+                "{pragma}"
+            );
+        }
         let fk: bool = db
             .conn
             .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
