@@ -195,7 +195,9 @@ fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop
         .or_else(|| level.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
     let (writer, guard) = crate::logwriter::Buffered::start(Box::new(std::io::stderr()));
+    // The fmt subscriber caps itself at INFO unless told otherwise; `filter` decides.
     let builder = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
         .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Under systemd, journald stamps every line already.

@@ -423,4 +423,60 @@ mod tests {
         }
         assert_eq!(jittered(Duration::from_millis(5), 1), 5);
     }
+
+    /// What `f` logs, as the fmt subscriber writes it.
+    fn logged(f: impl FnOnce()) -> String {
+        #[derive(Clone, Default)]
+        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::TRACE)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, f);
+        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn a_delivery_slower_than_five_seconds_gets_a_warning_of_its_own() {
+        let d = Delivery {
+            event_id: 7,
+            endpoint: "pagarme".into(),
+            dedup_key: "k".into(),
+            event_type: None,
+            content_type: None,
+            received_at_ms: 0,
+            attempt: 1,
+            body: bytes::Bytes::new(),
+        };
+        let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, None, SLOW_DELIVERY * 2));
+        assert!(
+            slow.lines().any(|l| l.contains("WARN")
+                && l.contains("slow delivery")
+                && l.contains("event_id=7")),
+            "{slow}"
+        );
+        assert!(slow.contains("outcome=\"delivered\""), "{slow}");
+        let quick = logged(|| {
+            log_attempt(
+                &d,
+                &AfterAttempt::Delivered,
+                None,
+                Duration::from_millis(40),
+            )
+        });
+        assert!(!quick.contains("slow delivery"), "{quick}");
+        assert!(quick.contains("outcome=\"delivered\""), "{quick}");
+    }
 }

@@ -458,3 +458,33 @@ fn a_busy_admin_port_stops_the_start_with_a_clear_message_and_exit_1() {
     );
     drop(busy);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_reach_the_log_only_at_trace_level() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, base_config(&db, "admin_listen = \"off\"", "")).unwrap();
+    for (level, shown) in [("portaria=debug", false), ("portaria=trace", true)] {
+        let mut serve = portaria();
+        serve
+            .env("RUST_LOG", level)
+            .args(["serve", "--config"])
+            .arg(&config);
+        let mut server = Process::spawn_command(serve).await;
+        let body = format!(
+            r#"{{"id":"hook_{level}","type":"charge.paid","data":{{"id":"ch_1","note":"only-in-the-body"}}}}"#
+        );
+        assert_eq!(post_pagarme(server.addr, body.as_bytes()).await.status, 200);
+        // The body line, when there is one, is written before the webhook's own line.
+        let log = server.log.clone();
+        eventually(Duration::from_secs(10), "the webhook's log line", || {
+            log.lock().unwrap().contains("dedup_key=")
+        })
+        .await;
+        let text = log.lock().unwrap().clone();
+        assert_eq!(text.contains("only-in-the-body"), shown, "{level}:\n{text}");
+        server.signal(libc::SIGTERM);
+        assert!(server.wait(Duration::from_secs(20)).await.success());
+    }
+}
