@@ -15,3 +15,30 @@ pub mod payload;
 pub mod plan;
 pub mod report;
 pub mod sign;
+
+use std::process::ExitCode;
+
+/// Runs a binary's async `main` on a multi-threaded runtime; errors go to stderr, prefixed with
+/// the binary's `name`, and make the exit status a failure.
+pub fn block_on_main(
+    name: &str,
+    main: impl std::future::Future<Output = Result<(), String>>,
+) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("{name}: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(main) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(why) => {
+            eprintln!("{name}: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}

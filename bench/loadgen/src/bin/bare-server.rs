@@ -145,22 +145,5 @@ async fn stop_signal() {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("bare-server: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(serve(args)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(why) => {
-            eprintln!("bare-server: {why}");
-            ExitCode::FAILURE
-        }
-    }
+    loadgen::block_on_main("bare-server", serve(Args::parse()))
 }
