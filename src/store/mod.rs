@@ -1574,6 +1574,23 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_file_from_a_newer_portaria_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE future (x); PRAGMA user_version = 99;")
+            .unwrap();
+        let err = Db::open(&path).err().expect("refused").to_string();
+        assert!(err.contains("schema version 99 is newer"), "{err}");
+        let tables: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 1, "nothing created in it");
+    }
+
     /// The whole schema of version 2, as released before the narrow dedup index.
     const SCHEMA_V2: &str = "
         CREATE TABLE events (

@@ -176,14 +176,39 @@ pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
 
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if version >= SCHEMA_VERSION {
+    if version > SCHEMA_VERSION {
+        // A newer portaria made this file: reading it as ours could misread or damage it.
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISMATCH),
+            Some(format!(
+                "schema version {version} is newer than this portaria knows ({SCHEMA_VERSION}); \
+                 run the portaria that made it, or a newer one"
+            )),
+        ));
+    }
+    if version == SCHEMA_VERSION {
         return Ok(());
+    }
+    let started = std::time::Instant::now();
+    if version >= 1 {
+        // An upgrade rewrites the events table: say so, since it holds up the start.
+        let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
+        tracing::info!(
+            from = version,
+            to = SCHEMA_VERSION,
+            events,
+            "upgrading the database schema (rewrites the events table; a large file takes a while)"
+        );
     }
     // The v3 rebuild drops the old table; with foreign keys on, that would delete every
     // attempt row. The pragma is a no-op inside a transaction, so it is set around it.
     conn.execute_batch("PRAGMA foreign_keys = OFF")?;
     let migrated = migrate_in_one_transaction(conn);
     conn.execute_batch("PRAGMA foreign_keys = ON")?;
+    if version >= 1 && migrated.is_ok() {
+        let ms = started.elapsed().as_millis() as u64;
+        tracing::info!(to = SCHEMA_VERSION, ms, "database schema upgraded");
+    }
     migrated
 }
 
