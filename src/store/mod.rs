@@ -1479,6 +1479,12 @@ mod tests {
             "keeps its received time"
         );
         assert_eq!(new.next_attempt_at_ms, Some(NOW), "due now");
+        let restored = db.event(new.id).unwrap().expect("with its payload");
+        assert_eq!(
+            (restored.headers, restored.body),
+            (b"x: y\r\n".to_vec(), b"{}".to_vec()),
+            "headers and body come back as archived"
+        );
         for id in [delivered, pending] {
             assert_eq!(
                 db.event(id).unwrap().unwrap().summary.status,
