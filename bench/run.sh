@@ -13,7 +13,10 @@
 #      signatures are stored zero times, and that nothing got a 5xx or no answer;
 #   3. (full) the same against a fresh portaria at 1,000 req/s open loop, for the p99 there;
 #   4. ceiling: the same load against bench/loadgen's bare hyper server (in full mode also
-#      paced at 1,000 req/s, the floor under portaria's paced p99);
+#      paced at 1,000 req/s, the floor under portaria's paced p99); in full mode, two more
+#      rounds of intake (each checked) and ceiling, alternating: throughput, p99 and the share
+#      of the ceiling are reported as medians over the three rounds (CPU, disk and RSS come
+#      from the first);
 #   5. forwarding to a command: every acknowledged event delivered and seen by the command;
 #      the per-event overhead is portaria's delivery rate against the command run alone;
 #   6. forwarding to a local HTTP target (the bare server, recording what it receives);
@@ -46,9 +49,13 @@ cd "$ROOT"
 if [[ $MODE == quick ]]; then
     REQUESTS=3000
     FORWARD_REQUESTS=500
+    ROUNDS=1
 else
     REQUESTS=20000
     FORWARD_REQUESTS=2000
+    # Intake and ceiling are measured this many times, alternating, and reported as medians:
+    # one noisy moment on a shared machine then moves a figure less.
+    ROUNDS=3
 fi
 CONCURRENCY=32
 DUP_RATIO=0.2
@@ -310,6 +317,26 @@ if [[ $MODE == full ]]; then
     run_loadgen ceiling-paced "http://$ADDR$ENDPOINT_PATH" "$PACED_REQUESTS" --rate "$PACED_RATE"
 fi
 stop_pid "$BARE_PID" bare-server
+
+# ---- 4b. (full) more rounds of intake and ceiling, alternating, for the medians ----
+
+for ((ROUND = 2; ROUND <= ROUNDS; ROUND++)); do
+    log "round $ROUND of $ROUNDS: intake, then the ceiling"
+    D="$WORK/intake-$ROUND"
+    mkdir -p "$D"
+    write_config "$D"
+    start_portaria "$D"
+    run_loadgen "intake-$ROUND" "http://$ADDR$ENDPOINT_PATH" "$REQUESTS" \
+        --acked-out "$D/acked.txt" --bad-out "$D/bad.txt"
+    stop_portaria "intake-$ROUND"
+    check intake "$D/portaria.db" "$WORK/intake-$ROUND.json" "$D/acked.txt" "$D/bad.txt" \
+        "$WORK/check-intake-$ROUND.json"
+    D="$WORK/ceiling-$ROUND"
+    mkdir -p "$D"
+    start_bare "$D"
+    run_loadgen "ceiling-$ROUND" "http://$ADDR$ENDPOINT_PATH" "$REQUESTS"
+    stop_pid "$BARE_PID" bare-server
+done
 
 # delivery_rate DB SINCE_MS VERDICT_JSON: deliveries/s.
 # Uses the attempts that started after the load ended, when no load competes for the CPU, if
