@@ -372,6 +372,9 @@ def summary(work, mode, results_path):
          "< 3", None if per_event is None else per_event < 3 * 1024),
         ("  with the WAL still to checkpoint, KiB", fmt(per_event_bound / 1024, 2) if per_event_bound else "n/a",
          "< 3", None if per_event_bound is None else per_event_bound < 3 * 1024),
+        ("  at 1,000 req/s (about one event per commit), KiB",
+         fmt(m["paced_write_bytes"] / m["paced_accepted"] / 1024, 2)
+         if m.get("paced_accepted") else "(full mode)", "", None),
         ("  database / WAL after load, MiB",
          f"{fmt(m.get('intake_db_bytes', 0) / MIB, 2)} / {fmt(wal / MIB, 2)}", "", None),
         ("  database after shutdown, MiB", fmt(m.get("intake_db_bytes_closed", 0) / MIB, 2), "", None),

@@ -298,8 +298,12 @@ if [[ $MODE == full ]]; then
     write_config "$D"
     start_portaria "$D"
     sleep 1
+    PACED_IO0=$(write_bytes "$PORTARIA_PID")
     run_loadgen paced "http://$ADDR$ENDPOINT_PATH" "$PACED_REQUESTS" --rate "$PACED_RATE" \
         --acked-out "$D/acked.txt" --bad-out "$D/bad.txt"
+    # At this rate most commits hold one event: what a quiet shop's disk sees per webhook.
+    metric paced_write_bytes "$(($(write_bytes "$PORTARIA_PID") - PACED_IO0))"
+    metric paced_accepted "$(wc -l <"$D/acked.txt")"
     stop_portaria paced
     check intake "$D/portaria.db" "$WORK/paced.json" "$D/acked.txt" "$D/bad.txt" "$WORK/check-paced.json"
 fi
