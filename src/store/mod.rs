@@ -557,9 +557,12 @@ pub struct Db {
 }
 
 impl Db {
+    /// Opens (creating if needed) the database for a command. A file with an older schema is
+    /// refused: only the server upgrades a schema, since an older server still running on the
+    /// file would fail every write after the upgrade.
     pub fn open(path: &Path) -> Result<Db, StoreError> {
         Ok(Db {
-            conn: schema::open(path)?,
+            conn: schema::open_with(path, schema::Upgrade::Refused)?,
         })
     }
 
@@ -1634,7 +1637,13 @@ mod tests {
             .unwrap()
             .execute_batch(SCHEMA_V2)
             .unwrap();
-        let db = Db::open(&path).unwrap();
+        // A command refuses to upgrade it.
+        let refused = Db::open(&path).err().expect("refused").to_string();
+        assert!(refused.contains("schema version 2 is older"), "{refused}");
+        // The server upgrades it.
+        let db = Db {
+            conn: schema::open(&path).unwrap(),
+        };
         let version: i64 = db
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))

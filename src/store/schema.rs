@@ -123,6 +123,20 @@ CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
+    open_with(path, Upgrade::Allowed)
+}
+
+/// Whether opening may upgrade an older schema. Only the server does: an upgrade rebuilds the
+/// events table, and an older server still running on the file would fail every write after
+/// it. A command (`events replay`, `prune`, `archive replay`) refuses an older file instead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upgrade {
+    Allowed,
+    Refused,
+}
+
+/// [`open`], saying whether an older schema may be upgraded.
+pub fn open_with(path: &Path, upgrade: Upgrade) -> Result<Connection, StoreError> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         StoreError::Sqlite(format!("{what} {}: {e}", path.display()))
     };
@@ -145,7 +159,7 @@ pub fn open(path: &Path) -> Result<Connection, StoreError> {
          PRAGMA foreign_keys = ON;",
     )
     .map_err(|e| fail("cannot configure", &e))?;
-    migrate(&conn).map_err(|e| fail("cannot create the schema in", &e))?;
+    migrate(&conn, upgrade).map_err(|e| fail("cannot create the schema in", &e))?;
     Ok(conn)
 }
 
@@ -174,7 +188,7 @@ pub fn open_read_only(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+fn migrate(conn: &Connection, upgrade: Upgrade) -> rusqlite::Result<()> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > SCHEMA_VERSION {
         // A newer portaria made this file: reading it as ours could misread or damage it.
@@ -188,6 +202,16 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     }
     if version == SCHEMA_VERSION {
         return Ok(());
+    }
+    if version >= 1 && upgrade == Upgrade::Refused {
+        return Err(rusqlite::Error::SqliteFailure(
+            rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISMATCH),
+            Some(format!(
+                "schema version {version} is older than this portaria's ({SCHEMA_VERSION}); \
+                 `portaria serve` upgrades it when it starts: stop the running server, start \
+                 this version's once, then run this command again"
+            )),
+        ));
     }
     let started = std::time::Instant::now();
     if version >= 1 {
