@@ -693,8 +693,9 @@ impl Validator<'_> {
             secret_file: raw.secret_file,
         };
         let secrets = self.secrets(at, given, raw.secrets, true);
-        // With no usable secret (that problem is already reported), check the provider and its
-        // options with a stand-in, so that every problem shows in one run.
+        // With no usable secret (`secrets` has reported why, so this endpoint is refused
+        // below), check the provider and its options with a stand-in, so that every problem
+        // shows in one run.
         let checked_with = if secrets.is_empty() {
             vec![PLACEHOLDER_SECRET.to_string()]
         } else {
@@ -763,6 +764,19 @@ impl Validator<'_> {
                 return Vec::new();
             }
         }
+        // `secrets = []` and the like: given, yet nothing to verify (or sign) with.
+        let empty =
+            |many: &Option<OneOrMany>| matches!(many, Some(OneOrMany::Many(v)) if v.is_empty());
+        if list.as_ref().is_some_and(Vec::is_empty)
+            || empty(&raw.secret_env)
+            || empty(&raw.secret_file)
+        {
+            self.problem(format!(
+                "{at}: the list of secrets is empty; give at least one"
+            ));
+            return Vec::new();
+        }
+        let problems_before = self.problems.len();
         let env_vars = raw.secret_env.map(OneOrMany::into_vec).unwrap_or_default();
         self.secret_variables.extend(env_vars.iter().cloned());
         if self.secrets == Secrets::Skip {
@@ -813,6 +827,11 @@ impl Validator<'_> {
         }
         if secrets.iter().any(|s| s.is_empty()) {
             self.problem(format!("{at}: a secret is empty"));
+        }
+        // Whatever the way, no secret means no endpoint: the caller's stand-in secret (used to
+        // check the other options) must never end up verifying requests.
+        if secrets.is_empty() && self.problems.len() == problems_before {
+            self.problem(format!("{at}: no secret could be read"));
         }
         secrets
     }
@@ -1172,6 +1191,26 @@ secret = "s3cret"
         let msg = problems("[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret = \"\"\n");
         assert!(msg.contains("endpoint[0] (line 1)"), "{msg}");
         assert!(msg.contains("empty"), "{msg}");
+    }
+
+    #[test]
+    fn an_empty_list_of_secrets_is_refused_never_replaced() {
+        let head = "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\n";
+        for given in ["secrets = []", "secret_env = []", "secret_file = []"] {
+            let msg = problems(&format!("{head}{given}\n"));
+            assert!(
+                msg.contains("the list of secrets is empty"),
+                "{given}: {msg}"
+            );
+        }
+        // A forward target's signing secret, too.
+        let msg = problems(&format!(
+            "{MINIMAL}forward = {{ url = \"http://127.0.0.1:9/x\", secret_env = [] }}\n"
+        ));
+        assert!(
+            msg.contains("forward: the list of secrets is empty"),
+            "{msg}"
+        );
     }
 
     #[test]
