@@ -579,7 +579,9 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
 
 fn archive(config: Option<&Path>, command: ArchiveCommand) -> Result<ExitCode, String> {
     let ArchiveCommand::Replay { file, endpoint } = command;
-    let config = load_for_database(config)?;
+    // Like the other database commands: a wrong config must not make a fresh file that no
+    // server reads, and report the events as replayed.
+    let config = existing_database(config)?;
     if let Some(name) = &endpoint
         && config.endpoint(name).is_none()
     {

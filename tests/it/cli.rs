@@ -484,7 +484,13 @@ fn database_commands_refuse_a_database_that_does_not_exist_yet() {
     let db = dir.path().join("never-served.db");
     let config = dir.path().join("p.toml");
     std::fs::write(&config, base_config(&db, "", "")).unwrap();
-    for args in [&["events", "list"][..], &["prune", "--dry-run"]] {
+    let archive = dir.path().join("2026-11-30.jsonl.gz");
+    let archive = archive.to_str().unwrap();
+    for args in [
+        &["events", "list"][..],
+        &["prune", "--dry-run"],
+        &["archive", "replay", archive],
+    ] {
         let out = run_cli(args, &config);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         assert!(
