@@ -380,9 +380,9 @@ impl Store {
     /// the insert statement itself (`sql::INSERT_UNLESS_KNOWN`), so concurrent copies cannot
     /// both get in.
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
-        // Two statements (the event, then its payload): in a savepoint of its own.
-        let insert = move |conn: &Connection| sql::insert_event(conn, &event);
-        self.submit(insert, Needs::ALL, Message::Job).await
+        // Two statements (the event, then its payload), standing or falling together in the
+        // job's savepoint.
+        self.run(move |conn| sql::insert_event(conn, &event)).await
     }
 
     /// At start-up: attempts that were running when the process died go back to pending, due
@@ -1304,6 +1304,80 @@ mod tests {
         let (busy, (a, b)) = tokio::join!(busy, queued);
         busy.unwrap();
         assert_eq!((a.unwrap(), b.unwrap()), (2, 2));
+        store.close();
+    }
+
+    fn put(key: &'static str) -> impl FnOnce(&Connection) -> rusqlite::Result<()> {
+        move |conn| {
+            conn.execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])
+                .map(drop)
+        }
+    }
+
+    async fn meta_keys(store: &Store) -> Vec<String> {
+        store
+            .run(|conn| {
+                conn.prepare("SELECT key FROM meta ORDER BY key")?
+                    .query_map([], |r| r.get(0))?
+                    .collect()
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Runs `jobs` as one batch: queued together while the writer is busy with another job.
+    async fn one_batch<A, B, C>(store: &Store, jobs: (A, B, C)) -> [Result<(), StoreError>; 3]
+    where
+        A: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        B: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        C: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            tokio::join!(store.run(jobs.0), store.run(jobs.1), store.run(jobs.2))
+        };
+        let (busy, (a, b, c)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        [a, b, c]
+    }
+
+    #[tokio::test]
+    async fn a_failing_job_rolls_back_alone_and_the_rest_of_its_batch_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let half_then_fail = |conn: &Connection| {
+            put("b")(conn)?;
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        };
+        let [a, b, c] = one_batch(&store, (put("a"), half_then_fail, put("c"))).await;
+        assert!(a.is_ok() && b.is_err() && c.is_ok(), "{a:?} {b:?} {c:?}");
+        assert_eq!(
+            meta_keys(&store).await,
+            ["a", "c"],
+            "b's first statement is undone"
+        );
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_the_database_rolls_back_fails_the_whole_batch_and_commits_none_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        // What SQLite does by itself on disk full or an I/O error, done here by hand.
+        let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
+        let [a, b, c] = one_batch(&store, (put("a"), rolled_back, put("c"))).await;
+        assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
+        assert!(
+            meta_keys(&store).await.is_empty(),
+            "c did not commit on its own"
+        );
+        // The writer goes on.
+        store.run(put("d")).await.unwrap();
+        assert_eq!(meta_keys(&store).await, ["d"]);
         store.close();
     }
 

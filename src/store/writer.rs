@@ -2,11 +2,12 @@
 //! waiting as one transaction (group commit), so a burst of requests costs one fsync, not one
 //! each. A job's caller hears back only after its transaction is durable.
 //!
-//! A job of several statements runs inside its own SAVEPOINT, so one failing job rolls back
-//! alone and the rest of its batch still commits; a job of one statement needs none, since
-//! SQLite undoes a failed statement by itself. If the COMMIT itself fails
-//! (disk full, I/O error, lock timeout), every job of the batch hears the error and nothing of
-//! it is kept.
+//! Each job runs inside its own SAVEPOINT, so one failing job rolls back alone and the rest of
+//! its batch still commits. If the COMMIT itself fails (disk full, I/O error, lock timeout),
+//! every job of the batch hears the error and nothing of it is kept. So it goes, too, when
+//! SQLite rolls the whole transaction back by itself in the middle of the batch (it may, on
+//! disk full, I/O errors and out of memory): the jobs already run hear the error, the jobs not
+//! yet run are not run, and none of them is committed piecemeal.
 //!
 //! A batch is committed with `synchronous=FULL` (an fsync before its callers hear back) when
 //! any of its jobs needs that: every intake insert does. A batch of nothing but delivery
@@ -38,23 +39,15 @@ pub(super) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 /// What a job needs from the batch it runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Needs {
-    /// Its own SAVEPOINT: it runs several statements that must stand or fall together.
-    pub savepoint: bool,
     /// An fsync before its caller hears back (`synchronous=FULL`).
     pub fsync: bool,
 }
 
 impl Needs {
-    /// The safe default: atomic on its own, durable before the answer.
-    pub const ALL: Needs = Needs {
-        savepoint: true,
-        fsync: true,
-    };
-    /// Delivery bookkeeping: atomic, but a lost commit only means one more delivery.
-    pub const BOOKKEEPING: Needs = Needs {
-        savepoint: true,
-        fsync: false,
-    };
+    /// The safe default: durable before the answer.
+    pub const ALL: Needs = Needs { fsync: true };
+    /// Delivery bookkeeping: a lost commit only means one more delivery.
+    pub const BOOKKEEPING: Needs = Needs { fsync: false };
 }
 
 /// A unit of work for the writer.
@@ -63,7 +56,8 @@ pub(super) trait Job: Send {
     /// Runs on the write connection inside the batch's transaction; says whether it
     /// succeeded, and hands back what to call after COMMIT.
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish);
-    /// The batch could not even start (BEGIN failed): tell the caller why.
+    /// The job will not run (its batch could not begin, or was lost before its turn): tell the
+    /// caller why.
     fn abort(self: Box<Self>, err: StoreError);
 }
 
@@ -167,20 +161,44 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) {
         return;
     }
     let mut finishes = Vec::with_capacity(batch.len());
-    for job in batch.drain(..) {
-        let in_savepoint = job.needs().savepoint && exec(conn, "SAVEPOINT job").is_ok();
+    let mut jobs = batch.drain(..);
+    while let Some(job) = jobs.next() {
+        // Never run a job outside its savepoint: half of it could commit without the rest.
+        if let Err(e) = exec(conn, "SAVEPOINT job") {
+            job.abort(StoreError::from(e));
+            continue;
+        }
         let (ok, finish) = job.run(conn);
-        if in_savepoint {
+        finishes.push(finish);
+        // SQLite may have rolled the whole transaction back by itself: what ran is gone, and
+        // a SAVEPOINT now would open a transaction of its own and commit the next job alone.
+        let lost = if conn.is_autocommit() {
+            Some(StoreError::Sqlite(
+                "the transaction was rolled back by the database (disk full or I/O error?)".into(),
+            ))
+        } else {
             let end = if ok {
                 exec(conn, "RELEASE job")
             } else {
                 rollback_to(conn)
             };
-            if let Err(e) = end {
-                tracing::error!(error = %e, "ending a savepoint failed");
+            // A failed job whose savepoint cannot be rolled back would leave half its work in
+            // the batch: give up the whole batch instead.
+            end.err().map(|e| {
+                let _ = exec(conn, "ROLLBACK");
+                StoreError::Sqlite(format!("ending a job's savepoint failed: {e}"))
+            })
+        };
+        if let Some(err) = lost {
+            tracing::error!(error = %err, "batch lost; every job in it hears the error");
+            for job in jobs {
+                job.abort(err.clone());
             }
+            for finish in finishes {
+                finish(Err(err.clone()));
+            }
+            return;
         }
-        finishes.push(finish);
     }
     let result = exec(conn, "COMMIT").map_err(StoreError::from);
     if result.is_err() {
