@@ -201,23 +201,30 @@ pub fn append(dir: &Path, events: &[EventDetail], now_ms: i64) -> io::Result<Pat
     }
     let member = gz.finish()?;
 
+    let new_dir = !dir.exists();
     std::fs::create_dir_all(dir).map_err(|e| context("create the directory of", e))?;
-    let new_file = !path.exists();
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
         .open(&path)
         .map_err(|e| context("open", e))?;
     let before = file.metadata().map_err(|e| context("read", e))?.len();
-    let written = file.write_all(&member).and_then(|()| file.sync_all());
+    let written = file
+        .write_all(&member)
+        .and_then(|()| file.sync_all())
+        // An empty file may be new (or left empty by a failed first batch): its name must
+        // survive a crash too, and so must a new directory's. Decided by the length, not by
+        // whether the file existed, so a retry after a failure still syncs them.
+        .and_then(|()| if before == 0 { sync_dir(dir) } else { Ok(()) })
+        .and_then(|()| match dir.parent().filter(|_| new_dir) {
+            Some(parent) if !parent.as_os_str().is_empty() => sync_dir(parent),
+            _ => Ok(()),
+        });
     if let Err(e) = written {
-        // Leave no half member behind: a reader could not get past it to later batches.
+        // Leave no half member behind: a reader could not get past it to later batches, and
+        // the rows are not deleted, so the next pass writes this batch again.
         let _ = file.set_len(before).and_then(|()| file.sync_all());
         return Err(context("write", e));
-    }
-    if new_file {
-        // The new file's name must survive a crash too.
-        sync_dir(dir).map_err(|e| context("sync the directory of", e))?;
     }
     Ok(path)
 }
