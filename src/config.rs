@@ -522,8 +522,8 @@ impl Validator<'_> {
             listen,
             admin_listen,
             max_body_bytes,
-            header_timeout: Duration::from_secs(raw.header_timeout_secs.unwrap_or(10).max(1)),
-            body_timeout: Duration::from_secs(raw.body_timeout_secs.unwrap_or(20).max(1)),
+            header_timeout: self.seconds("server.header_timeout_secs", raw.header_timeout_secs, 10),
+            body_timeout: self.seconds("server.body_timeout_secs", raw.body_timeout_secs, 20),
             max_connections,
         })
     }
@@ -621,6 +621,15 @@ impl Validator<'_> {
         }
     }
 
+    /// A timeout in whole seconds, `default` when absent; 0 is refused rather than quietly
+    /// made 1.
+    fn seconds(&mut self, key: &str, value: Option<u64>, default: u64) -> Duration {
+        if value == Some(0) {
+            self.problem(format!("{key}: must be at least 1"));
+        }
+        Duration::from_secs(value.unwrap_or(default).max(1))
+    }
+
     fn line_of(&self, span: std::ops::Range<usize>) -> usize {
         line_of(self.text, span.start)
     }
@@ -654,7 +663,8 @@ impl Validator<'_> {
             Some(p) if p.starts_with('/') && p.len() > 1 && !p.contains(['?', '#', ' ']) => p,
             Some(p) => {
                 self.problem(format!(
-                    "{at}.path: `{p}` must start with `/`, like /webhooks/stripe"
+                    "{at}.path: `{p}` must be a path below `/` with no `?`, `#` or spaces, \
+                     like /webhooks/stripe"
                 ));
                 String::new()
             }
@@ -671,7 +681,9 @@ impl Validator<'_> {
                 .unwrap_or("")
                 .to_string()
         });
-        if !name.is_empty() && !valid_name(&name) {
+        if name.is_empty() && !path.is_empty() {
+            self.problem(format!("{at}.name: empty"));
+        } else if !name.is_empty() && !valid_name(&name) {
             self.problem(format!(
                 "{at}.name: `{name}` may hold only letters, digits, `-`, `_` and `.`"
             ));
@@ -926,7 +938,7 @@ impl Validator<'_> {
         }
         Some(Forward {
             target,
-            timeout: Duration::from_secs(raw.timeout_secs.unwrap_or(30).max(1)),
+            timeout: self.seconds(&format!("{at}.timeout_secs"), raw.timeout_secs, 30),
             retry,
             concurrency,
             hide_env: Vec::new(), // filled in once every endpoint has been read
@@ -1137,6 +1149,34 @@ secret = "s3cret"
         assert!(msg.contains("line 3"), "{msg}");
         let msg = problems(&format!("{MINIMAL}secert = \"x\"\n"));
         assert!(msg.contains("secert"), "{msg}");
+    }
+
+    #[test]
+    fn zero_timeouts_an_empty_name_and_a_bare_slash_are_refused() {
+        for (extra, expected) in [
+            (
+                "[server]\nheader_timeout_secs = 0\n",
+                "server.header_timeout_secs: must be at least 1",
+            ),
+            (
+                "[server]\nbody_timeout_secs = 0\n",
+                "server.body_timeout_secs: must be at least 1",
+            ),
+        ] {
+            let msg = problems(&format!("{extra}{MINIMAL}"));
+            assert!(msg.contains(expected), "{msg}");
+        }
+        let msg = problems(&format!(
+            "{MINIMAL}forward = {{ command = [\"/bin/true\"], timeout_secs = 0 }}\n"
+        ));
+        assert!(
+            msg.contains("forward.timeout_secs: must be at least 1"),
+            "{msg}"
+        );
+        let msg = problems(&format!("{MINIMAL}name = \"\"\n"));
+        assert!(msg.contains(".name: empty"), "{msg}");
+        let msg = problems("[[endpoint]]\npath = \"/\"\nprovider = \"github\"\nsecret = \"x\"\n");
+        assert!(msg.contains("must be a path below `/`"), "{msg}");
     }
 
     #[test]
