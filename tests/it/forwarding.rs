@@ -352,6 +352,47 @@ async fn concurrency_one_delivers_in_arrival_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_one_holds_the_line_while_the_head_waits_for_its_retry() {
+    // Event 1's first attempt fails; 2 and 3 must wait for its retry, not overtake it.
+    let fail_first = "[ \"$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT\" = \"1 1\" ] && exit 3; exit 0";
+    let (server, work) =
+        start_with_forward(|d| command_forward(&recorder(d, fail_first), 10, "[\"1s\"]")).await;
+    for n in 0..3 {
+        accept(&server, n).await;
+    }
+    eventually(WAIT, "all delivered", || calls(work.path()).len() == 4).await;
+    assert_eq!(calls(work.path()), [(1, 1), (1, 2), (2, 1), (3, 1)]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrency_two_runs_two_deliveries_at_once() {
+    // Each delivery succeeds only if it sees another one running beside it within 10 s.
+    let wait_for_a_sibling = "touch \"$D/in.$PORTARIA_EVENT_ID\"\n\
+         for _ in $(seq 100); do\n\
+           [ \"$(ls \"$D\" | grep -c '^in\\.')\" -ge 2 ] && exit 0\n\
+           sleep 0.1\n\
+         done\n\
+         exit 1";
+    let extra = |d: &Path| {
+        format!(
+            "{}concurrency = 2\n",
+            command_forward(&recorder(d, wait_for_a_sibling), 30, "[\"1h\"]")
+        )
+    };
+    let (server, work) = start_with_forward(extra).await;
+    for n in 0..2 {
+        accept(&server, n).await;
+    }
+    eventually(WAIT, "both attempted", || calls(work.path()).len() == 2).await;
+    eventually(WAIT, "both finished", || {
+        status_of(&server, 1).0 != "delivering" && status_of(&server, 2).0 != "delivering"
+    })
+    .await;
+    assert_eq!(status_of(&server, 1), ("delivered".to_string(), 1));
+    assert_eq!(status_of(&server, 2), ("delivered".to_string(), 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_target_does_not_slow_intake() {
     let extra = |d: &Path| {
         format!(
