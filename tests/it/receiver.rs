@@ -404,12 +404,19 @@ async fn a_graceful_stop_finishes_the_request_in_flight() {
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     stream.write_all(&body[..10]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Let the server take the connection and read the head (nothing signals that): a
+    // connection still in the listen queue when the listener closes is reset, not served.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let addr = server.addr;
     let stopping = tokio::spawn(async move {
         server.shutdown().await;
         server // keeps the temp dir alive
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Shutdown has begun once the listener is gone: only then send the rest.
+    eventually(Duration::from_secs(10), "the listener closes", || {
+        std::net::TcpStream::connect(addr).is_err()
+    })
+    .await;
     stream.write_all(&body[10..]).await.unwrap();
     let mut answer = Vec::new();
     tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer))

@@ -114,6 +114,15 @@ impl TestServer {
             .await
             .expect("serve ends cleanly");
         });
+        // The sockets are bound, but `serve` still opens the store and starts the worker:
+        // wait until it answers, so that no test times the server's own start.
+        if let Some(admin) = admin {
+            let ready = send(admin, "GET", "/healthz", &[], b"");
+            let reply = tokio::time::timeout(Duration::from_secs(20), ready)
+                .await
+                .expect("the server answers within 20 s");
+            assert_eq!(reply.status, 200);
+        }
         TestServer {
             addr,
             admin,
