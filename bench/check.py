@@ -160,8 +160,17 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
     id_of = {key: event_id for event_id, key, _ in rows}
     deliveries = None
     if seen_ids:
-        seen = [line.split()[0] for line in read_lines(seen_ids)]
+        lines = [line.split() for line in read_lines(seen_ids)]
+        seen = [fields[0] for fields in lines]
         deliveries = len(seen)
+        # `ID KEY SHA256-OF-STDIN`: for body-sha256 dedup the key is the body's hash, so the
+        # command must have read exactly the body the gateway sent.
+        wrong_body = [f[0] for f in lines if len(f) >= 3 and f[2] != f[1]]
+        if wrong_body:
+            misses.append(
+                f"the command read a body other than the one sent for {len(wrong_body)} "
+                f"deliveries, e.g. events {wrong_body[:3]}"
+            )
         seen_set = set(seen)
         unseen = sorted(k for k in acked if str(id_of.get(k)) not in seen_set)
         if unseen:
@@ -179,6 +188,9 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
 
     conn = connect(db)
     spans = conn.execute("SELECT started_at, started_at + duration_ms FROM attempts").fetchall()
+    failed_attempts = conn.execute(
+        "SELECT count(*) FROM attempts WHERE outcome != 'delivered'"
+    ).fetchone()[0]
     timing = conn.execute(
         "SELECT min(received_at), max(finished_at), count(*) FROM events WHERE status = 'delivered'"
     ).fetchone()
@@ -187,6 +199,13 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
         "min(started_at), max(started_at + duration_ms) FROM attempts"
     ).fetchone()
     conn.close()
+    # At least once allows a repeat only after an attempt that did not end delivered; with
+    # every attempt delivered, a second delivery means two slots took the same event.
+    if deliveries is not None and deliveries > len(acked) and failed_attempts == 0:
+        misses.append(
+            f"{deliveries - len(acked)} events were delivered twice with no failed attempt "
+            f"to explain it"
+        )
     facts = {
         "acked_unique": len(acked),
         "delivered": sum(1 for k in acked if status_of.get(k) == "delivered"),

@@ -365,9 +365,9 @@ D="$WORK/command"
 mkdir -p "$D"
 cat >"$D/on-event.sh" <<EOF
 #!/bin/sh
-# Written by bench/run.sh: drain the body, then note which event arrived.
-cat >/dev/null
-printf '%s %s\n' "\$PORTARIA_EVENT_ID" "\$PORTARIA_DEDUP_KEY" >>"\${BENCH_SEEN:-$D/seen.txt}"
+# Written by bench/run.sh: note which event arrived and the SHA-256 of the body read.
+HASH=\$(sha256sum | cut -c1-64)
+printf '%s %s %s\n' "\$PORTARIA_EVENT_ID" "\$PORTARIA_DEDUP_KEY" "\$HASH" >>"\${BENCH_SEEN:-$D/seen.txt}"
 EOF
 chmod +x "$D/on-event.sh"
 : >"$D/seen.txt"
