@@ -285,11 +285,7 @@ impl Metrics {
         let Some(series) = self.endpoints.get(endpoint) else {
             return;
         };
-        let label = match after {
-            AfterAttempt::Delivered => "delivered",
-            AfterAttempt::RetryAt(_) => "failed",
-            AfterAttempt::Dead => "dead",
-        };
+        let label = after.label();
         if let Some((_, counter)) = series.deliveries.iter().find(|(l, _)| *l == label) {
             counter.inc();
         }
@@ -647,9 +643,31 @@ secret = "y"
             // Last: only requests to unknown paths end this way, counted under `-`.
             Outcome::NotFound,
         ];
+        for outcome in &outcomes {
+            // A new variant stops this compiling until it is added to the list above.
+            match outcome {
+                Outcome::Accepted(_)
+                | Outcome::Duplicate(_)
+                | Outcome::MethodNotAllowed
+                | Outcome::TooLarge
+                | Outcome::BodyTimeout
+                | Outcome::BadSignature(_)
+                | Outcome::StaleTimestamp
+                | Outcome::BadRequest(_)
+                | Outcome::StorageError(_)
+                | Outcome::NotFound => {}
+            }
+        }
         for outcome in &outcomes[..outcomes.len() - 1] {
             assert!(REQUEST_OUTCOMES.contains(&outcome.label()), "{outcome:?}");
         }
         assert_eq!(outcomes.len() - 1, REQUEST_OUTCOMES.len());
+        for after in [
+            AfterAttempt::Delivered,
+            AfterAttempt::RetryAt(0),
+            AfterAttempt::Dead,
+        ] {
+            assert!(DELIVERY_OUTCOMES.contains(&after.label()), "{after:?}");
+        }
     }
 }

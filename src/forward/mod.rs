@@ -374,7 +374,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed:
                 endpoint,
                 attempt,
                 latency_ms,
-                outcome = "delivered",
+                outcome = after.label(),
                 "delivery"
             )
         }
@@ -383,7 +383,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed:
             endpoint,
             attempt,
             latency_ms,
-            outcome = "failed",
+            outcome = after.label(),
             retry_in_ms = at - now_ms(),
             error = error.unwrap_or(""),
             "delivery"
@@ -393,7 +393,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed:
             endpoint,
             attempt,
             latency_ms,
-            outcome = "dead",
+            outcome = after.label(),
             error = error.unwrap_or(""),
             "delivery failed for the last time; event is dead (replay with `portaria events replay`)"
         ),

@@ -236,6 +236,17 @@ pub enum AfterAttempt {
     Dead,
 }
 
+impl AfterAttempt {
+    /// The label of the attempt's outcome, in logs and metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            AfterAttempt::Delivered => "delivered",
+            AfterAttempt::RetryAt(_) => "failed",
+            AfterAttempt::Dead => "dead",
+        }
+    }
+}
+
 /// Filters for `events list`.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
