@@ -796,14 +796,8 @@ mod sql {
         let ids: Vec<i64> = if in_order {
             // The head of the line: the oldest event not yet finished. If it is not due (or is
             // being delivered), nothing behind it may go first.
-            let mut head = conn.prepare_cached(HEAD)?;
-            let row: Option<(i64, String, Option<i64>)> = head
-                .query_row([endpoint], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .optional()?;
-            match row {
-                Some((id, status, due)) if status == "pending" && due.unwrap_or(0) <= now_ms => {
-                    vec![id]
-                }
+            match waiting_head(conn, endpoint)? {
+                Some((id, due)) if due <= now_ms => vec![id],
                 _ => Vec::new(),
             }
         } else {
@@ -841,14 +835,22 @@ mod sql {
         in_order: bool,
     ) -> rusqlite::Result<Option<i64>> {
         if in_order {
-            let mut head = conn.prepare_cached(HEAD)?;
-            let row: Option<(String, Option<i64>)> = head
-                .query_row([endpoint], |r| Ok((r.get(1)?, r.get(2)?)))
-                .optional()?;
-            return Ok(row.and_then(|(status, due)| if status == "pending" { due } else { None }));
+            return Ok(waiting_head(conn, endpoint)?.map(|(_, due)| due));
         }
         let mut next = conn.prepare_cached(NEXT_DUE)?;
         next.query_row([endpoint], |r| r.get(0))
+    }
+
+    /// The head of an in-order lane with when it is due, if it is waiting (pending) rather than
+    /// being delivered. A pending event without a due time (none should exist) counts as due
+    /// now, so it can never stall its lane.
+    fn waiting_head(conn: &Connection, endpoint: &str) -> rusqlite::Result<Option<(i64, i64)>> {
+        let mut head = conn.prepare_cached(HEAD)?;
+        let row: Option<(i64, String, Option<i64>)> = head
+            .query_row([endpoint], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .optional()?;
+        Ok(row
+            .and_then(|(id, status, due)| (status == "pending").then_some((id, due.unwrap_or(0)))))
     }
 
     pub(super) fn record_attempt(
