@@ -1502,6 +1502,47 @@ mod tests {
     }
 
     #[test]
+    fn an_attempt_moves_on_only_an_event_still_delivering() {
+        let (_dir, db) = temp_db();
+        let id = row(&db, "a", "k", Status::Pending, 0);
+        let claimed = sql::claim_due(&db.conn, "a", 1, true, NOW).unwrap();
+        assert_eq!(claimed.len(), 1);
+        assert_eq!(
+            claimed[0].body,
+            Bytes::from_static(b"{}"),
+            "the body comes with it"
+        );
+        // Meanwhile something else put the event back in the queue (a restart's recovery
+        // in another process, say): the attempt's outcome is recorded, its status is not.
+        db.conn
+            .execute("UPDATE events SET status = 'pending' WHERE id = ?1", [id])
+            .unwrap();
+        let attempt = Attempt {
+            attempt: 1,
+            started_at_ms: NOW,
+            duration_ms: 5,
+            outcome: "delivered".into(),
+            error: None,
+        };
+        sql::record_attempt(&db.conn, id, &attempt, &AfterAttempt::Delivered).unwrap();
+        let event = db.event(id).unwrap().unwrap();
+        assert_eq!(event.summary.status, Status::Pending);
+        assert_eq!(
+            event.attempts.len(),
+            2,
+            "the row's own and the one just recorded"
+        );
+        // Still delivering: it moves on.
+        let id = row(&db, "b", "k", Status::Pending, 0);
+        sql::claim_due(&db.conn, "b", 1, true, NOW).unwrap();
+        sql::record_attempt(&db.conn, id, &attempt, &AfterAttempt::Delivered).unwrap();
+        assert_eq!(
+            db.event(id).unwrap().unwrap().summary.status,
+            Status::Delivered
+        );
+    }
+
+    #[test]
     fn restoring_never_makes_a_second_row_for_one_key() {
         let (_dir, mut db) = temp_db();
         let delivered = row(&db, "a", "delivered", Status::Delivered, 1);
