@@ -136,8 +136,8 @@ async fn a_new_event_is_picked_up_at_once_not_at_the_next_tick() {
         start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
     // Let the worker settle into its sleep (its external-change tick is every 2 s).
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let acknowledged = Instant::now();
     accept(&server, 1).await;
+    let acknowledged = Instant::now();
     eventually(WAIT, "delivered", || calls(work.path()).len() == 1).await;
     let waited = acknowledged.elapsed();
     assert!(
@@ -155,9 +155,15 @@ async fn gateway_duplicates_are_not_forwarded_again() {
     }
     eventually(WAIT, "delivered", || status_of(&server, 1).0 == "delivered").await;
     accept(&server, 9).await; // and once more after delivery
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(calls(work.path()), vec![(1, 1)]);
-    assert_eq!(server.count_rows(), 1);
+    // A new event after it: the lane delivers in order, so a duplicate put back in the queue
+    // would go out before this one.
+    accept(&server, 10).await;
+    eventually(WAIT, "the next event delivered", || {
+        calls(work.path()).len() == 2
+    })
+    .await;
+    assert_eq!(calls(work.path()), vec![(1, 1), (2, 1)]);
+    assert_eq!(server.count_rows(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
