@@ -478,5 +478,20 @@ mod tests {
         });
         assert!(!quick.contains("slow delivery"), "{quick}");
         assert!(quick.contains("outcome=\"delivered\""), "{quick}");
+        // The last failure of the schedule is an error, with the way out in it.
+        let dead = logged(|| {
+            log_attempt(
+                &d,
+                &AfterAttempt::Dead,
+                Some("exit status 3"),
+                Duration::from_millis(40),
+            )
+        });
+        assert!(
+            dead.lines().any(|l| l.contains("ERROR")
+                && l.contains("outcome=\"dead\"")
+                && l.contains("events replay")),
+            "{dead}"
+        );
     }
 }

@@ -365,8 +365,13 @@ async fn admin_listen_off_opens_no_admin_listener() {
     let body = payment_body(1);
     let reply = post_pagarme(server.addr, &body).await;
     assert_eq!(reply.status, 200, "webhooks are served as ever");
-    server.signal(libc::SIGTERM);
+    // Ctrl-C in a terminal: the same clean stop as systemd's SIGTERM.
+    server.signal(libc::SIGINT);
     assert!(server.wait(Duration::from_secs(20)).await.success());
+    eventually(Duration::from_secs(5), "the SIGINT log line", || {
+        log.lock().unwrap().contains("SIGINT received")
+    })
+    .await;
 
     let text = base_config(&db, "admin_listen = \"off\"", "");
     let parsed =

@@ -251,6 +251,27 @@ async fn a_chunked_body_over_the_limit_gets_413() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_type_comes_from_the_providers_header_before_the_body() {
+    let server = TestServer::start("", "").await;
+    // The body says one type, GitHub's `x-github-event` header another: the header wins.
+    let body = br#"{"type":"charge.paid","data":{"id":"ch_1"}}"#;
+    let reply = post(
+        server.addr,
+        "/webhooks/github",
+        &github_headers(Some("guid-type"), body),
+        body,
+    )
+    .await;
+    assert_eq!(reply.status, 200);
+    let kind: String = server.one("SELECT event_type FROM events");
+    assert_eq!(kind, "push");
+    // Without such a header (Pagar.me), the body's `type` is used.
+    assert_eq!(post_pagarme(server.addr, body).await.status, 200);
+    let kind: String = server.one("SELECT event_type FROM events WHERE endpoint = 'pagarme'");
+    assert_eq!(kind, "charge.paid");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unextractable_dedup_key_gets_400_with_a_reason() {
     let server = TestServer::start("", "").await;
     // GitHub's signature is fine, but the delivery header the dedup key comes from is missing.
