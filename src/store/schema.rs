@@ -249,7 +249,7 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         }
         if version < 3 {
             tx.execute_batch(V2_TO_V3)?;
-            fill_dedup_hashes(&tx)?;
+            fill_dedup_hashes(&tx, HASH_CHUNK)?;
             tx.execute_batch("CREATE INDEX events_dedup ON events (dedup_hash)")?;
             let broken: Option<String> = tx
                 .query_row("PRAGMA foreign_key_check", [], |r| r.get(0))
@@ -269,14 +269,66 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
 }
 
 /// Computes `dedup_hash` for every row (rows of a file from before version 3).
-fn fill_dedup_hashes(conn: &Connection) -> rusqlite::Result<()> {
-    let rows: Vec<(i64, String, String)> = conn
-        .prepare("SELECT id, endpoint, dedup_key FROM events")?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-        .collect::<rusqlite::Result<_>>()?;
+/// Rows read per round by [`fill_dedup_hashes`].
+const HASH_CHUNK: i64 = 10_000;
+
+fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
+    // In id order, a chunk at a time: a large file's keys never sit in memory all at once.
+    let mut next = conn
+        .prepare("SELECT id, endpoint, dedup_key FROM events WHERE id > ?1 ORDER BY id LIMIT ?2")?;
     let mut set = conn.prepare("UPDATE events SET dedup_hash = ?2 WHERE id = ?1")?;
-    for (id, endpoint, key) in rows {
-        set.execute(rusqlite::params![id, super::dedup_hash(&endpoint, &key)])?;
+    let mut after = i64::MIN;
+    loop {
+        let rows: Vec<(i64, String, String)> = next
+            .query_map(rusqlite::params![after, chunk], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let Some(&(last, _, _)) = rows.last() else {
+            return Ok(());
+        };
+        for (id, endpoint, key) in rows {
+            set.execute(rusqlite::params![id, super::dedup_hash(&endpoint, &key)])?;
+        }
+        after = last;
     }
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_row_gets_its_hash_whatever_the_chunk_size() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE events (id INTEGER PRIMARY KEY, endpoint TEXT, dedup_key TEXT, \
+             dedup_hash INTEGER);",
+        )
+        .unwrap();
+        for n in 0..5 {
+            conn.execute(
+                "INSERT INTO events (id, endpoint, dedup_key, dedup_hash) VALUES (?1, 'e', ?2, 0)",
+                rusqlite::params![n * 3 - 4, format!("k{n}")],
+            )
+            .unwrap();
+        }
+        fill_dedup_hashes(&conn, 2).unwrap();
+        let wrong: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM events WHERE dedup_hash = 0",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(wrong, 0);
+        let k3: i64 = conn
+            .query_row(
+                "SELECT dedup_hash FROM events WHERE dedup_key = 'k3'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(k3, super::super::dedup_hash("e", "k3"));
+    }
 }
