@@ -618,6 +618,44 @@ async fn archived_events_are_delivered_again_after_archive_replay() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_server_archives_what_it_prunes() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = new_db(dir.path());
+    for i in 0..3 {
+        insert(
+            &conn,
+            "pagarme",
+            &format!("old{i}"),
+            "delivered",
+            days(31),
+            b"{\"n\":1}",
+        );
+    }
+    let young = insert(&conn, "github", "young", "stored", days(2), b"{}");
+    let archive = dir.path().join("archive");
+    let db = dir.path().join("portaria.db");
+    let server =
+        TestServer::start_with(dir, db, &config_text("archive_dir = \"archive\"", "")).await;
+    eventually(WAIT, "the old events are gone", || {
+        count(&conn, "SELECT count(*) FROM events") == 1
+    })
+    .await;
+    assert_eq!(ids(&conn), [young]);
+    let lines = archived_lines(&archive_file(&archive));
+    let keys: Vec<&str> = lines
+        .iter()
+        .map(|l| l["dedup_key"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        keys,
+        ["old0", "old1", "old2"],
+        "archived before they were deleted"
+    );
+    drop(conn);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_prunes_old_events_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let conn = new_db(dir.path());
