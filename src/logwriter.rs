@@ -221,4 +221,33 @@ mod tests {
             "last words\n"
         );
     }
+
+    #[test]
+    fn past_the_buffer_limit_or_without_a_thread_the_caller_writes_in_order() {
+        // No writer thread: the buffer only empties when a caller finds it full.
+        let captured = Captured::default();
+        let shared = Arc::new(Shared::new(Box::new(captured.clone())));
+        let writer = Buffered {
+            shared: shared.clone(),
+        };
+        let line = |n: usize| format!("line {n:06} {}\n", "x".repeat(100));
+        let mut n = 0;
+        while captured.0.lock().unwrap().is_empty() {
+            write!(writer.make_writer(), "{}", line(n)).unwrap();
+            n += 1;
+            assert!(n * 110 < 2 * MAX_BUFFERED, "the caller never wrote");
+        }
+        assert!(
+            n * line(0).len() > MAX_BUFFERED,
+            "written only past the limit"
+        );
+        // With no thread at all, every line goes out at once, after what was buffered.
+        shared.direct.store(true, Ordering::Relaxed);
+        write!(writer.make_writer(), "{}", line(n)).unwrap();
+        let expected: String = (0..=n).map(line).collect();
+        assert_eq!(
+            String::from_utf8(captured.0.lock().unwrap().clone()).unwrap(),
+            expected
+        );
+    }
 }
