@@ -34,7 +34,14 @@ pub const SYSTEM_PATH: &str = "/etc/portaria/portaria.toml";
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
 
 /// The retry schedule used when an endpoint names none (the gaps between attempts).
-pub const DEFAULT_RETRY: [&str; 6] = ["10s", "1m", "5m", "30m", "2h", "12h"];
+pub const DEFAULT_RETRY: [Duration; 6] = [
+    Duration::from_secs(10),
+    Duration::from_secs(60),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(12 * 3600),
+];
 
 /// A validated configuration. Everything in it has been checked; nothing here can fail later
 /// for a reason the config file could have told us.
@@ -927,10 +934,7 @@ impl Validator<'_> {
                     }
                 })
                 .collect(),
-            None => DEFAULT_RETRY
-                .iter()
-                .filter_map(|s| parse_duration(s).ok())
-                .collect(),
+            None => DEFAULT_RETRY.to_vec(),
         };
         let concurrency = concurrency.unwrap_or(1);
         if concurrency == 0 || concurrency > 64 {
@@ -1447,7 +1451,12 @@ secret = "s3cret"
         let forward = config.endpoints[0].forward.as_ref().unwrap();
         assert!(matches!(&forward.target, Target::Command(argv) if argv == &["/bin/true"]));
         assert_eq!(forward.timeout, Duration::from_secs(5));
-        assert_eq!(forward.retry.len(), 6);
+        // The default schedule, as the README and the example configs write it.
+        let documented: Vec<Duration> = ["10s", "1m", "5m", "30m", "2h", "12h"]
+            .iter()
+            .map(|s| parse_duration(s).unwrap())
+            .collect();
+        assert_eq!(forward.retry, documented);
         assert_eq!(forward.concurrency, 1);
 
         assert!(problems(&with(r#"{ command = [] }"#)).contains("forward.command"));

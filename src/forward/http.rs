@@ -13,7 +13,7 @@
 
 use std::error::Error as _;
 use std::fmt;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, USER_AGENT};
@@ -158,7 +158,7 @@ impl HttpTarget {
 
         if let Some(key) = &self.signing_key {
             let id = d.event_id.to_string();
-            let timestamp = unix_now_secs();
+            let timestamp = crate::time::unix_secs(SystemTime::now());
             let signature = standard_webhooks::signature(key, &id, timestamp, &d.body);
             headers.insert(WEBHOOK_ID.clone(), HeaderValue::from(d.event_id));
             headers.insert(WEBHOOK_TIMESTAMP.clone(), HeaderValue::from(timestamp));
@@ -205,12 +205,6 @@ fn percent_encode(raw: &str) -> String {
         }
     }
     out
-}
-
-fn unix_now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
 }
 
 /// Reads a response body to the end, keeping the first `CAPTURE_LIMIT` bytes.
@@ -352,9 +346,9 @@ mod tests {
         );
         let d = delivery();
 
-        let before = unix_now_secs();
+        let before = crate::time::unix_secs(SystemTime::now());
         assert_eq!(target.deliver(&d).await, Outcome::Delivered);
-        let after = unix_now_secs();
+        let after = crate::time::unix_secs(SystemTime::now());
 
         let seen = seen.lock().expect("lock");
         let [req] = seen.as_slice() else {
