@@ -189,9 +189,15 @@ fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop
     use tracing_subscriber::util::SubscriberInitExt;
     // `Targets` takes `warn,portaria=debug`-style directives: all we need, without the regex
     // engine that a full `EnvFilter` brings into the binary.
-    let filter = std::env::var("RUST_LOG")
-        .ok()
-        .and_then(|env| env.parse::<Targets>().ok())
+    let from_env = std::env::var("RUST_LOG").ok().and_then(|env| {
+        let parsed = env.parse::<Targets>();
+        if parsed.is_err() {
+            // Logging is not up yet: say it on stderr directly.
+            eprintln!("portaria: RUST_LOG={env:?} is not a log filter (e.g. `info,portaria=debug`); ignoring it");
+        }
+        parsed.ok()
+    });
+    let filter = from_env
         .or_else(|| level.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
     let (writer, guard) = crate::logwriter::Buffered::start(Box::new(std::io::stderr()));

@@ -24,6 +24,25 @@ fn check_says_ok_for_a_valid_file_and_exits_0() {
 }
 
 #[test]
+fn a_rust_log_that_is_not_a_filter_is_named_not_silently_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, base_config(&dir.path().join("p.db"), "", "")).unwrap();
+    let out = portaria()
+        .env("RUST_LOG", "portaria=lots")
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    ok_stdout(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"RUST_LOG="portaria=lots" is not a log filter"#),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn check_lists_every_problem_with_file_and_key_and_exits_1() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.toml");
