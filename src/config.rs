@@ -726,7 +726,15 @@ impl Validator<'_> {
             &checked_with,
             raw.tolerance_secs,
         ) {
-            Ok(v) => Some(v),
+            Ok(v) => {
+                if raw.tolerance_secs.is_some() && !v.signs_timestamp() {
+                    self.warnings.push(format!(
+                        "{at}.tolerance_secs: provider `{provider}` signs no timestamp here, so \
+                         there is no window to set; it has no effect"
+                    ));
+                }
+                Some(v)
+            }
             Err(why) => {
                 self.problem(format!("{at}: {why}"));
                 None
@@ -1181,6 +1189,22 @@ secret = "s3cret"
         assert!(msg.contains(".name: empty"), "{msg}");
         let msg = problems("[[endpoint]]\npath = \"/\"\nprovider = \"github\"\nsecret = \"x\"\n");
         assert!(msg.contains("must be a path below `/`"), "{msg}");
+    }
+
+    #[test]
+    fn tolerance_without_a_signed_timestamp_is_a_warning() {
+        let config = parse(&format!("{MINIMAL}tolerance_secs = 60\n")).unwrap();
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("tolerance_secs: provider `github` signs no timestamp")),
+            "{:?}",
+            config.warnings
+        );
+        let stripe = "[[endpoint]]\npath = \"/s\"\nprovider = \"stripe\"\nsecret = \"whsec_x\"\n\
+                      tolerance_secs = 60\n";
+        assert!(parse(stripe).unwrap().warnings.is_empty());
     }
 
     #[test]

@@ -148,6 +148,13 @@ pub struct HmacScheme {
 }
 
 impl HmacScheme {
+    /// Whether a timestamp header is part of what is signed.
+    pub(super) fn signs_timestamp(&self) -> bool {
+        self.timestamp_header.is_some()
+    }
+}
+
+impl HmacScheme {
     /// An HMAC of the raw body alone, with no prefix: the common case, for presets.
     pub fn over_raw_body(header: HeaderName, algorithm: Algorithm, encoding: Encoding) -> Self {
         HmacScheme {

@@ -229,6 +229,15 @@ impl Verifier {
         }
     }
 
+    /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
+    pub fn signs_timestamp(&self) -> bool {
+        match &self.scheme {
+            Scheme::Hmac(scheme) => scheme.signs_timestamp(),
+            Scheme::Pagarme => false,
+            Scheme::Relya | Scheme::Stripe | Scheme::StandardWebhooks { .. } => true,
+        }
+    }
+
     /// Canonical provider name.
     pub fn provider(&self) -> &'static str {
         self.provider
