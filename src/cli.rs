@@ -370,7 +370,7 @@ fn init(path: &Path) -> Result<ExitCode, String> {
     file.write_all(text.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     println!("wrote {}", path.display());
-    let vars = secret_variables(&text);
+    let vars = secret_variables(&text, path);
     if !vars.is_empty() {
         println!(
             "set these environment variables before `portaria serve` (the secrets from each gateway's dashboard):"
@@ -383,33 +383,16 @@ fn init(path: &Path) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Every `secret_env` a config names, in order, for `init` to list.
-fn secret_variables(text: &str) -> Vec<String> {
-    let Ok(value) = text.parse::<toml::Table>() else {
-        return Vec::new();
-    };
-    let mut vars = Vec::new();
-    let mut collect = |table: &toml::Table| match table.get("secret_env") {
-        Some(toml::Value::String(var)) => vars.push(var.clone()),
-        Some(toml::Value::Array(list)) => {
-            vars.extend(list.iter().filter_map(|v| v.as_str().map(String::from)))
-        }
-        _ => {}
-    };
-    for endpoint in value
-        .get("endpoint")
-        .and_then(toml::Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(endpoint) = endpoint.as_table() {
-            collect(endpoint);
-            if let Some(forward) = endpoint.get("forward").and_then(toml::Value::as_table) {
-                collect(forward);
-            }
-        }
-    }
-    vars
+/// Every `secret_env` a config names, in order, for `init` to list: what the config's own
+/// validation collects (secrets are not read, so none needs to be set yet).
+fn secret_variables(text: &str, path: &Path) -> Vec<String> {
+    Config::parse_with(
+        text,
+        crate::config::Source::File(path.to_path_buf()),
+        crate::config::Secrets::Skip,
+    )
+    .map(|config| config.secret_variables)
+    .unwrap_or_default()
 }
 
 /// The config of a command that works on a database which must already exist.
