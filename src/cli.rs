@@ -553,11 +553,19 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
     let config = existing_database(config)?;
     let path = &config.storage.path;
     let policy = crate::prune::Policy::new(&config.storage);
-    let mut db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
     let report = if dry_run {
+        let db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
         crate::prune::dry_run(&db, &policy, now_ms())
     } else {
-        crate::prune::prune_once(&mut db, &policy, now_ms())
+        let store = crate::store::Store::open_for_command(path)
+            .map_err(|e| format!("cannot open the database: {e}"))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        let report = runtime.block_on(crate::prune::prune_once(&store, &policy, now_ms()));
+        store.close();
+        report
     }
     .map_err(|e| format!("cannot prune: {e}"))?;
     report

@@ -2,7 +2,8 @@
 //! `[storage] archive_dir` is set, and gives the space back to the file system.
 //!
 //! The server runs [`Pruner`], a background task that prunes once at start-up and then every
-//! hour; `portaria prune` runs the same pass once through [`prune_once`]. A pass:
+//! hour; `portaria prune` runs the same [`pass`] once through [`prune_once`], on a store of its
+//! own. A pass:
 //!
 //! 1. deletes delivered and stored events received more than `retention_days` ago, and dead
 //!    ones received more than `dead_retention_days` ago (their attempts go with them, by
@@ -182,7 +183,7 @@ impl Pruner {
 async fn run(policy: Policy, store: Store, mut shutdown: Shutdown) {
     loop {
         let next = tokio::time::Instant::now() + EVERY;
-        match pass(&policy, &store, &shutdown).await {
+        match pass(&policy, &store, now_ms(), &shutdown).await {
             Ok(report) if report.removed.is_empty() => {
                 tracing::debug!(reclaimed_bytes = report.reclaimed_bytes, "nothing to prune")
             }
@@ -202,9 +203,16 @@ async fn run(policy: Policy, store: Store, mut shutdown: Shutdown) {
     }
 }
 
-/// One pass through the server's writer thread.
-async fn pass(policy: &Policy, store: &Store, shutdown: &Shutdown) -> Result<Report, PruneError> {
-    let cutoffs = policy.cutoffs(now_ms());
+/// One pass, through the writer thread of `store`: the server's pruner and `portaria prune`
+/// both run this. It stops between two batches once `shutdown` fires; what it deleted by then
+/// stays deleted (and archived).
+pub async fn pass(
+    policy: &Policy,
+    store: &Store,
+    now_ms: i64,
+    shutdown: &Shutdown,
+) -> Result<Report, PruneError> {
+    let cutoffs = policy.cutoffs(now_ms);
     let mut report = Report::default();
     while !shutdown.is_fired() {
         let removed = match &policy.archive_dir {
@@ -217,7 +225,7 @@ async fn pass(policy: &Policy, store: &Store, shutdown: &Shutdown) -> Result<Rep
                 let ids = ids(&events);
                 let dir = dir.clone();
                 let file =
-                    tokio::task::spawn_blocking(move || archive::append(&dir, &events, now_ms()))
+                    tokio::task::spawn_blocking(move || archive::append(&dir, &events, now_ms))
                         .await
                         .map_err(io::Error::other)??;
                 report.archived_to.insert(file);
@@ -247,42 +255,18 @@ async fn pass(policy: &Policy, store: &Store, shutdown: &Shutdown) -> Result<Rep
     Ok(report)
 }
 
-/// One pass through the command line's own connection: `portaria prune`.
-pub fn prune_once(db: &mut Db, policy: &Policy, now_ms: i64) -> Result<Report, PruneError> {
-    let cutoffs = policy.cutoffs(now_ms);
-    let mut report = Report::default();
-    loop {
-        let removed = match &policy.archive_dir {
-            None => db.delete_prunable(cutoffs, BATCH)?,
-            Some(dir) => {
-                let events = db.prunable(cutoffs, BATCH, BATCH_BYTES)?;
-                if events.is_empty() {
-                    break;
-                }
-                report
-                    .archived_to
-                    .insert(archive::append(dir, &events, now_ms)?);
-                db.delete_pruned(cutoffs, &ids(&events))?
-            }
-        };
-        let last = policy.archive_dir.is_none() && removed.len() < BATCH;
-        report.count(removed);
-        if last {
-            break;
-        }
-    }
-    if report.removed.is_empty() {
-        return Ok(report);
-    }
-    loop {
-        let round = db.reclaim_space(VACUUM_PAGES)?;
-        report.reclaimed_bytes += round.bytes();
-        if done_reclaiming(&round) {
-            break;
-        }
-    }
-    db.checkpoint()?;
-    Ok(report)
+/// `portaria prune`: the same [`pass`], on a store the command opened for itself (a writer
+/// thread on its own connection, which waits on the busy timeout while a running server holds
+/// the write lock). SIGINT or SIGTERM stops it between two batches.
+pub async fn prune_once(store: &Store, policy: &Policy, now_ms: i64) -> Result<Report, PruneError> {
+    let (trigger, shutdown) = crate::shutdown::channel();
+    let signal = tokio::spawn(async move {
+        crate::shutdown::os_signal().await;
+        trigger.fire();
+    });
+    let report = pass(policy, store, now_ms, &shutdown).await;
+    signal.abort();
+    report
 }
 
 /// What [`prune_once`] would remove now, changing nothing.

@@ -107,3 +107,60 @@ fn run(conn: Connection, nudged: mpsc::Receiver<()>, caught_up: Arc<AtomicBool>)
     }
     let _ = conn.close();
 }
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::params;
+
+    use super::super::{Store, dedup_hash};
+    use super::*;
+
+    #[tokio::test]
+    async fn the_checkpoint_thread_keeps_the_wal_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let store = Store::open(&path).unwrap();
+        let wal = dir.path().join("p.db-wal");
+        let mut largest = 0;
+        // Four times the checkpoint threshold in events of 1 KB, 100 per commit.
+        let threshold = CHECKPOINT_PAGES as u64 * 1024;
+        for batch in 0..(4 * threshold / 100_000) {
+            store
+                .run(move |conn| {
+                    let mut insert = conn.prepare_cached(
+                        "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, \
+                         received_at, status) VALUES ('e', ?1, ?2, 1000, 0, 'stored')",
+                    )?;
+                    let mut payload = conn.prepare_cached(
+                        "INSERT INTO payloads (event_id, headers, body) \
+                         VALUES (last_insert_rowid(), x'', zeroblob(1000))",
+                    )?;
+                    for n in 0..100 {
+                        let key = format!("{batch}-{n}");
+                        insert.execute(params![key, dedup_hash("e", &key)])?;
+                        payload.execute([])?;
+                    }
+                    Ok(())
+                })
+                .await
+                .unwrap();
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |m| m.len()));
+        }
+        let threshold = CHECKPOINT_PAGES as u64 * 1024;
+        assert!(
+            largest > threshold / 2,
+            "the test wrote enough to need checkpoints"
+        );
+        assert!(
+            largest < 3 * threshold,
+            "the WAL started over: at most {largest} bytes"
+        );
+        let pages: i64 = store
+            .run(|c| c.query_row("PRAGMA page_size", [], |r| r.get(0)))
+            .await
+            .unwrap();
+        assert_eq!(pages, 1024);
+        store.close();
+        assert!(!wal.exists(), "closing checkpoints and removes the WAL");
+    }
+}

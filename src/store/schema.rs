@@ -296,6 +296,9 @@ fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::fixtures::{new_event, temp_db};
+    use super::super::intake::insert_event;
+    use super::super::{Db, Inserted, Status};
     use super::*;
 
     #[test]
@@ -330,5 +333,140 @@ mod tests {
             )
             .unwrap();
         assert_eq!(k3, super::super::dedup_hash("e", "k3"));
+    }
+
+    #[test]
+    fn a_file_from_a_newer_portaria_is_refused_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE future (x); PRAGMA user_version = 99;")
+            .unwrap();
+        let err = Db::open(&path).err().expect("refused").to_string();
+        assert!(err.contains("schema version 99 is newer"), "{err}");
+        let tables: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(tables, 1, "nothing created in it");
+    }
+
+    /// The whole schema of version 2, as released before the narrow dedup index.
+    const SCHEMA_V2: &str = "
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, dedup_key TEXT NOT NULL,
+            event_type TEXT, content_type TEXT, headers BLOB NOT NULL, body BLOB NOT NULL,
+            received_at INTEGER NOT NULL,
+            status TEXT NOT NULL
+                CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
+            attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at INTEGER, last_error TEXT,
+            finished_at INTEGER, UNIQUE (endpoint, dedup_key));
+        CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
+            WHERE status IN ('pending', 'delivering');
+        CREATE TABLE attempts (
+            id INTEGER PRIMARY KEY,
+            event_id INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL, started_at INTEGER NOT NULL,
+            duration_ms INTEGER NOT NULL, outcome TEXT NOT NULL, error TEXT);
+        CREATE INDEX attempts_event ON attempts (event_id);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+        CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
+        INSERT INTO events (id, endpoint, dedup_key, headers, body, received_at, status,
+                            attempts, next_attempt_at)
+            VALUES (7, 'a', 'k', x'', x'7b7d', 5, 'pending', 1, 9),
+                   (8, 'b', 'k', x'', x'', 6, 'dead', 1, NULL);
+        INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome)
+            VALUES (7, 1, 6, 3, 'failed'), (8, 1, 7, 3, 'failed');
+        PRAGMA user_version = 2;
+    ";
+
+    #[test]
+    fn a_version_2_file_is_upgraded_in_place_keeping_events_attempts_and_the_barrier() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(SCHEMA_V2)
+            .unwrap();
+        // A command refuses to upgrade it.
+        let refused = Db::open(&path).err().expect("refused").to_string();
+        assert!(refused.contains("schema version 2 is older"), "{refused}");
+        // The server upgrades it.
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        let version: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 3);
+        let old = db.event(7).unwrap().unwrap();
+        assert_eq!(
+            (old.summary.status, old.body),
+            (Status::Pending, b"{}".to_vec())
+        );
+        assert_eq!(old.attempts.len(), 1, "attempts survive the table rebuild");
+        assert_eq!(db.event(8).unwrap().unwrap().attempts.len(), 1);
+        // The old rows are behind the new barrier.
+        assert_eq!(
+            insert_event(&db.conn, &new_event("a", "k")).unwrap(),
+            Inserted::Duplicate(7)
+        );
+        assert_eq!(
+            insert_event(&db.conn, &new_event("b", "k")).unwrap(),
+            Inserted::Duplicate(8)
+        );
+        let indexes: Vec<String> = db
+            .conn
+            .prepare("SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'events' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(indexes, ["events_dead", "events_dedup", "events_queue"]);
+        // The upgrade's own copy of the table definitions must not drift from a new file's.
+        let (_fresh_dir, fresh) = temp_db();
+        let shape = |conn: &Connection, pragma: &str| -> Vec<String> {
+            conn.prepare(pragma)
+                .unwrap()
+                .query_map([], |r| {
+                    let cells: Vec<String> = (0..r.as_ref().column_count())
+                        .map(|i| format!("{:?}", r.get_ref(i).unwrap()))
+                        .collect();
+                    Ok(cells.join(" "))
+                })
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        for pragma in [
+            "PRAGMA table_info(events)",
+            "PRAGMA table_info(payloads)",
+            "PRAGMA foreign_key_list(payloads)",
+            "PRAGMA foreign_key_list(attempts)",
+            "PRAGMA index_info(events_dedup)",
+        ] {
+            assert_eq!(
+                shape(&db.conn, pragma),
+                shape(&fresh.conn, pragma),
+                "{pragma}"
+            );
+        }
+        let fk: bool = db
+            .conn
+            .query_row("PRAGMA foreign_keys", [], |r| r.get(0))
+            .unwrap();
+        assert!(fk, "foreign keys are back on after the upgrade");
+        // A new event still cascades its attempts away on delete.
+        db.conn
+            .execute("DELETE FROM events WHERE id = 7", [])
+            .unwrap();
+        let left: i64 = db
+            .conn
+            .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 1);
     }
 }

@@ -220,3 +220,134 @@ fn rollback_to(conn: &Connection) -> rusqlite::Result<()> {
     exec(conn, "ROLLBACK TO job")?;
     exec(conn, "RELEASE job")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::Store;
+    use super::*;
+
+    /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
+    fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
+        conn.query_row("PRAGMA synchronous", [], |r| r.get(0))
+    }
+
+    #[tokio::test]
+    async fn bookkeeping_alone_commits_without_fsync_but_never_alongside_an_insert() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        assert_eq!(
+            store.run_bookkeeping(synchronous).await.unwrap(),
+            1,
+            "NORMAL"
+        );
+        assert_eq!(store.run(synchronous).await.unwrap(), 2, "FULL by default");
+        assert_eq!(store.run_bookkeeping(synchronous).await.unwrap(), 1);
+
+        // Queued together (while the writer is busy), they share one batch, which then needs
+        // the fsync.
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            tokio::join!(store.run_bookkeeping(synchronous), store.run(synchronous))
+        };
+        let (busy, (a, b)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        assert_eq!((a.unwrap(), b.unwrap()), (2, 2));
+        store.close();
+    }
+
+    fn put(key: &'static str) -> impl FnOnce(&Connection) -> rusqlite::Result<()> {
+        move |conn| {
+            conn.execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])
+                .map(drop)
+        }
+    }
+
+    async fn meta_keys(store: &Store) -> Vec<String> {
+        store
+            .run(|conn| {
+                conn.prepare("SELECT key FROM meta ORDER BY key")?
+                    .query_map([], |r| r.get(0))?
+                    .collect()
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Runs `jobs` as one batch: queued together while the writer is busy with another job.
+    async fn one_batch<A, B, C>(store: &Store, jobs: (A, B, C)) -> [Result<(), StoreError>; 3]
+    where
+        A: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        B: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        C: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            tokio::join!(store.run(jobs.0), store.run(jobs.1), store.run(jobs.2))
+        };
+        let (busy, (a, b, c)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        [a, b, c]
+    }
+
+    #[tokio::test]
+    async fn a_failing_job_rolls_back_alone_and_the_rest_of_its_batch_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let half_then_fail = |conn: &Connection| {
+            put("b")(conn)?;
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        };
+        let [a, b, c] = one_batch(&store, (put("a"), half_then_fail, put("c"))).await;
+        assert!(a.is_ok() && b.is_err() && c.is_ok(), "{a:?} {b:?} {c:?}");
+        assert_eq!(
+            meta_keys(&store).await,
+            ["a", "c"],
+            "b's first statement is undone"
+        );
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_the_database_rolls_back_fails_the_whole_batch_and_commits_none_of_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        // What SQLite does by itself on disk full or an I/O error, done here by hand.
+        let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
+        let [a, b, c] = one_batch(&store, (put("a"), rolled_back, put("c"))).await;
+        assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
+        assert!(
+            meta_keys(&store).await.is_empty(),
+            "c did not commit on its own"
+        );
+        // The writer goes on.
+        store.run(put("d")).await.unwrap();
+        assert_eq!(meta_keys(&store).await, ["d"]);
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_solo_job_runs_outside_any_transaction_and_in_queue_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        assert!(!store.run(|c| Ok(c.is_autocommit())).await.unwrap());
+        assert!(store.run_solo(|c| Ok(c.is_autocommit())).await.unwrap());
+        // A batch, a solo job and another batch, all queued at once: the solo job sees the
+        // first batch committed and not the second.
+        let first = store.run(|c| c.execute("PRAGMA user_version = 7", []));
+        let solo =
+            store.run_solo(|c| c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0)));
+        let second = store.run(|c| c.execute("PRAGMA user_version = 8", []));
+        let (_, seen, _) = tokio::join!(first, solo, second);
+        assert_eq!(seen.unwrap(), 7);
+        assert!(store.checkpoint().await.unwrap());
+        store.close();
+    }
+}

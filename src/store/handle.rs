@@ -1,0 +1,169 @@
+//! [`Store`], the server's handle on the database: cheap to clone, async, and every call a job
+//! for the one writer thread (`writer.rs`). This file owns the handle and how a call becomes a
+//! job; the methods themselves sit beside their queries, one file per consumer.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+
+use rusqlite::Connection;
+use tokio::sync::oneshot;
+
+use super::writer::{self, Finish, Job, Message, Needs};
+use super::{StoreError, schema};
+
+/// The server's handle on the database. Cheap to clone; all clones share one writer thread.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Jobs for the writer. Sending after `close` fails or is dropped with the queue, and the
+    /// caller hears `Closed` either way, so the sender needs no lock of its own.
+    tx: mpsc::Sender<Message>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database for the server, upgrading an older schema, and
+    /// starts the writer thread.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::start(schema::open(path)?, path)
+    }
+
+    /// Opens the database for a command that writes through the same paths as the server
+    /// (`portaria prune`). Like [`super::Db::open`], it refuses an older schema: only the server
+    /// upgrades, since an older server still running on the file would fail every write after.
+    pub fn open_for_command(path: &Path) -> Result<Store, StoreError> {
+        Store::start(schema::open_with(path, schema::Upgrade::Refused)?, path)
+    }
+
+    fn start(conn: Connection, path: &Path) -> Result<Store, StoreError> {
+        let (tx, rx) = mpsc::channel();
+        let thread = writer::spawn(conn, path.to_path_buf(), rx)
+            .map_err(|e| StoreError::Sqlite(format!("cannot start the writer thread: {e}")))?;
+        Ok(Store {
+            inner: Arc::new(Inner {
+                tx,
+                thread: Mutex::new(Some(thread)),
+            }),
+        })
+    }
+
+    /// Runs `f` on the writer thread inside the current batch's transaction and resolves once
+    /// that transaction has committed. An error from `f` rolls back `f`'s work only.
+    pub(super) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(f, Needs::ALL, Message::Job).await
+    }
+
+    /// Like [`Store::run`], for delivery bookkeeping: the batch may commit without an fsync
+    /// when nothing else in it needs one (see [`writer`]).
+    pub(super) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(f, Needs::BOOKKEEPING, Message::Job).await
+    }
+
+    /// Runs `f` on the writer thread alone, outside any transaction (after the batch in front
+    /// of it has committed): for what SQLite refuses inside one, a WAL checkpoint.
+    pub(super) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.submit(f, Needs::ALL, Message::Solo).await
+    }
+
+    async fn submit<T, F>(
+        &self,
+        f: F,
+        needs: Needs,
+        wrap: fn(Box<dyn Job>) -> Message,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let (reply, rx) = oneshot::channel();
+        let job = Box::new(Work { f, needs, reply });
+        if self.inner.tx.send(wrap(job)).is_err() {
+            return Err(StoreError::Closed);
+        }
+        // A job still queued when the writer stops is dropped with its reply sender.
+        rx.await.unwrap_or(Err(StoreError::Closed))
+    }
+
+    /// Lets the jobs queued so far finish, closes the database (checkpointing the WAL) and
+    /// joins the writer. Jobs sent after this hear `Closed`.
+    pub fn close(&self) {
+        let _ = self.inner.tx.send(Message::Close);
+        if let Ok(mut thread) = self.inner.thread.lock()
+            && let Some(thread) = thread.take()
+        {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A closure and the channel its caller waits on.
+struct Work<F, T> {
+    f: F,
+    needs: Needs,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<F, T> Job for Work<F, T>
+where
+    T: Send + 'static,
+    F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+{
+    fn needs(&self) -> Needs {
+        self.needs
+    }
+
+    fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish) {
+        let Work { f, reply, .. } = *self;
+        let result = f(conn);
+        let ok = result.is_ok();
+        let finish: Finish = Box::new(move |committed| {
+            let answer = committed.and_then(|()| result.map_err(StoreError::from));
+            let _ = reply.send(answer);
+        });
+        (ok, finish)
+    }
+
+    fn abort(self: Box<Self>, err: StoreError) {
+        let _ = self.reply.send(Err(err));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn after_close_every_job_hears_closed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        assert_eq!(
+            store
+                .run(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
+                .await
+                .unwrap(),
+            1
+        );
+        store.close();
+        let late = store
+            .run(|c| c.query_row("SELECT 1", [], |r| r.get::<_, i64>(0)))
+            .await;
+        assert!(matches!(late, Err(StoreError::Closed)), "{late:?}");
+        store.close(); // a second close is harmless
+    }
+}

@@ -1,0 +1,496 @@
+//! Pruning's queries and archive restore. What pruning may remove is defined once, here
+//! (`PRUNABLE`): delivered and stored events past `retention_days`, dead ones past
+//! `dead_retention_days`. Pending and delivering events never match it, however old.
+//!
+//! The server's pruner and `portaria prune` both run these through [`Store`]; `archive replay`
+//! restores through [`Db::restore`], with the intake's own dedup barrier.
+
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use super::events::{EventDetail, SUMMARY, attempts, detail};
+use super::intake::{INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, dedup_hash};
+use super::{Db, Status, Store, StoreError, schema, status_column};
+
+/// Which events pruning may remove: delivered and stored ones received before
+/// `finished_before_ms`, dead ones received before `dead_before_ms` (unix milliseconds).
+/// Pending and delivering events are never removed, however old.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cutoffs {
+    pub finished_before_ms: i64,
+    pub dead_before_ms: i64,
+}
+
+/// One row that pruning deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    pub endpoint: String,
+    pub status: Status,
+    /// Stored headers and body.
+    pub bytes: u64,
+}
+
+/// Events that pruning would remove now, for one endpoint and status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrunableGroup {
+    pub endpoint: String,
+    pub status: Status,
+    pub events: u64,
+    /// Stored headers and bodies.
+    pub bytes: u64,
+}
+
+/// What one round of incremental vacuum gave back to the file system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Reclaimed {
+    /// Pages cut from the end of the file.
+    pub pages: u64,
+    pub page_size: u64,
+    /// Free pages still inside the file.
+    pub free_left: u64,
+}
+
+impl Reclaimed {
+    pub fn bytes(&self) -> u64 {
+        self.pages * self.page_size
+    }
+}
+
+/// What putting archived events back came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Restored {
+    /// No row had the (endpoint, dedup key): a new pending row.
+    pub inserted: usize,
+    /// A finished row had it: back to pending with a fresh schedule.
+    pub reset: usize,
+    /// A pending or delivering row had it: already on its way, left alone.
+    pub already_queued: usize,
+}
+
+impl Store {
+    /// Up to `limit` prunable events in full (with attempts), oldest first, stopping early
+    /// once their headers and bodies pass `byte_budget`: what the archive writes.
+    pub async fn prunable(
+        &self,
+        cutoffs: Cutoffs,
+        limit: usize,
+        byte_budget: u64,
+    ) -> Result<Vec<EventDetail>, StoreError> {
+        self.run(move |conn| prunable(conn, &cutoffs, limit, byte_budget))
+            .await
+    }
+
+    /// Deletes these events (attempts go with them), each only if it is still prunable: one
+    /// replayed since it was read stays.
+    pub async fn delete_pruned(
+        &self,
+        cutoffs: Cutoffs,
+        ids: Vec<i64>,
+    ) -> Result<Vec<Removed>, StoreError> {
+        self.run(move |conn| delete_pruned(conn, &cutoffs, &ids))
+            .await
+    }
+
+    /// Deletes up to `limit` prunable events, oldest first, without reading them.
+    pub async fn delete_prunable(
+        &self,
+        cutoffs: Cutoffs,
+        limit: usize,
+    ) -> Result<Vec<Removed>, StoreError> {
+        self.run(move |conn| delete_prunable(conn, &cutoffs, limit))
+            .await
+    }
+
+    /// Gives up to `max_pages` free pages back to the file system (incremental auto-vacuum).
+    pub async fn reclaim_space(&self, max_pages: u32) -> Result<Reclaimed, StoreError> {
+        self.run(move |conn| reclaim_space(conn, max_pages)).await
+    }
+
+    /// Copies the WAL into the database file and truncates the WAL, so the space that
+    /// [`Store::reclaim_space`] freed leaves the disk. Runs outside any transaction (SQLite
+    /// refuses a checkpoint inside one). Returns false if a reader was in the way; the next
+    /// checkpoint catches up.
+    pub async fn checkpoint(&self) -> Result<bool, StoreError> {
+        self.run_solo(checkpoint).await
+    }
+}
+
+impl Db {
+    /// What pruning would remove now, by endpoint and status.
+    pub fn prunable_counts(&self, cutoffs: Cutoffs) -> Result<Vec<PrunableGroup>, StoreError> {
+        Ok(prunable_counts(&self.conn, &cutoffs)?)
+    }
+
+    /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
+    /// headers, body and received time. The dedup barrier decides: no row yet
+    /// means a new pending row; a finished row (delivered, dead, stored) goes back to pending
+    /// with a fresh schedule, like `events replay`; a pending or delivering row is left alone.
+    /// Never a second row for one key. These events were verified when first received; the
+    /// caller checks that their endpoint still forwards.
+    pub fn restore(&mut self, events: &[EventDetail], now_ms: i64) -> Result<Restored, StoreError> {
+        self.write(|conn| restore(conn, events, now_ms))
+    }
+}
+
+/// The one definition of what pruning may remove (?1: the cut-off for delivered and stored
+/// events, ?2: for dead ones). It names finished statuses only: pending and delivering
+/// events never match, however old.
+const PRUNABLE: &str = "((status IN ('delivered', 'stored') AND received_at < ?1) \
+                        OR (status = 'dead' AND received_at < ?2))";
+
+fn removed(r: &Row<'_>) -> rusqlite::Result<Removed> {
+    Ok(Removed {
+        endpoint: r.get(0)?,
+        status: status_column(r, 1)?,
+        bytes: r.get::<_, i64>(2)? as u64,
+    })
+}
+
+pub(super) fn prunable_counts(
+    conn: &Connection,
+    c: &Cutoffs,
+) -> rusqlite::Result<Vec<PrunableGroup>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT endpoint, status, count(*), sum(payload_bytes) \
+         FROM events WHERE {PRUNABLE} GROUP BY endpoint, status ORDER BY endpoint, status"
+    ))?;
+    stmt.query_map(params![c.finished_before_ms, c.dead_before_ms], |r| {
+        let Removed {
+            endpoint, status, ..
+        } = removed(r)?;
+        Ok(PrunableGroup {
+            endpoint,
+            status,
+            events: r.get::<_, i64>(2)? as u64,
+            bytes: r.get::<_, i64>(3)? as u64,
+        })
+    })?
+    .collect()
+}
+
+pub(super) fn prunable(
+    conn: &Connection,
+    c: &Cutoffs,
+    limit: usize,
+    byte_budget: u64,
+) -> rusqlite::Result<Vec<EventDetail>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {SUMMARY}, content_type, headers, body FROM events \
+         JOIN payloads ON event_id = id WHERE {PRUNABLE} ORDER BY id LIMIT ?3"
+    ))?;
+    let mut rows = stmt.query(params![
+        c.finished_before_ms,
+        c.dead_before_ms,
+        limit as i64
+    ])?;
+    let mut out = Vec::new();
+    let mut bytes = 0u64;
+    // Bodies may be up to `max_body_bytes` each: bound the batch's memory, not only its rows.
+    while bytes < byte_budget
+        && let Some(row) = rows.next()?
+    {
+        let event = detail(row)?;
+        bytes += (event.headers.len() + event.body.len()) as u64;
+        out.push(event);
+    }
+    drop(rows);
+    for event in &mut out {
+        event.attempts = attempts(conn, event.summary.id)?;
+    }
+    Ok(out)
+}
+
+pub(super) fn delete_pruned(
+    conn: &Connection,
+    c: &Cutoffs,
+    ids: &[i64],
+) -> rusqlite::Result<Vec<Removed>> {
+    let mut delete = conn.prepare_cached(&format!(
+        "DELETE FROM events WHERE id = ?3 AND {PRUNABLE} \
+         RETURNING endpoint, status, payload_bytes"
+    ))?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        if let Some(gone) = delete
+            .query_row(params![c.finished_before_ms, c.dead_before_ms, id], removed)
+            .optional()?
+        {
+            out.push(gone);
+        }
+    }
+    Ok(out)
+}
+
+pub(super) fn delete_prunable(
+    conn: &Connection,
+    c: &Cutoffs,
+    limit: usize,
+) -> rusqlite::Result<Vec<Removed>> {
+    let mut delete = conn.prepare_cached(&format!(
+        "DELETE FROM events WHERE id IN \
+         (SELECT id FROM events WHERE {PRUNABLE} ORDER BY id LIMIT ?3) \
+         RETURNING endpoint, status, payload_bytes"
+    ))?;
+    delete
+        .query_map(
+            params![c.finished_before_ms, c.dead_before_ms, limit as i64],
+            removed,
+        )?
+        .collect()
+}
+
+pub(super) fn reclaim_space(conn: &Connection, max_pages: u32) -> rusqlite::Result<Reclaimed> {
+    let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
+    let before: i64 = pragma("freelist_count")?;
+    // The pragma yields one row per page it frees: step it to the end, or only one goes.
+    let mut vacuum = conn.prepare(&format!("PRAGMA incremental_vacuum({})", max_pages.max(1)))?;
+    let mut rows = vacuum.query([])?;
+    while rows.next()?.is_some() {}
+    drop(rows);
+    let after: i64 = pragma("freelist_count")?;
+    let page_size: i64 = pragma("page_size")?;
+    Ok(Reclaimed {
+        pages: (before - after).max(0) as u64,
+        page_size: page_size as u64,
+        free_left: after as u64,
+    })
+}
+
+pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+    // TRUNCATE waits on the busy handler for readers (an operator's `events list`). On the
+    // server, intake queues behind this job, so it must not wait: with no busy handler it
+    // copies what it can, and the next checkpoint (SQLite's own, or the next prune)
+    // catches up.
+    conn.busy_timeout(Duration::ZERO)?;
+    let result = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+        r.get::<_, i64>(0)
+    });
+    conn.busy_timeout(schema::BUSY_TIMEOUT)?;
+    match result {
+        Ok(busy) => Ok(busy == 0),
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if matches!(
+                e.code,
+                rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+            ) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+pub(super) fn restore(
+    conn: &Connection,
+    events: &[EventDetail],
+    now_ms: i64,
+) -> rusqlite::Result<Restored> {
+    let mut insert = conn.prepare_cached(INSERT_UNLESS_KNOWN)?;
+    let mut reset = conn.prepare_cached(
+        "UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ?3, \
+         last_error = NULL, finished_at = NULL \
+         WHERE dedup_hash = ?4 AND endpoint = ?1 AND dedup_key = ?2 \
+         AND status IN ('delivered', 'dead', 'stored')",
+    )?;
+    let mut out = Restored::default();
+    for e in events {
+        let s = &e.summary;
+        let hash = dedup_hash(&s.endpoint, &s.dedup_key);
+        let inserted = insert.execute(params![
+            s.endpoint,
+            s.dedup_key,
+            hash,
+            s.event_type,
+            e.content_type,
+            (e.headers.len() + e.body.len()) as i64,
+            s.received_at_ms,
+            Status::Pending.as_str(),
+            now_ms,
+        ])?;
+        if inserted == 1 {
+            let id = conn.last_insert_rowid();
+            conn.prepare_cached(INSERT_PAYLOAD)?
+                .execute(params![id, e.headers, e.body])?;
+            out.inserted += 1;
+        } else if reset.execute(params![s.endpoint, s.dedup_key, now_ms, hash])? == 1 {
+            out.reset += 1;
+        } else {
+            out.already_queued += 1;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::fixtures::{CUTOFFS, DAY, NOW, ids, row, temp_db};
+    use super::super::{EventSummary, ListFilter};
+    use super::*;
+
+    #[test]
+    fn only_finished_events_past_their_window_are_prunable() {
+        let (_dir, db) = temp_db();
+        let mut keep = Vec::new();
+        let mut gone = Vec::new();
+        for (i, status) in Status::ALL.into_iter().enumerate() {
+            let young = row(&db, "a", &format!("young-{i}"), status, 29);
+            let old = row(&db, "a", &format!("old-{i}"), status, 31);
+            let ancient = row(&db, "a", &format!("ancient-{i}"), status, 91);
+            keep.push(young);
+            match status {
+                Status::Delivered | Status::Stored => gone.extend([old, ancient]),
+                Status::Dead => {
+                    keep.push(old);
+                    gone.push(ancient);
+                }
+                Status::Pending | Status::Delivering => keep.extend([old, ancient]),
+            }
+        }
+        let counts = db.prunable_counts(CUTOFFS).unwrap();
+        let summary: Vec<(Status, u64)> = counts.iter().map(|g| (g.status, g.events)).collect();
+        assert_eq!(
+            summary,
+            [
+                (Status::Dead, 1),
+                (Status::Delivered, 2),
+                (Status::Stored, 2)
+            ]
+        );
+        let removed = delete_prunable(&db.conn, &CUTOFFS, 500).unwrap();
+        assert_eq!(removed.len(), gone.len());
+        keep.sort();
+        assert_eq!(ids(&db), keep);
+        let orphans: i64 = db
+            .conn
+            .query_row(
+                "SELECT count(*) FROM attempts WHERE event_id NOT IN (SELECT id FROM events)",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(orphans, 0, "attempts go with their event");
+    }
+
+    #[test]
+    fn deleting_an_archived_batch_spares_an_event_replayed_since_it_was_read() {
+        let (_dir, mut db) = temp_db();
+        let a = row(&db, "a", "k1", Status::Delivered, 40);
+        let b = row(&db, "a", "k2", Status::Dead, 100);
+        let batch = prunable(&db.conn, &CUTOFFS, 500, u64::MAX).unwrap();
+        assert_eq!(batch.len(), 2);
+        assert_eq!(batch[1].attempts.len(), 1, "read with its attempts");
+        assert!(db.replay(b, NOW).unwrap());
+        let removed = delete_pruned(&db.conn, &CUTOFFS, &[a, b]).unwrap();
+        assert_eq!(removed.len(), 1);
+        assert_eq!(ids(&db), [b]);
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_byte_budget_but_takes_at_least_one_event() {
+        let (_dir, db) = temp_db();
+        for i in 0..5 {
+            row(&db, "a", &format!("k{i}"), Status::Delivered, 40);
+        }
+        // Each row holds a 2-byte body and no headers.
+        assert_eq!(prunable(&db.conn, &CUTOFFS, 500, 1).unwrap().len(), 1);
+        assert_eq!(prunable(&db.conn, &CUTOFFS, 500, 5).unwrap().len(), 3);
+        assert_eq!(prunable(&db.conn, &CUTOFFS, 2, u64::MAX).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn restoring_never_makes_a_second_row_for_one_key() {
+        let (_dir, mut db) = temp_db();
+        let delivered = row(&db, "a", "delivered", Status::Delivered, 1);
+        let pending = row(&db, "a", "pending", Status::Pending, 1);
+        let archived = |key: &str| EventDetail {
+            summary: EventSummary {
+                id: 999,
+                endpoint: "a".into(),
+                dedup_key: key.into(),
+                event_type: Some("t".into()),
+                received_at_ms: NOW - 200 * DAY,
+                status: Status::Delivered,
+                attempts: 1,
+                next_attempt_at_ms: None,
+                last_error: None,
+            },
+            content_type: None,
+            headers: b"x: y\r\n".to_vec(),
+            body: b"{}".to_vec(),
+            attempts: Vec::new(),
+        };
+        let events = [archived("gone"), archived("delivered"), archived("pending")];
+        let restored = db.restore(&events, NOW).unwrap();
+        assert_eq!(
+            restored,
+            Restored {
+                inserted: 1,
+                reset: 1,
+                already_queued: 1
+            }
+        );
+        let again = db.restore(&events, NOW).unwrap();
+        assert_eq!(again.already_queued, 3, "all pending now: left alone");
+        assert_eq!(ids(&db).len(), 3);
+        let new = db
+            .list(&ListFilter::default())
+            .unwrap()
+            .into_iter()
+            .find(|e| e.dedup_key == "gone")
+            .unwrap();
+        assert_eq!(new.status, Status::Pending);
+        assert_eq!(
+            new.received_at_ms,
+            NOW - 200 * DAY,
+            "keeps its received time"
+        );
+        assert_eq!(new.next_attempt_at_ms, Some(NOW), "due now");
+        let restored = db.event(new.id).unwrap().expect("with its payload");
+        assert_eq!(
+            (restored.headers, restored.body),
+            (b"x: y\r\n".to_vec(), b"{}".to_vec()),
+            "headers and body come back as archived"
+        );
+        for id in [delivered, pending] {
+            assert_eq!(
+                db.event(id).unwrap().unwrap().summary.status,
+                Status::Pending
+            );
+        }
+    }
+
+    #[test]
+    fn reclaiming_frees_every_page_it_is_asked_for() {
+        let (_dir, db) = temp_db();
+        let body = vec![b'x'; 3000];
+        for i in 0..200 {
+            db.conn
+                .execute(
+                    "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, \
+                     received_at, status) VALUES ('a', ?1, ?2, 3000, 0, 'delivered')",
+                    params![i, dedup_hash("a", &i.to_string())],
+                )
+                .unwrap();
+            db.conn
+                .execute(
+                    "INSERT INTO payloads (event_id, headers, body) \
+                     VALUES (last_insert_rowid(), x'', ?1)",
+                    [&body],
+                )
+                .unwrap();
+        }
+        delete_prunable(&db.conn, &CUTOFFS, 500).unwrap();
+        let free: i64 = db
+            .conn
+            .query_row("PRAGMA freelist_count", [], |r| r.get(0))
+            .unwrap();
+        assert!(free > 150, "{free}");
+        let round = reclaim_space(&db.conn, 100).unwrap();
+        assert_eq!(round.pages, 100, "more than one page per call");
+        assert_eq!(round.free_left, free as u64 - 100);
+        let round = reclaim_space(&db.conn, 10_000).unwrap();
+        assert_eq!(round.free_left, 0);
+        assert!(round.bytes() > 0);
+    }
+}
