@@ -326,7 +326,7 @@ async fn what_send_signs_is_rejected_after_tampering_with_one_byte() {
         let endpoint = config.endpoint(name).unwrap();
         let body = format!(r#"{{"id":"evt_t_{name}","type":"x"}}"#).into_bytes();
         let url = server.url(&format!("/w/{name}"));
-        let signed = portaria::send::prepare(&config, endpoint, body, Some(&url)).unwrap();
+        let signed = portaria::cli::send::prepare(&config, endpoint, body, Some(&url)).unwrap();
         let mut tampered = signed.body.to_vec();
         tampered[2] ^= 0x01; // "id" becomes "hd": still JSON-ish, but not what was signed
         let reply = post(
