@@ -33,17 +33,17 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
             let events = db
                 .list(&filter)
                 .map_err(|e| format!("cannot list events: {e}"))?;
-            if args.json {
+            closed_pipe_is_done(if args.json {
                 write_json(&mut out, &events)
             } else {
                 write_table(&mut out, &events)
-            }
+            })
         }
         EventsCommand::Show { id } => match db
             .event(id)
             .map_err(|e| format!("cannot read event {id}: {e}"))?
         {
-            Some(event) => write_detail(&mut out, &event),
+            Some(event) => closed_pipe_is_done(write_detail(&mut out, &event)),
             None => return Err(format!("no event {id}")),
         },
         EventsCommand::Replay(args) => {
@@ -71,6 +71,16 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
     };
     written.map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// A listing whose reader went away (`portaria events list | head -1`) is done, not failed: as
+/// in ripgrep, stop writing and exit 0 with nothing on stderr. Rust ignores SIGPIPE, so a closed
+/// stdout shows up here as a `BrokenPipe` write error.
+fn closed_pipe_is_done(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
