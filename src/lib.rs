@@ -11,7 +11,7 @@
 //! - [`prune`] removes finished events past their retention window, after [`archive`] has
 //!   written them to a daily compressed file when one is configured.
 //! - [`cli`] parses the command line and runs `serve`, `check`, `events`, `prune`, `archive`,
-//!   `send` and `init`; [`send`] signs and fires test webhooks as a provider would.
+//!   `send` and `init`; [`cli::send`] signs and fires test webhooks as a provider would.
 //! - [`metrics`] counts requests and deliveries; [`admin`] serves `/healthz`, `/readyz` and
 //!   `/metrics` on a second, loopback listener.
 //! - [`logwriter`] takes log output off the request path.
@@ -28,7 +28,6 @@ pub mod ingest;
 pub mod logwriter;
 pub mod metrics;
 pub mod prune;
-pub mod send;
 pub mod server;
 pub mod shutdown;
 pub mod store;

@@ -326,7 +326,7 @@ async fn what_send_signs_is_rejected_after_tampering_with_one_byte() {
         let endpoint = config.endpoint(name).unwrap();
         let body = format!(r#"{{"id":"evt_t_{name}","type":"x"}}"#).into_bytes();
         let url = server.url(&format!("/w/{name}"));
-        let signed = portaria::send::prepare(&config, endpoint, body, Some(&url)).unwrap();
+        let signed = portaria::cli::send::prepare(&config, endpoint, body, Some(&url)).unwrap();
         let mut tampered = signed.body.to_vec();
         tampered[2] ^= 0x01; // "id" becomes "hd": still JSON-ish, but not what was signed
         let reply = post(
@@ -518,4 +518,77 @@ fn database_commands_refuse_a_database_that_does_not_exist_yet() {
         );
     }
     assert!(!db.exists(), "looking creates nothing");
+}
+
+/// `portaria events list | head -1`: a reader that goes away is not an error for a listing.
+/// The output is far larger than a pipe buffer, so the binary is still writing when the
+/// reader closes its end, and sees EPIPE.
+#[test]
+fn a_listing_piped_into_a_reader_that_closes_early_exits_0_quietly() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, base_config(&db, "", "")).unwrap();
+    drop(portaria::store::Db::open(&db).unwrap());
+    let mut conn = open_db(&db);
+    let tx = conn.transaction().unwrap();
+    let now = portaria::time::now_ms();
+    let big_body = vec![b'x'; 256 * 1024];
+    for n in 0..3000_i64 {
+        let key = format!("evt_{n:05}");
+        let body: &[u8] = if n == 0 { &big_body } else { b"{}" };
+        tx.execute(
+            "INSERT INTO events (endpoint, dedup_key, event_type, content_type, payload_bytes, \
+             received_at, status, attempts, dedup_hash) \
+             VALUES ('pagarme', ?1, 'charge.paid', 'application/json', ?2, ?3, 'stored', 0, ?4)",
+            rusqlite::params![
+                key,
+                body.len() as i64,
+                now - n,
+                portaria::store::dedup_hash("pagarme", &key)
+            ],
+        )
+        .unwrap();
+        tx.execute(
+            "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)",
+            rusqlite::params![
+                tx.last_insert_rowid(),
+                b"content-type: application/json\r\n".as_slice(),
+                body
+            ],
+        )
+        .unwrap();
+    }
+    tx.commit().unwrap();
+    drop(conn);
+
+    for args in [
+        &["events", "list", "--limit", "3000"][..],
+        &["events", "list", "--limit", "3000", "--json"],
+        &["events", "show", "1"],
+    ] {
+        let mut child = portaria()
+            .args(args)
+            .arg("--config")
+            .arg(&config)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        // The reader is dropped here: the pipe's read end is closed.
+        assert!(!first.is_empty(), "{args:?}: a first line");
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {:?}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
+    }
 }

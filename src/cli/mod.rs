@@ -1,6 +1,11 @@
-//! The command line: parses arguments, sets up logging, and runs `serve`, `check` or
-//! `events`. Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns
-//! an exit code (0 fine, 1 failed, 2 bad usage).
+//! The command line: parses arguments (the clap types), sets up logging, and runs the
+//! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`
+//! and `init`. The small ones live here; `events` and [`send`] have their own files.
+//! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
+//! code (0 fine, 1 failed, 2 bad usage).
+
+mod events;
+pub mod send;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,8 +14,8 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, Source};
-use crate::store::{Db, EventDetail, EventSummary, ListFilter, Status};
-use crate::time::{now_ms, rfc3339};
+use crate::store::{Db, Status};
+use crate::time::now_ms;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -151,7 +156,7 @@ pub fn main() -> ExitCode {
         Command::Serve => serve(cli.config.as_deref(), format),
         Command::Send(args) => {
             let _log = init_logging(format, "warn");
-            send(cli.config.as_deref(), args)
+            send::run(cli.config.as_deref(), args)
         }
         Command::Init { path } => init(&path),
         Command::Check => {
@@ -160,7 +165,7 @@ pub fn main() -> ExitCode {
         }
         Command::Events(command) => {
             let _log = init_logging(format, "warn");
-            events(cli.config.as_deref(), command)
+            events::run(cli.config.as_deref(), command)
         }
         Command::Prune { dry_run } => {
             let _log = init_logging(format, "warn");
@@ -286,61 +291,8 @@ fn check(config: Option<&Path>) -> Result<ExitCode, String> {
     }
 }
 
-fn send(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, String> {
-    let config = load(config)?;
-    let Some(endpoint) = config.endpoint(&args.endpoint) else {
-        let names: Vec<&str> = config.endpoints.iter().map(|e| e.name.as_str()).collect();
-        return Err(format!(
-            "no endpoint named `{}` (configured: {})",
-            args.endpoint,
-            names.join(", ")
-        ));
-    };
-    let body = match (&args.data, &args.file) {
-        (Some(data), _) => data.clone().into_bytes(),
-        (None, Some(path)) if path.as_os_str() == "-" => {
-            let mut body = Vec::new();
-            std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
-                .map_err(|e| format!("cannot read the payload from stdin: {e}"))?;
-            body
-        }
-        (None, Some(path)) => {
-            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?
-        }
-        (None, None) => return Err("give the payload with --data or --file".into()),
-    };
-    let signed = crate::send::prepare(&config, endpoint, body, args.url.as_deref())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-    let repeat = usize::from(args.repeat);
-    println!(
-        "POST {} ({} bytes, signed as {})",
-        signed.url,
-        signed.body.len(),
-        endpoint.verifier.provider()
-    );
-    let answers = runtime.block_on(crate::send::fire(
-        &signed,
-        repeat,
-        |n, answer| match answer {
-            Ok(a) => println!("{n}/{repeat}: {} {}", a.status, a.body.trim()),
-            Err(e) => println!("{n}/{repeat}: failed: {e}"),
-        },
-    ));
-    let all_ok = answers
-        .iter()
-        .all(|a| a.as_ref().is_ok_and(|a| (200..300).contains(&a.status)));
-    Ok(if all_ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    })
-}
-
 /// The starter config `portaria init` writes: the production template from `packaging/`.
-const STARTER: &str = include_str!("../packaging/portaria.toml");
+const STARTER: &str = include_str!("../../packaging/portaria.toml");
 
 fn init(path: &Path) -> Result<ExitCode, String> {
     if path.exists() {
@@ -405,148 +357,6 @@ fn existing_database(config: Option<&Path>) -> Result<Config, String> {
         ));
     }
     Ok(config)
-}
-
-fn events(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
-    let config = existing_database(config)?;
-    let path = &config.storage.path;
-    // Looking needs no write access; only a replay opens the database for writing.
-    let opened = match &command {
-        EventsCommand::Replay(_) => Db::open(path),
-        _ => Db::open_read_only(path),
-    };
-    let mut db = opened.map_err(|e| format!("cannot open the database: {e}"))?;
-    let out = std::io::stdout();
-    let mut out = out.lock();
-    let now = now_ms();
-    let written = match command {
-        EventsCommand::List(args) => {
-            let filter = ListFilter {
-                endpoint: args.endpoint,
-                status: args.status,
-                limit: args.limit,
-            };
-            let events = db
-                .list(&filter)
-                .map_err(|e| format!("cannot list events: {e}"))?;
-            if args.json {
-                write_json(&mut out, &events)
-            } else {
-                write_table(&mut out, &events)
-            }
-        }
-        EventsCommand::Show { id } => match db
-            .event(id)
-            .map_err(|e| format!("cannot read event {id}: {e}"))?
-        {
-            Some(event) => write_detail(&mut out, &event),
-            None => return Err(format!("no event {id}")),
-        },
-        EventsCommand::Replay(args) => {
-            if let Some(id) = args.id {
-                if !db
-                    .replay(id, now)
-                    .map_err(|e| format!("cannot replay event {id}: {e}"))?
-                {
-                    return Err(format!(
-                        "cannot replay event {id}: no such event, it is being delivered right now, \
-                         or its endpoint does not forward"
-                    ));
-                }
-                writeln!(
-                    out,
-                    "event {id} is pending again; the running server delivers it within seconds"
-                )
-            } else {
-                let n = db
-                    .replay_dead(args.endpoint.as_deref(), now)
-                    .map_err(|e| format!("cannot replay dead events: {e}"))?;
-                writeln!(out, "{n} dead event(s) pending again")
-            }
-        }
-    };
-    written.map_err(|e| format!("cannot write the output: {e}"))?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "{:>7}  {:<24}  {:<14}  {:<10}  {:>3}  {:<24}  DEDUP KEY",
-        "ID", "RECEIVED (UTC)", "ENDPOINT", "STATUS", "TRY", "TYPE"
-    )?;
-    for e in events {
-        writeln!(
-            out,
-            "{:>7}  {:<24}  {:<14}  {:<10}  {:>3}  {:<24}  {}",
-            e.id,
-            rfc3339(e.received_at_ms),
-            e.endpoint,
-            e.status,
-            e.attempts,
-            e.event_type.as_deref().unwrap_or("-"),
-            e.dedup_key
-        )?;
-    }
-    Ok(())
-}
-
-fn summary_json(e: &EventSummary) -> serde_json::Value {
-    serde_json::json!({
-        "id": e.id,
-        "endpoint": e.endpoint,
-        "dedup_key": e.dedup_key,
-        "event_type": e.event_type,
-        "received_at": rfc3339(e.received_at_ms),
-        "status": e.status.as_str(),
-        "attempts": e.attempts,
-        "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
-        "last_error": e.last_error,
-    })
-}
-
-fn write_json(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
-    for e in events {
-        writeln!(out, "{}", summary_json(e))?;
-    }
-    Ok(())
-}
-
-fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()> {
-    let e = &event.summary;
-    writeln!(out, "id:          {}", e.id)?;
-    writeln!(out, "endpoint:    {}", e.endpoint)?;
-    writeln!(out, "dedup key:   {}", e.dedup_key)?;
-    writeln!(
-        out,
-        "event type:  {}",
-        e.event_type.as_deref().unwrap_or("-")
-    )?;
-    writeln!(out, "received at: {}", rfc3339(e.received_at_ms))?;
-    writeln!(out, "status:      {}", e.status)?;
-    writeln!(out, "attempts:    {}", e.attempts)?;
-    if let Some(next) = e.next_attempt_at_ms.filter(|_| e.status == Status::Pending) {
-        writeln!(out, "next try:    {}", rfc3339(next))?;
-    }
-    for a in &event.attempts {
-        writeln!(
-            out,
-            "  attempt {} at {} ({} ms): {}{}",
-            a.attempt,
-            rfc3339(a.started_at_ms),
-            a.duration_ms,
-            a.outcome,
-            a.error
-                .as_deref()
-                .map(|err| format!(": {err}"))
-                .unwrap_or_default()
-        )?;
-    }
-    writeln!(out, "\n--- headers ---")?;
-    out.write_all(&event.headers)?;
-    writeln!(out, "--- body ({} bytes) ---", event.body.len())?;
-    out.write_all(&event.body)?;
-    writeln!(out)
 }
 
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {

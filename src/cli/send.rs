@@ -3,7 +3,12 @@
 //! delivery id where the scheme has one) and POSTs it to a running portaria, so the whole chain
 //! can be tested locally without a gateway. `--repeat` resends the identical delivery, to watch
 //! deduplication work.
+//!
+//! `prepare` and `fire` are the library part (public, for the integration tests); `run` is the
+//! command itself.
 
+use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -13,6 +18,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use super::SendArgs;
 use crate::config::{Config, Endpoint};
 use crate::time::unix_secs;
 
@@ -132,4 +138,55 @@ async fn post(
     tokio::time::timeout(Duration::from_secs(30), exchange)
         .await
         .unwrap_or_else(|_| Err(format!("no answer from {} within 30 s", signed.url)))
+}
+
+/// The `send` command: reads the payload, signs it, fires it `--repeat` times and prints
+/// every answer; exit 0 only if every answer was a 2xx.
+pub(super) fn run(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, String> {
+    let config = super::load(config)?;
+    let Some(endpoint) = config.endpoint(&args.endpoint) else {
+        let names: Vec<&str> = config.endpoints.iter().map(|e| e.name.as_str()).collect();
+        return Err(format!(
+            "no endpoint named `{}` (configured: {})",
+            args.endpoint,
+            names.join(", ")
+        ));
+    };
+    let body = match (&args.data, &args.file) {
+        (Some(data), _) => data.clone().into_bytes(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut body = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut body)
+                .map_err(|e| format!("cannot read the payload from stdin: {e}"))?;
+            body
+        }
+        (None, Some(path)) => {
+            std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?
+        }
+        (None, None) => return Err("give the payload with --data or --file".into()),
+    };
+    let signed = prepare(&config, endpoint, body, args.url.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let repeat = usize::from(args.repeat);
+    println!(
+        "POST {} ({} bytes, signed as {})",
+        signed.url,
+        signed.body.len(),
+        endpoint.verifier.provider()
+    );
+    let answers = runtime.block_on(fire(&signed, repeat, |n, answer| match answer {
+        Ok(a) => println!("{n}/{repeat}: {} {}", a.status, a.body.trim()),
+        Err(e) => println!("{n}/{repeat}: failed: {e}"),
+    }));
+    let all_ok = answers
+        .iter()
+        .all(|a| a.as_ref().is_ok_and(|a| (200..300).contains(&a.status)));
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -1,0 +1,164 @@
+//! `portaria events list/show/replay`: looks at the stored events (read-only) and puts them
+//! back into the queue, and owns their output: the table, one JSON object per line, and the
+//! detail view of one event.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::{EventsCommand, existing_database};
+use crate::store::{Db, EventDetail, EventSummary, ListFilter, Status};
+use crate::time::{now_ms, rfc3339};
+
+/// Runs `events list`, `events show` or `events replay`.
+pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
+    let config = existing_database(config)?;
+    let path = &config.storage.path;
+    // Looking needs no write access; only a replay opens the database for writing.
+    let opened = match &command {
+        EventsCommand::Replay(_) => Db::open(path),
+        _ => Db::open_read_only(path),
+    };
+    let mut db = opened.map_err(|e| format!("cannot open the database: {e}"))?;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let now = now_ms();
+    let written = match command {
+        EventsCommand::List(args) => {
+            let filter = ListFilter {
+                endpoint: args.endpoint,
+                status: args.status,
+                limit: args.limit,
+            };
+            let events = db
+                .list(&filter)
+                .map_err(|e| format!("cannot list events: {e}"))?;
+            closed_pipe_is_done(if args.json {
+                write_json(&mut out, &events)
+            } else {
+                write_table(&mut out, &events)
+            })
+        }
+        EventsCommand::Show { id } => match db
+            .event(id)
+            .map_err(|e| format!("cannot read event {id}: {e}"))?
+        {
+            Some(event) => closed_pipe_is_done(write_detail(&mut out, &event)),
+            None => return Err(format!("no event {id}")),
+        },
+        EventsCommand::Replay(args) => {
+            if let Some(id) = args.id {
+                if !db
+                    .replay(id, now)
+                    .map_err(|e| format!("cannot replay event {id}: {e}"))?
+                {
+                    return Err(format!(
+                        "cannot replay event {id}: no such event, it is being delivered right now, \
+                         or its endpoint does not forward"
+                    ));
+                }
+                writeln!(
+                    out,
+                    "event {id} is pending again; the running server delivers it within seconds"
+                )
+            } else {
+                let n = db
+                    .replay_dead(args.endpoint.as_deref(), now)
+                    .map_err(|e| format!("cannot replay dead events: {e}"))?;
+                writeln!(out, "{n} dead event(s) pending again")
+            }
+        }
+    };
+    written.map_err(|e| format!("cannot write the output: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A listing whose reader went away (`portaria events list | head -1`) is done, not failed: as
+/// in ripgrep, stop writing and exit 0 with nothing on stderr. Rust ignores SIGPIPE, so a closed
+/// stdout shows up here as a `BrokenPipe` write error.
+fn closed_pipe_is_done(written: std::io::Result<()>) -> std::io::Result<()> {
+    match written {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
+}
+
+fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:>7}  {:<24}  {:<14}  {:<10}  {:>3}  {:<24}  DEDUP KEY",
+        "ID", "RECEIVED (UTC)", "ENDPOINT", "STATUS", "TRY", "TYPE"
+    )?;
+    for e in events {
+        writeln!(
+            out,
+            "{:>7}  {:<24}  {:<14}  {:<10}  {:>3}  {:<24}  {}",
+            e.id,
+            rfc3339(e.received_at_ms),
+            e.endpoint,
+            e.status,
+            e.attempts,
+            e.event_type.as_deref().unwrap_or("-"),
+            e.dedup_key
+        )?;
+    }
+    Ok(())
+}
+
+fn summary_json(e: &EventSummary) -> serde_json::Value {
+    serde_json::json!({
+        "id": e.id,
+        "endpoint": e.endpoint,
+        "dedup_key": e.dedup_key,
+        "event_type": e.event_type,
+        "received_at": rfc3339(e.received_at_ms),
+        "status": e.status.as_str(),
+        "attempts": e.attempts,
+        "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
+        "last_error": e.last_error,
+    })
+}
+
+fn write_json(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
+    for e in events {
+        writeln!(out, "{}", summary_json(e))?;
+    }
+    Ok(())
+}
+
+fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()> {
+    let e = &event.summary;
+    writeln!(out, "id:          {}", e.id)?;
+    writeln!(out, "endpoint:    {}", e.endpoint)?;
+    writeln!(out, "dedup key:   {}", e.dedup_key)?;
+    writeln!(
+        out,
+        "event type:  {}",
+        e.event_type.as_deref().unwrap_or("-")
+    )?;
+    writeln!(out, "received at: {}", rfc3339(e.received_at_ms))?;
+    writeln!(out, "status:      {}", e.status)?;
+    writeln!(out, "attempts:    {}", e.attempts)?;
+    if let Some(next) = e.next_attempt_at_ms.filter(|_| e.status == Status::Pending) {
+        writeln!(out, "next try:    {}", rfc3339(next))?;
+    }
+    for a in &event.attempts {
+        writeln!(
+            out,
+            "  attempt {} at {} ({} ms): {}{}",
+            a.attempt,
+            rfc3339(a.started_at_ms),
+            a.duration_ms,
+            a.outcome,
+            a.error
+                .as_deref()
+                .map(|err| format!(": {err}"))
+                .unwrap_or_default()
+        )?;
+    }
+    writeln!(out, "\n--- headers ---")?;
+    out.write_all(&event.headers)?;
+    writeln!(out, "--- body ({} bytes) ---", event.body.len())?;
+    out.write_all(&event.body)?;
+    writeln!(out)
+}
