@@ -32,9 +32,7 @@ use crate::store::{AfterAttempt, QueueStats};
 /// The `Content-Type` of what [`Metrics::render`] writes (text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
-/// The endpoint label of requests to a path no endpoint has. Never the raw path: anyone can
-/// send any path, and each one would become a series.
-pub const UNKNOWN_ENDPOINT: &str = "-";
+pub use crate::config::UNKNOWN_ENDPOINT;
 
 /// Every label [`Outcome::label`] gives for a configured endpoint (`not_found` belongs to `-`
 /// alone). A label missing here still counts (its series is created on first use); listing it

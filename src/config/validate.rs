@@ -1,499 +1,37 @@
-//! Configuration: where the one TOML file is found, and how its raw text becomes a validated
-//! [`Config`] with decoded secrets, parsed durations and absolute paths.
-//!
-//! Bad configuration never half-starts: every problem is collected and reported as
-//! `file: key: why` (with the line of the `[[endpoint]]` table it sits in), and nothing is
-//! served until all of them are fixed.
-//!
-//! Lookup order (first hit wins; see [`locate`]):
-//! 1. `--config FILE`, or else `$PORTARIA_CONFIG`;
-//! 2. `portaria.toml` in the user's config dir (`~/.config/portaria/` on Linux);
-//! 3. `/etc/portaria/portaria.toml`;
-//! 4. the embedded demo config (`config.example.toml`), with a loud warning.
+//! Validation: the raw file to the checked model, collecting every problem instead of stopping
+//! at the first, plus the warnings that do not stop a start.
 
 use std::collections::HashSet;
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::Deserialize;
 use toml::Spanned;
 
+use super::raw::{OneOrMany, RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
+use super::toml_error::line_of;
+use super::{
+    DEFAULT_ADMIN_LISTEN, DEFAULT_RETRY, Endpoint, Forward, Log, Secrets, Server, Storage, Target,
+    UNKNOWN_ENDPOINT, default_db_path,
+};
 use crate::dedup::DedupRule;
-use crate::verify::{HmacOptions, Verifier, standard_webhooks};
-
-/// The embedded default: a loopback-only demo with example secrets.
-pub const EXAMPLE: &str = include_str!("../config.example.toml");
-
-/// The system-wide config file, last before the embedded demo.
-pub const SYSTEM_PATH: &str = "/etc/portaria/portaria.toml";
-
-/// Where `/healthz`, `/readyz` and `/metrics` listen unless `[server] admin_listen` says
-/// otherwise: loopback, on the port registered for exporters (9090 is Prometheus' own).
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
-
-/// The retry schedule used when an endpoint names none (the gaps between attempts).
-pub const DEFAULT_RETRY: [Duration; 6] = [
-    Duration::from_secs(10),
-    Duration::from_secs(60),
-    Duration::from_secs(5 * 60),
-    Duration::from_secs(30 * 60),
-    Duration::from_secs(2 * 3600),
-    Duration::from_secs(12 * 3600),
-];
-
-/// A validated configuration. Everything in it has been checked; nothing here can fail later
-/// for a reason the config file could have told us.
-#[derive(Debug)]
-pub struct Config {
-    pub source: Source,
-    pub server: Server,
-    pub storage: Storage,
-    pub endpoints: Vec<Endpoint>,
-    pub log: Log,
-    /// Things worth saying that do not stop the start (a secret file others can read). Logged
-    /// by `serve` once logging is set up, since the level comes from this very file.
-    pub warnings: Vec<String>,
-    /// Every environment variable the config reads a secret from: kept out of the environment
-    /// of forward commands, which have no business holding the gateways' secrets.
-    pub secret_variables: Vec<String>,
-}
-
-/// Whether loading a config reads its secrets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Secrets {
-    /// Read and check every secret: for `serve`, `check` and `send`.
-    Load,
-    /// Check how secrets are given, but do not read them: for the commands that only work on
-    /// the database (`events`, `prune`, `archive`), so an operator needs no gateway secret.
-    /// The verifiers built then hold a placeholder that verifies nothing.
-    Skip,
-}
+use crate::verify::{Verifier, standard_webhooks};
 
 /// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
 /// scheme accepts it, and matches no real signature.
 const PLACEHOLDER_SECRET: &str = "whsec_cG9ydGFyaWE6IHNlY3JldHMgbm90IGxvYWRlZA==";
 
-/// `[log]`: the level when `RUST_LOG` is not set.
-#[derive(Debug, Clone)]
-pub struct Log {
-    /// Directives such as `info` or `warn,portaria=debug` (a level, or `target=level` pairs).
-    pub level: String,
-}
-
-/// Where a configuration came from, for messages and for resolving relative paths.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Source {
-    File(PathBuf),
-    Embedded,
-}
-
-impl fmt::Display for Source {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Source::File(path) => write!(f, "{}", path.display()),
-            Source::Embedded => f.write_str("<embedded demo config>"),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Server {
-    pub listen: SocketAddr,
-    /// Larger bodies get 413 before they are read in full.
-    pub max_body_bytes: usize,
-    /// How long a client may take to send the request head.
-    pub header_timeout: Duration,
-    /// How long a client may take to send the body, once the head is in.
-    pub body_timeout: Duration,
-    /// Connections beyond this wait in the kernel's backlog instead of costing memory.
-    pub max_connections: usize,
-    /// The admin listener (`/healthz`, `/readyz`, `/metrics`); None when `admin_listen = "off"`.
-    /// Never the webhook address: that one is exposed through the tunnel.
-    pub admin_listen: Option<SocketAddr>,
-}
-
-#[derive(Debug, Clone)]
-pub struct Storage {
-    /// Absolute path of the SQLite file.
-    pub path: PathBuf,
-    /// Delivered and stored events older than this (by received time) are pruned.
-    pub retention_days: u32,
-    /// Dead events are kept longer, so an operator has time to replay them.
-    pub dead_retention_days: u32,
-    /// Absolute path of the directory for `YYYY-MM-DD.jsonl.gz` archives of pruned events;
-    /// None: pruned events are not kept anywhere. Created at the first prune if missing.
-    pub archive_dir: Option<PathBuf>,
-}
-
-/// One webhook URL: how to verify it, how to dedup it, where to forward it.
-#[derive(Debug)]
-pub struct Endpoint {
-    pub name: String,
-    pub path: String,
-    pub verifier: Verifier,
-    pub dedup: DedupRule,
-    pub forward: Option<Forward>,
-}
-
-/// Where and how an endpoint's events are delivered.
-#[derive(Debug)]
-pub struct Forward {
-    pub target: Target,
-    pub timeout: Duration,
-    /// The gaps between attempts; after the last one fails, the event is dead.
-    pub retry: Vec<Duration>,
-    /// Deliveries in flight at once; 1 keeps arrival order.
-    pub concurrency: usize,
-    /// Environment variables a command target must not inherit: every `secret_env` of the
-    /// config (the command has no business holding the gateways' secrets).
-    pub hide_env: Vec<String>,
-}
-
-pub enum Target {
-    Command(Vec<String>),
-    Url {
-        url: http::Uri,
-        /// Standard Webhooks signing key for the forward, decoded from `whsec_...`.
-        signing_key: Option<Vec<u8>>,
-    },
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Command(argv) => f.debug_tuple("Command").field(argv).finish(),
-            Target::Url { url, signing_key } => f
-                .debug_struct("Url")
-                .field("url", url)
-                .field("signed", &signing_key.is_some())
-                .finish(),
-        }
-    }
-}
-
-impl Config {
-    /// Finds, reads and validates the configuration (see the module doc for the order).
-    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
-        Config::load_with(explicit, Secrets::Load)
-    }
-
-    /// [`Config::load`], choosing whether secrets are read (see [`Secrets`]).
-    pub fn load_with(explicit: Option<&Path>, secrets: Secrets) -> Result<Config, ConfigError> {
-        let source = locate(
-            explicit,
-            std::env::var_os("PORTARIA_CONFIG").map(PathBuf::from),
-            user_config_path(),
-            Path::new(SYSTEM_PATH),
-        );
-        match &source {
-            Source::File(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-                    source: source.clone(),
-                    problems: vec![format!("cannot read the file: {e}")],
-                })?;
-                Config::parse_with(&text, source, secrets)
-            }
-            Source::Embedded => Config::parse_with(EXAMPLE, Source::Embedded, secrets),
-        }
-    }
-
-    /// Validates configuration text. `source` says where it came from: relative storage and
-    /// secret-file paths are resolved against a file's directory.
-    pub fn parse(text: &str, source: Source) -> Result<Config, ConfigError> {
-        Config::parse_with(text, source, Secrets::Load)
-    }
-
-    /// [`Config::parse`], choosing whether secrets are read (see [`Secrets`]).
-    pub fn parse_with(text: &str, source: Source, secrets: Secrets) -> Result<Config, ConfigError> {
-        let fail = |problems| ConfigError {
-            source: source.clone(),
-            problems,
-        };
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| fail(vec![toml_message(text, &e)]))?;
-        let base_dir = match &source {
-            Source::File(path) => path.parent().map(Path::to_path_buf),
-            Source::Embedded => None,
-        };
-        let mut v = Validator {
-            text,
-            base_dir,
-            secrets,
-            problems: Vec::new(),
-            warnings: Vec::new(),
-            secret_variables: Vec::new(),
-        };
-        let server = v.server(raw.server);
-        let storage = v.storage(raw.storage);
-        let endpoints = v.endpoints(raw.endpoints);
-        let log = v.log(raw.log);
-        let mut endpoints = endpoints;
-        for forward in endpoints.iter_mut().filter_map(|e| e.forward.as_mut()) {
-            forward.hide_env = v.secret_variables.clone();
-        }
-        match (server, storage, v.problems.is_empty()) {
-            (Some(server), Some(storage), true) => Ok(Config {
-                source,
-                server,
-                storage,
-                endpoints,
-                log,
-                warnings: v.warnings,
-                secret_variables: v.secret_variables,
-            }),
-            _ => Err(fail(v.problems)),
-        }
-    }
-
-    pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
-        self.endpoints.iter().find(|e| e.name == name)
-    }
-}
-
-/// Picks the config source by the documented order. Pure, so the order can be tested.
-pub fn locate(
-    explicit: Option<&Path>,
-    from_env: Option<PathBuf>,
-    user_file: Option<PathBuf>,
-    system_file: &Path,
-) -> Source {
-    if let Some(path) = explicit {
-        return Source::File(path.to_path_buf());
-    }
-    if let Some(path) = from_env.filter(|p| !p.as_os_str().is_empty()) {
-        return Source::File(path);
-    }
-    if let Some(path) = user_file.filter(|p| p.is_file()) {
-        return Source::File(path);
-    }
-    if system_file.is_file() {
-        return Source::File(system_file.to_path_buf());
-    }
-    Source::Embedded
-}
-
-fn project_dirs() -> Option<directories::ProjectDirs> {
-    directories::ProjectDirs::from("", "", "portaria")
-}
-
-/// `portaria.toml` in the user's config dir, if the platform has one.
-pub fn user_config_path() -> Option<PathBuf> {
-    project_dirs().map(|d| d.config_dir().join("portaria.toml"))
-}
-
-/// Where the database goes when `[storage] path` is not set.
-fn default_db_path() -> Option<PathBuf> {
-    project_dirs().map(|d| d.data_dir().join("portaria.db"))
-}
-
-/// Every problem found in one configuration, reported together.
-#[derive(Debug)]
-pub struct ConfigError {
-    pub source: Source,
-    pub problems: Vec<String>,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, problem) in self.problems.iter().enumerate() {
-            if i > 0 {
-                f.write_str("\n")?;
-            }
-            write!(f, "{}: {problem}", self.source)?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// The TOML parser's message with where it happened, but never the offending line itself (the
-/// parser's own `Display` quotes it): that line may be `secert = "whsec_…"`, and this message
-/// goes to stderr and the journal. A string value that serde quotes in a type error
-/// (`secrets = "whsec_…"`) is left out for the same reason.
-fn toml_message(text: &str, e: &toml::de::Error) -> String {
-    let message = without_quoted_strings(e.message().trim_end());
-    let Some(span) = e.span() else {
-        return message;
-    };
-    let (line, column) = (line_of(text, span.start), column_of(text, span.start));
-    match key_on_line(text, span.start) {
-        Some(key) => format!("line {line}, column {column} (`{key}`): {message}"),
-        None => format!("line {line}, column {column}: {message}"),
-    }
-}
-
-/// The key of the `key = value` line holding byte `offset`: a name is safe to show, where the
-/// rest of the line may not be.
-fn key_on_line(text: &str, offset: usize) -> Option<&str> {
-    let end = floor_char_boundary(text, offset);
-    let start = text[..end].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[start..].lines().next().unwrap_or("");
-    let key = line.split_once('=')?.0.trim();
-    let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
-    (!key.is_empty() && key.chars().all(plain)).then_some(key)
-}
-
-/// Replaces each `string "…"` (serde's way of quoting an unexpected string value, with Rust
-/// escapes inside) with `a string`.
-fn without_quoted_strings(message: &str) -> String {
-    const QUOTED: &str = "string \"";
-    let mut out = String::with_capacity(message.len());
-    let mut rest = message;
-    while let Some(start) = rest.find(QUOTED) {
-        out.push_str(&rest[..start]);
-        out.push_str("a string");
-        let mut chars = rest[start + QUOTED.len()..].char_indices();
-        let mut end = rest.len() - start - QUOTED.len();
-        while let Some((i, c)) = chars.next() {
-            match c {
-                '\\' => {
-                    chars.next();
-                }
-                '"' => {
-                    end = i + 1;
-                    break;
-                }
-                _ => {}
-            }
-        }
-        rest = &rest[start + QUOTED.len() + end..];
-    }
-    out.push_str(rest);
-    out
-}
-
-/// The 1-based line of byte `offset` in `text`.
-fn line_of(text: &str, offset: usize) -> usize {
-    let end = floor_char_boundary(text, offset);
-    text[..end].matches('\n').count() + 1
-}
-
-/// The 1-based column (in characters) of byte `offset` in `text`.
-fn column_of(text: &str, offset: usize) -> usize {
-    let end = floor_char_boundary(text, offset);
-    let line_start = text[..end].rfind('\n').map_or(0, |i| i + 1);
-    text[line_start..end].chars().count() + 1
-}
-
-fn floor_char_boundary(text: &str, offset: usize) -> usize {
-    let mut end = offset.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
-}
-
-// ---- The raw file, exactly as written. ----
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    server: RawServer,
-    #[serde(default)]
-    storage: RawStorage,
-    #[serde(default, rename = "endpoint")]
-    endpoints: Vec<Spanned<RawEndpoint>>,
-    #[serde(default)]
-    log: RawLog,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawLog {
-    level: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawServer {
-    listen: Option<String>,
-    max_body_bytes: Option<usize>,
-    header_timeout_secs: Option<u64>,
-    body_timeout_secs: Option<u64>,
-    max_connections: Option<usize>,
-    admin_listen: Option<String>,
-}
-
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct RawStorage {
-    path: Option<PathBuf>,
-    retention_days: Option<u32>,
-    dead_retention_days: Option<u32>,
-    archive_dir: Option<PathBuf>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawEndpoint {
-    name: Option<String>,
-    path: Option<String>,
-    provider: Option<String>,
-    secret: Option<String>,
-    secret_env: Option<OneOrMany>,
-    secret_file: Option<OneOrMany>,
-    secrets: Option<Vec<String>>,
-    dedup: Option<String>,
-    tolerance_secs: Option<u64>,
-    signature: Option<HmacOptions>,
-    forward: Option<RawForward>,
-    retry: Option<Vec<String>>,
-    concurrency: Option<usize>,
-}
-
-/// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):
-/// a list of variables, or a file with one secret per line. (Not a flattened struct: serde's
-/// `flatten` would switch off `deny_unknown_fields`.)
-struct RawSecret {
-    secret: Option<String>,
-    secret_env: Option<OneOrMany>,
-    secret_file: Option<OneOrMany>,
-}
-
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum OneOrMany {
-    One(String),
-    Many(Vec<String>),
-}
-
-impl OneOrMany {
-    fn into_vec(self) -> Vec<String> {
-        match self {
-            OneOrMany::One(s) => vec![s],
-            OneOrMany::Many(v) => v,
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawForward {
-    command: Option<Vec<String>>,
-    url: Option<String>,
-    timeout_secs: Option<u64>,
-    secret: Option<String>,
-    secret_env: Option<OneOrMany>,
-    secret_file: Option<OneOrMany>,
-}
-
-// ---- Validation: raw to checked, collecting every problem. ----
-
-struct Validator<'a> {
-    text: &'a str,
-    base_dir: Option<PathBuf>,
-    secrets: Secrets,
-    problems: Vec<String>,
-    warnings: Vec<String>,
-    secret_variables: Vec<String>,
+pub(super) struct Validator<'a> {
+    pub(super) text: &'a str,
+    pub(super) base_dir: Option<PathBuf>,
+    pub(super) secrets: Secrets,
+    pub(super) problems: Vec<String>,
+    pub(super) warnings: Vec<String>,
+    pub(super) secret_variables: Vec<String>,
 }
 
 impl Validator<'_> {
-    fn log(&mut self, raw: RawLog) -> Log {
+    pub(super) fn log(&mut self, raw: RawLog) -> Log {
         let level = raw.level.unwrap_or_else(|| "info".into());
         if let Err(e) = level.parse::<tracing_subscriber::filter::Targets>() {
             self.problem(format!("log.level: `{level}` is not a level or filter like `info` or `warn,portaria=debug`: {e}"));
@@ -505,7 +43,7 @@ impl Validator<'_> {
         self.problems.push(msg.into());
     }
 
-    fn server(&mut self, raw: RawServer) -> Option<Server> {
+    pub(super) fn server(&mut self, raw: RawServer) -> Option<Server> {
         let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
         let listen = match listen.parse() {
             Ok(addr) => addr,
@@ -561,7 +99,7 @@ impl Validator<'_> {
         Some(admin)
     }
 
-    fn storage(&mut self, raw: RawStorage) -> Option<Storage> {
+    pub(super) fn storage(&mut self, raw: RawStorage) -> Option<Storage> {
         let path = match raw.path {
             Some(p) if p.as_os_str().is_empty() => {
                 self.problem("storage.path: is empty");
@@ -641,7 +179,7 @@ impl Validator<'_> {
         line_of(self.text, span.start)
     }
 
-    fn endpoints(&mut self, raw: Vec<Spanned<RawEndpoint>>) -> Vec<Endpoint> {
+    pub(super) fn endpoints(&mut self, raw: Vec<Spanned<RawEndpoint>>) -> Vec<Endpoint> {
         if raw.is_empty() {
             self.problem("endpoint: no [[endpoint]] is configured; nothing would be received");
         }
@@ -695,7 +233,7 @@ impl Validator<'_> {
                 "{at}.name: `{name}` may hold only letters, digits, `-`, `_` and `.`"
             ));
         }
-        if name == crate::metrics::UNKNOWN_ENDPOINT {
+        if name == UNKNOWN_ENDPOINT {
             self.problem(format!(
                 "{at}.name: `-` is reserved (metrics label requests to unknown paths with it)"
             ));
@@ -1047,34 +585,8 @@ fn readable_by_others(_: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn file_source() -> Source {
-        Source::File(PathBuf::from("/srv/portaria/portaria.toml"))
-    }
-
-    fn parse(text: &str) -> Result<Config, ConfigError> {
-        Config::parse(text, file_source())
-    }
-
-    fn problems(text: &str) -> String {
-        parse(text)
-            .expect_err("config should be refused")
-            .to_string()
-    }
-
-    const MINIMAL: &str = r#"
-[[endpoint]]
-path = "/webhooks/github"
-provider = "github"
-secret = "s3cret"
-"#;
-
-    #[test]
-    fn the_embedded_example_is_valid() {
-        let config = Config::parse(EXAMPLE, Source::Embedded).expect("example config is valid");
-        assert!(config.server.listen.ip().is_loopback());
-        assert!(!config.endpoints.is_empty());
-    }
+    use crate::config::tests::{MINIMAL, parse, problems};
+    use crate::config::{Config, Source};
 
     #[test]
     fn defaults_fill_a_minimal_file() {
@@ -1152,18 +664,6 @@ secret = "s3cret"
     }
 
     #[test]
-    fn unknown_keys_are_refused_with_line_and_column() {
-        let msg = problems(&format!(
-            "[server]\nlisten = \"127.0.0.1:1\"\nlisen = 3\n{MINIMAL}"
-        ));
-        assert!(msg.contains("/srv/portaria/portaria.toml"), "{msg}");
-        assert!(msg.contains("lisen"), "{msg}");
-        assert!(msg.contains("line 3"), "{msg}");
-        let msg = problems(&format!("{MINIMAL}secert = \"x\"\n"));
-        assert!(msg.contains("secert"), "{msg}");
-    }
-
-    #[test]
     fn zero_timeouts_an_empty_name_and_a_bare_slash_are_refused() {
         for (extra, expected) in [
             (
@@ -1205,36 +705,6 @@ secret = "s3cret"
         let stripe = "[[endpoint]]\npath = \"/s\"\nprovider = \"stripe\"\nsecret = \"whsec_x\"\n\
                       tolerance_secs = 60\n";
         assert!(parse(stripe).unwrap().warnings.is_empty());
-    }
-
-    #[test]
-    fn a_parse_error_never_echoes_a_secret() {
-        let head = "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\n";
-        for (line, place) in [
-            // A misspelt key: the parser's own message would quote the whole line.
-            (
-                r#"secert = "whsec_TOPSECRET""#,
-                "line 4, column 1 (`secert`)",
-            ),
-            // A syntax error on the secret's line.
-            (
-                r#"secret = "whsec_TOPSECRET" junk"#,
-                "line 4, column 28 (`secret`)",
-            ),
-            // The right key with the wrong type: serde quotes the value (escapes and all).
-            (
-                r#"secrets = "whsec_TOP\"SECRET""#,
-                "line 4, column 11 (`secrets`)",
-            ),
-        ] {
-            let msg = problems(&format!("{head}{line}\n"));
-            assert!(!msg.contains("whsec") && !msg.contains("TOP"), "{msg}");
-            assert!(msg.contains(place), "{place}: {msg}");
-        }
-        assert_eq!(
-            without_quoted_strings(r#"invalid type: string "a\"b", expected a sequence"#),
-            "invalid type: a string, expected a sequence"
-        );
     }
 
     #[test]
@@ -1334,43 +804,6 @@ secret = "s3cret"
         );
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(Config::parse(text, source).unwrap().warnings.is_empty());
-    }
-
-    #[test]
-    fn database_commands_load_without_the_secrets() {
-        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"standard-webhooks\"\nsecret_env = \"PORTARIA_TEST_NEVER_SET\"\nforward = { url = \"http://127.0.0.1:1/\", secret_file = \"/nonexistent\" }\n";
-        assert!(parse(text).is_err(), "serve and check read them");
-        let config = Config::parse_with(text, file_source(), Secrets::Skip).unwrap();
-        assert_eq!(config.secret_variables, ["PORTARIA_TEST_NEVER_SET"]);
-        let forward = config.endpoints[0].forward.as_ref().unwrap();
-        assert_eq!(
-            forward.hide_env,
-            ["PORTARIA_TEST_NEVER_SET"],
-            "commands never see secrets"
-        );
-        let body = b"{}";
-        let headers: http::HeaderMap = [
-            ("webhook-id", "m"),
-            ("webhook-timestamp", "0"),
-            ("webhook-signature", "v1,AAAA"),
-        ]
-        .into_iter()
-        .map(|(k, v)| {
-            (
-                http::HeaderName::from_static(k),
-                http::HeaderValue::from_static(v),
-            )
-        })
-        .collect();
-        assert!(
-            config.endpoints[0]
-                .verifier
-                .verify(&headers, body, 0)
-                .is_err()
-        );
-        // How secrets are given is still checked.
-        let both = "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret = \"x\"\nsecret_env = \"Y\"\n";
-        assert!(Config::parse_with(both, file_source(), Secrets::Skip).is_err());
     }
 
     #[test]
@@ -1533,45 +966,6 @@ secret = "s3cret"
         assert!(problems(&text).contains("`soon`"));
         assert!(
             problems(&format!("{MINIMAL}retry = [\"1s\"]\n")).contains("need a forward target")
-        );
-    }
-
-    #[test]
-    fn lookup_order_is_flag_then_env_then_user_then_system_then_embedded() {
-        let dir = tempfile::tempdir().unwrap();
-        let user = dir.path().join("user.toml");
-        let system = dir.path().join("system.toml");
-        let flag = PathBuf::from("/flag.toml");
-        let env = PathBuf::from("/env.toml");
-        std::fs::write(&user, "").unwrap();
-        std::fs::write(&system, "").unwrap();
-
-        let pick =
-            |f: Option<&Path>, e: Option<PathBuf>, u: Option<PathBuf>, s: &Path| locate(f, e, u, s);
-        assert_eq!(
-            pick(Some(&flag), Some(env.clone()), Some(user.clone()), &system),
-            Source::File(flag.clone())
-        );
-        assert_eq!(
-            pick(None, Some(env.clone()), Some(user.clone()), &system),
-            Source::File(env)
-        );
-        assert_eq!(
-            pick(None, Some(PathBuf::new()), Some(user.clone()), &system),
-            Source::File(user.clone())
-        );
-        assert_eq!(
-            pick(None, None, Some(user.clone()), &system),
-            Source::File(user)
-        );
-        let absent = dir.path().join("absent.toml");
-        assert_eq!(
-            pick(None, None, Some(absent.clone()), &system),
-            Source::File(system)
-        );
-        assert_eq!(
-            pick(None, None, Some(absent.clone()), &absent),
-            Source::Embedded
         );
     }
 

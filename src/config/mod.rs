@@ -1,0 +1,430 @@
+//! Configuration: where the one TOML file is found, and how its raw text becomes a validated
+//! [`Config`] with decoded secrets, parsed durations and absolute paths.
+//!
+//! Bad configuration never half-starts: every problem is collected and reported as
+//! `file: key: why` (with the line of the `[[endpoint]]` table it sits in), and nothing is
+//! served until all of them are fixed.
+//!
+//! Lookup order (first hit wins; see [`locate`]):
+//! 1. `--config FILE`, or else `$PORTARIA_CONFIG`;
+//! 2. `portaria.toml` in the user's config dir (`~/.config/portaria/` on Linux);
+//! 3. `/etc/portaria/portaria.toml`;
+//! 4. the embedded demo config (`config.example.toml`), with a loud warning.
+//!
+//! This file owns the validated model, loading and lookup. The raw file as written is in
+//! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
+//! (which never echo a secret) in `toml_error`.
+
+mod raw;
+mod toml_error;
+mod validate;
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::dedup::DedupRule;
+use crate::verify::Verifier;
+
+use raw::RawConfig;
+use toml_error::toml_message;
+use validate::Validator;
+pub use validate::parse_duration;
+
+/// The embedded default: a loopback-only demo with example secrets.
+pub const EXAMPLE: &str = include_str!("../../config.example.toml");
+
+/// The system-wide config file, last before the embedded demo.
+pub const SYSTEM_PATH: &str = "/etc/portaria/portaria.toml";
+
+/// The endpoint name reserved for requests to a path no endpoint has: the label metrics give
+/// them. Never the raw path: anyone can send any path, and each one would become a series. No
+/// `[[endpoint]]` may take this name.
+pub const UNKNOWN_ENDPOINT: &str = "-";
+
+/// Where `/healthz`, `/readyz` and `/metrics` listen unless `[server] admin_listen` says
+/// otherwise: loopback, on the port registered for exporters (9090 is Prometheus' own).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+
+/// The retry schedule used when an endpoint names none (the gaps between attempts).
+pub const DEFAULT_RETRY: [Duration; 6] = [
+    Duration::from_secs(10),
+    Duration::from_secs(60),
+    Duration::from_secs(5 * 60),
+    Duration::from_secs(30 * 60),
+    Duration::from_secs(2 * 3600),
+    Duration::from_secs(12 * 3600),
+];
+
+/// A validated configuration. Everything in it has been checked; nothing here can fail later
+/// for a reason the config file could have told us.
+#[derive(Debug)]
+pub struct Config {
+    pub source: Source,
+    pub server: Server,
+    pub storage: Storage,
+    pub endpoints: Vec<Endpoint>,
+    pub log: Log,
+    /// Things worth saying that do not stop the start (a secret file others can read). Logged
+    /// by `serve` once logging is set up, since the level comes from this very file.
+    pub warnings: Vec<String>,
+    /// Every environment variable the config reads a secret from: kept out of the environment
+    /// of forward commands, which have no business holding the gateways' secrets.
+    pub secret_variables: Vec<String>,
+}
+
+/// Whether loading a config reads its secrets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Secrets {
+    /// Read and check every secret: for `serve`, `check` and `send`.
+    Load,
+    /// Check how secrets are given, but do not read them: for the commands that only work on
+    /// the database (`events`, `prune`, `archive`), so an operator needs no gateway secret.
+    /// The verifiers built then hold a placeholder that verifies nothing.
+    Skip,
+}
+
+/// `[log]`: the level when `RUST_LOG` is not set.
+#[derive(Debug, Clone)]
+pub struct Log {
+    /// Directives such as `info` or `warn,portaria=debug` (a level, or `target=level` pairs).
+    pub level: String,
+}
+
+/// Where a configuration came from, for messages and for resolving relative paths.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    Embedded,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(path) => write!(f, "{}", path.display()),
+            Source::Embedded => f.write_str("<embedded demo config>"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Server {
+    pub listen: SocketAddr,
+    /// Larger bodies get 413 before they are read in full.
+    pub max_body_bytes: usize,
+    /// How long a client may take to send the request head.
+    pub header_timeout: Duration,
+    /// How long a client may take to send the body, once the head is in.
+    pub body_timeout: Duration,
+    /// Connections beyond this wait in the kernel's backlog instead of costing memory.
+    pub max_connections: usize,
+    /// The admin listener (`/healthz`, `/readyz`, `/metrics`); None when `admin_listen = "off"`.
+    /// Never the webhook address: that one is exposed through the tunnel.
+    pub admin_listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Storage {
+    /// Absolute path of the SQLite file.
+    pub path: PathBuf,
+    /// Delivered and stored events older than this (by received time) are pruned.
+    pub retention_days: u32,
+    /// Dead events are kept longer, so an operator has time to replay them.
+    pub dead_retention_days: u32,
+    /// Absolute path of the directory for `YYYY-MM-DD.jsonl.gz` archives of pruned events;
+    /// None: pruned events are not kept anywhere. Created at the first prune if missing.
+    pub archive_dir: Option<PathBuf>,
+}
+
+/// One webhook URL: how to verify it, how to dedup it, where to forward it.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub name: String,
+    pub path: String,
+    pub verifier: Verifier,
+    pub dedup: DedupRule,
+    pub forward: Option<Forward>,
+}
+
+/// Where and how an endpoint's events are delivered.
+#[derive(Debug)]
+pub struct Forward {
+    pub target: Target,
+    pub timeout: Duration,
+    /// The gaps between attempts; after the last one fails, the event is dead.
+    pub retry: Vec<Duration>,
+    /// Deliveries in flight at once; 1 keeps arrival order.
+    pub concurrency: usize,
+    /// Environment variables a command target must not inherit: every `secret_env` of the
+    /// config (the command has no business holding the gateways' secrets).
+    pub hide_env: Vec<String>,
+}
+
+pub enum Target {
+    Command(Vec<String>),
+    Url {
+        url: http::Uri,
+        /// Standard Webhooks signing key for the forward, decoded from `whsec_...`.
+        signing_key: Option<Vec<u8>>,
+    },
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Target::Command(argv) => f.debug_tuple("Command").field(argv).finish(),
+            Target::Url { url, signing_key } => f
+                .debug_struct("Url")
+                .field("url", url)
+                .field("signed", &signing_key.is_some())
+                .finish(),
+        }
+    }
+}
+
+impl Config {
+    /// Finds, reads and validates the configuration (see the module doc for the order).
+    pub fn load(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::load_with(explicit, Secrets::Load)
+    }
+
+    /// [`Config::load`], choosing whether secrets are read (see [`Secrets`]).
+    pub fn load_with(explicit: Option<&Path>, secrets: Secrets) -> Result<Config, ConfigError> {
+        let source = locate(
+            explicit,
+            std::env::var_os("PORTARIA_CONFIG").map(PathBuf::from),
+            user_config_path(),
+            Path::new(SYSTEM_PATH),
+        );
+        match &source {
+            Source::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+                    source: source.clone(),
+                    problems: vec![format!("cannot read the file: {e}")],
+                })?;
+                Config::parse_with(&text, source, secrets)
+            }
+            Source::Embedded => Config::parse_with(EXAMPLE, Source::Embedded, secrets),
+        }
+    }
+
+    /// Validates configuration text. `source` says where it came from: relative storage and
+    /// secret-file paths are resolved against a file's directory.
+    pub fn parse(text: &str, source: Source) -> Result<Config, ConfigError> {
+        Config::parse_with(text, source, Secrets::Load)
+    }
+
+    /// [`Config::parse`], choosing whether secrets are read (see [`Secrets`]).
+    pub fn parse_with(text: &str, source: Source, secrets: Secrets) -> Result<Config, ConfigError> {
+        let fail = |problems| ConfigError {
+            source: source.clone(),
+            problems,
+        };
+        let raw: RawConfig =
+            toml::from_str(text).map_err(|e| fail(vec![toml_message(text, &e)]))?;
+        let base_dir = match &source {
+            Source::File(path) => path.parent().map(Path::to_path_buf),
+            Source::Embedded => None,
+        };
+        let mut v = Validator {
+            text,
+            base_dir,
+            secrets,
+            problems: Vec::new(),
+            warnings: Vec::new(),
+            secret_variables: Vec::new(),
+        };
+        let server = v.server(raw.server);
+        let storage = v.storage(raw.storage);
+        let endpoints = v.endpoints(raw.endpoints);
+        let log = v.log(raw.log);
+        let mut endpoints = endpoints;
+        for forward in endpoints.iter_mut().filter_map(|e| e.forward.as_mut()) {
+            forward.hide_env = v.secret_variables.clone();
+        }
+        match (server, storage, v.problems.is_empty()) {
+            (Some(server), Some(storage), true) => Ok(Config {
+                source,
+                server,
+                storage,
+                endpoints,
+                log,
+                warnings: v.warnings,
+                secret_variables: v.secret_variables,
+            }),
+            _ => Err(fail(v.problems)),
+        }
+    }
+
+    pub fn endpoint(&self, name: &str) -> Option<&Endpoint> {
+        self.endpoints.iter().find(|e| e.name == name)
+    }
+}
+
+/// Picks the config source by the documented order. Pure, so the order can be tested.
+pub fn locate(
+    explicit: Option<&Path>,
+    from_env: Option<PathBuf>,
+    user_file: Option<PathBuf>,
+    system_file: &Path,
+) -> Source {
+    if let Some(path) = explicit {
+        return Source::File(path.to_path_buf());
+    }
+    if let Some(path) = from_env.filter(|p| !p.as_os_str().is_empty()) {
+        return Source::File(path);
+    }
+    if let Some(path) = user_file.filter(|p| p.is_file()) {
+        return Source::File(path);
+    }
+    if system_file.is_file() {
+        return Source::File(system_file.to_path_buf());
+    }
+    Source::Embedded
+}
+
+fn project_dirs() -> Option<directories::ProjectDirs> {
+    directories::ProjectDirs::from("", "", "portaria")
+}
+
+/// `portaria.toml` in the user's config dir, if the platform has one.
+pub fn user_config_path() -> Option<PathBuf> {
+    project_dirs().map(|d| d.config_dir().join("portaria.toml"))
+}
+
+/// Where the database goes when `[storage] path` is not set.
+fn default_db_path() -> Option<PathBuf> {
+    project_dirs().map(|d| d.data_dir().join("portaria.db"))
+}
+
+/// Every problem found in one configuration, reported together.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub source: Source,
+    pub problems: Vec<String>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, problem) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{}: {problem}", self.source)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_source() -> Source {
+        Source::File(PathBuf::from("/srv/portaria/portaria.toml"))
+    }
+
+    // Shared with the tests in `validate` and `toml_error`.
+    pub(super) fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, file_source())
+    }
+
+    pub(super) fn problems(text: &str) -> String {
+        parse(text)
+            .expect_err("config should be refused")
+            .to_string()
+    }
+
+    pub(super) const MINIMAL: &str = r#"
+[[endpoint]]
+path = "/webhooks/github"
+provider = "github"
+secret = "s3cret"
+"#;
+
+    #[test]
+    fn the_embedded_example_is_valid() {
+        let config = Config::parse(EXAMPLE, Source::Embedded).expect("example config is valid");
+        assert!(config.server.listen.ip().is_loopback());
+        assert!(!config.endpoints.is_empty());
+    }
+
+    #[test]
+    fn database_commands_load_without_the_secrets() {
+        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"standard-webhooks\"\nsecret_env = \"PORTARIA_TEST_NEVER_SET\"\nforward = { url = \"http://127.0.0.1:1/\", secret_file = \"/nonexistent\" }\n";
+        assert!(parse(text).is_err(), "serve and check read them");
+        let config = Config::parse_with(text, file_source(), Secrets::Skip).unwrap();
+        assert_eq!(config.secret_variables, ["PORTARIA_TEST_NEVER_SET"]);
+        let forward = config.endpoints[0].forward.as_ref().unwrap();
+        assert_eq!(
+            forward.hide_env,
+            ["PORTARIA_TEST_NEVER_SET"],
+            "commands never see secrets"
+        );
+        let body = b"{}";
+        let headers: http::HeaderMap = [
+            ("webhook-id", "m"),
+            ("webhook-timestamp", "0"),
+            ("webhook-signature", "v1,AAAA"),
+        ]
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                http::HeaderName::from_static(k),
+                http::HeaderValue::from_static(v),
+            )
+        })
+        .collect();
+        assert!(
+            config.endpoints[0]
+                .verifier
+                .verify(&headers, body, 0)
+                .is_err()
+        );
+        // How secrets are given is still checked.
+        let both = "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret = \"x\"\nsecret_env = \"Y\"\n";
+        assert!(Config::parse_with(both, file_source(), Secrets::Skip).is_err());
+    }
+
+    #[test]
+    fn lookup_order_is_flag_then_env_then_user_then_system_then_embedded() {
+        let dir = tempfile::tempdir().unwrap();
+        let user = dir.path().join("user.toml");
+        let system = dir.path().join("system.toml");
+        let flag = PathBuf::from("/flag.toml");
+        let env = PathBuf::from("/env.toml");
+        std::fs::write(&user, "").unwrap();
+        std::fs::write(&system, "").unwrap();
+
+        let pick =
+            |f: Option<&Path>, e: Option<PathBuf>, u: Option<PathBuf>, s: &Path| locate(f, e, u, s);
+        assert_eq!(
+            pick(Some(&flag), Some(env.clone()), Some(user.clone()), &system),
+            Source::File(flag.clone())
+        );
+        assert_eq!(
+            pick(None, Some(env.clone()), Some(user.clone()), &system),
+            Source::File(env)
+        );
+        assert_eq!(
+            pick(None, Some(PathBuf::new()), Some(user.clone()), &system),
+            Source::File(user.clone())
+        );
+        assert_eq!(
+            pick(None, None, Some(user.clone()), &system),
+            Source::File(user)
+        );
+        let absent = dir.path().join("absent.toml");
+        assert_eq!(
+            pick(None, None, Some(absent.clone()), &system),
+            Source::File(system)
+        );
+        assert_eq!(
+            pick(None, None, Some(absent.clone()), &absent),
+            Source::Embedded
+        );
+    }
+}

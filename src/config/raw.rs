@@ -1,0 +1,103 @@
+//! The raw config file, exactly as written: the serde types TOML is read into before any
+//! check. Every table refuses unknown keys (`deny_unknown_fields`), so a misspelt key is an
+//! error, never silently ignored.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::verify::HmacOptions;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) server: RawServer,
+    #[serde(default)]
+    pub(super) storage: RawStorage,
+    #[serde(default, rename = "endpoint")]
+    pub(super) endpoints: Vec<Spanned<RawEndpoint>>,
+    #[serde(default)]
+    pub(super) log: RawLog,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLog {
+    pub(super) level: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawServer {
+    pub(super) listen: Option<String>,
+    pub(super) max_body_bytes: Option<usize>,
+    pub(super) header_timeout_secs: Option<u64>,
+    pub(super) body_timeout_secs: Option<u64>,
+    pub(super) max_connections: Option<usize>,
+    pub(super) admin_listen: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStorage {
+    pub(super) path: Option<PathBuf>,
+    pub(super) retention_days: Option<u32>,
+    pub(super) dead_retention_days: Option<u32>,
+    pub(super) archive_dir: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawEndpoint {
+    pub(super) name: Option<String>,
+    pub(super) path: Option<String>,
+    pub(super) provider: Option<String>,
+    pub(super) secret: Option<String>,
+    pub(super) secret_env: Option<OneOrMany>,
+    pub(super) secret_file: Option<OneOrMany>,
+    pub(super) secrets: Option<Vec<String>>,
+    pub(super) dedup: Option<String>,
+    pub(super) tolerance_secs: Option<u64>,
+    pub(super) signature: Option<HmacOptions>,
+    pub(super) forward: Option<RawForward>,
+    pub(super) retry: Option<Vec<String>>,
+    pub(super) concurrency: Option<usize>,
+}
+
+/// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):
+/// a list of variables, or a file with one secret per line. (Not a flattened struct: serde's
+/// `flatten` would switch off `deny_unknown_fields`.)
+pub(super) struct RawSecret {
+    pub(super) secret: Option<String>,
+    pub(super) secret_env: Option<OneOrMany>,
+    pub(super) secret_file: Option<OneOrMany>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub(super) fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawForward {
+    pub(super) command: Option<Vec<String>>,
+    pub(super) url: Option<String>,
+    pub(super) timeout_secs: Option<u64>,
+    pub(super) secret: Option<String>,
+    pub(super) secret_env: Option<OneOrMany>,
+    pub(super) secret_file: Option<OneOrMany>,
+}
