@@ -14,9 +14,9 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
-use crate::config::{Config, Endpoint};
-use crate::metrics::Metrics;
-use crate::store::{Inserted, NewEvent, Store};
+use crate::config::{Endpoint, Server};
+use crate::metrics::{self, Metrics};
+use crate::store::{Inserted, NewEvent, Received, Store};
 use crate::time::{unix_millis, unix_secs};
 use crate::verify::VerifyError;
 
@@ -56,8 +56,8 @@ impl Outcome {
     /// A short label for logs and metrics.
     pub fn label(&self) -> &'static str {
         match self {
-            Outcome::Accepted(_) => "accepted",
-            Outcome::Duplicate(_) => "duplicate",
+            Outcome::Accepted(_) => metrics::ACCEPTED,
+            Outcome::Duplicate(_) => metrics::DUPLICATE,
             Outcome::NotFound => "not_found",
             Outcome::MethodNotAllowed => "method_not_allowed",
             Outcome::TooLarge => "too_large",
@@ -123,28 +123,25 @@ fn error_json(reason: &str) -> Bytes {
 }
 
 impl Intake {
-    /// Builds the intake; also hands back the endpoints that forward, for the worker.
+    /// Builds the intake for these endpoints (the same list the worker gets).
     pub fn new(
-        config: Config,
+        endpoints: &[Arc<Endpoint>],
+        server: &Server,
         store: Store,
         new_event: Arc<Notify>,
         metrics: Arc<Metrics>,
-    ) -> (Intake, Vec<Arc<Endpoint>>) {
-        let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
-        let forwards = endpoints
-            .iter()
-            .filter(|e| e.forward.is_some())
-            .cloned()
-            .collect();
-        let intake = Intake {
-            endpoints: endpoints.into_iter().map(|e| (e.path.clone(), e)).collect(),
+    ) -> Intake {
+        Intake {
+            endpoints: endpoints
+                .iter()
+                .map(|e| (e.path.clone(), e.clone()))
+                .collect(),
             store,
-            max_body_bytes: config.server.max_body_bytes,
-            body_timeout: config.server.body_timeout,
+            max_body_bytes: server.max_body_bytes,
+            body_timeout: server.body_timeout,
             new_event,
             metrics,
-        };
-        (intake, forwards)
+        }
     }
 
     /// Handles one request, start to finish, and logs one line about it.
@@ -158,7 +155,7 @@ impl Intake {
         let elapsed = started.elapsed();
         log(endpoint.as_deref(), &outcome, &meta, elapsed);
         let name = endpoint.as_deref().map(|e| e.name.as_str());
-        self.metrics.request(name, &outcome, elapsed);
+        self.metrics.request(name, outcome.label(), elapsed);
         if matches!(outcome, Outcome::Accepted(_)) {
             self.new_event.notify_one();
         }
@@ -201,17 +198,15 @@ impl Intake {
         meta.object_id = described.object_id;
 
         // 4. Store durably; only a committed row earns a 2xx.
-        let event = NewEvent::new(
-            proof,
-            &endpoint.name,
-            dedup_key,
-            meta.event_type.clone(),
-            header_text(&parts.headers, header::CONTENT_TYPE.as_str()),
-            headers_blob(&parts.headers),
+        let received = Received {
+            event_type: meta.event_type.clone(),
+            content_type: header_text(&parts.headers, header::CONTENT_TYPE.as_str()),
+            headers: headers_blob(&parts.headers),
             body,
-            unix_millis(received_at),
-            endpoint.forward.is_some(),
-        );
+            at_ms: unix_millis(received_at),
+        };
+        let forwards = endpoint.forward.is_some();
+        let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, forwards);
         let outcome =
             match tokio::time::timeout(STORE_DEADLINE, self.store.insert_event(event)).await {
                 Ok(Ok(Inserted::New(id))) => Outcome::Accepted(id),
@@ -375,4 +370,49 @@ fn headers_blob(headers: &HeaderMap) -> Vec<u8> {
         out.extend_from_slice(b"\r\n");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metrics::REQUEST_OUTCOMES;
+
+    #[test]
+    fn every_outcome_label_has_a_series_from_the_start() {
+        let outcomes = [
+            Outcome::Accepted(0),
+            Outcome::Duplicate(0),
+            Outcome::MethodNotAllowed,
+            Outcome::TooLarge,
+            Outcome::BodyTimeout,
+            Outcome::BadSignature(String::new()),
+            Outcome::StaleTimestamp,
+            Outcome::BadRequest(String::new()),
+            Outcome::StorageError(String::new()),
+            // Last: only requests to unknown paths end this way, counted under `-`.
+            Outcome::NotFound,
+        ];
+        for outcome in &outcomes {
+            // A new variant stops this compiling until it is added to the list above.
+            match outcome {
+                Outcome::Accepted(_)
+                | Outcome::Duplicate(_)
+                | Outcome::MethodNotAllowed
+                | Outcome::TooLarge
+                | Outcome::BodyTimeout
+                | Outcome::BadSignature(_)
+                | Outcome::StaleTimestamp
+                | Outcome::BadRequest(_)
+                | Outcome::StorageError(_)
+                | Outcome::NotFound => {}
+            }
+        }
+        for outcome in &outcomes[..outcomes.len() - 1] {
+            assert!(REQUEST_OUTCOMES.contains(&outcome.label()), "{outcome:?}");
+        }
+        assert_eq!(outcomes.len() - 1, REQUEST_OUTCOMES.len());
+        // The duplicate window counts these two by their labels.
+        assert_eq!(Outcome::Accepted(0).label(), metrics::ACCEPTED);
+        assert_eq!(Outcome::Duplicate(0).label(), metrics::DUPLICATE);
+    }
 }

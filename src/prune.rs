@@ -56,29 +56,11 @@ pub enum PruneError {
     Archive(#[from] io::Error),
 }
 
-/// What retention keeps, from `[storage]`.
-#[derive(Debug, Clone)]
-pub struct Policy {
-    pub retention_days: u32,
-    pub dead_retention_days: u32,
-    pub archive_dir: Option<PathBuf>,
-}
-
-impl Policy {
-    pub fn new(storage: &Storage) -> Policy {
-        Policy {
-            retention_days: storage.retention_days,
-            dead_retention_days: storage.dead_retention_days,
-            archive_dir: storage.archive_dir.clone(),
-        }
-    }
-
-    /// What is past its window at `now_ms`.
-    pub fn cutoffs(&self, now_ms: i64) -> Cutoffs {
-        Cutoffs {
-            finished_before_ms: now_ms - i64::from(self.retention_days) * DAY_MS,
-            dead_before_ms: now_ms - i64::from(self.dead_retention_days) * DAY_MS,
-        }
+/// What is past its window at `now_ms`, under `[storage]`'s retention.
+pub fn cutoffs(storage: &Storage, now_ms: i64) -> Cutoffs {
+    Cutoffs {
+        finished_before_ms: now_ms - i64::from(storage.retention_days) * DAY_MS,
+        dead_before_ms: now_ms - i64::from(storage.dead_retention_days) * DAY_MS,
     }
 }
 
@@ -118,12 +100,12 @@ impl Report {
     }
 
     /// The table `portaria prune` prints.
-    pub fn write(&self, out: &mut impl Write, dry_run: bool, policy: &Policy) -> io::Result<()> {
+    pub fn write(&self, out: &mut impl Write, dry_run: bool, storage: &Storage) -> io::Result<()> {
         if self.removed.is_empty() {
             return writeln!(
                 out,
                 "nothing to prune (delivered and stored events are kept {} days, dead ones {})",
-                policy.retention_days, policy.dead_retention_days
+                storage.retention_days, storage.dead_retention_days
             );
         }
         let verb = if dry_run { "would remove" } else { "removed" };
@@ -146,7 +128,7 @@ impl Report {
             )?;
         }
         if dry_run {
-            if let Some(dir) = &policy.archive_dir {
+            if let Some(dir) = &storage.archive_dir {
                 writeln!(out, "would archive them to {} first", dir.display())?;
             }
             return Ok(());
@@ -169,9 +151,9 @@ pub struct Pruner {
 }
 
 impl Pruner {
-    pub fn start(policy: Policy, store: Store, shutdown: Shutdown) -> Pruner {
+    pub fn start(storage: Storage, store: Store, shutdown: Shutdown) -> Pruner {
         Pruner {
-            task: tokio::spawn(run(policy, store, shutdown)),
+            task: tokio::spawn(run(storage, store, shutdown)),
         }
     }
 
@@ -180,10 +162,10 @@ impl Pruner {
     }
 }
 
-async fn run(policy: Policy, store: Store, mut shutdown: Shutdown) {
+async fn run(storage: Storage, store: Store, mut shutdown: Shutdown) {
     loop {
         let next = tokio::time::Instant::now() + EVERY;
-        match pass(&policy, &store, now_ms(), &shutdown).await {
+        match pass(&storage, &store, now_ms(), &shutdown).await {
             Ok(report) if report.removed.is_empty() => {
                 tracing::debug!(reclaimed_bytes = report.reclaimed_bytes, "nothing to prune")
             }
@@ -207,15 +189,15 @@ async fn run(policy: Policy, store: Store, mut shutdown: Shutdown) {
 /// both run this. It stops between two batches once `shutdown` fires; what it deleted by then
 /// stays deleted (and archived).
 pub async fn pass(
-    policy: &Policy,
+    storage: &Storage,
     store: &Store,
     now_ms: i64,
     shutdown: &Shutdown,
 ) -> Result<Report, PruneError> {
-    let cutoffs = policy.cutoffs(now_ms);
+    let cutoffs = self::cutoffs(storage, now_ms);
     let mut report = Report::default();
     while !shutdown.is_fired() {
-        let removed = match &policy.archive_dir {
+        let removed = match &storage.archive_dir {
             None => store.delete_prunable(cutoffs, BATCH).await?,
             Some(dir) => {
                 let events = store.prunable(cutoffs, BATCH, BATCH_BYTES).await?;
@@ -232,7 +214,7 @@ pub async fn pass(
                 store.delete_pruned(cutoffs, ids).await?
             }
         };
-        let last = policy.archive_dir.is_none() && removed.len() < BATCH;
+        let last = storage.archive_dir.is_none() && removed.len() < BATCH;
         report.count(removed);
         if last {
             break;
@@ -258,21 +240,25 @@ pub async fn pass(
 /// `portaria prune`: the same [`pass`], on a store the command opened for itself (a writer
 /// thread on its own connection, which waits on the busy timeout while a running server holds
 /// the write lock). SIGINT or SIGTERM stops it between two batches.
-pub async fn prune_once(store: &Store, policy: &Policy, now_ms: i64) -> Result<Report, PruneError> {
+pub async fn prune_once(
+    store: &Store,
+    storage: &Storage,
+    now_ms: i64,
+) -> Result<Report, PruneError> {
     let (trigger, shutdown) = crate::shutdown::channel();
     let signal = tokio::spawn(async move {
         crate::shutdown::os_signal().await;
         trigger.fire();
     });
-    let report = pass(policy, store, now_ms, &shutdown).await;
+    let report = pass(storage, store, now_ms, &shutdown).await;
     signal.abort();
     report
 }
 
 /// What [`prune_once`] would remove now, changing nothing.
-pub fn dry_run(db: &Db, policy: &Policy, now_ms: i64) -> Result<Report, PruneError> {
+pub fn dry_run(db: &Db, storage: &Storage, now_ms: i64) -> Result<Report, PruneError> {
     let mut report = Report::default();
-    for group in db.prunable_counts(policy.cutoffs(now_ms))? {
+    for group in db.prunable_counts(cutoffs(storage, now_ms))? {
         report.removed.insert(
             (group.endpoint, group.status.as_str()),
             Tally {

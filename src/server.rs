@@ -24,11 +24,11 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::admin::Admin;
-use crate::config::Config;
+use crate::config::{Config, Endpoint};
 use crate::forward::Worker;
 use crate::ingest::Intake;
-use crate::metrics::Metrics;
-use crate::prune::{self, Pruner};
+use crate::metrics::{Metrics, Series};
+use crate::prune::Pruner;
 use crate::shutdown::{self, Shutdown};
 use crate::store::{Store, StoreError};
 
@@ -105,18 +105,30 @@ pub async fn serve(
     let new_event = Arc::new(Notify::new());
     let max_connections = config.server.max_connections;
     let http = connection_settings(&config);
-    let metrics = Arc::new(Metrics::new(&config.endpoints));
-    let retention = prune::Policy::new(&config.storage);
-    let (intake, forwards) = Intake::new(config, store.clone(), new_event.clone(), metrics.clone());
+    // The one list of endpoints: intake routes by it, the worker makes a lane of each that
+    // forwards, metrics creates their series.
+    let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
+    let metrics = Arc::new(Metrics::new(endpoints.iter().map(|e| Series {
+        endpoint: &e.name,
+        forwards: e.forward.is_some(),
+    })));
+    let intake = Intake::new(
+        &endpoints,
+        &config.server,
+        store.clone(),
+        new_event.clone(),
+        metrics.clone(),
+    );
     let worker = Worker::start(
-        forwards,
+        &endpoints,
+        &config.secret_variables,
         store.clone(),
         new_event,
         metrics.clone(),
         signal.clone(),
     )
     .await?;
-    let pruner = Pruner::start(retention, store.clone(), signal.clone());
+    let pruner = Pruner::start(config.storage, store.clone(), signal.clone());
     let intake = Arc::new(intake);
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());

@@ -362,10 +362,9 @@ fn existing_database(config: Option<&Path>) -> Result<Config, String> {
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
     let config = existing_database(config)?;
     let path = &config.storage.path;
-    let policy = crate::prune::Policy::new(&config.storage);
     let report = if dry_run {
         let db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
-        crate::prune::dry_run(&db, &policy, now_ms())
+        crate::prune::dry_run(&db, &config.storage, now_ms())
     } else {
         let store = crate::store::Store::open_for_command(path)
             .map_err(|e| format!("cannot open the database: {e}"))?;
@@ -373,13 +372,13 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-        let report = runtime.block_on(crate::prune::prune_once(&store, &policy, now_ms()));
+        let report = runtime.block_on(crate::prune::prune_once(&store, &config.storage, now_ms()));
         store.close();
         report
     }
     .map_err(|e| format!("cannot prune: {e}"))?;
     report
-        .write(&mut std::io::stdout().lock(), dry_run, &policy)
+        .write(&mut std::io::stdout().lock(), dry_run, &config.storage)
         .map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dedup::DedupRule;
-use crate::verify::Verifier;
+use crate::verify::{Secret, Verifier};
 
 use raw::RawConfig;
 use toml_error::toml_message;
@@ -70,7 +70,8 @@ pub struct Config {
     /// by `serve` once logging is set up, since the level comes from this very file.
     pub warnings: Vec<String>,
     /// Every environment variable the config reads a secret from: kept out of the environment
-    /// of forward commands, which have no business holding the gateways' secrets.
+    /// of forward commands, which have no business holding the gateways' secrets (the server
+    /// hands this list to the worker once).
     pub secret_variables: Vec<String>,
 }
 
@@ -156,31 +157,16 @@ pub struct Forward {
     pub retry: Vec<Duration>,
     /// Deliveries in flight at once; 1 keeps arrival order.
     pub concurrency: usize,
-    /// Environment variables a command target must not inherit: every `secret_env` of the
-    /// config (the command has no business holding the gateways' secrets).
-    pub hide_env: Vec<String>,
 }
 
+#[derive(Debug)]
 pub enum Target {
     Command(Vec<String>),
     Url {
         url: http::Uri,
         /// Standard Webhooks signing key for the forward, decoded from `whsec_...`.
-        signing_key: Option<Vec<u8>>,
+        signing_key: Option<Secret>,
     },
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Command(argv) => f.debug_tuple("Command").field(argv).finish(),
-            Target::Url { url, signing_key } => f
-                .debug_struct("Url")
-                .field("url", url)
-                .field("signed", &signing_key.is_some())
-                .finish(),
-        }
-    }
 }
 
 impl Config {
@@ -239,10 +225,6 @@ impl Config {
         let storage = v.storage(raw.storage);
         let endpoints = v.endpoints(raw.endpoints);
         let log = v.log(raw.log);
-        let mut endpoints = endpoints;
-        for forward in endpoints.iter_mut().filter_map(|e| e.forward.as_mut()) {
-            forward.hide_env = v.secret_variables.clone();
-        }
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,
@@ -358,12 +340,6 @@ secret = "s3cret"
         assert!(parse(text).is_err(), "serve and check read them");
         let config = Config::parse_with(text, file_source(), Secrets::Skip).unwrap();
         assert_eq!(config.secret_variables, ["PORTARIA_TEST_NEVER_SET"]);
-        let forward = config.endpoints[0].forward.as_ref().unwrap();
-        assert_eq!(
-            forward.hide_env,
-            ["PORTARIA_TEST_NEVER_SET"],
-            "commands never see secrets"
-        );
         let body = b"{}";
         let headers: http::HeaderMap = [
             ("webhook-id", "m"),

@@ -15,7 +15,7 @@ use super::{
     UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
-use crate::verify::{Verifier, standard_webhooks};
+use crate::verify::{Secret, Verifier, standard_webhooks};
 
 /// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
 /// scheme accepts it, and matches no real signature.
@@ -448,7 +448,7 @@ impl Validator<'_> {
                 let signing_key = match secrets.as_slice() {
                     [] => None,
                     [one] => match standard_webhooks::decode_secret(one) {
-                        Ok(key) => Some(key),
+                        Ok(key) => Some(Secret::new(key)),
                         Err(why) => {
                             self.problem(format!("{at}.secret: {why}"));
                             None
@@ -491,7 +491,6 @@ impl Validator<'_> {
             timeout: self.seconds(&format!("{at}.timeout_secs"), raw.timeout_secs, 30),
             retry,
             concurrency,
-            hide_env: Vec::new(), // filled in once every endpoint has been read
         })
     }
 }

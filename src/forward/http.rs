@@ -12,7 +12,6 @@
 //! - The signing key never reaches `Debug` output or an error message.
 
 use std::error::Error as _;
-use std::fmt;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -28,7 +27,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::command::excerpt;
 use super::{Delivery, Outcome};
-use crate::verify::standard_webhooks;
+use crate::verify::{Secret, standard_webhooks};
 
 /// How much of a response body is kept; the rest is read and discarded so the connection can
 /// go back to the pool.
@@ -53,34 +52,22 @@ static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestam
 static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
 
 /// Posts each delivery to one URL.
+#[derive(Debug)]
 pub struct HttpTarget {
     /// Must be `http://`; config rejects other schemes, and `deliver` re-checks.
     url: Uri,
     /// Bound on one whole attempt.
     timeout: Duration,
-    /// Raw Standard Webhooks key bytes, if the forward is signed. Never printed.
-    signing_key: Option<Vec<u8>>,
+    /// The Standard Webhooks key, if the forward is signed.
+    signing_key: Option<Secret>,
     /// Shared keep-alive pool, so steady forwarding to one program reuses connections.
     client: Client<HttpConnector, Full<Bytes>>,
 }
 
-impl fmt::Debug for HttpTarget {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HttpTarget")
-            .field("url", &self.url)
-            .field("timeout", &self.timeout)
-            .field(
-                "signing_key",
-                &self.signing_key.as_ref().map(|_| "[redacted]"),
-            )
-            .finish_non_exhaustive()
-    }
-}
-
 impl HttpTarget {
     /// `signing_key`: when Some, the forward is signed with the Standard Webhooks scheme using
-    /// these raw key bytes (already decoded from `whsec_...` by config).
-    pub fn new(url: Uri, timeout: Duration, signing_key: Option<Vec<u8>>) -> Self {
+    /// this key (already decoded from `whsec_...` by config).
+    pub fn new(url: Uri, timeout: Duration, signing_key: Option<Secret>) -> Self {
         let mut connector = HttpConnector::new();
         // Requests are small and latency matters more than packet count.
         connector.set_nodelay(true);
@@ -159,7 +146,7 @@ impl HttpTarget {
         if let Some(key) = &self.signing_key {
             let id = d.event_id.to_string();
             let timestamp = crate::time::unix_secs(SystemTime::now());
-            let signature = standard_webhooks::signature(key, &id, timestamp, &d.body);
+            let signature = standard_webhooks::signature(key.expose(), &id, timestamp, &d.body);
             headers.insert(WEBHOOK_ID.clone(), HeaderValue::from(d.event_id));
             headers.insert(WEBHOOK_TIMESTAMP.clone(), HeaderValue::from(timestamp));
             // `v1,` plus base64 is always a valid header value; the fallible conversion is
@@ -342,7 +329,7 @@ mod tests {
         let target = HttpTarget::new(
             url(addr, "/hooks/in"),
             Duration::from_secs(5),
-            Some(key.clone()),
+            Some(Secret::new(key.clone())),
         );
         let d = delivery();
 
@@ -531,7 +518,7 @@ mod tests {
         let target = HttpTarget::new(
             "http://127.0.0.1:1/".parse().expect("uri"),
             Duration::from_secs(1),
-            Some(b"supersecretkey".to_vec()),
+            Some(Secret::new(b"supersecretkey".to_vec())),
         );
         let text = format!("{target:?}");
         assert!(text.contains("[redacted]"), "{text}");

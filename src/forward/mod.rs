@@ -24,7 +24,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, Attempt, ClaimNext, Store, StoreError};
+use crate::store::{AfterAttempt, ClaimNext, Store, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -39,7 +39,7 @@ pub const EXTERNAL_CHECK: Duration = Duration::from_secs(2);
 pub const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 
 /// One delivery attempt's input: the claimed event, as the store hands it over.
-pub use crate::store::Claimed as Delivery;
+pub use crate::store::Delivery;
 
 /// What one attempt came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,12 +86,19 @@ struct LaneShared {
 }
 
 impl Lane {
-    fn new(endpoint: &Endpoint, store: &Store, metrics: &Arc<Metrics>) -> Option<Lane> {
+    /// A lane for `endpoint` if it forwards; a command target runs with `hide_env` removed
+    /// from its environment.
+    fn new(
+        endpoint: &Endpoint,
+        hide_env: &[String],
+        store: &Store,
+        metrics: &Arc<Metrics>,
+    ) -> Option<Lane> {
         let forward = endpoint.forward.as_ref()?;
         let runner = match &forward.target {
             Target::Command(argv) => Runner::Command(
                 command::CommandTarget::new(argv.clone(), forward.timeout)
-                    .hiding_env(forward.hide_env.clone()),
+                    .hiding_env(hide_env.to_vec()),
             ),
             Target::Url { url, signing_key } => Runner::Http(Box::new(http::HttpTarget::new(
                 url.clone(),
@@ -124,9 +131,12 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Recovers attempts cut short by the last stop, then starts delivering.
+    /// Recovers attempts cut short by the last stop, then starts delivering the events of
+    /// every endpoint that forwards. Command targets never see the variables in `hide_env`
+    /// (the config's secret variables).
     pub async fn start(
-        endpoints: Vec<Arc<Endpoint>>,
+        endpoints: &[Arc<Endpoint>],
+        hide_env: &[String],
         store: Store,
         new_event: Arc<Notify>,
         metrics: Arc<Metrics>,
@@ -141,7 +151,7 @@ impl Worker {
         }
         let lanes: Vec<Lane> = endpoints
             .iter()
-            .filter_map(|endpoint| Lane::new(endpoint, &store, &metrics))
+            .filter_map(|endpoint| Lane::new(endpoint, hide_env, &store, &metrics))
             .collect();
         // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
         // forwards, would wait forever unnoticed (pruning never takes unfinished events).
@@ -293,12 +303,7 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         let next = loop {
             let recorded = lane
                 .store
-                .record_attempt(
-                    delivery.event_id,
-                    attempt.clone(),
-                    after.clone(),
-                    then.clone(),
-                )
+                .record_attempt(delivery.event_id, attempt, after.clone(), then.clone())
                 .await;
             match recorded {
                 Ok(next) => break next,
@@ -318,44 +323,37 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
 }
 
 /// One attempt: run it, and work out what it came to and what happens next.
-async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Attempt, AfterAttempt) {
+async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt) {
     let started_at = SystemTime::now();
     let clock = Instant::now();
     let outcome = lane.runner.deliver(delivery).await;
     let elapsed = clock.elapsed();
     let finished_ms = now_ms();
 
-    let (after, error) = match outcome {
-        Outcome::Delivered => (AfterAttempt::Delivered, None),
-        Outcome::Failed(error) => {
-            // Attempt n failed: wait the n-th gap of the schedule; past its end, the event is dead.
-            match lane.retry.get(delivery.attempt as usize - 1).copied() {
-                Some(gap) => (
-                    AfterAttempt::RetryAt(finished_ms + jittered(gap, delivery.event_id)),
-                    Some(error),
-                ),
-                None => (AfterAttempt::Dead, Some(error)),
-            }
-        }
+    let after = match outcome {
+        Outcome::Delivered => AfterAttempt::Delivered,
+        // Attempt n failed: wait the n-th gap of the schedule; past its end, the event is dead.
+        Outcome::Failed(error) => match lane.retry.get(delivery.attempt as usize - 1).copied() {
+            Some(gap) => AfterAttempt::RetryAt {
+                at_ms: finished_ms + jittered(gap, delivery.event_id),
+                error,
+            },
+            None => AfterAttempt::Dead { error },
+        },
     };
-    log_attempt(delivery, &after, error.as_deref(), elapsed);
-    lane.metrics.delivery(&delivery.endpoint, &after, elapsed);
-    let attempt = Attempt {
+    log_attempt(delivery, &after, elapsed);
+    lane.metrics
+        .delivery(&delivery.endpoint, after.label(), elapsed);
+    let tried = Tried {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),
         duration_ms: elapsed.as_millis() as i64,
-        outcome: if after == AfterAttempt::Delivered {
-            "delivered"
-        } else {
-            "failed"
-        }
-        .to_string(),
-        error,
     };
-    (attempt, after)
+    (tried, after)
 }
 
-fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed: Duration) {
+fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
+    let error = after.error().unwrap_or("");
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     let (event_id, endpoint, attempt) = (d.event_id, d.endpoint.as_str(), d.attempt);
     if elapsed > SLOW_DELIVERY {
@@ -378,23 +376,23 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, error: Option<&str>, elapsed:
                 "delivery"
             )
         }
-        AfterAttempt::RetryAt(at) => tracing::warn!(
+        AfterAttempt::RetryAt { at_ms, .. } => tracing::warn!(
             event_id,
             endpoint,
             attempt,
             latency_ms,
             outcome = after.label(),
-            retry_in_ms = at - now_ms(),
-            error = error.unwrap_or(""),
+            retry_in_ms = at_ms - now_ms(),
+            error,
             "delivery"
         ),
-        AfterAttempt::Dead => tracing::error!(
+        AfterAttempt::Dead { .. } => tracing::error!(
             event_id,
             endpoint,
             attempt,
             latency_ms,
             outcome = after.label(),
-            error = error.unwrap_or(""),
+            error,
             "delivery failed for the last time; event is dead (replay with `portaria events replay`)"
         ),
     }
@@ -460,7 +458,7 @@ mod tests {
             attempt: 1,
             body: bytes::Bytes::new(),
         };
-        let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, None, SLOW_DELIVERY * 2));
+        let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, SLOW_DELIVERY * 2));
         assert!(
             slow.lines().any(|l| l.contains("WARN")
                 && l.contains("slow delivery")
@@ -468,22 +466,16 @@ mod tests {
             "{slow}"
         );
         assert!(slow.contains("outcome=\"delivered\""), "{slow}");
-        let quick = logged(|| {
-            log_attempt(
-                &d,
-                &AfterAttempt::Delivered,
-                None,
-                Duration::from_millis(40),
-            )
-        });
+        let quick = logged(|| log_attempt(&d, &AfterAttempt::Delivered, Duration::from_millis(40)));
         assert!(!quick.contains("slow delivery"), "{quick}");
         assert!(quick.contains("outcome=\"delivered\""), "{quick}");
         // The last failure of the schedule is an error, with the way out in it.
         let dead = logged(|| {
             log_attempt(
                 &d,
-                &AfterAttempt::Dead,
-                Some("exit status 3"),
+                &AfterAttempt::Dead {
+                    error: "exit status 3".into(),
+                },
                 Duration::from_millis(40),
             )
         });
@@ -493,5 +485,24 @@ mod tests {
                 && l.contains("events replay")),
             "{dead}"
         );
+    }
+
+    #[test]
+    fn every_delivery_label_has_a_series_from_the_start() {
+        for after in [
+            AfterAttempt::Delivered,
+            AfterAttempt::RetryAt {
+                at_ms: 0,
+                error: String::new(),
+            },
+            AfterAttempt::Dead {
+                error: String::new(),
+            },
+        ] {
+            assert!(
+                crate::metrics::DELIVERY_OUTCOMES.contains(&after.label()),
+                "{after:?}"
+            );
+        }
     }
 }

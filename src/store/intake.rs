@@ -27,28 +27,39 @@ pub struct NewEvent {
     pub(super) forward: bool,
 }
 
+/// The request as received, and what it says it is: everything of an event that the store
+/// keeps besides its endpoint and dedup key.
+#[derive(Debug)]
+pub struct Received {
+    /// The provider's event type (a header or the body's `type`), if it names one.
+    pub event_type: Option<String>,
+    pub content_type: Option<String>,
+    /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
+    pub headers: Vec<u8>,
+    pub body: Bytes,
+    /// Unix milliseconds.
+    pub at_ms: i64,
+}
+
 impl NewEvent {
-    #[allow(clippy::too_many_arguments)]
+    /// An event of `endpoint` with this dedup key. `forward`: whether the endpoint forwards,
+    /// which decides `pending` or `stored`.
     pub fn new(
         _proof: Verified,
         endpoint: &str,
         dedup_key: String,
-        event_type: Option<String>,
-        content_type: Option<String>,
-        headers: Vec<u8>,
-        body: Bytes,
-        received_at_ms: i64,
+        received: Received,
         forward: bool,
     ) -> Self {
         NewEvent {
             endpoint: endpoint.to_string(),
             dedup_hash: dedup_hash(endpoint, &dedup_key),
             dedup_key,
-            event_type,
-            content_type,
-            headers,
-            body,
-            received_at_ms,
+            event_type: received.event_type,
+            content_type: received.content_type,
+            headers: received.headers,
+            body: received.body,
+            received_at_ms: received.at_ms,
             forward,
         }
     }

@@ -35,9 +35,9 @@ mod fixtures;
 pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter};
 pub use handle::Store;
-pub use intake::{Inserted, NewEvent, dedup_hash};
+pub use intake::{Inserted, NewEvent, Received, dedup_hash};
 pub use observe::QueueStats;
-pub use queue::{AfterAttempt, ClaimNext, Claimed};
+pub use queue::{AfterAttempt, ClaimNext, Delivery, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 
 /// Why the store could not do what was asked. Cloneable: one failed COMMIT is reported to

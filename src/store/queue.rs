@@ -9,13 +9,12 @@
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::events::Attempt;
 use super::{Status, Store, StoreError};
 
 /// An event claimed for one delivery attempt (its status is now `delivering`): everything the
-/// attempt hands to the target. The forwarding worker knows it as `forward::Delivery`.
+/// attempt hands to the target.
 #[derive(Debug, Clone)]
-pub struct Claimed {
+pub struct Delivery {
     pub event_id: i64,
     pub endpoint: String,
     pub dedup_key: String,
@@ -36,12 +35,31 @@ pub struct ClaimNext {
     pub now_ms: i64,
 }
 
-/// What happens to an event after an attempt.
+/// One attempt the worker ran: which, when and for how long. What it came to is the
+/// [`AfterAttempt`] recorded with it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tried {
+    /// 1-based, as claimed.
+    pub attempt: u32,
+    pub started_at_ms: i64,
+    pub duration_ms: i64,
+}
+
+/// What an attempt came to, and so what happens to its event: the one vocabulary of an
+/// attempt's result between the worker and the database (the attempt row's `outcome` column
+/// and the event's status both follow from it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AfterAttempt {
     Delivered,
-    RetryAt(i64),
-    Dead,
+    /// Failed with this error; due again at this time (unix milliseconds).
+    RetryAt {
+        at_ms: i64,
+        error: String,
+    },
+    /// Failed with this error, and it was the schedule's last try.
+    Dead {
+        error: String,
+    },
 }
 
 impl AfterAttempt {
@@ -49,8 +67,24 @@ impl AfterAttempt {
     pub fn label(&self) -> &'static str {
         match self {
             AfterAttempt::Delivered => "delivered",
-            AfterAttempt::RetryAt(_) => "failed",
-            AfterAttempt::Dead => "dead",
+            AfterAttempt::RetryAt { .. } => "failed",
+            AfterAttempt::Dead { .. } => "dead",
+        }
+    }
+
+    /// Why it failed, if it did: a short text, safe to log and store.
+    pub fn error(&self) -> Option<&str> {
+        match self {
+            AfterAttempt::Delivered => None,
+            AfterAttempt::RetryAt { error, .. } | AfterAttempt::Dead { error } => Some(error),
+        }
+    }
+
+    /// The attempt row's `outcome`: `delivered` or `failed` (`interrupted` is recovery's).
+    fn recorded_as(&self) -> &'static str {
+        match self {
+            AfterAttempt::Delivered => "delivered",
+            AfterAttempt::RetryAt { .. } | AfterAttempt::Dead { .. } => "failed",
         }
     }
 }
@@ -82,7 +116,7 @@ impl Store {
         limit: usize,
         in_order: bool,
         now_ms: i64,
-    ) -> Result<Vec<Claimed>, StoreError> {
+    ) -> Result<Vec<Delivery>, StoreError> {
         self.run_bookkeeping(move |conn| claim_due(conn, &endpoint, limit, in_order, now_ms))
             .await
     }
@@ -103,10 +137,10 @@ impl Store {
     pub async fn record_attempt(
         &self,
         event_id: i64,
-        attempt: Attempt,
+        attempt: Tried,
         after: AfterAttempt,
         then: Option<ClaimNext>,
-    ) -> Result<Option<Claimed>, StoreError> {
+    ) -> Result<Option<Delivery>, StoreError> {
         self.run_bookkeeping(move |conn| {
             record_attempt(conn, event_id, &attempt, &after)?;
             let Some(next) = then else { return Ok(None) };
@@ -165,7 +199,7 @@ pub(super) fn claim_due(
     limit: usize,
     in_order: bool,
     now_ms: i64,
-) -> rusqlite::Result<Vec<Claimed>> {
+) -> rusqlite::Result<Vec<Delivery>> {
     let ids: Vec<i64> = if in_order {
         // The head of the line: the oldest event not yet finished. If it is not due (or is
         // being delivered), nothing behind it may go first.
@@ -187,7 +221,7 @@ pub(super) fn claim_due(
         .map(|id| {
             let body = Bytes::from(body.query_row([id], |r| r.get::<_, Vec<u8>>(0))?);
             claim.query_row([id], |r| {
-                Ok(Claimed {
+                Ok(Delivery {
                     event_id: r.get(0)?,
                     endpoint: r.get(1)?,
                     dedup_key: r.get(2)?,
@@ -228,7 +262,7 @@ fn waiting_head(conn: &Connection, endpoint: &str) -> rusqlite::Result<Option<(i
 pub(super) fn record_attempt(
     conn: &Connection,
     event_id: i64,
-    attempt: &Attempt,
+    attempt: &Tried,
     after: &AfterAttempt,
 ) -> rusqlite::Result<()> {
     conn.prepare_cached(
@@ -240,13 +274,13 @@ pub(super) fn record_attempt(
         attempt.attempt,
         attempt.started_at_ms,
         attempt.duration_ms,
-        attempt.outcome,
-        attempt.error
+        after.recorded_as(),
+        after.error()
     ])?;
     let (status, next) = match after {
         AfterAttempt::Delivered => (Status::Delivered, None),
-        AfterAttempt::RetryAt(at) => (Status::Pending, Some(*at)),
-        AfterAttempt::Dead => (Status::Dead, None),
+        AfterAttempt::RetryAt { at_ms, .. } => (Status::Pending, Some(*at_ms)),
+        AfterAttempt::Dead { .. } => (Status::Dead, None),
     };
     let finished = attempt.started_at_ms + attempt.duration_ms;
     // Only an event still marked delivering moves on: a replay that raced this attempt wins.
@@ -259,7 +293,7 @@ pub(super) fn record_attempt(
         event_id,
         status.as_str(),
         next,
-        attempt.error,
+        after.error(),
         finished
     ])?;
     Ok(())
@@ -319,12 +353,10 @@ mod tests {
         db.conn
             .execute("UPDATE events SET status = 'pending' WHERE id = ?1", [id])
             .unwrap();
-        let attempt = Attempt {
+        let attempt = Tried {
             attempt: 1,
             started_at_ms: NOW,
             duration_ms: 5,
-            outcome: "delivered".into(),
-            error: None,
         };
         record_attempt(&db.conn, id, &attempt, &AfterAttempt::Delivered).unwrap();
         let event = db.event(id).unwrap().unwrap();

@@ -567,3 +567,44 @@ async fn events_left_waiting_by_a_removed_forward_are_reported_at_start_up() {
         "{line}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_never_sees_the_variables_the_config_reads_secrets_from() {
+    let work = tempfile::tempdir().unwrap();
+    let program = script(
+        work.path(),
+        "dump-env.sh",
+        "cat > /dev/null\nenv > \"$D/env.tmp\" && mv \"$D/env.tmp\" \"$D/env\"",
+    );
+    let db = work.path().join("p.db");
+    let config = work.path().join("p.toml");
+    // The github endpoint reads its secret from the environment; pagarme forwards.
+    let text = base_config(&db, "", &command_forward(&program, 10, "[\"1s\"]")).replace(
+        &format!("secret = \"{GITHUB_SECRET}\""),
+        "secret_env = \"PORTARIA_IT_GITHUB_SECRET\"",
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut serve = portaria();
+    serve
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("PORTARIA_IT_GITHUB_SECRET", GITHUB_SECRET)
+        .env("PORTARIA_IT_HARMLESS", "inherited");
+    let server = Process::spawn_command(serve).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let env_file = work.path().join("env");
+    eventually(WAIT, "the command ran", || env_file.exists()).await;
+    let env = std::fs::read_to_string(&env_file).unwrap();
+    assert!(
+        env.lines().any(|l| l == "PORTARIA_IT_HARMLESS=inherited"),
+        "other variables are inherited: {env}"
+    );
+    assert!(
+        !env.contains("PORTARIA_IT_GITHUB_SECRET") && !env.contains(GITHUB_SECRET),
+        "the secret's variable is hidden: {env}"
+    );
+    drop(server);
+}
