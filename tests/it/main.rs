@@ -4,6 +4,7 @@
 
 mod cli;
 mod forwarding;
+mod layout;
 mod observability;
 mod receiver;
 mod retention;
