@@ -10,7 +10,8 @@
 //! pending event, dead) are read from the database at scrape time
 //! ([`crate::store::Store::queue_stats`]): the database is the truth, and `portaria events
 //! replay` in another process changes it. The duplicate ratio comes from a 15-minute
-//! [`DuplicateWindow`] per endpoint, the same one that raises the seed manual's warning.
+//! [`DuplicateWindow`] per endpoint, the same one that raises the duplicate warning (README,
+//! "Observability").
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -62,7 +63,7 @@ const REQUEST_BUCKETS: [f64; 14] = [
 ];
 
 /// Delivery latency, seconds: a local command or URL, up to the 30 s default timeout. 5 s is
-/// the slow-delivery line of the seed manual.
+/// the slow-delivery line (README, "Observability").
 const DELIVERY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
@@ -70,7 +71,8 @@ const DELIVERY_BUCKETS: [f64; 12] = [
 /// The window of the duplicate ratio and of its warning.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(15 * 60);
 
-/// Above this share of duplicates in the window, warn (the seed manual's 5 %).
+/// Above this share of duplicates in the window, warn (5 %: a gateway redelivering that much is
+/// not getting answers in time).
 pub const DUPLICATE_WARN_PERCENT: u64 = 5;
 
 /// Fewer verified webhooks than this in the window say nothing about a ratio (one redelivery

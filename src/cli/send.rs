@@ -1,4 +1,4 @@
-//! `portaria send`: the seed manual's "script that signs HMAC and fires POSTs", built in. It
+//! `portaria send`: a script that signs HMAC and fires POSTs, built in. It
 //! signs a payload exactly as the endpoint's provider would (current timestamp, a fresh
 //! delivery id where the scheme has one) and POSTs it to a running portaria, so the whole chain
 //! can be tested locally without a gateway. `--repeat` resends the identical delivery, to watch
