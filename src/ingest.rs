@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Request, Response, StatusCode, header};
+use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
@@ -18,7 +18,7 @@ use crate::config::{Endpoint, Server};
 use crate::metrics::{self, Metrics};
 use crate::store::{Inserted, NewEvent, Received, Store};
 use crate::time::{unix_millis, unix_secs};
-use crate::verify::VerifyError;
+use crate::verify::{self, Reply, VerifyError};
 
 /// How long a request waits for its batch to commit before the gateway is told 503. Gateways
 /// give up after 10-30 s; a quick 503 makes them retry instead of wondering.
@@ -50,6 +50,9 @@ pub enum Outcome {
     StaleTimestamp,
     BadRequest(String),
     StorageError(String),
+    /// A verified request that is the provider checking the URL (Slack's `url_verification`,
+    /// Discord's PING, ...): answered directly, never stored or forwarded.
+    Handshake(Reply),
 }
 
 impl Outcome {
@@ -66,13 +69,14 @@ impl Outcome {
             Outcome::StaleTimestamp => "stale_timestamp",
             Outcome::BadRequest(_) => "bad_request",
             Outcome::StorageError(_) => "storage_error",
+            Outcome::Handshake(_) => "handshake",
         }
     }
 
     /// The status code of the answer; the log and [`Outcome::response`] both read it here.
     pub fn status(&self) -> StatusCode {
         match self {
-            Outcome::Accepted(_) | Outcome::Duplicate(_) => StatusCode::OK,
+            Outcome::Accepted(_) | Outcome::Duplicate(_) | Outcome::Handshake(_) => StatusCode::OK,
             Outcome::NotFound => StatusCode::NOT_FOUND,
             Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
@@ -84,10 +88,21 @@ impl Outcome {
     }
 
     /// The one mapping from outcomes to answers. 5xx bodies stay generic; the cause is logged.
-    pub fn response(&self, max_body_bytes: usize) -> Response<Full<Bytes>> {
+    /// `ack`: the body the provider expects for an accepted event (Adyen's `[accepted]`), sent
+    /// as plain text instead of the JSON default.
+    pub fn response(&self, max_body_bytes: usize, ack: Option<&str>) -> Response<Full<Bytes>> {
+        let mut content_type = "application/json";
         let body = match self {
-            Outcome::Accepted(_) | Outcome::Duplicate(_) => {
-                Bytes::from_static(br#"{"received":true}"#)
+            Outcome::Accepted(_) | Outcome::Duplicate(_) => match ack {
+                Some(text) => {
+                    content_type = "text/plain";
+                    Bytes::from(text.to_string())
+                }
+                None => Bytes::from_static(br#"{"received":true}"#),
+            },
+            Outcome::Handshake(reply) => {
+                content_type = reply.content_type;
+                Bytes::from(reply.body.clone())
             }
             Outcome::NotFound => error_json("no endpoint at this path"),
             Outcome::MethodNotAllowed => error_json("webhooks are delivered with POST"),
@@ -103,7 +118,7 @@ impl Outcome {
         let headers = response.headers_mut();
         headers.insert(
             header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/json"),
+            header::HeaderValue::from_static(content_type),
         );
         match self {
             Outcome::MethodNotAllowed => {
@@ -159,7 +174,8 @@ impl Intake {
         if matches!(outcome, Outcome::Accepted(_)) {
             self.new_event.notify_one();
         }
-        outcome.response(self.max_body_bytes)
+        let ack = endpoint.as_deref().and_then(|e| e.verifier.ack());
+        outcome.response(self.max_body_bytes, ack)
     }
 
     async fn pipeline(&self, endpoint: &Endpoint, req: Request<Incoming>) -> (Outcome, EventMeta) {
@@ -175,16 +191,27 @@ impl Intake {
             Err(outcome) => return (outcome, meta),
         };
 
-        // 2. The signature, on the raw bytes, before anything parses them.
+        // 2. The signature, on the raw bytes, before anything parses them. A provider checking
+        //    the URL is answered here, and nothing is stored.
         let received_at = SystemTime::now();
-        let proof = match endpoint
-            .verifier
-            .verify(&parts.headers, &body, unix_secs(received_at))
-        {
+        let request = verify::Request::new(&parts.headers, &body).with_query(parts.uri.query());
+        let verifier = &endpoint.verifier;
+        let proof = match verifier.verify_request(&request, unix_secs(received_at)) {
             Ok(proof) => proof,
-            Err(VerifyError::StaleTimestamp { .. }) => return (Outcome::StaleTimestamp, meta),
-            Err(e) => return (Outcome::BadSignature(e.to_string()), meta),
+            Err(e) => match verifier.unsigned_handshake(&request) {
+                Some(reply) => return (Outcome::Handshake(reply), meta),
+                None if matches!(e, VerifyError::StaleTimestamp { .. }) => {
+                    return (Outcome::StaleTimestamp, meta);
+                }
+                None => return (Outcome::BadSignature(e.to_string()), meta),
+            },
         };
+        // Which of the rotated secrets matched (its position, never its value): once the old
+        // one stops showing up, it can go.
+        tracing::debug!(endpoint = %endpoint.name, secret = proof.secret_index() + 1, "signature verified");
+        if let Some(reply) = verifier.handshake(&proof, &request) {
+            return (Outcome::Handshake(reply), meta);
+        }
 
         // 3. The dedup key, and what kind of event this is.
         let dedup_key = match endpoint.dedup.extract(&parts.headers, &body) {
@@ -201,7 +228,7 @@ impl Intake {
         let received = Received {
             event_type: meta.event_type.clone(),
             content_type: header_text(&parts.headers, header::CONTENT_TYPE.as_str()),
-            headers: headers_blob(&parts.headers),
+            headers: headers_blob(&parts.headers, endpoint.verifier.credential_headers()),
             body,
             at_ms: unix_millis(received_at),
         };
@@ -288,6 +315,13 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
             cause,
             "webhook rejected"
         ),
+        Outcome::Handshake(_) => tracing::info!(
+            endpoint,
+            outcome = outcome.label(),
+            status,
+            latency_ms,
+            "provider check answered (not an event: nothing stored)"
+        ),
         // Internet scanners reach every tunnel: wrong paths and methods are not news.
         Outcome::NotFound | Outcome::MethodNotAllowed => tracing::debug!(
             endpoint,
@@ -361,16 +395,29 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 }
 
 /// The request headers as `name: value\r\n` lines: compact, exact bytes, easy to show.
-fn headers_blob(headers: &HeaderMap) -> Vec<u8> {
+/// The headers as stored, `name: value\r\n` each, except that a credential's value (the
+/// provider's `credentials`, and `Authorization` always) is replaced by [`REDACTED`]: what is
+/// stored reaches `events show`, forwards and archives.
+fn headers_blob(headers: &HeaderMap, credentials: &[HeaderName]) -> Vec<u8> {
     let mut out = Vec::with_capacity(headers.len() * 32);
     for (name, value) in headers {
         out.extend_from_slice(name.as_str().as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
+        let secret = name == header::AUTHORIZATION
+            || name == header::PROXY_AUTHORIZATION
+            || credentials.contains(name);
+        out.extend_from_slice(if secret {
+            REDACTED.as_bytes()
+        } else {
+            value.as_bytes()
+        });
         out.extend_from_slice(b"\r\n");
     }
     out
 }
+
+/// What a stored credential header holds instead of its value.
+pub const REDACTED: &str = "[redacted]";
 
 #[cfg(test)]
 mod tests {
@@ -389,6 +436,7 @@ mod tests {
             Outcome::StaleTimestamp,
             Outcome::BadRequest(String::new()),
             Outcome::StorageError(String::new()),
+            Outcome::Handshake(Reply::json(&serde_json::json!({}))),
             // Last: only requests to unknown paths end this way, counted under `-`.
             Outcome::NotFound,
         ];
@@ -404,6 +452,7 @@ mod tests {
                 | Outcome::StaleTimestamp
                 | Outcome::BadRequest(_)
                 | Outcome::StorageError(_)
+                | Outcome::Handshake(_)
                 | Outcome::NotFound => {}
             }
         }

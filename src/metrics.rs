@@ -41,7 +41,7 @@ pub const DUPLICATE: &str = "duplicate";
 /// Every outcome label intake gives for a configured endpoint (`not_found` belongs to `-`
 /// alone). A label missing here still counts (its series is created on first use); listing it
 /// only makes the series exist at zero from the start.
-pub const REQUEST_OUTCOMES: [&str; 9] = [
+pub const REQUEST_OUTCOMES: [&str; 10] = [
     "accepted",
     "duplicate",
     "bad_signature",
@@ -51,6 +51,7 @@ pub const REQUEST_OUTCOMES: [&str; 9] = [
     "storage_error",
     "body_timeout",
     "method_not_allowed",
+    "handshake",
 ];
 
 /// What one delivery attempt came to: `failed` will be retried, `dead` was the last try.

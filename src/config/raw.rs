@@ -61,6 +61,8 @@ pub(super) struct RawEndpoint {
     pub(super) dedup: Option<String>,
     pub(super) tolerance_secs: Option<u64>,
     pub(super) signature: Option<HmacOptions>,
+    /// The public URL the provider calls, for providers that sign it (Twilio, Square).
+    pub(super) public_url: Option<String>,
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,

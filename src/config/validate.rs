@@ -15,7 +15,7 @@ use super::{
     UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
-use crate::verify::{Secret, Verifier, standard_webhooks};
+use crate::verify::{Secret, Settings, Verifier, standard_webhooks};
 
 /// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
 /// scheme accepts it, and matches no real signature.
@@ -258,9 +258,13 @@ impl Validator<'_> {
         } else {
             secrets
         };
-        let verifier = match Verifier::new(
+        let settings = Settings {
+            hmac: raw.signature.as_ref(),
+            public_url: raw.public_url.as_deref(),
+        };
+        let verifier = match Verifier::with_settings(
             &provider,
-            raw.signature.as_ref(),
+            &settings,
             &checked_with,
             raw.tolerance_secs,
         ) {
@@ -286,6 +290,16 @@ impl Validator<'_> {
             }
             None => verifier.as_ref().map(Verifier::default_dedup),
         };
+        // A credential header is redacted before the headers are stored: a dedup key read from
+        // it would store the credential itself.
+        if let (Some(DedupRule::Header(name)), Some(v)) = (&dedup, &verifier)
+            && (v.credential_headers().contains(name) || name == http::header::AUTHORIZATION)
+        {
+            self.problem(format!(
+                "{at}.dedup: `header:{name}` carries this provider's credential; dedup on \
+                 something else (`body-sha256`, `json:/id`)"
+            ));
+        }
         let forward = self.forward(at, raw.forward, raw.retry, raw.concurrency);
         if self.problems.len() != before {
             return None;

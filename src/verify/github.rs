@@ -4,6 +4,7 @@
 
 use http::HeaderName;
 
+use super::catalog::{Preset, header_rule};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
 
 pub const SIGNATURE: &str = "x-hub-signature-256";
@@ -18,6 +19,11 @@ pub fn scheme() -> HmacScheme {
     )
     .with_prefix("sha256=", true)
     .with_delivery_header(HeaderName::from_static(DELIVERY))
+}
+
+/// Redeliveries keep their `X-GitHub-Delivery`: the dedup key.
+pub(super) fn preset() -> Preset {
+    Preset::new("github", scheme(), header_rule(DELIVERY)).event_type_header(EVENT)
 }
 
 #[cfg(test)]

@@ -11,7 +11,8 @@ use http::{HeaderMap, HeaderName};
 use sha1::Sha1;
 use sha2::{Sha256, Sha512};
 
-use super::{Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::catalog::{Scheme, Signed};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 /// The raw `[endpoint.signature]` table for `provider = "hmac"`.
 #[derive(Debug, Clone, Default, serde::Deserialize, PartialEq)]
@@ -357,6 +358,34 @@ fn parse_template(template: &str) -> Result<Vec<Part>, String> {
         return Err("the template must contain `{body}` exactly once".to_string());
     }
     Ok(parts)
+}
+
+impl Scheme for HmacScheme {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        now: i64,
+        tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        // The inherent method of the same name: this scheme reads headers and body only.
+        HmacScheme::verify(
+            self,
+            keys,
+            request.headers,
+            request.body,
+            now,
+            tolerance_secs,
+        )
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
+        Some(HmacScheme::sign(self, key, body, now, delivery_id).into())
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        HmacScheme::signs_timestamp(self)
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,10 @@
-//! Signature verification: one file per provider, and the [`Verifier`] in front of them.
+//! Signature verification: one file per provider, the catalog of their names (`catalog.rs`),
+//! and the [`Verifier`] in front of them.
 //!
-//! A verifier is a pure function of (secrets, headers, raw body, now). It runs on the raw bytes
-//! before anything parses them, compares decoded MAC bytes in constant time, and tries every
-//! configured secret, so a key can be rotated without downtime. [`Verified`] can only be built
-//! here: holding one is the proof that a request passed.
+//! A verifier is a pure function of (secrets, request, now). It runs on the raw bytes before
+//! anything parses them, compares decoded MAC bytes (or credentials) in constant time, and
+//! tries every configured secret, so a key can be rotated without downtime. [`Verified`] can
+//! only be built here: holding one is the proof that a request passed.
 //!
 //! Error order, for schemes that sign a timestamp: a timestamp that is not a number is
 //! `Malformed` before any MAC is computed; then the MAC is checked; only a request whose MAC
@@ -11,6 +12,7 @@
 //! timestamp, and a `StaleTimestamp` in the log means a genuine delivery that came late or was
 //! replayed (usually clock skew), which is worth telling apart from a forgery.
 
+pub mod catalog;
 pub mod github;
 pub mod hmac_scheme;
 pub mod pagarme;
@@ -25,14 +27,12 @@ use http::{HeaderMap, HeaderName};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::dedup::DedupRule;
+use catalog::Preset;
+pub use catalog::{PROVIDERS, Signed};
 pub use hmac_scheme::HmacOptions;
-use hmac_scheme::HmacScheme;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;
-
-/// The names `Verifier::new` accepts, for its error message.
-const PROVIDERS: &str = "plowf, pagarme, relya, stripe, standard-webhooks, svix, github, hmac";
 
 /// Secret bytes. `Debug` prints `Secret([redacted])` and there is no `Display`, so a secret
 /// cannot reach a log by accident.
@@ -55,33 +55,79 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// What a verifier may read of a request: all of it, as it arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    pub headers: &'a HeaderMap,
+    /// The query string as sent, without the `?`, percent-encoding untouched.
+    pub query: Option<&'a str>,
+    pub body: &'a [u8],
+}
+
+impl<'a> Request<'a> {
+    /// A request with no query string.
+    pub fn new(headers: &'a HeaderMap, body: &'a [u8]) -> Self {
+        Request {
+            headers,
+            query: None,
+            body,
+        }
+    }
+
+    pub fn with_query(self, query: Option<&'a str>) -> Self {
+        Request { query, ..self }
+    }
+
+    /// The values of query parameter `name`, percent-decoded, in order.
+    pub fn query_values(&self, name: &str) -> Vec<String> {
+        self.query
+            .map(|q| {
+                form_urlencoded::parse(q.as_bytes())
+                    .filter(|(k, _)| k == name)
+                    .map(|(_, v)| v.into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// The direct answer (200) to a request that is a provider checking the URL, not an event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub content_type: &'static str,
+    pub body: Vec<u8>,
+}
+
+impl Reply {
+    pub fn json(value: &serde_json::Value) -> Reply {
+        Reply {
+            content_type: "application/json",
+            body: value.to_string().into_bytes(),
+        }
+    }
+}
+
+/// What an endpoint's table says about its provider besides the secrets.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Settings<'a> {
+    /// The `[endpoint.signature]` table, for `provider = "hmac"` only.
+    pub hmac: Option<&'a HmacOptions>,
+    /// `public_url`: the URL the provider calls, as it calls it (scheme, host, path, and any
+    /// query the provider was given), for providers that sign it (Twilio, Square). Behind a
+    /// tunnel the local request's host is not it.
+    pub public_url: Option<&'a str>,
+}
+
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
 #[derive(Debug)]
 pub struct Verifier {
-    /// Canonical provider name.
-    provider: &'static str,
-    scheme: Scheme,
-    /// Keys in configured order, already decoded the way the scheme wants (the base64 part of a
-    /// Standard Webhooks `whsec_` secret, the UTF-8 bytes of the string otherwise). Never empty.
+    preset: Preset,
+    /// Keys in configured order, already decoded the way the preset wants (the base64 part of
+    /// a Standard Webhooks `whsec_` secret, hex for Adyen, the UTF-8 bytes of the string
+    /// otherwise). Never empty.
     keys: Vec<Secret>,
     /// Allowed |now - timestamp|, for schemes that sign a timestamp.
     tolerance_secs: u64,
-    /// The default dedup rule. Kept here rather than derived from `provider` because svix and
-    /// standard-webhooks share a scheme but not an id header.
-    dedup: DedupRule,
-}
-
-/// How a provider signs. plowf, github and `hmac` are all the generic scheme, with presets.
-#[derive(Debug)]
-enum Scheme {
-    Hmac(HmacScheme),
-    Pagarme,
-    Relya,
-    Stripe,
-    /// `svix`: the same scheme; Svix's deliveries carry the `svix-*` header names.
-    StandardWebhooks {
-        svix: bool,
-    },
 }
 
 /// Proof that a request's signature checked out. Only this module can build one.
@@ -113,56 +159,31 @@ pub enum VerifyError {
 }
 
 impl Verifier {
-    /// `provider` is one of: plowf, pagarme, relya, stripe, standard-webhooks (alias svix),
-    /// github, hmac. `options` is required for, and only allowed with, "hmac". `secrets` are the
-    /// configured secret strings; any one of them verifies. `tolerance_secs` overrides the 300 s
-    /// window of schemes that sign a timestamp, and is ignored by the others.
+    /// `provider` is one of [`PROVIDERS`]. `options` is required for, and only allowed with,
+    /// "hmac". `secrets` are the configured secret strings; any one of them verifies.
+    /// `tolerance_secs` overrides the preset's window for schemes that sign a timestamp, and is
+    /// ignored by the others.
     pub fn new(
         provider: &str,
         options: Option<&HmacOptions>,
         secrets: &[String],
         tolerance_secs: Option<u64>,
     ) -> Result<Verifier, String> {
-        use DedupRule::{BodySha256, JsonPointer};
-        let (name, scheme, dedup) = match provider {
-            "plowf" => ("plowf", Scheme::Hmac(plowf::scheme()), BodySha256),
-            "pagarme" => ("pagarme", Scheme::Pagarme, BodySha256),
-            "relya" => ("relya", Scheme::Relya, header_rule(relya::DELIVERY_ID)),
-            "stripe" => ("stripe", Scheme::Stripe, JsonPointer("/id".to_string())),
-            "standard-webhooks" => (
-                "standard-webhooks",
-                Scheme::StandardWebhooks { svix: false },
-                header_rule(standard_webhooks::ID),
-            ),
-            // Svix sends the `svix-*` names, so its deliveries carry no `webhook-id` to dedup on.
-            "svix" => (
-                "svix",
-                Scheme::StandardWebhooks { svix: true },
-                header_rule(standard_webhooks::SVIX_ID),
-            ),
-            "github" => (
-                "github",
-                Scheme::Hmac(github::scheme()),
-                header_rule(github::DELIVERY),
-            ),
-            "hmac" => {
-                let options = options.ok_or_else(|| {
-                    "provider `hmac` needs a `signature` table (at least `header = \"...\"`)"
-                        .to_string()
-                })?;
-                (
-                    "hmac",
-                    Scheme::Hmac(HmacScheme::from_options(options)?),
-                    BodySha256,
-                )
-            }
-            other => return Err(format!("unknown provider `{other}` (known: {PROVIDERS})")),
+        let settings = Settings {
+            hmac: options,
+            ..Settings::default()
         };
-        if name != "hmac" && options.is_some() {
-            return Err(format!(
-                "a `signature` table is only allowed with provider `hmac`, not `{provider}`"
-            ));
-        }
+        Verifier::with_settings(provider, &settings, secrets, tolerance_secs)
+    }
+
+    /// [`Verifier::new`] with every provider setting.
+    pub fn with_settings(
+        provider: &str,
+        settings: &Settings<'_>,
+        secrets: &[String],
+        tolerance_secs: Option<u64>,
+    ) -> Result<Verifier, String> {
+        let preset = catalog::preset(provider, settings)?;
         if secrets.is_empty() {
             return Err("at least one secret is required".to_string());
         }
@@ -175,96 +196,113 @@ impl Verifier {
             if secret.is_empty() {
                 return Err(format!("{} is empty", label(i)));
             }
-            let key = match scheme {
-                Scheme::StandardWebhooks { .. } => match standard_webhooks::decode_secret(secret) {
-                    Ok(key) => key,
-                    Err(why) if secrets.len() == 1 => return Err(why),
-                    Err(why) => return Err(format!("{}: {why}", label(i))),
-                },
-                // Everyone else keys the HMAC with the string as given; Stripe's `whsec_` too.
-                _ => secret.as_bytes().to_vec(),
+            let key = match preset.key.decode(secret) {
+                Ok(key) => key,
+                Err(why) if secrets.len() == 1 => return Err(why),
+                Err(why) => return Err(format!("{}: {why}", label(i))),
             };
             keys.push(Secret::new(key));
         }
+        let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
         Ok(Verifier {
-            provider: name,
-            scheme,
+            preset,
             keys,
-            tolerance_secs: tolerance_secs.unwrap_or(DEFAULT_TOLERANCE_SECS),
-            dedup,
+            tolerance_secs,
         })
     }
 
-    /// Checks the signature on the raw bytes, before any parsing, against every secret.
+    /// Checks the signature on the raw body alone (no query string).
     pub fn verify(
         &self,
         headers: &HeaderMap,
         body: &[u8],
         now_unix: i64,
     ) -> Result<Verified, VerifyError> {
-        let (keys, tolerance) = (&self.keys, self.tolerance_secs);
-        let secret_index = match &self.scheme {
-            Scheme::Hmac(scheme) => scheme.verify(keys, headers, body, now_unix, tolerance),
-            Scheme::Pagarme => pagarme::verify(keys, headers, body),
-            Scheme::Relya => relya::verify(keys, headers, body, now_unix, tolerance),
-            Scheme::Stripe => stripe::verify(keys, headers, body, now_unix, tolerance),
-            Scheme::StandardWebhooks { .. } => {
-                standard_webhooks::verify(keys, headers, body, now_unix, tolerance)
-            }
-        }?;
+        self.verify_request(&Request::new(headers, body), now_unix)
+    }
+
+    /// Checks the request, on the raw bytes, before any parsing, against every secret.
+    pub fn verify_request(
+        &self,
+        request: &Request<'_>,
+        now_unix: i64,
+    ) -> Result<Verified, VerifyError> {
+        let secret_index =
+            self.preset
+                .scheme
+                .verify(&self.keys, request, now_unix, self.tolerance_secs)?;
         Ok(Verified { secret_index })
+    }
+
+    /// The answer to a verified request that is the provider checking the URL rather than an
+    /// event (Slack's `url_verification`, Zoom's `endpoint.url_validation`, Discord's PING).
+    pub fn handshake(&self, proof: &Verified, request: &Request<'_>) -> Option<Reply> {
+        let key = self.keys.get(proof.secret_index)?;
+        self.preset.scheme.handshake(key, request)
+    }
+
+    /// The answer to an unsigned set-up request of the provider (WooCommerce's creation ping),
+    /// for a request that failed verification.
+    pub fn unsigned_handshake(&self, request: &Request<'_>) -> Option<Reply> {
+        self.preset.scheme.unsigned_handshake(request)
     }
 
     /// The preset's default dedup rule.
     pub fn default_dedup(&self) -> DedupRule {
-        self.dedup.clone()
+        self.preset.dedup.clone()
     }
 
     /// The header carrying the event type for this provider, if it sends one.
     pub fn event_type_header(&self) -> Option<&'static str> {
-        match self.provider {
-            "relya" => Some(relya::EVENT_TYPE),
-            "github" => Some(github::EVENT),
-            _ => None,
-        }
+        self.preset.event_type_header
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
     pub fn signs_timestamp(&self) -> bool {
-        match &self.scheme {
-            Scheme::Hmac(scheme) => scheme.signs_timestamp(),
-            Scheme::Pagarme => false,
-            Scheme::Relya | Scheme::Stripe | Scheme::StandardWebhooks { .. } => true,
-        }
+        self.preset.scheme.signs_timestamp()
+    }
+
+    /// The replay window in force (the preset's, or the configured override).
+    pub fn tolerance_secs(&self) -> u64 {
+        self.tolerance_secs
+    }
+
+    /// Request headers that carry a credential of this provider, which must not be stored.
+    pub fn credential_headers(&self) -> &[HeaderName] {
+        &self.preset.credential_headers
+    }
+
+    /// The body the provider expects in the answer to an accepted event, if a particular one.
+    pub fn ack(&self) -> Option<&'static str> {
+        self.preset.ack
     }
 
     /// Canonical provider name.
     pub fn provider(&self) -> &'static str {
-        self.provider
+        self.preset.name
+    }
+
+    /// How many secrets are configured (for a report of what was tried).
+    pub fn secret_count(&self) -> usize {
+        self.keys.len()
     }
 
     /// The headers this provider would send for `body`, signed with the first secret at
     /// `now_unix`, with `delivery_id` where the scheme carries one (Stripe's has none). Header
-    /// names are lowercase.
+    /// names are lowercase. Empty for a scheme that cannot be signed with a shared secret.
     pub fn sign(&self, body: &[u8], now_unix: i64, delivery_id: &str) -> Vec<(String, String)> {
-        // `new` refuses an empty list, so this is always `Some`.
-        let Some(key) = self.keys.first() else {
-            return Vec::new();
-        };
-        match &self.scheme {
-            Scheme::Hmac(scheme) => scheme.sign(key, body, now_unix, delivery_id),
-            Scheme::Pagarme => pagarme::sign(key, body),
-            Scheme::Relya => relya::sign(key, body, now_unix, delivery_id),
-            Scheme::Stripe => stripe::sign(key, body, now_unix),
-            Scheme::StandardWebhooks { svix } => {
-                standard_webhooks::sign_headers(key, body, now_unix, delivery_id, *svix)
-            }
-        }
+        self.sign_request(body, now_unix, delivery_id)
+            .map(|signed| signed.headers)
+            .unwrap_or_default()
     }
-}
 
-fn header_rule(name: &'static str) -> DedupRule {
-    DedupRule::Header(HeaderName::from_static(name))
+    /// What a sender adds to a request (headers and, for some schemes, a query string); None
+    /// when the scheme cannot be signed with a shared secret.
+    pub fn sign_request(&self, body: &[u8], now_unix: i64, delivery_id: &str) -> Option<Signed> {
+        // `new` refuses an empty list, so there is always a first key.
+        let key = self.keys.first()?;
+        self.preset.scheme.sign(key, body, now_unix, delivery_id)
+    }
 }
 
 /// Reads one header a scheme needs, trimmed. A header given twice is refused: which copy was

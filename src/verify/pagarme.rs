@@ -6,8 +6,10 @@
 
 use http::{HeaderMap, HeaderName};
 
+use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Secret, VerifyError, header};
+use super::{Request, Secret, VerifyError, header};
+use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-hub-signature";
 
@@ -39,6 +41,30 @@ pub(super) fn verify(
 /// Signs the way current postbacks do, with SHA-256.
 pub(super) fn sign(key: &Secret, body: &[u8]) -> Vec<(String, String)> {
     scheme(Algorithm::Sha256, "sha256=").sign(key, body, 0, "")
+}
+
+/// Postbacks carry no delivery id: dedup on the body.
+pub(super) fn preset() -> Preset {
+    Preset::new("pagarme", Pagarme, DedupRule::BodySha256)
+}
+
+#[derive(Debug)]
+struct Pagarme;
+
+impl Scheme for Pagarme {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        _now: i64,
+        _tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        verify(keys, request.headers, request.body)
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
+        Some(sign(key, body).into())
+    }
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 
 use http::HeaderName;
 
+use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-webhook-signature";
 
@@ -18,6 +20,11 @@ pub fn scheme() -> HmacScheme {
         Encoding::Hex,
     )
     .with_prefix("sha256=", false)
+}
+
+/// No delivery id or event type header is documented: dedup on the body.
+pub(super) fn preset() -> Preset {
+    Preset::new("plowf", scheme(), DedupRule::BodySha256)
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 
 use http::HeaderMap;
 
+use super::catalog::{Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "x-relya-signature";
 pub const TIMESTAMP: &str = "x-relya-timestamp";
@@ -65,6 +66,34 @@ pub(super) fn sign(
         (TIMESTAMP.to_string(), timestamp),
         (SIGNATURE.to_string(), format!("v1={}", hex::encode(mac))),
     ]
+}
+
+/// The delivery id is the dedup key; the event type has a header of its own.
+pub(super) fn preset() -> Preset {
+    Preset::new("relya", Relya, header_rule(DELIVERY_ID)).event_type_header(EVENT_TYPE)
+}
+
+#[derive(Debug)]
+struct Relya;
+
+impl Scheme for Relya {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        now: i64,
+        tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        verify(keys, request.headers, request.body, now, tolerance_secs)
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
+        Some(sign(key, body, now, delivery_id).into())
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

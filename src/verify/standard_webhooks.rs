@@ -17,7 +17,8 @@ use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
 use sha2::Sha256;
 
-use super::{Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::catalog::{KeyFormat, Preset, Scheme, Signed, header_rule};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 pub const ID: &str = "webhook-id";
 pub const TIMESTAMP: &str = "webhook-timestamp";
@@ -144,6 +145,43 @@ pub(super) fn sign_headers(
             signature(key.expose(), id, now, body),
         ),
     ]
+}
+
+/// `svix`: the same scheme; Svix's deliveries carry the `svix-*` header names, so they dedup on
+/// `svix-id`.
+pub(super) fn preset(svix: bool) -> Preset {
+    let (name, id) = if svix {
+        ("svix", SVIX_ID)
+    } else {
+        ("standard-webhooks", ID)
+    };
+    Preset::new(name, StandardWebhooks { svix }, header_rule(id)).key(KeyFormat::StandardWebhooks)
+}
+
+#[derive(Debug)]
+struct StandardWebhooks {
+    /// Sign with the `svix-*` names (verification reads either family).
+    svix: bool,
+}
+
+impl Scheme for StandardWebhooks {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        now: i64,
+        tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        verify(keys, request.headers, request.body, now, tolerance_secs)
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
+        Some(sign_headers(key, body, now, delivery_id, self.svix).into())
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

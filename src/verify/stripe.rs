@@ -6,8 +6,9 @@
 
 use http::HeaderMap;
 
+use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "stripe-signature";
 
@@ -60,6 +61,34 @@ pub(super) fn sign(key: &Secret, body: &[u8], now: i64) -> Vec<(String, String)>
     let timestamp = now.to_string();
     let mac = hex::encode(signed_mac(key.expose(), &timestamp, body));
     vec![(SIGNATURE.to_string(), format!("t={timestamp},v1={mac}"))]
+}
+
+/// The event's `id` (`evt_...`) is the same on every redelivery.
+pub(super) fn preset() -> Preset {
+    Preset::new("stripe", Stripe, json_rule("/id"))
+}
+
+#[derive(Debug)]
+struct Stripe;
+
+impl Scheme for Stripe {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        now: i64,
+        tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        verify(keys, request.headers, request.body, now, tolerance_secs)
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], now: i64, _delivery_id: &str) -> Option<Signed> {
+        Some(sign(key, body, now).into())
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

@@ -448,3 +448,31 @@ async fn a_graceful_stop_finishes_the_request_in_flight() {
     let server = stopping.await.unwrap();
     assert_eq!(server.count_rows(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_header_is_stored_redacted() {
+    let server = TestServer::start("", "").await;
+    let body = payment_body(7);
+    let mut headers = pagarme_headers(&body);
+    headers.push(h("Authorization", "Basic dXNlcjpzM2NyZXQtcGFzcw=="));
+    headers.push(h("X-Harmless", "kept"));
+    let reply = post(server.addr, "/webhooks/pagarme", &headers, &body).await;
+    assert_eq!(reply.status, 200);
+    let stored: Vec<u8> = server.one("SELECT headers FROM payloads");
+    let stored = String::from_utf8(stored).unwrap();
+    assert!(stored.contains("authorization: [redacted]\r\n"), "{stored}");
+    assert!(stored.contains("x-harmless: kept\r\n"), "{stored}");
+    assert!(!stored.contains("dXNlcjpzM2NyZXQtcGFzcw"), "{stored}");
+    // Nowhere in the files either: the database and its WAL (where the commit is now).
+    let wal = server.db.with_extension("db-wal");
+    for file in [&server.db, &wal] {
+        let bytes = std::fs::read(file).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(
+            !text.contains("dXNlcjpzM2NyZXQtcGFzcw"),
+            "{}",
+            file.display()
+        );
+    }
+    assert!(wal.exists() || server.db.exists());
+}
