@@ -19,13 +19,23 @@ use crate::dedup::DedupRule;
 
 /// Every provider name the config accepts, in the order the README lists them.
 pub const PROVIDERS: &[&str] = &[
+    // Brazilian gateways.
     "plowf",
     "pagarme",
     "relya",
+    // (Brazilian gateways: new names above this line.)
+    //
+    // SaaS and international gateways.
     "stripe",
     "standard-webhooks",
     "svix",
     "github",
+    // (SaaS: new names above this line.)
+    //
+    // Asymmetric signatures.
+    // (Asymmetric: new names above this line.)
+    //
+    // Your own description of a scheme.
     "hmac",
 ];
 
@@ -43,7 +53,13 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         "stripe" => Ok(stripe::preset()),
         "standard-webhooks" => Ok(standard_webhooks::preset(false)),
         "svix" => Ok(standard_webhooks::preset(true)),
+        // (Brazilian gateways: new arms above this line.)
+        //
         "github" => Ok(github::preset()),
+        // (SaaS: new arms above this line.)
+        //
+        // (Asymmetric: new arms above this line.)
+        //
         "hmac" => {
             let options = settings.hmac.ok_or_else(|| {
                 "provider `hmac` needs a `signature` table (at least `header = \"...\"`)"

@@ -1,0 +1,4 @@
+//! SaaS providers end to end: the real server, each preset's requests, oracles where a library exists.
+
+#[allow(unused_imports)]
+use crate::support::*;
