@@ -39,10 +39,17 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
                 write_table(&mut out, &events)
             })
         }
-        EventsCommand::Show { id } => match db
+        EventsCommand::Show { id, raw } => match db
             .event(id)
             .map_err(|e| format!("cannot read event {id}: {e}"))?
         {
+            Some(event) if raw => {
+                // An endpoint no longer in the config still has its request shown.
+                let path = config
+                    .endpoint(&event.summary.endpoint)
+                    .map_or("/", |e| e.path.as_str());
+                closed_pipe_is_done(write_raw(&mut out, path, &event))
+            }
             Some(event) => closed_pipe_is_done(write_detail(&mut out, &event)),
             None => return Err(format!("no event {id}")),
         },
@@ -161,4 +168,82 @@ fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()
     writeln!(out, "--- body ({} bytes) ---", event.body.len())?;
     out.write_all(&event.body)?;
     writeln!(out)
+}
+
+/// The stored request as a raw HTTP/1.1 request, for `portaria verify --request -`: the
+/// endpoint's path, the headers as stored (credentials already redacted), a blank line, the
+/// body. The stored body is decoded, so a `transfer-encoding` header is left out, and a
+/// `content-length` is added if the stored headers have none: the output is a valid request.
+fn write_raw(out: &mut impl Write, path: &str, event: &EventDetail) -> std::io::Result<()> {
+    write!(out, "POST {path} HTTP/1.1\r\n")?;
+    let mut has_length = false;
+    for line in event.headers.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        if line.is_empty() {
+            continue;
+        }
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            continue;
+        }
+        has_length |= name.eq_ignore_ascii_case(b"content-length");
+        out.write_all(line)?;
+        out.write_all(b"\r\n")?;
+    }
+    if !has_length {
+        write!(out, "content-length: {}\r\n", event.body.len())?;
+    }
+    out.write_all(b"\r\n")?;
+    out.write_all(&event.body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EventSummary;
+
+    fn event(headers: &[u8], body: &[u8]) -> EventDetail {
+        EventDetail {
+            summary: EventSummary {
+                id: 1,
+                endpoint: "x".to_string(),
+                dedup_key: "k".to_string(),
+                event_type: None,
+                received_at_ms: 0,
+                status: Status::Stored,
+                attempts: 0,
+                next_attempt_at_ms: None,
+                last_error: None,
+            },
+            content_type: None,
+            headers: headers.to_vec(),
+            body: body.to_vec(),
+            attempts: Vec::new(),
+        }
+    }
+
+    fn raw(headers: &[u8], body: &[u8]) -> String {
+        let mut out = Vec::new();
+        write_raw(&mut out, "/webhooks/x", &event(headers, body)).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn raw_output_is_the_stored_request() {
+        assert_eq!(
+            raw(
+                b"host: h\r\ncontent-length: 2\r\nx-sig: [redacted]\r\n",
+                b"{}"
+            ),
+            "POST /webhooks/x HTTP/1.1\r\nhost: h\r\ncontent-length: 2\r\nx-sig: [redacted]\r\n\r\n{}"
+        );
+    }
+
+    #[test]
+    fn raw_output_of_a_chunked_delivery_has_a_length_instead() {
+        assert_eq!(
+            raw(b"transfer-encoding: chunked\r\nhost: h\r\n", b"abc\n"),
+            "POST /webhooks/x HTTP/1.1\r\nhost: h\r\ncontent-length: 4\r\n\r\nabc\n"
+        );
+    }
 }

@@ -1,11 +1,13 @@
 //! The command line: parses arguments (the clap types), sets up logging, and runs the
-//! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`
-//! and `init`. The small ones live here; `events` and [`send`] have their own files.
+//! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`,
+//! `verify` and `init`. The small ones live here; `events`, [`send`] and `verify` have their own
+//! files.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
 mod events;
 pub mod send;
+mod verify;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::config::{Config, Source};
+use crate::config::{Config, Endpoint, Source};
 use crate::store::{Db, Status};
 use crate::time::now_ms;
 
@@ -62,6 +64,9 @@ enum Command {
     Archive(ArchiveCommand),
     /// Sign a payload as the endpoint's provider would and POST it to a running portaria.
     Send(SendArgs),
+    /// Check a captured request against an endpoint's secrets as the server would, and say
+    /// why it would be refused.
+    Verify(VerifyArgs),
     /// Write a commented starter config, and say which environment variables to set.
     Init {
         /// Where to write it.
@@ -90,6 +95,21 @@ struct SendArgs {
     url: Option<String>,
 }
 
+#[derive(Args, Debug)]
+struct VerifyArgs {
+    /// The endpoint's name, as in the config.
+    #[arg(long)]
+    endpoint: String,
+    /// A captured raw HTTP/1.1 request: request line, headers, blank line, body (`-` for
+    /// stdin), e.g. from `portaria events show --raw ID`.
+    #[arg(long, value_name = "FILE")]
+    request: PathBuf,
+    /// Check at this unix time (seconds) instead of now, to replay an old capture within its
+    /// window.
+    #[arg(long, value_name = "UNIX")]
+    at: Option<i64>,
+}
+
 #[derive(Subcommand, Debug)]
 enum ArchiveCommand {
     /// Put the events of an archive file back into the queue, to be delivered again.
@@ -107,7 +127,14 @@ enum EventsCommand {
     /// List events, newest first.
     List(ListArgs),
     /// Show one event: its headers, raw body and delivery attempts.
-    Show { id: i64 },
+    Show {
+        id: i64,
+        /// Print only the stored request, as a raw HTTP/1.1 request (for `portaria verify
+        /// --request -`): `POST <endpoint path>`, the headers as stored (credentials
+        /// redacted; no query string, which is not stored), a blank line, the body.
+        #[arg(long)]
+        raw: bool,
+    },
     /// Put events back into pending, with a fresh retry schedule.
     Replay(ReplayArgs),
 }
@@ -157,6 +184,10 @@ pub fn main() -> ExitCode {
         Command::Send(args) => {
             let _log = init_logging(format, "warn");
             send::run(cli.config.as_deref(), args)
+        }
+        Command::Verify(args) => {
+            let _log = init_logging(format, "warn");
+            verify::run(cli.config.as_deref(), args)
         }
         Command::Init { path } => init(&path),
         Command::Check => {
@@ -228,6 +259,17 @@ fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop
 
 fn load(config: Option<&Path>) -> Result<Config, String> {
     Config::load(config).map_err(|e| format!("invalid configuration\n{e}"))
+}
+
+/// The endpoint called `name`, or an error listing the configured ones.
+fn find_endpoint<'a>(config: &'a Config, name: &str) -> Result<&'a Endpoint, String> {
+    config.endpoint(name).ok_or_else(|| {
+        let names: Vec<&str> = config.endpoints.iter().map(|e| e.name.as_str()).collect();
+        format!(
+            "no endpoint named `{name}` (configured: {})",
+            names.join(", ")
+        )
+    })
 }
 
 /// For commands that only work on the database: the secrets are not read, so an operator can

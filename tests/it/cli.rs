@@ -592,3 +592,266 @@ fn a_listing_piped_into_a_reader_that_closes_early_exits_0_quietly() {
         assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
     }
 }
+
+/// Runs `portaria verify ARGS --config CONFIG`, with `stdin` on its standard input; returns
+/// the exit code and stdout and stderr together.
+fn verify_cli(config: &std::path::Path, args: &[&str], stdin: &[u8]) -> (Option<i32>, String) {
+    use std::io::Write;
+    let mut child = portaria()
+        .arg("verify")
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+/// A raw HTTP/1.1 request, LF line ends, as a capture tool or an editor would save it.
+fn capture(path: &str, headers: &[(String, String)], body: &[u8]) -> Vec<u8> {
+    let mut raw = format!("POST {path} HTTP/1.1\nhost: example.test\n").into_bytes();
+    for (name, value) in headers {
+        raw.extend_from_slice(format!("{name}: {value}\n").as_bytes());
+    }
+    raw.extend_from_slice(format!("content-length: {}\n\n", body.len()).as_bytes());
+    raw.extend_from_slice(body);
+    raw
+}
+
+const OLD_STRIPE_SECRET: &str = "whsec_old_rotated_out";
+
+#[test]
+fn verify_accepts_a_good_capture_and_says_why_a_bad_one_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let config = dir.path().join("p.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[storage]\npath = \"{}\"\n\n[[endpoint]]\npath = \"/webhooks/stripe\"\n\
+             provider = \"stripe\"\nsecrets = [\"{OLD_STRIPE_SECRET}\", \"{STRIPE_SECRET}\"]\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let body = br#"{"id":"evt_1","type":"charge.succeeded"}"#;
+    let now = now_secs();
+    let good = capture("/webhooks/stripe", &stripe_headers(now, body), body);
+    let good_file = dir.path().join("good.http");
+    std::fs::write(&good_file, &good).unwrap();
+    let file = good_file.to_str().unwrap();
+    let mut said = String::new();
+
+    let (code, out) = verify_cli(&config, &["--endpoint", "stripe", "--request", file], b"");
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("ok: verified with secret 2 of 2 (provider stripe)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("handshake: no, an event: portaria stores it"),
+        "{out}"
+    );
+    assert!(out.contains("dedup key: evt_1"), "{out}");
+    said += &out;
+
+    // One changed byte of the body.
+    let mut tampered = good.clone();
+    let at = tampered.len() - 3;
+    tampered[at] ^= 0x01;
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-"],
+        &tampered,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("failed: the signature does not match: tried 2 secrets"),
+        "{out}"
+    );
+    said += &out;
+
+    // No signature header at all.
+    let headers = [h("content-type", "application/json")];
+    let unsigned = capture("/webhooks/stripe", &headers, body);
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-"],
+        &unsigned,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("failed: no `stripe-signature` header"),
+        "{out}"
+    );
+    said += &out;
+
+    // A malformed one says what is wrong with it.
+    let headers = [h("stripe-signature", "t=12x,v1=00")];
+    let malformed = capture("/webhooks/stripe", &headers, body);
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-"],
+        &malformed,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("failed: malformed signature: `t` is not a unix timestamp"),
+        "{out}"
+    );
+
+    // An old capture: the skew and the window, and the `--at` that replays it.
+    let then = 1_700_000_000;
+    let stale = capture("/webhooks/stripe", &stripe_headers(then, body), body);
+    let at = (then + 3600).to_string();
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-", "--at", &at],
+        &stale,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("3600 s (about 60 min) in the past, outside the 300 s window")
+            && out.contains("pass `--at 1700000000`"),
+        "{out}"
+    );
+    said += &out;
+    let (code, out) = verify_cli(
+        &config,
+        &[
+            "--endpoint",
+            "stripe",
+            "--request",
+            "-",
+            "--at",
+            "1700000000",
+        ],
+        &stale,
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ok: verified with secret 2 of 2"), "{out}");
+    let early = (then - 400).to_string();
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-", "--at", &early],
+        &stale,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("400 s (about 6 min) in the future"), "{out}");
+    said += &out;
+
+    // Verified, but with no dedup key the server answers 400.
+    let no_id = br#"{"type":"charge.succeeded"}"#;
+    let keyless = capture("/webhooks/stripe", &stripe_headers(now, no_id), no_id);
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-"],
+        &keyless,
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("ok: verified with secret 2 of 2")
+            && out.contains("failed: verified, but portaria answers 400: no dedup key (json:/id)"),
+        "{out}"
+    );
+
+    // A wrong endpoint name lists the configured ones.
+    let (code, out) = verify_cli(&config, &["--endpoint", "strip", "--request", file], b"");
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("no endpoint named `strip` (configured: stripe)"),
+        "{out}"
+    );
+
+    for secret in [STRIPE_SECRET, OLD_STRIPE_SECRET] {
+        assert!(!said.contains(secret), "a secret in the output: {said}");
+    }
+    assert!(!db.exists(), "verify opens no database");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_show_raw_piped_into_verify_round_trips_a_stored_event() {
+    let server = TestServer::start("", "").await;
+    let config = server.config_path();
+    let body = br#"{"ref":"refs/heads/main"}"#;
+    let mut headers = github_headers(Some("dlv-raw-1"), body);
+    headers.push(h("authorization", "Bearer tok-never-shown"));
+    assert_eq!(
+        post(server.addr, "/webhooks/github", &headers, body)
+            .await
+            .status,
+        200
+    );
+    let stripe = br#"{"id":"evt_raw_2","type":"charge.succeeded"}"#;
+    let headers = stripe_headers(now_secs(), stripe);
+    assert_eq!(
+        post(server.addr, "/webhooks/stripe", &headers, stripe)
+            .await
+            .status,
+        200
+    );
+
+    let raw = ok_stdout(&run_cli(&["events", "show", "--raw", "1"], &config));
+    assert!(
+        raw.starts_with("POST /webhooks/github HTTP/1.1\r\n"),
+        "{raw}"
+    );
+    assert!(raw.contains("authorization: [redacted]\r\n"), "{raw}");
+    assert!(!raw.contains("tok-never-shown"), "{raw}");
+    assert!(
+        raw.ends_with(&format!("\r\n\r\n{}", std::str::from_utf8(body).unwrap())),
+        "{raw}"
+    );
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "github", "--request", "-"],
+        raw.as_bytes(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("ok: verified with secret 1 of 1 (provider github)"),
+        "{out}"
+    );
+    assert!(out.contains("dedup key: dlv-raw-1"), "{out}");
+
+    // Checked against the wrong endpoint: which header is missing, that the path differs,
+    // and that a redacted credential cannot be checked again.
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-"],
+        raw.as_bytes(),
+    );
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("failed: no `stripe-signature` header"),
+        "{out}"
+    );
+    assert!(
+        out.contains("not to this endpoint's path `/webhooks/stripe`"),
+        "{out}"
+    );
+    assert!(out.contains("`authorization` holds `[redacted]`"), "{out}");
+
+    let raw = ok_stdout(&run_cli(&["events", "show", "--raw", "2"], &config));
+    let (code, out) = verify_cli(
+        &config,
+        &["--endpoint", "stripe", "--request", "-"],
+        raw.as_bytes(),
+    );
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("ok: verified with secret 1 of 1 (provider stripe)"),
+        "{out}"
+    );
+    assert!(!out.contains(STRIPE_SECRET) && !out.contains(GITHUB_SECRET));
+}
