@@ -38,7 +38,9 @@ pub struct Signed {
 }
 
 /// Builds the request for `endpoint`: where it goes (`url`, else the server's own listen
-/// address and the endpoint's path) and its provider's signature headers.
+/// address and the endpoint's path, plus the query string the scheme signs, if any) and its
+/// provider's signature headers. A provider that signs with its private key cannot be
+/// imitated: that is an error.
 pub fn prepare(
     config: &Config,
     endpoint: &Endpoint,
@@ -60,6 +62,15 @@ pub fn prepare(
             format!("http://{addr}{}", endpoint.path)
         }
     };
+    let now = SystemTime::now();
+    let verifier = &endpoint.verifier;
+    let signed = verifier
+        .sign_request(&body, unix_secs(now), &delivery_id(now))
+        .ok_or_else(|| cannot_sign(verifier.provider()))?;
+    let url = match &signed.query {
+        Some(query) => with_query(&url, query),
+        None => url,
+    };
     let url: Uri = url
         .parse()
         .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
@@ -68,18 +79,35 @@ pub fn prepare(
             "`{url}`: only http:// URLs (portaria listens on plain HTTP behind its tunnel)"
         ));
     }
-    let now = SystemTime::now();
     let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
-    headers.extend(
-        endpoint
-            .verifier
-            .sign(&body, unix_secs(now), &delivery_id(now)),
-    );
+    headers.extend(signed.headers);
     Ok(Signed {
         url,
         headers,
         body: Bytes::from(body),
     })
+}
+
+/// Why `send` cannot sign for an asymmetric scheme (the config holds only a public key).
+fn cannot_sign(provider: &str) -> String {
+    format!(
+        "cannot sign for provider {provider}: it verifies with the provider's public key, and \
+         only the provider holds the private one"
+    )
+}
+
+/// `url` with `query` added to its query string (before any `#fragment`).
+fn with_query(url: &str, query: &str) -> String {
+    let (base, fragment) = match url.find('#') {
+        Some(at) => url.split_at(at),
+        None => (url, ""),
+    };
+    let join = match base.find('?') {
+        None => "?",
+        Some(_) if base.ends_with('?') || base.ends_with('&') => "",
+        Some(_) => "&",
+    };
+    format!("{base}{join}{query}{fragment}")
 }
 
 /// A delivery id that is new on every run: `dlv_` and the time in nanoseconds, in hex.
@@ -144,14 +172,7 @@ async fn post(
 /// every answer; exit 0 only if every answer was a 2xx.
 pub(super) fn run(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, String> {
     let config = super::load(config)?;
-    let Some(endpoint) = config.endpoint(&args.endpoint) else {
-        let names: Vec<&str> = config.endpoints.iter().map(|e| e.name.as_str()).collect();
-        return Err(format!(
-            "no endpoint named `{}` (configured: {})",
-            args.endpoint,
-            names.join(", ")
-        ));
-    };
+    let endpoint = super::find_endpoint(&config, &args.endpoint)?;
     let body = match (&args.data, &args.file) {
         (Some(data), _) => data.clone().into_bytes(),
         (None, Some(path)) if path.as_os_str() == "-" => {
@@ -189,4 +210,43 @@ pub(super) fn run(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, Str
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signed_query_joins_the_url_with_the_right_separator() {
+        let q = "signature=ab%2Bc&ts=1";
+        assert_eq!(
+            with_query("http://h/w/x", q),
+            "http://h/w/x?signature=ab%2Bc&ts=1"
+        );
+        assert_eq!(
+            with_query("http://h/w/x?data.id=1", q),
+            "http://h/w/x?data.id=1&signature=ab%2Bc&ts=1"
+        );
+        assert_eq!(
+            with_query("http://h/w/x?", q),
+            "http://h/w/x?signature=ab%2Bc&ts=1"
+        );
+        assert_eq!(
+            with_query("http://h/w/x?a=1&", q),
+            "http://h/w/x?a=1&signature=ab%2Bc&ts=1"
+        );
+        assert_eq!(
+            with_query("http://h/w/x#top", q),
+            "http://h/w/x?signature=ab%2Bc&ts=1#top"
+        );
+    }
+
+    #[test]
+    fn the_refusal_to_sign_says_who_holds_the_key() {
+        assert_eq!(
+            format!("portaria: {}", cannot_sign("x")),
+            "portaria: cannot sign for provider x: it verifies with the provider's public key, \
+             and only the provider holds the private one"
+        );
+    }
 }
