@@ -225,12 +225,14 @@ impl Intake {
         meta.object_id = described.object_id;
 
         // 4. Store durably; only a committed row earns a 2xx.
+        let at_ms = unix_millis(received_at);
         let received = Received {
             event_type: meta.event_type.clone(),
             content_type: header_text(&parts.headers, header::CONTENT_TYPE.as_str()),
             headers: headers_blob(&parts.headers, endpoint.verifier.credential_headers()),
             body,
-            at_ms: unix_millis(received_at),
+            at_ms,
+            dedup_since_ms: endpoint.dedup_window.map(|w| window_start(at_ms, w)),
         };
         let forwards = endpoint.forward.is_some();
         let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, forwards);
@@ -268,6 +270,13 @@ impl Intake {
             Err(_) => Err(Outcome::BodyTimeout),
         }
     }
+}
+
+/// The start of a dedup window of `window` ending at `at_ms` (unix milliseconds): an earlier
+/// event with the key counts as a duplicate only if received at or after it. A window longer
+/// than the clock's past starts before every event.
+fn window_start(at_ms: i64, window: Duration) -> i64 {
+    at_ms.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// What the log line says about the event, once it is known.
@@ -423,6 +432,15 @@ pub const REDACTED: &str = "[redacted]";
 mod tests {
     use super::*;
     use crate::metrics::REQUEST_OUTCOMES;
+
+    #[test]
+    fn the_dedup_window_starts_its_length_before_the_event() {
+        assert_eq!(window_start(10_000, Duration::from_secs(2)), 8_000);
+        assert_eq!(window_start(10_000, Duration::from_millis(1)), 9_999);
+        // A window longer than the clock's past: no overflow, it starts before every event.
+        assert_eq!(window_start(5, Duration::from_secs(u64::MAX)), 5 - i64::MAX);
+        assert_eq!(window_start(i64::MIN + 1, Duration::from_secs(1)), i64::MIN);
+    }
 
     #[test]
     fn every_outcome_label_has_a_series_from_the_start() {

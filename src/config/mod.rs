@@ -15,6 +15,7 @@
 //! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
 //! (which never echo a secret) in `toml_error`.
 
+mod dedup_window;
 mod raw;
 mod toml_error;
 mod validate;
@@ -27,6 +28,7 @@ use std::time::Duration;
 use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
+pub use dedup_window::default_dedup_window;
 use raw::RawConfig;
 use toml_error::toml_message;
 use validate::Validator;
@@ -145,6 +147,11 @@ pub struct Endpoint {
     pub path: String,
     pub verifier: Verifier,
     pub dedup: DedupRule,
+    /// For how long an event makes a later one with the same dedup key a duplicate (the
+    /// `dedup_window` key, else the preset's default). None: no window, any earlier event
+    /// with the key that is still stored is a duplicate; events are pruned after the
+    /// retention, so that is a window of `retention_days`.
+    pub dedup_window: Option<Duration>,
     pub forward: Option<Forward>,
 }
 

@@ -59,6 +59,7 @@ pub(super) struct RawEndpoint {
     pub(super) secret_file: Option<OneOrMany>,
     pub(super) secrets: Option<Vec<String>>,
     pub(super) dedup: Option<String>,
+    pub(super) dedup_window: Option<String>,
     pub(super) tolerance_secs: Option<u64>,
     pub(super) signature: Option<HmacOptions>,
     /// The public URL the provider calls, for providers that sign it (Twilio, Square).

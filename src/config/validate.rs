@@ -300,6 +300,8 @@ impl Validator<'_> {
                  something else (`body-sha256`, `json:/id`)"
             ));
         }
+        let provider = verifier.as_ref().map(Verifier::provider);
+        let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
         let forward = self.forward(at, raw.forward, raw.retry, raw.concurrency);
         if self.problems.len() != before {
             return None;
@@ -309,6 +311,7 @@ impl Validator<'_> {
             path,
             verifier: verifier?,
             dedup: dedup?,
+            dedup_window,
             forward,
         })
     }

@@ -74,6 +74,7 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         headers: b"x: y\r\n".to_vec(),
         body: Bytes::from_static(b"{}"),
         received_at_ms: NOW,
+        dedup_since_ms: None,
         forward: false,
     }
 }

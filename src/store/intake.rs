@@ -1,5 +1,5 @@
 //! Intake's one write: a verified event goes in unless its (endpoint, dedup key) is already
-//! there. [`NewEvent`] can only be built with the verifier's proof; [`dedup_hash`] is what the
+//! there (received within the endpoint's dedup window, if it has one). [`NewEvent`] can only be built with the verifier's proof; [`dedup_hash`] is what the
 //! narrow dedup index holds; the barrier is one statement (`INSERT_UNLESS_KNOWN`), which
 //! `retention.rs` reuses to restore archived events.
 
@@ -23,6 +23,8 @@ pub struct NewEvent {
     pub(super) headers: Vec<u8>,
     pub(super) body: Bytes,
     pub(super) received_at_ms: i64,
+    /// The start of the dedup window (see [`Received::dedup_since_ms`]).
+    pub(super) dedup_since_ms: Option<i64>,
     /// Whether the endpoint forwards: decides `pending` or `stored`.
     pub(super) forward: bool,
 }
@@ -39,6 +41,10 @@ pub struct Received {
     pub body: Bytes,
     /// Unix milliseconds.
     pub at_ms: i64,
+    /// The start of the endpoint's dedup window (unix milliseconds: `at_ms` minus the
+    /// window): an earlier event with the same key is a duplicate only if it was received at
+    /// or after this. None: the endpoint has no window, any earlier event with the key is.
+    pub dedup_since_ms: Option<i64>,
 }
 
 impl NewEvent {
@@ -60,6 +66,7 @@ impl NewEvent {
             headers: received.headers,
             body: received.body,
             received_at_ms: received.at_ms,
+            dedup_since_ms: received.dedup_since_ms,
             forward,
         }
     }
@@ -86,12 +93,14 @@ pub fn dedup_hash(endpoint: &str, dedup_key: &str) -> i64 {
 pub enum Inserted {
     /// A new row, with its id.
     New(i64),
-    /// The (endpoint, dedup key) was already there: the id of the first one.
+    /// The (endpoint, dedup key) was already there (within the window, if the endpoint has
+    /// one): the id of the newest such row.
     Duplicate(i64),
 }
 
 impl Store {
-    /// Stores a verified event unless its (endpoint, dedup key) is already there. The barrier is
+    /// Stores a verified event unless its (endpoint, dedup key) is already there (since the
+    /// window's start, if the endpoint has a window). The barrier is
     /// the insert statement itself (`INSERT_UNLESS_KNOWN`), so concurrent copies cannot
     /// both get in.
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
@@ -102,19 +111,24 @@ impl Store {
 }
 
 /// The dedup barrier, one statement: the row goes in only if no row of the same endpoint
-/// and key exists (found through the narrow `events_dedup` index, then the full key
-/// compared). A statement runs whole under SQLite's write lock, so no other insert, from
-/// this process or another, can come between the check and the insert.
+/// and key, received at or after the window's start (?10; [`NO_WINDOW`] when the endpoint has
+/// none), exists (found through the narrow `events_dedup` index, then the full key and the
+/// received time compared). A statement runs whole under SQLite's write lock, so no other
+/// insert, from this process or another, can come between the check and the insert.
 pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, \
      dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
      next_attempt_at) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE NOT EXISTS \
-     (SELECT 1 FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2)";
+     (SELECT 1 FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2 \
+     AND received_at >= ?10)";
+/// The window start that makes every earlier row of the key count: no window.
+pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint.
 pub(super) const INSERT_PAYLOAD: &str =
     "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)";
-/// The row an (endpoint, key) already has.
-pub(super) const KNOWN: &str =
-    "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2";
+/// The row that made an insert a duplicate: with a window, a key may have several rows (one
+/// per window), so the newest one received at or after the window's start (?4).
+pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 \
+     AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
 pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
     let status = if e.forward {
@@ -123,6 +137,7 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         Status::Stored
     };
     let next = e.forward.then_some(e.received_at_ms);
+    let since = e.dedup_since_ms.unwrap_or(NO_WINDOW);
     let changed = conn.prepare_cached(INSERT_UNLESS_KNOWN)?.execute(params![
         e.endpoint,
         e.dedup_key,
@@ -133,6 +148,7 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         e.received_at_ms,
         status.as_str(),
         next,
+        since,
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
@@ -141,13 +157,15 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         return Ok(Inserted::New(id));
     }
     conn.prepare_cached(KNOWN)?
-        .query_row(params![e.endpoint, e.dedup_key, e.dedup_hash], |r| r.get(0))
+        .query_row(params![e.endpoint, e.dedup_key, e.dedup_hash, since], |r| {
+            r.get(0)
+        })
         .map(Inserted::Duplicate)
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::fixtures::{ids, new_event, temp_db};
+    use super::super::fixtures::{NOW, ids, new_event, temp_db};
     use super::*;
 
     #[test]
@@ -197,6 +215,98 @@ mod tests {
         assert_eq!(ids(&db).len(), 3);
     }
 
+    const MINUTE: i64 = 60_000;
+
+    /// An event of endpoint `a` with key `k`, received `ago` before `NOW`, counting earlier
+    /// ones as duplicates only within `window` (None: no window).
+    fn at(ago: i64, window: Option<i64>) -> NewEvent {
+        let mut event = new_event("a", "k");
+        event.received_at_ms = NOW - ago;
+        event.dedup_since_ms = window.map(|w| event.received_at_ms - w);
+        event
+    }
+
+    #[test]
+    fn the_same_key_inside_the_window_is_a_duplicate() {
+        let (_dir, db) = temp_db();
+        let Inserted::New(first) = insert_event(&db.conn, &at(5 * MINUTE, None)).unwrap() else {
+            panic!("the first event is new");
+        };
+        assert_eq!(
+            insert_event(&db.conn, &at(0, Some(10 * MINUTE))).unwrap(),
+            Inserted::Duplicate(first)
+        );
+        // The window's start itself is inside it.
+        assert_eq!(
+            insert_event(&db.conn, &at(0, Some(5 * MINUTE))).unwrap(),
+            Inserted::Duplicate(first)
+        );
+        assert_eq!(ids(&db), [first]);
+    }
+
+    #[test]
+    fn the_same_key_after_the_window_is_a_new_event() {
+        let (_dir, db) = temp_db();
+        let Inserted::New(first) = insert_event(&db.conn, &at(11 * MINUTE, None)).unwrap() else {
+            panic!("the first event is new");
+        };
+        let Inserted::New(second) = insert_event(&db.conn, &at(0, Some(10 * MINUTE))).unwrap()
+        else {
+            panic!("the earlier event is older than the window: a new event");
+        };
+        assert_ne!(first, second);
+        // A copy of the second, inside the window, is its duplicate, not the first's.
+        assert_eq!(
+            insert_event(&db.conn, &at(0, Some(10 * MINUTE))).unwrap(),
+            Inserted::Duplicate(second)
+        );
+        assert_eq!(ids(&db), [first, second]);
+        // Another key is never held up by this one, window or not.
+        let mut other = at(0, Some(10 * MINUTE));
+        other.dedup_key = "k2".into();
+        other.dedup_hash = dedup_hash("a", "k2");
+        assert!(matches!(
+            insert_event(&db.conn, &other).unwrap(),
+            Inserted::New(_)
+        ));
+    }
+
+    #[test]
+    fn without_a_window_the_same_key_is_a_duplicate_however_old() {
+        let (_dir, db) = temp_db();
+        let year = 365 * 24 * 60 * MINUTE;
+        let Inserted::New(first) = insert_event(&db.conn, &at(year, None)).unwrap() else {
+            panic!("the first event is new");
+        };
+        assert_eq!(
+            insert_event(&db.conn, &at(0, None)).unwrap(),
+            Inserted::Duplicate(first)
+        );
+        assert_eq!(ids(&db), [first]);
+    }
+
+    #[test]
+    fn a_duplicate_answers_the_newest_row_within_the_window() {
+        let (_dir, db) = temp_db();
+        let mut rows = Vec::new();
+        for ago in [30, 20, 10] {
+            match insert_event(&db.conn, &at(ago * MINUTE, Some(5 * MINUTE))).unwrap() {
+                Inserted::New(id) => rows.push(id),
+                other => panic!("{ago} min ago, 10 min apart: {other:?}"),
+            }
+        }
+        assert_eq!(
+            insert_event(&db.conn, &at(8 * MINUTE, Some(5 * MINUTE))).unwrap(),
+            Inserted::Duplicate(rows[2])
+        );
+        // Without a window every row counts, and the newest answers.
+        assert_eq!(
+            insert_event(&db.conn, &at(0, None)).unwrap(),
+            Inserted::Duplicate(rows[2])
+        );
+        assert_eq!(ids(&db), rows);
+    }
+
     #[test]
     fn the_dedup_queries_read_the_narrow_index() {
         let (_dir, db) = temp_db();
@@ -204,9 +314,14 @@ mod tests {
         for (query, args) in [
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", 0],
+                params!["a", "k", 1, none, none, 0, 0, "stored", 0, 0],
             ),
-            (KNOWN, params!["a", "k", 1]),
+            (
+                INSERT_UNLESS_KNOWN,
+                params!["a", "k", 1, none, none, 0, 0, "stored", 0, NO_WINDOW],
+            ),
+            (KNOWN, params!["a", "k", 1, 0]),
+            (KNOWN, params!["a", "k", 1, NO_WINDOW]),
         ] {
             let plan: Vec<String> = db
                 .conn

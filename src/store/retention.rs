@@ -10,7 +10,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::events::{EventDetail, SUMMARY, attempts, detail};
-use super::intake::{INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, dedup_hash};
+use super::intake::{INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, NO_WINDOW, dedup_hash};
 use super::{Db, Status, Store, StoreError, schema, status_column};
 
 /// Which events pruning may remove: delivered and stored ones received before
@@ -123,11 +123,16 @@ impl Db {
     }
 
     /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
-    /// headers, body and received time. The dedup barrier decides: no row yet
-    /// means a new pending row; a finished row (delivered, dead, stored) goes back to pending
-    /// with a fresh schedule, like `events replay`; a pending or delivering row is left alone.
-    /// Never a second row for one key. These events were verified when first received; the
-    /// caller checks that their endpoint still forwards.
+    /// headers, body and received time. The dedup barrier decides, with no dedup window
+    /// whatever the endpoint's: no row yet means a new pending row; a finished row (delivered,
+    /// dead, stored) goes back to pending with a fresh schedule, like `events replay`; a
+    /// pending or delivering row is left alone. Never a second row for one key.
+    ///
+    /// An endpoint with a `dedup_window` may hold several rows of one key (one per window).
+    /// Then the key's notification goes out once more, never once per row: if any of its rows
+    /// is pending or delivering, all are left alone; otherwise only the newest finished one
+    /// goes back to pending. These events were verified when first received; the caller
+    /// checks that their endpoint still forwards.
     pub fn restore(&mut self, events: &[EventDetail], now_ms: i64) -> Result<Restored, StoreError> {
         self.write(|conn| restore(conn, events, now_ms))
     }
@@ -281,18 +286,28 @@ pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
     }
 }
 
+/// Restore's reset of a key already stored (?1 endpoint, ?2 key, ?3 now, ?4 hash): at most
+/// one row, the key's newest finished one, unless another of its rows (with a dedup window, a
+/// key may have several) is already on its way. With one row per key: that row, if finished.
+/// `+status` keeps `status` out of index choice, so both lookups go through `events_dedup`
+/// (with the ORDER BY, SQLite 3.40 would otherwise read every finished row of the endpoint
+/// through `events_queue`).
+const RESET_FINISHED: &str = "UPDATE events SET status = 'pending', attempts = 0, \
+     next_attempt_at = ?3, last_error = NULL, finished_at = NULL \
+     WHERE id = (SELECT id FROM events \
+       WHERE dedup_hash = ?4 AND endpoint = ?1 AND dedup_key = ?2 \
+       AND +status IN ('delivered', 'dead', 'stored') \
+       AND NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?4 AND endpoint = ?1 \
+         AND dedup_key = ?2 AND +status IN ('pending', 'delivering')) \
+       ORDER BY received_at DESC, id DESC LIMIT 1)";
+
 pub(super) fn restore(
     conn: &Connection,
     events: &[EventDetail],
     now_ms: i64,
 ) -> rusqlite::Result<Restored> {
     let mut insert = conn.prepare_cached(INSERT_UNLESS_KNOWN)?;
-    let mut reset = conn.prepare_cached(
-        "UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ?3, \
-         last_error = NULL, finished_at = NULL \
-         WHERE dedup_hash = ?4 AND endpoint = ?1 AND dedup_key = ?2 \
-         AND status IN ('delivered', 'dead', 'stored')",
-    )?;
+    let mut reset = conn.prepare_cached(RESET_FINISHED)?;
     let mut out = Restored::default();
     for e in events {
         let s = &e.summary;
@@ -307,6 +322,7 @@ pub(super) fn restore(
             s.received_at_ms,
             Status::Pending.as_str(),
             now_ms,
+            NO_WINDOW,
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
@@ -458,6 +474,68 @@ mod tests {
                 Status::Pending
             );
         }
+    }
+
+    #[test]
+    fn restoring_a_key_with_several_rows_sends_it_once_more() {
+        // With a dedup window, one key may have a row per window.
+        let (_dir, mut db) = temp_db();
+        let older = row(&db, "a", "k", Status::Delivered, 3);
+        let newer = row(&db, "a", "k", Status::Dead, 2);
+        let archived = EventDetail {
+            summary: EventSummary {
+                id: 999,
+                endpoint: "a".into(),
+                dedup_key: "k".into(),
+                event_type: None,
+                received_at_ms: NOW - 40 * DAY,
+                status: Status::Delivered,
+                attempts: 1,
+                next_attempt_at_ms: None,
+                last_error: None,
+            },
+            content_type: None,
+            headers: Vec::new(),
+            body: b"{}".to_vec(),
+            attempts: Vec::new(),
+        };
+        let events = std::slice::from_ref(&archived);
+        let status = |db: &Db, id| db.event(id).unwrap().unwrap().summary.status;
+        let restored = db.restore(events, NOW).unwrap();
+        assert_eq!(
+            restored,
+            Restored {
+                reset: 1,
+                ..Restored::default()
+            }
+        );
+        assert_eq!(status(&db, newer), Status::Pending, "the newest row");
+        assert_eq!(status(&db, older), Status::Delivered, "only one row");
+        // One of its rows is on its way: none is reset again, and no row is added.
+        assert_eq!(db.restore(events, NOW).unwrap().already_queued, 1);
+        assert_eq!(status(&db, older), Status::Delivered);
+        assert_eq!(ids(&db), [older, newer]);
+    }
+
+    #[test]
+    fn restores_reset_reads_the_narrow_index() {
+        let (_dir, db) = temp_db();
+        let plan: Vec<String> = db
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {RESET_FINISHED}"))
+            .unwrap()
+            .query_map(params!["a", "k", 0, 1], |r| r.get(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert_eq!(
+            plan.matches("USING INDEX events_dedup (dedup_hash=?)")
+                .count(),
+            2,
+            "{plan}"
+        );
+        assert!(!plan.contains("SCAN events"), "{plan}");
     }
 
     #[test]

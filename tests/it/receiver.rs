@@ -476,3 +476,49 @@ async fn an_authorization_header_is_stored_redacted() {
     }
     assert!(wal.exists() || server.db.exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_dedup_window_the_same_body_is_a_new_event_once_the_window_has_passed() {
+    // Pagar.me dedups on the body's SHA-256: the same bytes are the same key.
+    let window = Duration::from_secs(2);
+    let server = TestServer::start("", "dedup_window = \"2s\"").await;
+    let body = payment_body(11);
+    // Stripe's endpoint has no window: its copy after two seconds is still a duplicate.
+    let stripe = br#"{"id":"evt_window","type":"charge.succeeded"}"#;
+    let post_stripe = || async {
+        let headers = stripe_headers(now_secs(), stripe);
+        post(server.addr, "/webhooks/stripe", &headers, stripe)
+            .await
+            .status
+    };
+    let first_sent = Instant::now();
+    assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
+    let reply = post_pagarme(server.addr, &body).await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (200, r#"{"received":true}"#)
+    );
+    // Received at the server within the window of the first: a duplicate.
+    let within = first_sent.elapsed();
+    assert!(within < window, "the copy took {within:?} to send");
+    assert_eq!(server.count_rows(), 1, "a copy inside the window");
+    assert_eq!(post_stripe().await, 200);
+
+    // Once the window has passed since the first, the same body is a new event.
+    let past = window + Duration::from_millis(200);
+    tokio::time::sleep(past.saturating_sub(first_sent.elapsed())).await;
+    assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
+    let pagarme_rows =
+        || -> i64 { server.one("SELECT count(*) FROM events WHERE endpoint = 'pagarme'") };
+    assert_eq!(pagarme_rows(), 2, "a new event after the window");
+    let gap: i64 = server
+        .one("SELECT max(received_at) - min(received_at) FROM events WHERE endpoint = 'pagarme'");
+    assert!(gap > 2000, "received {gap} ms apart");
+    // ...and a copy of it is its duplicate.
+    assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
+    assert_eq!(pagarme_rows(), 2);
+
+    assert_eq!(post_stripe().await, 200);
+    let stripe_rows: i64 = server.one("SELECT count(*) FROM events WHERE endpoint = 'stripe'");
+    assert_eq!(stripe_rows, 1, "no window: a duplicate however late");
+}
