@@ -261,6 +261,8 @@ impl Validator<'_> {
         let settings = Settings {
             hmac: raw.signature.as_ref(),
             public_url: raw.public_url.as_deref(),
+            credential_headers: raw.credential_headers.as_deref(),
+            query_param: raw.query_param.as_deref(),
         };
         let verifier = match Verifier::with_settings(
             &provider,
@@ -991,5 +993,34 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("3 weeks").is_err());
+    }
+
+    #[test]
+    fn credential_headers_and_query_param_belong_to_their_providers() {
+        let cielo = "[[endpoint]]\npath = \"/c\"\nprovider = \"cielo\"\n\
+                     credential_headers = [\"X-Shop-Key\", \"X-Shop-Id\"]\n\
+                     secrets = [\"k\", \"i\"]\n";
+        let config = parse(cielo).unwrap();
+        let verifier = &config.endpoints[0].verifier;
+        assert_eq!(verifier.credential_headers(), ["x-shop-key", "x-shop-id"]);
+        let msg = problems(&cielo.replace("[\"k\", \"i\"]", "[\"k\"]"));
+        assert!(msg.contains("give 2 secret(s), one per header"), "{msg}");
+        let msg = problems(&format!("{MINIMAL}credential_headers = [\"X-Key\"]\n"));
+        assert!(
+            msg.contains("`credential_headers` is only allowed with provider `cielo`"),
+            "{msg}"
+        );
+        let msg = problems(&format!("{MINIMAL}query_param = \"token\"\n"));
+        assert!(msg.contains("`query_param` is only allowed"), "{msg}");
+        let vindi = "[[endpoint]]\npath = \"/v\"\nprovider = \"vindi\"\nsecret = \"t\"\n\
+                     query_param = \"chave\"\n";
+        let signed = parse(vindi).unwrap().endpoints[0]
+            .verifier
+            .sign_request(b"{}", 0, "")
+            .unwrap();
+        assert_eq!(signed.query.as_deref(), Some("chave=t"));
+        // The credential header cannot be the dedup key: it is not stored.
+        let msg = problems(&format!("{cielo}dedup = \"header:x-shop-id\"\n"));
+        assert!(msg.contains("carries this provider's credential"), "{msg}");
     }
 }
