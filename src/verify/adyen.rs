@@ -157,31 +157,22 @@ fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, Ve
 }
 
 /// Each item's `pspReference:eventCode:success`, joined with `,`; the body's SHA-256 when it
-/// is not a standard notification. Runs on a verified request only.
+/// is not a standard notification (no non-empty list of items with those fields: the header
+/// variant's bodies). Either way a function of the body alone, so a resent body gets the same
+/// key. Runs on a verified request only.
 fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
-    let document: Option<Value> = serde_json::from_slice(body).ok();
-    let Some(items) = document.as_ref().and_then(items) else {
-        return Ok(hex::encode(Sha256::digest(body)));
-    };
-    let mut keys = Vec::with_capacity(items.len());
-    for item in items {
-        let item = item.ok_or(DedupError::Custom(
-            "a notification item has no `NotificationRequestItem`".to_string(),
-        ))?;
-        let fields = ["pspReference", "eventCode", "success"].map(|f| text(item, f));
-        match fields {
-            [Some(psp), Some(event), Some(success)] => {
-                keys.push(format!("{psp}:{event}:{success}"))
-            }
-            _ => {
-                return Err(DedupError::Custom(
-                    "a notification item's `pspReference`, `eventCode` or `success` is not a value"
-                        .to_string(),
-                ));
-            }
-        }
+    Ok(item_keys(body).unwrap_or_else(|| hex::encode(Sha256::digest(body))))
+}
+
+fn item_keys(body: &[u8]) -> Option<String> {
+    let document: Value = serde_json::from_slice(body).ok()?;
+    let mut keys = Vec::new();
+    for item in items(&document)? {
+        let [psp, event, success] =
+            ["pspReference", "eventCode", "success"].map(|f| text(item?, f));
+        keys.push(format!("{}:{}:{}", psp?, event?, success?));
     }
-    Ok(keys.join(","))
+    (!keys.is_empty()).then(|| keys.join(","))
 }
 
 pub(super) fn preset() -> Preset {

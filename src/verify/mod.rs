@@ -42,6 +42,9 @@ pub use hmac_scheme::HmacOptions;
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;
 
+/// The key of [`Verifier::without_secrets`].
+const PLACEHOLDER_KEY: &[u8] = b"portaria: secrets not loaded";
+
 /// Secret bytes. `Debug` prints `Secret([redacted])` and there is no `Display`, so a secret
 /// cannot reach a log by accident.
 #[derive(Clone)]
@@ -225,6 +228,24 @@ impl Verifier {
         Ok(Verifier {
             preset,
             keys,
+            tolerance_secs,
+        })
+    }
+
+    /// A verifier for a config loaded without its secrets (the commands that only read the
+    /// database): the provider and its settings are checked as by [`Verifier::with_settings`],
+    /// and the one key is a placeholder that matches no real signature, whatever form the
+    /// provider's keys take (hex, `whsec_`, one per header).
+    pub fn without_secrets(
+        provider: &str,
+        settings: &Settings<'_>,
+        tolerance_secs: Option<u64>,
+    ) -> Result<Verifier, String> {
+        let preset = catalog::preset(provider, settings)?;
+        let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
+        Ok(Verifier {
+            preset,
+            keys: vec![Secret::new(PLACEHOLDER_KEY.to_vec())],
             tolerance_secs,
         })
     }
