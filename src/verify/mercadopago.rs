@@ -21,6 +21,8 @@
 //! - Dedup: the body's `id` (the notification id, stable across retries per the docs);
 //!   `x-request-id`'s behaviour on retries is undocumented, so it is not used.
 //! - QR-code and legacy IPN (`topic`/`resource`) notifications are not signed, and fail here.
+//! - The BODY IS NOT SIGNED (MP's design): only the id, the request id and the time are. Treat
+//!   the body as a hint and fetch the resource by `data.id` from MP's API before acting on it.
 
 use http::HeaderMap;
 
