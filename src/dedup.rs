@@ -1,5 +1,6 @@
 //! How the dedup key of a verified request is derived: the rules an endpoint can name in its
-//! config (`body-sha256`, `header:<name>`, `json:<pointer>`) and the extraction itself.
+//! config (`body-sha256`, `header:<name>`, `json:<pointer>`), the keys a provider preset
+//! derives itself ([`CustomKey`]), and the extraction itself.
 //!
 //! A rule that cannot produce a key fails (the request gets a 400) rather than falling back to
 //! another rule: a silent fallback would make two deliveries of one event look different, or
@@ -22,7 +23,35 @@ pub enum DedupRule {
     Header(HeaderName),
     /// A string or number in a JSON body, addressed by a JSON pointer (RFC 6901), e.g. `/id`.
     JsonPointer(String),
+    /// A key a provider preset derives itself, when no single field names the event (Adyen:
+    /// every item's `pspReference`, `eventCode` and `success`). A preset's default only: a
+    /// config cannot spell it, and names one of the other rules to override it.
+    Custom(CustomKey),
 }
+
+/// A preset's own key function, with the name the rule is shown by.
+#[derive(Clone, Copy)]
+pub struct CustomKey {
+    /// Shown where the rule is, e.g. `adyen-items`; the identity of the rule.
+    pub name: &'static str,
+    pub key: fn(&HeaderMap, &[u8]) -> Result<String, DedupError>,
+}
+
+impl fmt::Debug for CustomKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CustomKey({})", self.name)
+    }
+}
+
+/// Two custom keys are the same rule when they have the same name (function addresses are
+/// not a reliable identity).
+impl PartialEq for CustomKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for CustomKey {}
 
 /// Why no key could be derived. The text is the body of the 400 answer.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -35,6 +64,9 @@ pub enum DedupError {
     HeaderNotText(String),
     #[error("body is not JSON")]
     NotJson,
+    /// A custom key's own explanation.
+    #[error("{0}")]
+    Custom(String),
     #[error("no value at `{0}`")]
     NoValue(String),
     #[error("value at `{0}` is not a string or number")]
@@ -52,6 +84,7 @@ impl DedupRule {
             DedupRule::BodySha256 => hex::encode(Sha256::digest(body)),
             DedupRule::Header(name) => header_key(headers, name)?,
             DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
+            DedupRule::Custom(custom) => (custom.key)(headers, body)?,
         };
         if key.is_empty() {
             return Err(DedupError::Empty);
@@ -139,6 +172,7 @@ impl fmt::Display for DedupRule {
             DedupRule::BodySha256 => f.write_str("body-sha256"),
             DedupRule::Header(name) => write!(f, "header:{name}"),
             DedupRule::JsonPointer(pointer) => write!(f, "json:{pointer}"),
+            DedupRule::Custom(custom) => f.write_str(custom.name),
         }
     }
 }
@@ -269,6 +303,45 @@ mod tests {
             rule("header:Webhook-Id"),
             DedupRule::Header(HeaderName::from_static("webhook-id"))
         );
+    }
+
+    fn first_byte(_: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
+        match body.first() {
+            Some(byte) => Ok(format!("byte-{byte}")),
+            None => Err(DedupError::Custom("the body is empty".to_string())),
+        }
+    }
+
+    #[test]
+    fn a_custom_key_runs_its_function_under_the_same_limits() {
+        let custom = DedupRule::Custom(CustomKey {
+            name: "first-byte",
+            key: first_byte,
+        });
+        let h = HeaderMap::new();
+        assert_eq!(custom.extract(&h, b"A").as_deref(), Ok("byte-65"));
+        assert_eq!(
+            custom.extract(&h, b"").unwrap_err().to_string(),
+            "the body is empty"
+        );
+        assert_eq!(custom.to_string(), "first-byte");
+        assert_eq!(format!("{custom:?}"), "Custom(CustomKey(first-byte))");
+        // The name is its identity; a config cannot name one.
+        let renamed = DedupRule::Custom(CustomKey {
+            name: "other",
+            key: first_byte,
+        });
+        assert_ne!(custom, renamed);
+        assert!("first-byte".parse::<DedupRule>().is_err());
+        let long = DedupRule::Custom(CustomKey {
+            name: "long",
+            key: |_, body| Ok(String::from_utf8_lossy(body).into_owned()),
+        });
+        assert_eq!(
+            long.extract(&h, "a".repeat(MAX_KEY_BYTES + 1).as_bytes()),
+            Err(DedupError::TooLong)
+        );
+        assert_eq!(long.extract(&h, b""), Err(DedupError::Empty));
     }
 
     #[test]

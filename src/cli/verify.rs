@@ -238,6 +238,11 @@ fn failure(endpoint: &Endpoint, error: &VerifyError, at: i64) -> String {
             "no `{name}` header: {provider} sends it with every delivery, and portaria answers \
              401 without it (is this a capture of a {provider} delivery, for this endpoint?)"
         ),
+        VerifyError::MissingQuery(name) => format!(
+            "no `{name}` query parameter: {provider} carries its credential there, and \
+             portaria answers 401 without it (the request line of the capture must keep the \
+             query string the provider called)"
+        ),
         VerifyError::Malformed(what) => {
             format!("malformed signature: {what}; portaria answers 401")
         }

@@ -64,6 +64,10 @@ pub(super) struct RawEndpoint {
     pub(super) signature: Option<HmacOptions>,
     /// The public URL the provider calls, for providers that sign it (Twilio, Square).
     pub(super) public_url: Option<String>,
+    /// Cielo: the custom headers holding the credential, one secret each in the same order.
+    pub(super) credential_headers: Option<Vec<String>>,
+    /// Vindi, Efí: the query parameter holding the secret.
+    pub(super) query_param: Option<String>,
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,

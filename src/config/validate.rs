@@ -251,23 +251,22 @@ impl Validator<'_> {
         };
         let secrets = self.secrets(at, given, raw.secrets, true);
         // With no usable secret (`secrets` has reported why, so this endpoint is refused
-        // below), check the provider and its options with a stand-in, so that every problem
-        // shows in one run.
-        let checked_with = if secrets.is_empty() {
-            vec![PLACEHOLDER_SECRET.to_string()]
-        } else {
-            secrets
-        };
+        // below), or none loaded (`Secrets::Skip`), check the provider and its options with a
+        // stand-in key of whatever form the provider needs, so that every problem shows in one
+        // run.
+        let stand_in = secrets.is_empty() || self.secrets == Secrets::Skip;
         let settings = Settings {
             hmac: raw.signature.as_ref(),
             public_url: raw.public_url.as_deref(),
+            credential_headers: raw.credential_headers.as_deref(),
+            query_param: raw.query_param.as_deref(),
         };
-        let verifier = match Verifier::with_settings(
-            &provider,
-            &settings,
-            &checked_with,
-            raw.tolerance_secs,
-        ) {
+        let built = if stand_in {
+            Verifier::without_secrets(&provider, &settings, raw.tolerance_secs)
+        } else {
+            Verifier::with_settings(&provider, &settings, &secrets, raw.tolerance_secs)
+        };
+        let verifier = match built {
             Ok(v) => {
                 if raw.tolerance_secs.is_some() && !v.signs_timestamp() {
                     self.warnings.push(format!(
@@ -994,5 +993,50 @@ mod tests {
         assert!(parse_duration("10").is_err());
         assert!(parse_duration("s").is_err());
         assert!(parse_duration("3 weeks").is_err());
+    }
+
+    #[test]
+    fn credential_headers_and_query_param_belong_to_their_providers() {
+        let cielo = "[[endpoint]]\npath = \"/c\"\nprovider = \"cielo\"\n\
+                     credential_headers = [\"X-Shop-Key\", \"X-Shop-Id\"]\n\
+                     secrets = [\"k\", \"i\"]\n";
+        let config = parse(cielo).unwrap();
+        let verifier = &config.endpoints[0].verifier;
+        assert_eq!(verifier.credential_headers(), ["x-shop-key", "x-shop-id"]);
+        let msg = problems(&cielo.replace("[\"k\", \"i\"]", "[\"k\"]"));
+        assert!(msg.contains("give 2 secret(s), one per header"), "{msg}");
+        let msg = problems(&format!("{MINIMAL}credential_headers = [\"X-Key\"]\n"));
+        assert!(
+            msg.contains("`credential_headers` is only allowed with provider `cielo`"),
+            "{msg}"
+        );
+        let msg = problems(&format!("{MINIMAL}query_param = \"token\"\n"));
+        assert!(msg.contains("`query_param` is only allowed"), "{msg}");
+        let vindi = "[[endpoint]]\npath = \"/v\"\nprovider = \"vindi\"\nsecret = \"t\"\n\
+                     query_param = \"chave\"\n";
+        let signed = parse(vindi).unwrap().endpoints[0]
+            .verifier
+            .sign_request(b"{}", 0, "")
+            .unwrap();
+        assert_eq!(signed.query.as_deref(), Some("chave=t"));
+        // Without its secrets (the database commands), a config with a hex key and a header set
+        // still loads, and verifies nothing.
+        let text = format!(
+            "{cielo}[[endpoint]]\npath = \"/a\"\nprovider = \"adyen\"\n\
+             secret_env = \"PORTARIA_TEST_SURELY_UNSET_VAR\"\n"
+        );
+        let source = Source::File(std::path::PathBuf::from("/srv/portaria/portaria.toml"));
+        let config = Config::parse_with(&text, source, Secrets::Skip);
+        let config = config.unwrap();
+        let cielo_verifier = &config.endpoints[0].verifier;
+        let h: http::HeaderMap = [("x-shop-key", "k"), ("x-shop-id", "i")]
+            .into_iter()
+            .map(|(n, v)| (http::HeaderName::from_static(n), v.parse().unwrap()))
+            .collect();
+        assert!(cielo_verifier.verify(&h, b"{}", 0).is_err());
+        assert_eq!(config.endpoints[1].verifier.provider(), "adyen");
+        // The credential header cannot be the dedup key: it is not stored.
+        let msg = problems(&format!("{cielo}dedup = \"header:x-shop-id\"\n"));
+        assert!(msg.contains("carries this provider's credential"), "{msg}");
     }
 }

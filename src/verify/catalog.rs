@@ -12,8 +12,8 @@ use http::HeaderName;
 
 use super::hmac_scheme::HmacScheme;
 use super::{
-    DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, github, pagarme, plowf,
-    relya, standard_webhooks, stripe,
+    DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas, cielo,
+    efi, github, mercadopago, pagarme, pagbank, plowf, relya, standard_webhooks, stripe, vindi,
 };
 use crate::dedup::DedupRule;
 
@@ -23,6 +23,13 @@ pub const PROVIDERS: &[&str] = &[
     "plowf",
     "pagarme",
     "relya",
+    "mercadopago",
+    "pagbank",
+    "asaas",
+    "cielo",
+    "vindi",
+    "efi",
+    "adyen",
     // (Brazilian gateways: new names above this line.)
     //
     // SaaS and international gateways.
@@ -46,6 +53,16 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
             "a `signature` table is only allowed with provider `hmac`, not `{provider}`"
         ));
     }
+    if provider != "cielo" && settings.credential_headers.is_some() {
+        return Err(format!(
+            "`credential_headers` is only allowed with provider `cielo`, not `{provider}`"
+        ));
+    }
+    if !matches!(provider, "vindi" | "efi") && settings.query_param.is_some() {
+        return Err(format!(
+            "`query_param` is only allowed with providers `vindi` and `efi`, not `{provider}`"
+        ));
+    }
     match provider {
         "plowf" => Ok(plowf::preset()),
         "pagarme" => Ok(pagarme::preset()),
@@ -53,6 +70,13 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         "stripe" => Ok(stripe::preset()),
         "standard-webhooks" => Ok(standard_webhooks::preset(false)),
         "svix" => Ok(standard_webhooks::preset(true)),
+        "mercadopago" => Ok(mercadopago::preset()),
+        "pagbank" => Ok(pagbank::preset()),
+        "asaas" => Ok(asaas::preset()),
+        "cielo" => cielo::preset(settings),
+        "vindi" => Ok(vindi::preset(settings)),
+        "efi" => Ok(efi::preset(settings)),
+        "adyen" => Ok(adyen::preset()),
         // (Brazilian gateways: new arms above this line.)
         //
         "github" => Ok(github::preset()),
@@ -95,6 +119,24 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
     /// secret (an asymmetric scheme).
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed>;
 
+    /// [`Scheme::sign`] for a scheme whose one credential spans every configured secret
+    /// (Cielo's custom headers, one secret each); the others sign with the first.
+    fn sign_with_keys(
+        &self,
+        keys: &[Secret],
+        body: &[u8],
+        now: i64,
+        delivery_id: &str,
+    ) -> Option<Signed> {
+        self.sign(keys.first()?, body, now, delivery_id)
+    }
+
+    /// Refuses a number of secrets the scheme cannot use (a config error, said in a sentence).
+    /// Most schemes take any number: each secret is an alternative.
+    fn check_keys(&self, _count: usize) -> Result<(), String> {
+        Ok(())
+    }
+
     /// Whether a timestamp is part of what is signed, so that a tolerance means something.
     fn signs_timestamp(&self) -> bool {
         false
@@ -136,7 +178,6 @@ pub(super) enum KeyFormat {
     /// The string's UTF-8 bytes, as given (Stripe's `whsec_` too).
     Utf8,
     /// Hex, decoded (Adyen's HMAC key).
-    #[allow(dead_code)] // for presets whose key is hex
     Hex,
     /// `whsec_` and base64 (Standard Webhooks, Svix).
     StandardWebhooks,
@@ -203,13 +244,11 @@ impl Preset {
         self
     }
 
-    #[allow(dead_code)] // used by presets that authenticate with a static credential
     pub(super) fn credential_headers(mut self, names: Vec<HeaderName>) -> Self {
         self.credential_headers = names;
         self
     }
 
-    #[allow(dead_code)] // used by presets whose provider expects a particular answer
     pub(super) fn ack(mut self, body: &'static str) -> Self {
         self.ack = Some(body);
         self

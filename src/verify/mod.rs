@@ -12,14 +12,22 @@
 //! timestamp, and a `StaleTimestamp` in the log means a genuine delivery that came late or was
 //! replayed (usually clock skew), which is worth telling apart from a forgery.
 
+pub mod adyen;
+pub mod asaas;
 pub mod catalog;
+pub mod cielo;
+pub mod credential;
+pub mod efi;
 pub mod github;
 pub mod hmac_scheme;
+pub mod mercadopago;
 pub mod pagarme;
+pub mod pagbank;
 pub mod plowf;
 pub mod relya;
 pub mod standard_webhooks;
 pub mod stripe;
+pub mod vindi;
 
 use std::fmt;
 
@@ -33,6 +41,9 @@ pub use hmac_scheme::HmacOptions;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;
+
+/// The key of [`Verifier::without_secrets`].
+const PLACEHOLDER_KEY: &[u8] = b"portaria: secrets not loaded";
 
 /// Secret bytes. `Debug` prints `Secret([redacted])` and there is no `Display`, so a secret
 /// cannot reach a log by accident.
@@ -116,6 +127,12 @@ pub struct Settings<'a> {
     /// query the provider was given), for providers that sign it (Twilio, Square). Behind a
     /// tunnel the local request's host is not it.
     pub public_url: Option<&'a str>,
+    /// `credential_headers`: the headers holding a merchant-chosen credential, one secret each
+    /// in the same order (Cielo).
+    pub credential_headers: Option<&'a [String]>,
+    /// `query_param`: the query parameter holding the secret, for providers that put it in
+    /// the URL (Vindi's default `token`, Efí's `hmac`).
+    pub query_param: Option<&'a str>,
 }
 
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
@@ -148,6 +165,9 @@ impl Verified {
 pub enum VerifyError {
     #[error("missing signature header `{0}`")]
     MissingHeader(String),
+    /// A scheme that reads a secret from the query string found no such parameter.
+    #[error("missing query parameter `{0}`")]
+    MissingQuery(String),
     #[error("malformed signature header: {0}")]
     Malformed(String),
     #[error("signature does not match")]
@@ -203,10 +223,29 @@ impl Verifier {
             };
             keys.push(Secret::new(key));
         }
+        preset.scheme.check_keys(keys.len())?;
         let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
         Ok(Verifier {
             preset,
             keys,
+            tolerance_secs,
+        })
+    }
+
+    /// A verifier for a config loaded without its secrets (the commands that only read the
+    /// database): the provider and its settings are checked as by [`Verifier::with_settings`],
+    /// and the one key is a placeholder that matches no real signature, whatever form the
+    /// provider's keys take (hex, `whsec_`, one per header).
+    pub fn without_secrets(
+        provider: &str,
+        settings: &Settings<'_>,
+        tolerance_secs: Option<u64>,
+    ) -> Result<Verifier, String> {
+        let preset = catalog::preset(provider, settings)?;
+        let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
+        Ok(Verifier {
+            preset,
+            keys: vec![Secret::new(PLACEHOLDER_KEY.to_vec())],
             tolerance_secs,
         })
     }
@@ -300,8 +339,9 @@ impl Verifier {
     /// when the scheme cannot be signed with a shared secret.
     pub fn sign_request(&self, body: &[u8], now_unix: i64, delivery_id: &str) -> Option<Signed> {
         // `new` refuses an empty list, so there is always a first key.
-        let key = self.keys.first()?;
-        self.preset.scheme.sign(key, body, now_unix, delivery_id)
+        self.preset
+            .scheme
+            .sign_with_keys(&self.keys, body, now_unix, delivery_id)
     }
 }
 
@@ -610,8 +650,8 @@ mod tests {
         };
         assert_eq!(
             err("foo", None, &one),
-            "unknown provider `foo` (known: plowf, pagarme, relya, stripe, standard-webhooks, \
-             svix, github, hmac)"
+            "unknown provider `foo` (known: plowf, pagarme, relya, mercadopago, pagbank, asaas, \
+             cielo, vindi, efi, adyen, stripe, standard-webhooks, svix, github, hmac)"
         );
         assert!(err("hmac", None, &one).contains("needs a `signature` table"));
         let options = options_for("hmac").unwrap();

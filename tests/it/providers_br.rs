@@ -1,4 +1,529 @@
 //! Brazilian gateways end to end: the real server, each preset's requests, oracles where a library exists.
 
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use portaria::verify::Verifier;
+use serde_json::json;
+use sha2::{Digest, Sha256};
+
 #[allow(unused_imports)]
 use crate::support::*;
+
+const MP_SECRET: &str = "mp-secret-signature";
+const PAGBANK_TOKEN: &str = "PAGBANK-TOKEN-1";
+const ASAAS_TOKEN: &str = "asaas-token-Zq81vX";
+const CIELO_KEY: &str = "cielo-key-Hh27wR";
+const CIELO_ID: &str = "cielo-id-Pp93mT";
+const VINDI_BASIC: &str = "vindi:s3nh@-Kk40";
+const VINDI_TOKEN: &str = "vindi-token-Jj55";
+const EFI_SECRET: &str = "efi-hmac-Ll66nB";
+const ADYEN_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+
+/// One endpoint per preset; `extra` is added to the end (server tables must come first).
+fn config(db: &Path, extra: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[storage]
+path = "{db}"
+
+[[endpoint]]
+path = "/webhooks/mercadopago"
+provider = "mercadopago"
+secret = "{MP_SECRET}"
+
+[[endpoint]]
+path = "/webhooks/pagbank"
+provider = "pagbank"
+secret = "{PAGBANK_TOKEN}"
+
+[[endpoint]]
+path = "/webhooks/asaas"
+provider = "asaas"
+secret = "{ASAAS_TOKEN}"
+
+[[endpoint]]
+path = "/webhooks/cielo"
+provider = "cielo"
+credential_headers = ["X-Shop-Key", "X-Shop-Id"]
+secrets = ["{CIELO_KEY}", "{CIELO_ID}"]
+
+[[endpoint]]
+path = "/webhooks/vindi"
+provider = "vindi"
+secrets = ["{VINDI_BASIC}", "{VINDI_TOKEN}"]
+
+[[endpoint]]
+path = "/webhooks/efi"
+provider = "efi"
+secret = "{EFI_SECRET}"
+
+[[endpoint]]
+path = "/webhooks/adyen"
+provider = "adyen"
+secret = "{ADYEN_KEY}"
+{extra}
+"#,
+        db = db.display()
+    )
+}
+
+async fn start() -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let text = config(&db, "");
+    TestServer::start_with(dir, db, &text).await
+}
+
+fn count(server: &TestServer, endpoint: &str) -> i64 {
+    server.one(&format!(
+        "SELECT count(*) FROM events WHERE endpoint = '{endpoint}'"
+    ))
+}
+
+/// Posts the same request twice (200 both times, stored once: one row more for `endpoint`
+/// at most), then `tampered` (401, nothing stored).
+async fn accepted_once_and_tampered_refused(
+    server: &TestServer,
+    endpoint: &str,
+    path: &str,
+    headers: &[(String, String)],
+    body: &[u8],
+    tampered: (&str, &[(String, String)], &[u8]),
+) {
+    let before = count(server, endpoint);
+    for _ in 0..2 {
+        let reply = post(server.addr, path, headers, body).await;
+        assert_eq!(reply.status, 200, "{endpoint}: {}", reply.body);
+    }
+    let after = count(server, endpoint);
+    assert!(
+        after == before + 1 || after == before && before > 0,
+        "{endpoint}: {after}"
+    );
+    let (path, headers, body) = tampered;
+    let reply = post(server.addr, path, headers, body).await;
+    assert_eq!(reply.status, 401, "{endpoint} tampered: {}", reply.body);
+    assert_eq!(count(server, endpoint), after, "{endpoint}");
+}
+
+fn mp_headers(signature: &str, request_id: &str) -> Vec<(String, String)> {
+    vec![
+        h("content-type", "application/json"),
+        h("x-signature", signature),
+        h("x-request-id", request_id),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mercadopago_signed_as_the_sdk_checks_it_is_stored_once() {
+    let server = start().await;
+    let ts = now_secs().to_string();
+    let request_id = "2066ca19-c6f1-498a-be75-1923005edd06";
+    let body = br#"{"action":"payment.updated","api_version":"v1","data":{"id":"123456"},"id":987654,"live_mode":false,"type":"payment"}"#;
+    let manifest = format!("id:123456;request-id:{request_id};ts:{ts};");
+    let signature = format!("ts={ts},v1={}", hmac_hex(MP_SECRET, &[manifest.as_bytes()]));
+    let oracle = |signature: &str, data_id: &str| {
+        crate::oracle::run(
+            "mercadopago_validate.py",
+            &json!({"secret": MP_SECRET, "x_signature": signature,
+                    "x_request_id": request_id, "data_id": data_id}),
+        )
+    };
+    if let Some(answer) = oracle(&signature, "123456") {
+        assert_eq!(answer["valid"], true, "{answer}");
+        assert_eq!(oracle(&signature, "123457").unwrap()["valid"], false);
+    }
+    let headers = mp_headers(&signature, request_id);
+    accepted_once_and_tampered_refused(
+        &server,
+        "mercadopago",
+        "/webhooks/mercadopago?data.id=123456&type=payment",
+        &headers,
+        body,
+        (
+            "/webhooks/mercadopago?data.id=123457&type=payment",
+            &headers,
+            body,
+        ),
+    )
+    .await;
+    let key: String = server.one("SELECT dedup_key FROM events WHERE endpoint = 'mercadopago'");
+    assert_eq!(key, "987654");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mercadopago_signatures_portaria_makes_pass_the_sdk() {
+    // What `portaria send` would add: headers and a `data.id` query string.
+    let v = Verifier::new("mercadopago", None, &[MP_SECRET.to_string()], None).unwrap();
+    let body = br#"{"data":{"id":"ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"},"id":1,"type":"order"}"#;
+    let signed = v.sign_request(body, now_secs(), "req-1").unwrap();
+    assert_eq!(
+        signed.query.as_deref(),
+        Some("data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3")
+    );
+    let answer = crate::oracle::run(
+        "mercadopago_validate.py",
+        &json!({"secret": MP_SECRET, "x_signature": signed.headers[0].1,
+                "x_request_id": "req-1", "data_id": "ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"}),
+    );
+    if let Some(answer) = answer {
+        assert_eq!(answer["valid"], true, "{answer}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pagbank_plain_digest_is_stored_once() {
+    let server = start().await;
+    let body = br#"{"id":"ORDE_9F1","charges":[{"id":"CHAR_1","status":"PAID"}]}"#;
+    let digest = |body: &[u8]| {
+        let mut hasher = Sha256::new();
+        hasher.update(format!("{PAGBANK_TOKEN}-").as_bytes());
+        hasher.update(body);
+        hex::encode(hasher.finalize())
+    };
+    let headers = vec![
+        h("content-type", "application/json"),
+        h("x-authenticity-token", digest(body)),
+    ];
+    let mut changed = body.to_vec();
+    changed[10] ^= 1;
+    accepted_once_and_tampered_refused(
+        &server,
+        "pagbank",
+        "/webhooks/pagbank",
+        &headers,
+        body,
+        ("/webhooks/pagbank", &headers, &changed),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asaas_and_cielo_credentials_admit_and_refuse() {
+    let server = start().await;
+    let body = br#"{"id":"evt_6f3c1","event":"PAYMENT_RECEIVED","payment":{"id":"pay_1"}}"#;
+    let good = vec![h("asaas-access-token", ASAAS_TOKEN)];
+    let wrong = vec![h("asaas-access-token", "asaas-token-Zq81vY")];
+    accepted_once_and_tampered_refused(
+        &server,
+        "asaas",
+        "/webhooks/asaas",
+        &good,
+        body,
+        ("/webhooks/asaas", &wrong, body),
+    )
+    .await;
+    let missing = post(server.addr, "/webhooks/asaas", &[], body).await;
+    assert_eq!(missing.status, 401);
+
+    let body = br#"{"PaymentId":"24bc8366-fc31-4d6c-8555-17049a836a07","ChangeType":1}"#;
+    let good = vec![h("X-Shop-Key", CIELO_KEY), h("X-Shop-Id", CIELO_ID)];
+    let one_wrong = vec![h("X-Shop-Key", CIELO_KEY), h("X-Shop-Id", CIELO_KEY)];
+    accepted_once_and_tampered_refused(
+        &server,
+        "cielo",
+        "/webhooks/cielo",
+        &good,
+        body,
+        ("/webhooks/cielo", &one_wrong, body),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vindi_takes_basic_or_the_token_and_efi_its_hmac_parameter() {
+    let server = start().await;
+    let body = br#"{"event":{"type":"bill_paid","created_at":"2026-11-30T08:00:00.000-03:00","data":{"bill":{"id":7}}}}"#;
+    let basic = vec![h(
+        "authorization",
+        format!("Basic {}", STANDARD.encode(VINDI_BASIC)),
+    )];
+    let wrong = vec![h(
+        "authorization",
+        format!("Basic {}", STANDARD.encode("vindi:s3nh@-Kk41")),
+    )];
+    accepted_once_and_tampered_refused(
+        &server,
+        "vindi",
+        "/webhooks/vindi",
+        &basic,
+        body,
+        ("/webhooks/vindi", &wrong, body),
+    )
+    .await;
+    let path = format!("/webhooks/vindi?token={VINDI_TOKEN}");
+    let other = br#"{"event":{"type":"bill_created","data":{"bill":{"id":8}}}}"#;
+    assert_eq!(post(server.addr, &path, &[], other).await.status, 200);
+    assert_eq!(count(&server, "vindi"), 2);
+    let bad = post(
+        server.addr,
+        "/webhooks/vindi?token=vindi-token-Jj56",
+        &[],
+        other,
+    )
+    .await;
+    assert_eq!(bad.status, 401);
+
+    // Registered as `...?hmac=<secret>&ignorar=`, Efí calls it with `/pix` in `ignorar`.
+    let body = br#"{"pix":[{"endToEndId":"E09089356202611300800abcdef1234","txid":"7978c0c97ea847e78e8849634473c1f1","valor":"110.00"}]}"#;
+    let path = format!("/webhooks/efi?hmac={EFI_SECRET}&ignorar=/pix");
+    accepted_once_and_tampered_refused(
+        &server,
+        "efi",
+        &path,
+        &[h("content-type", "application/json")],
+        body,
+        ("/webhooks/efi?hmac=efi-hmac-Ll66nC&ignorar=/pix", &[], body),
+    )
+    .await;
+    let key: String = server.one("SELECT dedup_key FROM events WHERE endpoint = 'efi'");
+    assert_eq!(key, "E09089356202611300800abcdef1234");
+}
+
+/// A NotificationRequestItem without its signature.
+fn adyen_item(psp: &str, event: &str, value: i64) -> serde_json::Value {
+    json!({
+        "amount": {"currency": "BRL", "value": value},
+        "eventCode": event,
+        "eventDate": "2026-11-30T08:00:00+01:00",
+        "merchantAccountCode": "PortariaBR",
+        "merchantReference": format!("order-{psp}"),
+        "paymentMethod": "pix",
+        "pspReference": psp,
+        "reason": "",
+        "success": "true"
+    })
+}
+
+/// The item with the signature Adyen's library computes (None when it is not installed).
+fn adyen_signed(item: serde_json::Value) -> Option<serde_json::Value> {
+    let answer = crate::oracle::run("adyen_hmac.py", &json!({"key": ADYEN_KEY, "item": item}))?;
+    let mut item = item;
+    item["additionalData"] = json!({"hmacSignature": answer["signature"]});
+    Some(json!({"NotificationRequestItem": item}))
+}
+
+fn adyen_body(items: &[serde_json::Value]) -> Vec<u8> {
+    json!({"live": "false", "notificationItems": items})
+        .to_string()
+        .into_bytes()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
+    let Some(first) = adyen_signed(adyen_item("QFQTPCQ8HXSKGK82", "AUTHORISATION", 12990)) else {
+        return;
+    };
+    let second = adyen_signed(adyen_item("ZX9LK2M4N6P8Q0R2", "CAPTURE", 500)).unwrap();
+    let server = start().await;
+    let body = adyen_body(&[first.clone(), second.clone()]);
+    let answer = crate::oracle::run(
+        "adyen_hmac.py",
+        &json!({"key": ADYEN_KEY, "notification": serde_json::from_slice::<serde_json::Value>(&body).unwrap()}),
+    )
+    .unwrap();
+    assert_eq!(answer["valid"], true, "the library agrees: {answer}");
+    let headers = vec![h("content-type", "application/json")];
+    let reply = post(server.addr, "/webhooks/adyen", &headers, &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.body, "[accepted]");
+    assert_eq!(count(&server, "adyen"), 1);
+    let mut bad = second;
+    bad["NotificationRequestItem"]["amount"]["value"] = json!(501);
+    let tampered = adyen_body(&[first, bad]);
+    accepted_once_and_tampered_refused(
+        &server,
+        "adyen",
+        "/webhooks/adyen",
+        &headers,
+        &body,
+        ("/webhooks/adyen", &headers, &tampered),
+    )
+    .await;
+    let key: String = server.one("SELECT dedup_key FROM events WHERE endpoint = 'adyen'");
+    assert_eq!(
+        key,
+        "QFQTPCQ8HXSKGK82:AUTHORISATION:true,ZX9LK2M4N6P8Q0R2:CAPTURE:true"
+    );
+
+    // The header variant (Balance Platform, Management API): over the raw body.
+    let payload = r#"{"type":"balancePlatform.accountHolder.created","environment":"test","data":{"accountHolder":{"id":"AH3227C223222C5GXQXF658WB"}}}"#;
+    let answer = crate::oracle::run(
+        "adyen_hmac.py",
+        &json!({"key": ADYEN_KEY, "payload": payload}),
+    )
+    .unwrap();
+    let signature = answer["signature"].as_str().unwrap().to_string();
+    let headers = vec![
+        h("content-type", "application/json"),
+        h("HmacSignature", signature.as_str()),
+    ];
+    let changed = payload.replace("test", "live");
+    accepted_once_and_tampered_refused(
+        &server,
+        "adyen",
+        "/webhooks/adyen",
+        &headers,
+        payload.as_bytes(),
+        ("/webhooks/adyen", &headers, changed.as_bytes()),
+    )
+    .await;
+    assert_eq!(count(&server, "adyen"), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_preset_accepts_what_portaria_signs() {
+    // What `portaria send` sends: `Verifier::sign_request`'s headers and query string.
+    let server = start().await;
+    let text = std::fs::read_to_string(server.config_path()).unwrap();
+    let config = portaria::config::Config::parse(
+        &text,
+        portaria::config::Source::File(server.config_path()),
+    )
+    .unwrap();
+    for (n, endpoint) in config.endpoints.iter().enumerate() {
+        let body = format!(
+            r#"{{"id":"evt_{n}","data":{{"id":"d{n}"}},"pix":[{{"endToEndId":"E{n}"}}],"notificationItems":[]}}"#
+        );
+        let signed = endpoint
+            .verifier
+            .sign_request(body.as_bytes(), now_secs(), "dlv-1")
+            .unwrap();
+        let path = match &signed.query {
+            Some(query) => format!("{}?{query}", endpoint.path),
+            None => endpoint.path.clone(),
+        };
+        let reply = post(server.addr, &path, &signed.headers, body.as_bytes()).await;
+        assert_eq!(reply.status, 200, "{}: {}", endpoint.name, reply.body);
+    }
+    assert_eq!(server.count_rows(), config.endpoints.len() as i64);
+}
+
+/// A forward command that dumps its stdin and its whole environment.
+fn dumper(dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("dump.sh");
+    let script = format!(
+        "#!/bin/sh\ncat > '{d}/stdin.'\"$PORTARIA_EVENT_ID\"\nenv > '{d}/env.'\"$PORTARIA_EVENT_ID\"\n",
+        d = dir.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn asaas_and_cielo_credentials_are_stored_logged_and_forwarded_nowhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let dump = dumper(dir.path());
+    let forward = format!("forward = {{ command = [\"{}\"] }}", dump.display());
+    // The asaas token comes from the environment, which the forward command must not see.
+    let text = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[storage]
+path = "{db}"
+
+[[endpoint]]
+path = "/webhooks/asaas"
+provider = "asaas"
+secret_env = "PORTARIA_TEST_ASAAS_TOKEN"
+{forward}
+
+[[endpoint]]
+path = "/webhooks/cielo"
+provider = "cielo"
+credential_headers = ["X-Shop-Key", "X-Shop-Id"]
+secrets = ["{CIELO_KEY}", "{CIELO_ID}"]
+{forward}
+"#,
+        db = db.display()
+    );
+    let config = dir.path().join("portaria.toml");
+    std::fs::write(&config, text).unwrap();
+    let mut serve = portaria();
+    serve
+        .env("RUST_LOG", "trace")
+        .env("PORTARIA_TEST_ASAAS_TOKEN", ASAAS_TOKEN)
+        .args(["serve", "--config"])
+        .arg(&config);
+    let mut server = Process::spawn_command(serve).await;
+
+    let asaas = br#"{"id":"evt_1","event":"PAYMENT_CONFIRMED"}"#;
+    let cielo = br#"{"PaymentId":"5fb4d606-bb63-4423-af02-4bdcd3b8bd7e","ChangeType":1}"#;
+    let token = [h("asaas-access-token", ASAAS_TOKEN)];
+    let reply = post(server.addr, "/webhooks/asaas", &token, asaas).await;
+    assert_eq!(reply.status, 200);
+    let pair = [h("X-Shop-Key", CIELO_KEY), h("X-Shop-Id", CIELO_ID)];
+    let reply = post(server.addr, "/webhooks/cielo", &pair, cielo).await;
+    assert_eq!(reply.status, 200);
+    // A near miss is refused; its log line must not show the secret either.
+    let near = vec![h(
+        "asaas-access-token",
+        &ASAAS_TOKEN[..ASAAS_TOKEN.len() - 1],
+    )];
+    assert_eq!(
+        post(server.addr, "/webhooks/asaas", &near, asaas)
+            .await
+            .status,
+        401
+    );
+
+    let dumped = |id: i64| dir.path().join(format!("env.{id}")).exists();
+    eventually(Duration::from_secs(20), "both events forwarded", || {
+        dumped(1) && dumped(2)
+    })
+    .await;
+    let secrets = [ASAAS_TOKEN, CIELO_KEY, CIELO_ID];
+    let assert_clean = |what: &str, bytes: &[u8]| {
+        let text = String::from_utf8_lossy(bytes);
+        for secret in secrets {
+            assert!(!text.contains(secret), "{secret} in {what}: {text}");
+        }
+    };
+    // While the server runs, the WAL holds the newest pages.
+    let wal = dir.path().join("portaria.db-wal");
+    assert!(wal.exists(), "a running server has a WAL");
+    assert_clean("the WAL", &std::fs::read(&wal).unwrap());
+    assert_clean("the database", &std::fs::read(&db).unwrap());
+    for id in [1, 2] {
+        let stdin = std::fs::read(dir.path().join(format!("stdin.{id}"))).unwrap();
+        assert!(stdin.starts_with(b"{"), "the body reached the command");
+        assert_clean("the forward command's stdin", &stdin);
+        let env = std::fs::read_to_string(dir.path().join(format!("env.{id}"))).unwrap();
+        assert!(env.contains(&format!("PORTARIA_EVENT_ID={id}")), "{env}");
+        assert!(!env.contains("PORTARIA_TEST_ASAAS_TOKEN"), "{env}");
+        assert_clean("the forward command's environment", env.as_bytes());
+
+        let out = run_cli(&["events", "show", &id.to_string()], &config);
+        let shown = ok_stdout(&out);
+        assert!(shown.contains("[redacted]"), "{shown}");
+        assert_clean("`portaria events show`", shown.as_bytes());
+        assert_clean("`portaria events show` stderr", &out.stderr);
+    }
+    let shown = ok_stdout(&run_cli(&["events", "show", "2"], &config));
+    assert!(shown.contains("x-shop-key: [redacted]"), "{shown}");
+    assert!(shown.contains("x-shop-id: [redacted]"), "{shown}");
+
+    server.signal(libc::SIGTERM);
+    assert!(server.wait(Duration::from_secs(20)).await.success());
+    assert_clean("the database after shutdown", &std::fs::read(&db).unwrap());
+    if wal.exists() {
+        assert_clean("the WAL after shutdown", &std::fs::read(&wal).unwrap());
+    }
+    let log = server.log.lock().unwrap().clone();
+    assert!(log.contains("webhook body"), "trace logging is on: {log}");
+    assert!(log.contains("bad_signature"), "{log}");
+    assert_clean("the server's log at trace level", log.as_bytes());
+}

@@ -1,0 +1,118 @@
+//! PagBank (PagSeguro): `x-authenticity-token: <hex>`, the hex SHA-256 of
+//! `<token>-<raw body>`: a plain digest of the account token, a dash and the body, NOT an HMAC
+//! (developer.pagbank.com.br "Confirmar autenticidade da notificação", as quoted by
+//! integrators; signature-schemes.md §3 ◐). Either hex case is accepted. The header is often
+//! absent in the sandbox. The Recurring Payments `X-Payload-Signature` is another, undocumented
+//! scheme, not handled here.
+//!
+//! No delivery id is documented: dedup on the body's SHA-256.
+
+use http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use super::catalog::{Preset, Scheme, Signed};
+use super::{Request, Secret, VerifyError, find_secret, header};
+use crate::dedup::DedupRule;
+
+pub const SIGNATURE: &str = "x-authenticity-token";
+
+fn digest(token: &[u8], body: &[u8]) -> Vec<u8> {
+    let mut hasher = Sha256::new();
+    hasher.update(token);
+    hasher.update(b"-");
+    hasher.update(body);
+    hasher.finalize().to_vec()
+}
+
+fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, VerifyError> {
+    let value = header(headers, SIGNATURE)?;
+    let received = hex::decode(value)
+        .ok()
+        .filter(|bytes| bytes.len() == 32)
+        .ok_or_else(|| {
+            VerifyError::Malformed(format!("header `{SIGNATURE}` is not 64 hex digits"))
+        })?;
+    find_secret(keys, &[received], |token| digest(token, body))
+}
+
+pub(super) fn preset() -> Preset {
+    Preset::new("pagbank", PagBank, DedupRule::BodySha256)
+}
+
+#[derive(Debug)]
+struct PagBank;
+
+impl Scheme for PagBank {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        _now: i64,
+        _tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        verify(keys, request.headers, request.body)
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
+        let token = hex::encode(digest(key.expose(), body));
+        Some(vec![(SIGNATURE.to_string(), token)].into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::headers;
+    use super::super::{Verifier, VerifyError};
+
+    // Computed vector (Python stdlib, signature-schemes.md §7.2), not provider-issued.
+    const TOKEN: &str = "TOKEN_DE_TESTE";
+    const BODY: &str = r#"{"id":"ORDE_1","charges":[{"status":"PAID"}]}"#;
+    const DIGEST: &str = "6a0a7e809fd31adf199c39468aae21acb0b2e5eff6c3b432b6ec562cda8bf82e";
+
+    fn verify(token: &str, value: &str, body: &str) -> Result<usize, VerifyError> {
+        let v = Verifier::new("pagbank", None, &[token.to_string()], None).unwrap();
+        let h = headers(&[("x-authenticity-token", value)]);
+        v.verify(&h, body.as_bytes(), 0).map(|p| p.secret_index())
+    }
+
+    #[test]
+    fn verifies_the_computed_vector() {
+        assert_eq!(verify(TOKEN, DIGEST, BODY), Ok(0));
+        assert_eq!(verify(TOKEN, &DIGEST.to_uppercase(), BODY), Ok(0));
+        assert_eq!(
+            verify("OUTRO_TOKEN", DIGEST, BODY),
+            Err(VerifyError::Mismatch)
+        );
+        assert_eq!(
+            verify(TOKEN, DIGEST, &BODY.replace("PAID", "paid")),
+            Err(VerifyError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn is_a_plain_digest_not_an_hmac() {
+        // HMAC-SHA256(TOKEN, BODY) and HMAC-SHA256(TOKEN, "TOKEN-BODY"), Python's hmac.
+        for hmac in [
+            "0e59a482f6d79b6684f9f4407638d036f87854816da920a325aa76b2e8d2c916",
+            "8c3ae8c05b7cb4a769a5061c735d695567487cd1ad33c33e18b9215e6789820b",
+        ] {
+            assert_eq!(verify(TOKEN, hmac, BODY), Err(VerifyError::Mismatch));
+        }
+        for bad in ["6a0a7e", "zz", "sha256=6a0a"] {
+            assert!(
+                matches!(verify(TOKEN, bad, BODY), Err(VerifyError::Malformed(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn signs_like_pagbank() {
+        let v = Verifier::new("pagbank", None, &[TOKEN.to_string()], None).unwrap();
+        assert_eq!(
+            v.sign(BODY.as_bytes(), 0, ""),
+            [("x-authenticity-token".to_string(), DIGEST.to_string())]
+        );
+        assert_eq!(v.default_dedup().to_string(), "body-sha256");
+    }
+}
