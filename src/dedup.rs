@@ -1,9 +1,14 @@
 //! How the dedup key of a verified request is derived: the rules an endpoint can name in its
-//! config (`body-sha256`, `header:<name>`, `json:<pointer>`) and the extraction itself.
+//! config (`body-sha256`, `header:<name>`, `json:<pointer>`, or an ordered list of them) and
+//! the extraction itself.
 //!
 //! A rule that cannot produce a key fails (the request gets a 400) rather than falling back to
 //! another rule: a silent fallback would make two deliveries of one event look different, or
-//! two events look the same.
+//! two events look the same. The one fallback is the one asked for by name: a list
+//! (`dedup = ["header:x-shopify-event-id", "header:x-shopify-webhook-id"]`) tries its rules in
+//! order and moves on only when a rule's source is *absent* from the request (the header is not
+//! there, the body is not JSON, or nothing is at the pointer); any other failure (a header given
+//! twice, an empty or overlong key) is the request's answer.
 
 use std::fmt;
 use std::str::FromStr;
@@ -22,6 +27,9 @@ pub enum DedupRule {
     Header(HeaderName),
     /// A string or number in a JSON body, addressed by a JSON pointer (RFC 6901), e.g. `/id`.
     JsonPointer(String),
+    /// The first of these single rules whose source the request has (see the module doc).
+    /// Built by [`DedupRule::first_of`]: at least two rules, none of them a list.
+    FirstOf(Vec<DedupRule>),
 }
 
 /// Why no key could be derived. The text is the body of the 400 answer.
@@ -43,15 +51,66 @@ pub enum DedupError {
     Empty,
     #[error("dedup key longer than {MAX_KEY_BYTES} bytes")]
     TooLong,
+    /// Every rule of a list found its source absent; one error per rule, in order.
+    #[error("{}", join_errors(.0))]
+    NoneApplies(Vec<DedupError>),
+}
+
+fn join_errors(errors: &[DedupError]) -> String {
+    let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    texts.join(", and ")
+}
+
+impl DedupError {
+    /// Whether the rule's source is not in the request at all, so that the next rule of a list
+    /// may be tried.
+    fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            DedupError::MissingHeader(_) | DedupError::NotJson | DedupError::NoValue(_)
+        )
+    }
 }
 
 impl DedupRule {
+    /// An ordered list of single rules. One rule is that rule; a list inside a list, or an
+    /// empty list, is refused.
+    pub fn first_of(rules: Vec<DedupRule>) -> Result<DedupRule, String> {
+        if rules.iter().any(|r| matches!(r, DedupRule::FirstOf(_))) {
+            return Err("a dedup list cannot contain a list".to_string());
+        }
+        match <[DedupRule; 1]>::try_from(rules) {
+            Ok([one]) => Ok(one),
+            Err(rules) if rules.is_empty() => Err("the dedup list is empty".to_string()),
+            Err(rules) => Ok(DedupRule::FirstOf(rules)),
+        }
+    }
+
+    /// The headers the rule may read (a key read from a credential header would store it).
+    pub fn headers(&self) -> Vec<&HeaderName> {
+        match self {
+            DedupRule::Header(name) => vec![name],
+            DedupRule::FirstOf(rules) => rules.iter().flat_map(DedupRule::headers).collect(),
+            DedupRule::BodySha256 | DedupRule::JsonPointer(_) => Vec::new(),
+        }
+    }
+
     /// Derives the key from a request that has already been verified.
     pub fn extract(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
         let key = match self {
             DedupRule::BodySha256 => hex::encode(Sha256::digest(body)),
             DedupRule::Header(name) => header_key(headers, name)?,
             DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
+            DedupRule::FirstOf(rules) => {
+                let mut absent = Vec::new();
+                for rule in rules {
+                    match rule.extract(headers, body) {
+                        Err(e) if e.is_absent() => absent.push(e),
+                        done => return done,
+                    }
+                }
+                return Err(DedupError::NoneApplies(absent));
+            }
         };
         if key.is_empty() {
             return Err(DedupError::Empty);
@@ -139,6 +198,11 @@ impl fmt::Display for DedupRule {
             DedupRule::BodySha256 => f.write_str("body-sha256"),
             DedupRule::Header(name) => write!(f, "header:{name}"),
             DedupRule::JsonPointer(pointer) => write!(f, "json:{pointer}"),
+            // The TOML spelling of the list, so that it can be pasted into a config.
+            DedupRule::FirstOf(rules) => {
+                let quoted: Vec<String> = rules.iter().map(|r| format!("\"{r}\"")).collect();
+                write!(f, "[{}]", quoted.join(", "))
+            }
         }
     }
 }
@@ -269,6 +333,78 @@ mod tests {
             rule("header:Webhook-Id"),
             DedupRule::Header(HeaderName::from_static("webhook-id"))
         );
+    }
+
+    fn list(texts: &[&str]) -> DedupRule {
+        DedupRule::first_of(texts.iter().map(|t| rule(t)).collect()).unwrap()
+    }
+
+    #[test]
+    fn a_list_takes_the_first_rule_whose_source_is_there() {
+        let r = list(&["header:x-shopify-event-id", "header:x-shopify-webhook-id"]);
+        let both = headers(&[("x-shopify-event-id", "e1"), ("x-shopify-webhook-id", "w1")]);
+        assert_eq!(r.extract(&both, b"").as_deref(), Ok("e1"));
+        let second = headers(&[("x-shopify-webhook-id", "w1")]);
+        assert_eq!(r.extract(&second, b"").as_deref(), Ok("w1"));
+        assert_eq!(
+            r.extract(&HeaderMap::new(), b"").unwrap_err().to_string(),
+            "missing header `x-shopify-event-id`, and missing header `x-shopify-webhook-id`"
+        );
+        // A JSON rule is absent when the body is not JSON or has nothing at the pointer.
+        let r = list(&["json:/event_id", "body-sha256"]);
+        let sha_of_form = hex::encode(Sha256::digest(b"command=%2Fx"));
+        assert_eq!(
+            r.extract(&HeaderMap::new(), b"command=%2Fx"),
+            Ok(sha_of_form)
+        );
+        assert_eq!(
+            r.extract(&HeaderMap::new(), br#"{"event_id":"Ev1"}"#)
+                .as_deref(),
+            Ok("Ev1")
+        );
+        assert!(r.extract(&HeaderMap::new(), br#"{"id":1}"#).unwrap().len() == 64);
+    }
+
+    #[test]
+    fn a_list_does_not_fall_back_past_a_present_but_bad_source() {
+        let r = list(&["header:i-twilio-idempotency-token", "body-sha256"]);
+        let twice = headers(&[
+            ("i-twilio-idempotency-token", "a"),
+            ("i-twilio-idempotency-token", "b"),
+        ]);
+        assert_eq!(
+            r.extract(&twice, b"x"),
+            Err(DedupError::RepeatedHeader(
+                "i-twilio-idempotency-token".to_string()
+            ))
+        );
+        let blank = headers(&[("i-twilio-idempotency-token", " ")]);
+        assert_eq!(r.extract(&blank, b"x"), Err(DedupError::Empty));
+        let r = list(&["json:/id", "body-sha256"]);
+        assert_eq!(
+            r.extract(&HeaderMap::new(), br#"{"id":true}"#),
+            Err(DedupError::NotStringOrNumber("/id".to_string()))
+        );
+    }
+
+    #[test]
+    fn lists_are_checked_shown_as_toml_and_report_their_headers() {
+        let r = list(&["header:X-A", "json:/id", "body-sha256"]);
+        assert_eq!(
+            r.to_string(),
+            r#"["header:x-a", "json:/id", "body-sha256"]"#
+        );
+        assert_eq!(r.headers(), [&HeaderName::from_static("x-a")]);
+        assert_eq!(list(&["header:x-a"]), rule("header:x-a"));
+        assert_eq!(
+            DedupRule::first_of(Vec::new()).unwrap_err(),
+            "the dedup list is empty"
+        );
+        assert_eq!(
+            DedupRule::first_of(vec![r.clone(), rule("body-sha256")]).unwrap_err(),
+            "a dedup list cannot contain a list"
+        );
+        assert!(rule("body-sha256").headers().is_empty());
     }
 
     #[test]

@@ -269,6 +269,12 @@ impl Validator<'_> {
             raw.tolerance_secs,
         ) {
             Ok(v) => {
+                if raw.public_url.is_some() && !v.signs_public_url() {
+                    self.warnings.push(format!(
+                        "{at}.public_url: provider `{provider}` does not sign the URL it calls, \
+                         so it is not used; it has no effect"
+                    ));
+                }
                 if raw.tolerance_secs.is_some() && !v.signs_timestamp() {
                     self.warnings.push(format!(
                         "{at}.tolerance_secs: provider `{provider}` signs no timestamp here, so \
@@ -282,7 +288,7 @@ impl Validator<'_> {
                 None
             }
         };
-        let dedup = match raw.dedup.map(|d| d.parse::<DedupRule>()) {
+        let dedup = match raw.dedup.map(dedup_rule) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {
                 self.problem(format!("{at}.dedup: {why}"));
@@ -292,8 +298,10 @@ impl Validator<'_> {
         };
         // A credential header is redacted before the headers are stored: a dedup key read from
         // it would store the credential itself.
-        if let (Some(DedupRule::Header(name)), Some(v)) = (&dedup, &verifier)
-            && (v.credential_headers().contains(name) || name == http::header::AUTHORIZATION)
+        if let (Some(rule), Some(v)) = (&dedup, &verifier)
+            && let Some(name) = rule.headers().into_iter().find(|name| {
+                v.credential_headers().contains(name) || *name == http::header::AUTHORIZATION
+            })
         {
             self.problem(format!(
                 "{at}.dedup: `header:{name}` carries this provider's credential; dedup on \
@@ -511,6 +519,16 @@ impl Validator<'_> {
 
 /// A directory that exists and is writable, or could be created: its nearest existing
 /// ancestor is a writable directory. Creates nothing (`portaria check` must not).
+/// `dedup = "rule"` or `dedup = ["rule", "rule", ...]` (the first whose source is present).
+fn dedup_rule(given: OneOrMany) -> Result<DedupRule, String> {
+    let texts = given.into_vec();
+    let mut rules = Vec::with_capacity(texts.len());
+    for text in &texts {
+        rules.push(text.parse::<DedupRule>()?);
+    }
+    DedupRule::first_of(rules)
+}
+
 fn usable_dir(dir: &Path) -> Result<(), String> {
     let existing = dir
         .ancestors()

@@ -12,14 +12,30 @@
 //! timestamp, and a `StaleTimestamp` in the log means a genuine delivery that came late or was
 //! replayed (usually clock skew), which is worth telling apart from a forgery.
 
+pub mod calendly;
 pub mod catalog;
 pub mod github;
 pub mod hmac_scheme;
+pub mod intercom;
+pub mod keyed_list;
+pub mod linear;
+pub mod paddle;
 pub mod pagarme;
 pub mod plowf;
+pub mod public_url;
 pub mod relya;
+pub mod shopify;
+pub mod slack;
+pub mod square;
 pub mod standard_webhooks;
 pub mod stripe;
+pub mod twilio;
+pub mod typeform;
+pub mod woocommerce;
+pub mod zoom;
+
+#[cfg(test)]
+mod saas_contract;
 
 use std::fmt;
 
@@ -260,6 +276,11 @@ impl Verifier {
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
     pub fn signs_timestamp(&self) -> bool {
         self.preset.scheme.signs_timestamp()
+    }
+
+    /// Whether the scheme signs `public_url`, so that setting it means something.
+    pub fn signs_public_url(&self) -> bool {
+        self.preset.signs_public_url
     }
 
     /// The replay window in force (the preset's, or the configured override).
@@ -608,10 +629,14 @@ mod tests {
         let err = |p: &str, o: Option<&HmacOptions>, s: &[String]| {
             Verifier::new(p, o, s, None).unwrap_err()
         };
+        let unknown = err("foo", None, &one);
+        assert!(
+            unknown.starts_with("unknown provider `foo` (known: plowf, pagarme, relya, "),
+            "{unknown}"
+        );
         assert_eq!(
-            err("foo", None, &one),
-            "unknown provider `foo` (known: plowf, pagarme, relya, stripe, standard-webhooks, \
-             svix, github, hmac)"
+            unknown,
+            format!("unknown provider `foo` (known: {})", PROVIDERS.join(", "))
         );
         assert!(err("hmac", None, &one).contains("needs a `signature` table"));
         let options = options_for("hmac").unwrap();
