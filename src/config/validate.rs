@@ -723,6 +723,51 @@ mod tests {
     }
 
     #[test]
+    fn a_public_url_the_provider_does_not_sign_is_a_warning() {
+        let config = parse(&format!("{MINIMAL}public_url = \"https://x.example/a\"\n")).unwrap();
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("public_url: provider `github` does not sign the URL")),
+            "{:?}",
+            config.warnings
+        );
+        let twilio = "[[endpoint]]\npath = \"/webhooks/twilio\"\nprovider = \"twilio\"\n\
+                      secret = \"t\"\npublic_url = \"https://x.example/webhooks/twilio\"\n";
+        assert!(parse(twilio).unwrap().warnings.is_empty());
+        let msg = problems("[[endpoint]]\npath = \"/t\"\nprovider = \"twilio\"\nsecret = \"t\"\n");
+        assert!(msg.contains("needs `public_url"), "{msg}");
+        let msg = problems(
+            &format!("{twilio}").replace("/webhooks/twilio\"\n", "/webhooks/twilio?a=1\"\n"),
+        );
+        assert!(msg.contains("must not have a query string"), "{msg}");
+    }
+
+    #[test]
+    fn dedup_may_be_an_ordered_list() {
+        let config = parse(&format!(
+            "{MINIMAL}dedup = [\"header:X-Event-Id\", \"body-sha256\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.endpoints[0].dedup.to_string(),
+            r#"["header:x-event-id", "body-sha256"]"#
+        );
+        let one = parse(&format!("{MINIMAL}dedup = [\"json:/id\"]\n")).unwrap();
+        assert_eq!(one.endpoints[0].dedup.to_string(), "json:/id");
+        let msg = problems(&format!("{MINIMAL}dedup = []\n"));
+        assert!(msg.contains(".dedup: the dedup list is empty"), "{msg}");
+        let msg = problems(&format!("{MINIMAL}dedup = [\"json:/id\", \"uuid\"]\n"));
+        assert!(msg.contains(".dedup: unknown dedup rule `uuid`"), "{msg}");
+        // A credential header is refused inside a list too.
+        let msg = problems(&format!(
+            "{MINIMAL}dedup = [\"json:/id\", \"header:Authorization\"]\n"
+        ));
+        assert!(msg.contains("carries this provider's credential"), "{msg}");
+    }
+
+    #[test]
     fn tolerance_without_a_signed_timestamp_is_a_warning() {
         let config = parse(&format!("{MINIMAL}tolerance_secs = 60\n")).unwrap();
         assert!(
