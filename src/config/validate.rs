@@ -738,9 +738,7 @@ mod tests {
         assert!(parse(twilio).unwrap().warnings.is_empty());
         let msg = problems("[[endpoint]]\npath = \"/t\"\nprovider = \"twilio\"\nsecret = \"t\"\n");
         assert!(msg.contains("needs `public_url"), "{msg}");
-        let msg = problems(
-            &format!("{twilio}").replace("/webhooks/twilio\"\n", "/webhooks/twilio?a=1\"\n"),
-        );
+        let msg = problems(&twilio.replace("/webhooks/twilio\"\n", "/webhooks/twilio?a=1\"\n"));
         assert!(msg.contains("must not have a query string"), "{msg}");
     }
 
