@@ -86,7 +86,27 @@ impl DedupRule {
         }
     }
 
-    /// The headers the rule may read (a key read from a credential header would store it).
+    /// Parses `dedup = "rule"` or `dedup = ["rule", "rule", ...]` (see [`DedupRule::first_of`]).
+    pub fn parse_list(texts: &[String]) -> Result<DedupRule, String> {
+        let rules: Result<Vec<DedupRule>, String> = texts.iter().map(|t| t.parse()).collect();
+        DedupRule::first_of(rules?)
+    }
+
+    /// Refuses a rule that reads one of `credentials` or `Authorization`: those are redacted
+    /// before the headers are stored, and a key read from one would store the credential.
+    pub fn refuse_credential_headers(&self, credentials: &[HeaderName]) -> Result<(), String> {
+        let credential =
+            |name: &&HeaderName| credentials.contains(name) || *name == http::header::AUTHORIZATION;
+        match self.headers().into_iter().find(credential) {
+            Some(name) => Err(format!(
+                "`header:{name}` carries this provider's credential; dedup on something else \
+                 (`body-sha256`, `json:/id`)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The headers the rule may read.
     pub fn headers(&self) -> Vec<&HeaderName> {
         match self {
             DedupRule::Header(name) => vec![name],

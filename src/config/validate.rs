@@ -270,10 +270,8 @@ impl Validator<'_> {
         ) {
             Ok(v) => {
                 if raw.public_url.is_some() && !v.signs_public_url() {
-                    self.warnings.push(format!(
-                        "{at}.public_url: provider `{provider}` does not sign the URL it calls, \
-                         so it is not used; it has no effect"
-                    ));
+                    let why = format!("{at}.public_url: provider `{provider}` does not sign it");
+                    self.warnings.push(format!("{why}, so it has no effect"));
                 }
                 if raw.tolerance_secs.is_some() && !v.signs_timestamp() {
                     self.warnings.push(format!(
@@ -288,7 +286,7 @@ impl Validator<'_> {
                 None
             }
         };
-        let dedup = match raw.dedup.map(dedup_rule) {
+        let dedup = match raw.dedup.map(|d| DedupRule::parse_list(&d.into_vec())) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {
                 self.problem(format!("{at}.dedup: {why}"));
@@ -299,14 +297,9 @@ impl Validator<'_> {
         // A credential header is redacted before the headers are stored: a dedup key read from
         // it would store the credential itself.
         if let (Some(rule), Some(v)) = (&dedup, &verifier)
-            && let Some(name) = rule.headers().into_iter().find(|name| {
-                v.credential_headers().contains(name) || *name == http::header::AUTHORIZATION
-            })
+            && let Err(why) = rule.refuse_credential_headers(v.credential_headers())
         {
-            self.problem(format!(
-                "{at}.dedup: `header:{name}` carries this provider's credential; dedup on \
-                 something else (`body-sha256`, `json:/id`)"
-            ));
+            self.problem(format!("{at}.dedup: {why}"));
         }
         let forward = self.forward(at, raw.forward, raw.retry, raw.concurrency);
         if self.problems.len() != before {
@@ -519,16 +512,6 @@ impl Validator<'_> {
 
 /// A directory that exists and is writable, or could be created: its nearest existing
 /// ancestor is a writable directory. Creates nothing (`portaria check` must not).
-/// `dedup = "rule"` or `dedup = ["rule", "rule", ...]` (the first whose source is present).
-fn dedup_rule(given: OneOrMany) -> Result<DedupRule, String> {
-    let texts = given.into_vec();
-    let mut rules = Vec::with_capacity(texts.len());
-    for text in &texts {
-        rules.push(text.parse::<DedupRule>()?);
-    }
-    DedupRule::first_of(rules)
-}
-
 fn usable_dir(dir: &Path) -> Result<(), String> {
     let existing = dir
         .ancestors()
@@ -729,7 +712,7 @@ mod tests {
             config
                 .warnings
                 .iter()
-                .any(|w| w.contains("public_url: provider `github` does not sign the URL")),
+                .any(|w| w.contains("public_url: provider `github` does not sign it")),
             "{:?}",
             config.warnings
         );
