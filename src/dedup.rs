@@ -1,10 +1,14 @@
 //! How the dedup key of a verified request is derived: the rules an endpoint can name in its
-//! config (`body-sha256`, `header:<name>`, `json:<pointer>`), the keys a provider preset
-//! derives itself ([`CustomKey`]), and the extraction itself.
+//! config (`body-sha256`, `header:<name>`, `json:<pointer>`, or an ordered list of them),
+//! the keys a provider preset derives itself ([`CustomKey`]), and the extraction itself.
 //!
 //! A rule that cannot produce a key fails (the request gets a 400) rather than falling back to
 //! another rule: a silent fallback would make two deliveries of one event look different, or
-//! two events look the same.
+//! two events look the same. The one fallback is the one asked for by name: a list
+//! (`dedup = ["header:x-shopify-event-id", "header:x-shopify-webhook-id"]`) tries its rules in
+//! order and moves on only when a rule's source is *absent* from the request (the header is not
+//! there, the body is not JSON, or nothing is at the pointer); any other failure (a header given
+//! twice, an empty or overlong key) is the request's answer.
 
 use std::fmt;
 use std::str::FromStr;
@@ -27,6 +31,9 @@ pub enum DedupRule {
     /// every item's `pspReference`, `eventCode` and `success`). A preset's default only: a
     /// config cannot spell it, and names one of the other rules to override it.
     Custom(CustomKey),
+    /// The first of these single rules whose source the request has (see the module doc).
+    /// Built by [`DedupRule::first_of`]: at least two rules, none of them a list.
+    FirstOf(Vec<DedupRule>),
 }
 
 /// A preset's own key function, with the name the rule is shown by.
@@ -75,9 +82,70 @@ pub enum DedupError {
     Empty,
     #[error("dedup key longer than {MAX_KEY_BYTES} bytes")]
     TooLong,
+    /// Every rule of a list found its source absent; one error per rule, in order.
+    #[error("{}", join_errors(.0))]
+    NoneApplies(Vec<DedupError>),
+}
+
+fn join_errors(errors: &[DedupError]) -> String {
+    let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+    texts.join(", and ")
+}
+
+impl DedupError {
+    /// Whether the rule's source is not in the request at all, so that the next rule of a list
+    /// may be tried.
+    fn is_absent(&self) -> bool {
+        matches!(
+            self,
+            DedupError::MissingHeader(_) | DedupError::NotJson | DedupError::NoValue(_)
+        )
+    }
 }
 
 impl DedupRule {
+    /// An ordered list of single rules. One rule is that rule; a list inside a list, or an
+    /// empty list, is refused.
+    pub fn first_of(rules: Vec<DedupRule>) -> Result<DedupRule, String> {
+        if rules.iter().any(|r| matches!(r, DedupRule::FirstOf(_))) {
+            return Err("a dedup list cannot contain a list".to_string());
+        }
+        match <[DedupRule; 1]>::try_from(rules) {
+            Ok([one]) => Ok(one),
+            Err(rules) if rules.is_empty() => Err("the dedup list is empty".to_string()),
+            Err(rules) => Ok(DedupRule::FirstOf(rules)),
+        }
+    }
+
+    /// Parses `dedup = "rule"` or `dedup = ["rule", "rule", ...]` (see [`DedupRule::first_of`]).
+    pub fn parse_list(texts: &[String]) -> Result<DedupRule, String> {
+        let rules: Result<Vec<DedupRule>, String> = texts.iter().map(|t| t.parse()).collect();
+        DedupRule::first_of(rules?)
+    }
+
+    /// Refuses a rule that reads one of `credentials` or `Authorization`: those are redacted
+    /// before the headers are stored, and a key read from one would store the credential.
+    pub fn refuse_credential_headers(&self, credentials: &[HeaderName]) -> Result<(), String> {
+        let credential =
+            |name: &&HeaderName| credentials.contains(name) || *name == http::header::AUTHORIZATION;
+        match self.headers().into_iter().find(credential) {
+            Some(name) => Err(format!(
+                "`header:{name}` carries this provider's credential; dedup on something else \
+                 (`body-sha256`, `json:/id`)"
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The headers the rule may read.
+    pub fn headers(&self) -> Vec<&HeaderName> {
+        match self {
+            DedupRule::Header(name) => vec![name],
+            DedupRule::FirstOf(rules) => rules.iter().flat_map(DedupRule::headers).collect(),
+            DedupRule::BodySha256 | DedupRule::JsonPointer(_) | DedupRule::Custom(_) => Vec::new(),
+        }
+    }
+
     /// Derives the key from a request that has already been verified.
     pub fn extract(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
         let key = match self {
@@ -85,6 +153,16 @@ impl DedupRule {
             DedupRule::Header(name) => header_key(headers, name)?,
             DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
             DedupRule::Custom(custom) => (custom.key)(headers, body)?,
+            DedupRule::FirstOf(rules) => {
+                let mut absent = Vec::new();
+                for rule in rules {
+                    match rule.extract(headers, body) {
+                        Err(e) if e.is_absent() => absent.push(e),
+                        done => return done,
+                    }
+                }
+                return Err(DedupError::NoneApplies(absent));
+            }
         };
         if key.is_empty() {
             return Err(DedupError::Empty);
@@ -173,6 +251,11 @@ impl fmt::Display for DedupRule {
             DedupRule::Header(name) => write!(f, "header:{name}"),
             DedupRule::JsonPointer(pointer) => write!(f, "json:{pointer}"),
             DedupRule::Custom(custom) => f.write_str(custom.name),
+            // The TOML spelling of the list, so that it can be pasted into a config.
+            DedupRule::FirstOf(rules) => {
+                let quoted: Vec<String> = rules.iter().map(|r| format!("\"{r}\"")).collect();
+                write!(f, "[{}]", quoted.join(", "))
+            }
         }
     }
 }
@@ -342,6 +425,78 @@ mod tests {
             Err(DedupError::TooLong)
         );
         assert_eq!(long.extract(&h, b""), Err(DedupError::Empty));
+    }
+
+    fn list(texts: &[&str]) -> DedupRule {
+        DedupRule::first_of(texts.iter().map(|t| rule(t)).collect()).unwrap()
+    }
+
+    #[test]
+    fn a_list_takes_the_first_rule_whose_source_is_there() {
+        let r = list(&["header:x-shopify-event-id", "header:x-shopify-webhook-id"]);
+        let both = headers(&[("x-shopify-event-id", "e1"), ("x-shopify-webhook-id", "w1")]);
+        assert_eq!(r.extract(&both, b"").as_deref(), Ok("e1"));
+        let second = headers(&[("x-shopify-webhook-id", "w1")]);
+        assert_eq!(r.extract(&second, b"").as_deref(), Ok("w1"));
+        assert_eq!(
+            r.extract(&HeaderMap::new(), b"").unwrap_err().to_string(),
+            "missing header `x-shopify-event-id`, and missing header `x-shopify-webhook-id`"
+        );
+        // A JSON rule is absent when the body is not JSON or has nothing at the pointer.
+        let r = list(&["json:/event_id", "body-sha256"]);
+        let sha_of_form = hex::encode(Sha256::digest(b"command=%2Fx"));
+        assert_eq!(
+            r.extract(&HeaderMap::new(), b"command=%2Fx"),
+            Ok(sha_of_form)
+        );
+        assert_eq!(
+            r.extract(&HeaderMap::new(), br#"{"event_id":"Ev1"}"#)
+                .as_deref(),
+            Ok("Ev1")
+        );
+        assert!(r.extract(&HeaderMap::new(), br#"{"id":1}"#).unwrap().len() == 64);
+    }
+
+    #[test]
+    fn a_list_does_not_fall_back_past_a_present_but_bad_source() {
+        let r = list(&["header:i-twilio-idempotency-token", "body-sha256"]);
+        let twice = headers(&[
+            ("i-twilio-idempotency-token", "a"),
+            ("i-twilio-idempotency-token", "b"),
+        ]);
+        assert_eq!(
+            r.extract(&twice, b"x"),
+            Err(DedupError::RepeatedHeader(
+                "i-twilio-idempotency-token".to_string()
+            ))
+        );
+        let blank = headers(&[("i-twilio-idempotency-token", " ")]);
+        assert_eq!(r.extract(&blank, b"x"), Err(DedupError::Empty));
+        let r = list(&["json:/id", "body-sha256"]);
+        assert_eq!(
+            r.extract(&HeaderMap::new(), br#"{"id":true}"#),
+            Err(DedupError::NotStringOrNumber("/id".to_string()))
+        );
+    }
+
+    #[test]
+    fn lists_are_checked_shown_as_toml_and_report_their_headers() {
+        let r = list(&["header:X-A", "json:/id", "body-sha256"]);
+        assert_eq!(
+            r.to_string(),
+            r#"["header:x-a", "json:/id", "body-sha256"]"#
+        );
+        assert_eq!(r.headers(), [&HeaderName::from_static("x-a")]);
+        assert_eq!(list(&["header:x-a"]), rule("header:x-a"));
+        assert_eq!(
+            DedupRule::first_of(Vec::new()).unwrap_err(),
+            "the dedup list is empty"
+        );
+        assert_eq!(
+            DedupRule::first_of(vec![r.clone(), rule("body-sha256")]).unwrap_err(),
+            "a dedup list cannot contain a list"
+        );
+        assert!(rule("body-sha256").headers().is_empty());
     }
 
     #[test]

@@ -58,7 +58,8 @@ pub(super) struct RawEndpoint {
     pub(super) secret_env: Option<OneOrMany>,
     pub(super) secret_file: Option<OneOrMany>,
     pub(super) secrets: Option<Vec<String>>,
-    pub(super) dedup: Option<String>,
+    /// One rule, or an ordered list of rules (the first whose source is present wins).
+    pub(super) dedup: Option<OneOrMany>,
     pub(super) dedup_window: Option<String>,
     pub(super) tolerance_secs: Option<u64>,
     pub(super) signature: Option<HmacOptions>,

@@ -268,6 +268,10 @@ impl Validator<'_> {
         };
         let verifier = match built {
             Ok(v) => {
+                if raw.public_url.is_some() && !v.signs_public_url() {
+                    let why = format!("{at}.public_url: provider `{provider}` does not sign it");
+                    self.warnings.push(format!("{why}, so it has no effect"));
+                }
                 if raw.tolerance_secs.is_some() && !v.signs_timestamp() {
                     self.warnings.push(format!(
                         "{at}.tolerance_secs: provider `{provider}` signs no timestamp here, so \
@@ -281,7 +285,7 @@ impl Validator<'_> {
                 None
             }
         };
-        let dedup = match raw.dedup.map(|d| d.parse::<DedupRule>()) {
+        let dedup = match raw.dedup.map(|d| DedupRule::parse_list(&d.into_vec())) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {
                 self.problem(format!("{at}.dedup: {why}"));
@@ -291,13 +295,10 @@ impl Validator<'_> {
         };
         // A credential header is redacted before the headers are stored: a dedup key read from
         // it would store the credential itself.
-        if let (Some(DedupRule::Header(name)), Some(v)) = (&dedup, &verifier)
-            && (v.credential_headers().contains(name) || name == http::header::AUTHORIZATION)
+        if let (Some(rule), Some(v)) = (&dedup, &verifier)
+            && let Err(why) = rule.refuse_credential_headers(v.credential_headers())
         {
-            self.problem(format!(
-                "{at}.dedup: `header:{name}` carries this provider's credential; dedup on \
-                 something else (`body-sha256`, `json:/id`)"
-            ));
+            self.problem(format!("{at}.dedup: {why}"));
         }
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
@@ -704,6 +705,49 @@ mod tests {
         assert!(msg.contains(".name: empty"), "{msg}");
         let msg = problems("[[endpoint]]\npath = \"/\"\nprovider = \"github\"\nsecret = \"x\"\n");
         assert!(msg.contains("must be a path below `/`"), "{msg}");
+    }
+
+    #[test]
+    fn a_public_url_the_provider_does_not_sign_is_a_warning() {
+        let config = parse(&format!("{MINIMAL}public_url = \"https://x.example/a\"\n")).unwrap();
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("public_url: provider `github` does not sign it")),
+            "{:?}",
+            config.warnings
+        );
+        let twilio = "[[endpoint]]\npath = \"/webhooks/twilio\"\nprovider = \"twilio\"\n\
+                      secret = \"t\"\npublic_url = \"https://x.example/webhooks/twilio\"\n";
+        assert!(parse(twilio).unwrap().warnings.is_empty());
+        let msg = problems("[[endpoint]]\npath = \"/t\"\nprovider = \"twilio\"\nsecret = \"t\"\n");
+        assert!(msg.contains("needs `public_url"), "{msg}");
+        let msg = problems(&twilio.replace("/webhooks/twilio\"\n", "/webhooks/twilio?a=1\"\n"));
+        assert!(msg.contains("must not have a query string"), "{msg}");
+    }
+
+    #[test]
+    fn dedup_may_be_an_ordered_list() {
+        let config = parse(&format!(
+            "{MINIMAL}dedup = [\"header:X-Event-Id\", \"body-sha256\"]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            config.endpoints[0].dedup.to_string(),
+            r#"["header:x-event-id", "body-sha256"]"#
+        );
+        let one = parse(&format!("{MINIMAL}dedup = [\"json:/id\"]\n")).unwrap();
+        assert_eq!(one.endpoints[0].dedup.to_string(), "json:/id");
+        let msg = problems(&format!("{MINIMAL}dedup = []\n"));
+        assert!(msg.contains(".dedup: the dedup list is empty"), "{msg}");
+        let msg = problems(&format!("{MINIMAL}dedup = [\"json:/id\", \"uuid\"]\n"));
+        assert!(msg.contains(".dedup: unknown dedup rule `uuid`"), "{msg}");
+        // A credential header is refused inside a list too.
+        let msg = problems(&format!(
+            "{MINIMAL}dedup = [\"json:/id\", \"header:Authorization\"]\n"
+        ));
+        assert!(msg.contains("carries this provider's credential"), "{msg}");
     }
 
     #[test]

@@ -37,6 +37,17 @@ pub const PROVIDERS: &[&str] = &[
     "standard-webhooks",
     "svix",
     "github",
+    "shopify",
+    "slack",
+    "paddle",
+    "woocommerce",
+    "twilio",
+    "square",
+    "zoom",
+    "linear",
+    "intercom",
+    "typeform",
+    "calendly",
     // (SaaS: new names above this line.)
     //
     // Asymmetric signatures.
@@ -80,6 +91,17 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         // (Brazilian gateways: new arms above this line.)
         //
         "github" => Ok(github::preset()),
+        "shopify" => Ok(super::shopify::preset()),
+        "slack" => Ok(super::slack::preset()),
+        "paddle" => Ok(super::paddle::preset()),
+        "woocommerce" => Ok(super::woocommerce::preset()),
+        "twilio" => super::twilio::preset(settings),
+        "square" => super::square::preset(settings),
+        "zoom" => Ok(super::zoom::preset()),
+        "linear" => Ok(super::linear::preset()),
+        "intercom" => Ok(super::intercom::preset()),
+        "typeform" => Ok(super::typeform::preset()),
+        "calendly" => Ok(super::calendly::preset()),
         // (SaaS: new arms above this line.)
         //
         // (Asymmetric: new arms above this line.)
@@ -212,6 +234,9 @@ pub(super) struct Preset {
     /// The body of the answer to an accepted event, when the provider expects a particular one
     /// (Adyen's `[accepted]`); else `{"received":true}`.
     pub ack: Option<&'static str>,
+    /// Whether the scheme signs `public_url` (Twilio, Square); for the others it is unused, and
+    /// the config warns.
+    pub signs_public_url: bool,
 }
 
 impl Preset {
@@ -225,6 +250,7 @@ impl Preset {
             key: KeyFormat::Utf8,
             credential_headers: Vec::new(),
             ack: None,
+            signs_public_url: false,
         }
     }
 
@@ -238,7 +264,6 @@ impl Preset {
         self
     }
 
-    #[allow(dead_code)] // used by presets with a documented window other than 300 s
     pub(super) fn tolerance_secs(mut self, secs: u64) -> Self {
         self.tolerance_secs = secs;
         self
@@ -246,6 +271,11 @@ impl Preset {
 
     pub(super) fn credential_headers(mut self, names: Vec<HeaderName>) -> Self {
         self.credential_headers = names;
+        self
+    }
+
+    pub(super) fn signs_public_url(mut self) -> Self {
+        self.signs_public_url = true;
         self
     }
 

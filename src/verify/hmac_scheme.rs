@@ -53,7 +53,7 @@ impl Algorithm {
         }
     }
 
-    fn output_len(self) -> usize {
+    pub(super) fn output_len(self) -> usize {
         match self {
             Algorithm::Sha1 => 20,
             Algorithm::Sha256 => 32,
@@ -141,11 +141,13 @@ pub struct HmacScheme {
     prefix_required: bool,
     /// Header holding unix seconds; `from_options` makes sure the template signs it.
     timestamp_header: Option<HeaderName>,
-    /// Header that `sign` fills with the delivery id (github's `x-github-delivery`). Unsigned,
-    /// so verification ignores it.
-    delivery_header: Option<HeaderName>,
+    /// Headers that `sign` fills with the delivery id (github's `x-github-delivery`). Unsigned,
+    /// so verification ignores them.
+    delivery_headers: Vec<HeaderName>,
     /// The signed content, in order; holds exactly one `Part::Body`.
     template: Vec<Part>,
+    /// Whether an empty body is refused before any MAC is computed (Shopify's SDK does).
+    body_required: bool,
 }
 
 impl HmacScheme {
@@ -165,9 +167,32 @@ impl HmacScheme {
             prefix: None,
             prefix_required: false,
             timestamp_header: None,
-            delivery_header: None,
+            delivery_headers: Vec::new(),
             template: vec![Part::Body],
+            body_required: false,
         }
+    }
+
+    /// Signs `<before><timestamp header><between><body>` (Slack's and Zoom's
+    /// `v0:<ts>:<body>`), with the timestamp checked against the window.
+    pub fn with_timestamp(mut self, header: HeaderName, before: &str, between: &str) -> Self {
+        self.template = [
+            (!before.is_empty()).then(|| Part::Text(before.to_string())),
+            Some(Part::Header(header.clone())),
+            (!between.is_empty()).then(|| Part::Text(between.to_string())),
+            Some(Part::Body),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        self.timestamp_header = Some(header);
+        self
+    }
+
+    /// Refuses an empty body as malformed.
+    pub fn with_body_required(mut self) -> Self {
+        self.body_required = true;
+        self
     }
 
     /// Text before the MAC; `required` says whether a signature without it is malformed.
@@ -177,9 +202,9 @@ impl HmacScheme {
         self
     }
 
-    /// The header `sign` puts the delivery id in.
+    /// A header `sign` puts the delivery id in (may be called more than once).
     pub fn with_delivery_header(mut self, header: HeaderName) -> Self {
-        self.delivery_header = Some(header);
+        self.delivery_headers.push(header);
         self
     }
 
@@ -222,8 +247,9 @@ impl HmacScheme {
             prefix_required: prefix.is_some(),
             prefix,
             timestamp_header,
-            delivery_header: None,
+            delivery_headers: Vec::new(),
             template,
+            body_required: false,
         })
     }
 
@@ -256,6 +282,11 @@ impl HmacScheme {
                 received.len(),
                 self.algorithm.output_len()
             )));
+        }
+        if self.body_required && body.is_empty() {
+            return Err(VerifyError::Malformed(
+                "the body is empty, and this provider signs a non-empty body".to_string(),
+            ));
         }
         let timestamp = match &self.timestamp_header {
             Some(ts) => Some(parse_timestamp(header(headers, ts.as_str())?, ts.as_str())?),
@@ -313,7 +344,7 @@ impl HmacScheme {
             _ => "",
         };
         headers[0].1 = format!("{prefix}{mac}");
-        if let Some(name) = &self.delivery_header {
+        for name in &self.delivery_headers {
             headers.push((name.to_string(), delivery_id.to_string()));
         }
         headers
