@@ -153,8 +153,7 @@ mod tests {
         }
     }
 
-    // `cielo` is not a provider the verifier knows yet, so no config with it loads: the
-    // warning is tested on its function, and its wiring with a known provider (no warning).
+    // The warning's function, at its edges; `a_cielo_endpoint_...` below checks its wiring.
     #[test]
     fn a_long_window_on_a_thin_body_preset_is_a_warning() {
         let at = "endpoint[0] (line 1)";
@@ -177,5 +176,28 @@ mod tests {
         assert_eq!(thin_body_warning(at, "pagarme", "2d", long), None);
         let config = parse(&format!("{MINIMAL}dedup_window = \"30d\"\n")).unwrap();
         assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+    }
+
+    /// A real `cielo` endpoint: its default window, and the warning through `parse`.
+    #[test]
+    fn a_cielo_endpoint_gets_its_short_window_and_a_long_one_is_warned_about() {
+        let cielo = "[[endpoint]]\npath = \"/webhooks/cielo\"\nprovider = \"cielo\"\n\
+                     credential_headers = [\"X-Shop-Key\"]\nsecret = \"k\"\n";
+        let config = parse(cielo).unwrap();
+        assert_eq!(
+            config.endpoints[0].dedup_window,
+            Some(Duration::from_secs(600))
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        let config = parse(&format!("{cielo}dedup_window = \"2d\"\n")).unwrap();
+        assert_eq!(
+            config.endpoints[0].dedup_window,
+            Some(Duration::from_secs(2 * 86_400))
+        );
+        assert!(
+            config.warnings.iter().any(|w| w.contains("is long for provider `cielo`")),
+            "{:?}",
+            config.warnings
+        );
     }
 }
