@@ -15,6 +15,7 @@
 //! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
 //! (which never echo a secret) in `toml_error`.
 
+mod public_keys;
 mod raw;
 mod toml_error;
 mod validate;

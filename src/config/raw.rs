@@ -63,6 +63,12 @@ pub(super) struct RawEndpoint {
     pub(super) signature: Option<HmacOptions>,
     /// The public URL the provider calls, for providers that sign it (Twilio, Square).
     pub(super) public_url: Option<String>,
+    /// Discord's application public key (hex): the credential instead of a secret.
+    pub(super) public_key: Option<String>,
+    /// A JWKS file (Pagar.me v5's public keys): the credential instead of a secret.
+    pub(super) jwks_file: Option<PathBuf>,
+    /// Refused with a hint: fetching a JWKS needs TLS, which portaria has no client for.
+    pub(super) jwks_url: Option<String>,
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,

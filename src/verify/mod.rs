@@ -13,9 +13,11 @@
 //! replayed (usually clock skew), which is worth telling apart from a forgery.
 
 pub mod catalog;
+pub mod discord;
 pub mod github;
 pub mod hmac_scheme;
 pub mod pagarme;
+pub mod pagarme_v5;
 pub mod plowf;
 pub mod relya;
 pub mod standard_webhooks;
@@ -28,7 +30,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use crate::dedup::DedupRule;
 use catalog::Preset;
-pub use catalog::{PROVIDERS, Signed};
+pub use catalog::{PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
@@ -116,6 +118,10 @@ pub struct Settings<'a> {
     /// query the provider was given), for providers that sign it (Twilio, Square). Behind a
     /// tunnel the local request's host is not it.
     pub public_url: Option<&'a str>,
+    /// `public_key`: Discord's application public key (hex), for provider `discord`.
+    pub public_key: Option<&'a str>,
+    /// The text of the JWKS that `jwks_file` names, for provider `pagarme-v5`.
+    pub jwks: Option<&'a str>,
 }
 
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
@@ -124,7 +130,8 @@ pub struct Verifier {
     preset: Preset,
     /// Keys in configured order, already decoded the way the preset wants (the base64 part of
     /// a Standard Webhooks `whsec_` secret, hex for Adyen, the UTF-8 bytes of the string
-    /// otherwise). Never empty.
+    /// otherwise). Never empty, except for a scheme that verifies with a public key (which
+    /// its preset holds): then always empty.
     keys: Vec<Secret>,
     /// Allowed |now - timestamp|, for schemes that sign a timestamp.
     tolerance_secs: u64,
@@ -156,11 +163,15 @@ pub enum VerifyError {
     /// negative when it claims to come from the future.
     #[error("timestamp outside the allowed window ({skew_secs} s off)")]
     StaleTimestamp { skew_secs: i64 },
+    /// The request names a public key (a JWKS `kid`) that the endpoint does not hold.
+    #[error("no key in the JWKS has the request's `kid` (a new key? refresh the JWKS file)")]
+    UnknownKey,
 }
 
 impl Verifier {
     /// `provider` is one of [`PROVIDERS`]. `options` is required for, and only allowed with,
-    /// "hmac". `secrets` are the configured secret strings; any one of them verifies.
+    /// "hmac". `secrets` are the configured secret strings; any one of them verifies. A
+    /// provider that verifies with a public key takes none (the key is in `settings`).
     /// `tolerance_secs` overrides the preset's window for schemes that sign a timestamp, and is
     /// ignored by the others.
     pub fn new(
@@ -184,6 +195,21 @@ impl Verifier {
         tolerance_secs: Option<u64>,
     ) -> Result<Verifier, String> {
         let preset = catalog::preset(provider, settings)?;
+        // The public key is the credential: the preset has checked it is there.
+        if let Some(setting) = preset.public_key_setting {
+            if !secrets.is_empty() {
+                return Err(format!(
+                    "provider `{provider}` verifies with a public key (`{setting}`), not a \
+                     shared secret: remove the secret"
+                ));
+            }
+            let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
+            return Ok(Verifier {
+                preset,
+                keys: Vec::new(),
+                tolerance_secs,
+            });
+        }
         if secrets.is_empty() {
             return Err("at least one secret is required".to_string());
         }
@@ -237,7 +263,12 @@ impl Verifier {
     /// The answer to a verified request that is the provider checking the URL rather than an
     /// event (Slack's `url_verification`, Zoom's `endpoint.url_validation`, Discord's PING).
     pub fn handshake(&self, proof: &Verified, request: &Request<'_>) -> Option<Reply> {
-        let key = self.keys.get(proof.secret_index)?;
+        // A public-key scheme has no shared key to give its handshake.
+        static NO_KEY: Secret = Secret(Vec::new());
+        let key = match self.preset.public_key_setting {
+            Some(_) => &NO_KEY,
+            None => self.keys.get(proof.secret_index)?,
+        };
         self.preset.scheme.handshake(key, request)
     }
 
@@ -299,7 +330,8 @@ impl Verifier {
     /// What a sender adds to a request (headers and, for some schemes, a query string); None
     /// when the scheme cannot be signed with a shared secret.
     pub fn sign_request(&self, body: &[u8], now_unix: i64, delivery_id: &str) -> Option<Signed> {
-        // `new` refuses an empty list, so there is always a first key.
+        // `new` refuses an empty list, so there is always a first key, unless the scheme
+        // verifies with a public key: then there is none, and nothing to sign with.
         let key = self.keys.first()?;
         self.preset.scheme.sign(key, body, now_unix, delivery_id)
     }
@@ -603,6 +635,23 @@ mod tests {
     }
 
     #[test]
+    fn only_the_public_key_providers_go_without_a_secret() {
+        for provider in PROVIDERS {
+            let public_key = ["discord", "pagarme-v5"].contains(provider);
+            assert_eq!(takes_secret(provider), !public_key, "{provider}");
+        }
+        assert!(takes_secret("paypal"));
+        for provider in ALL {
+            let err = Verifier::new(provider, options_for(provider).as_ref(), &[], None);
+            assert_eq!(
+                err.unwrap_err(),
+                "at least one secret is required",
+                "{provider}"
+            );
+        }
+    }
+
+    #[test]
     fn new_explains_what_is_wrong() {
         let one = ["s".to_string()];
         let err = |p: &str, o: Option<&HmacOptions>, s: &[String]| {
@@ -611,7 +660,7 @@ mod tests {
         assert_eq!(
             err("foo", None, &one),
             "unknown provider `foo` (known: plowf, pagarme, relya, stripe, standard-webhooks, \
-             svix, github, hmac)"
+             svix, github, discord, pagarme-v5, hmac)"
         );
         assert!(err("hmac", None, &one).contains("needs a `signature` table"));
         let options = options_for("hmac").unwrap();
