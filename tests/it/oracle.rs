@@ -20,7 +20,11 @@ fn script(name: &str) -> PathBuf {
 /// unless `PORTARIA_REQUIRE_ORACLES` is set (CI), where that fails the test.
 pub fn run(name: &str, input: &serde_json::Value) -> Option<serde_json::Value> {
     let path = script(name);
-    let program = if name.ends_with(".py") { "python3" } else { "node" };
+    let program = if name.ends_with(".py") {
+        "python3"
+    } else {
+        "node"
+    };
     let mut child = Command::new(program)
         .arg(&path)
         .stdin(Stdio::piped())
