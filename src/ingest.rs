@@ -89,13 +89,16 @@ impl Outcome {
 
     /// The one mapping from outcomes to answers. 5xx bodies stay generic; the cause is logged.
     /// `ack`: the body the provider expects for an accepted event (Adyen's `[accepted]`), sent
-    /// as plain text instead of the JSON default.
+    /// instead of the JSON default: as JSON if it is JSON (Discord's `{"type":5}`), else as
+    /// plain text.
     pub fn response(&self, max_body_bytes: usize, ack: Option<&str>) -> Response<Full<Bytes>> {
         let mut content_type = "application/json";
         let body = match self {
             Outcome::Accepted(_) | Outcome::Duplicate(_) => match ack {
                 Some(text) => {
-                    content_type = "text/plain";
+                    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
+                        content_type = "text/plain";
+                    }
                     Bytes::from(text.to_string())
                 }
                 None => Bytes::from_static(br#"{"received":true}"#),

@@ -246,6 +246,11 @@ fn failure(endpoint: &Endpoint, error: &VerifyError, at: i64) -> String {
         VerifyError::Malformed(what) => {
             format!("malformed signature: {what}; portaria answers 401")
         }
+        VerifyError::UnknownKey => format!(
+            "the signature names a key that is not in the endpoint's key set: {provider} \
+             rotated its keys, or this capture is not from it; download its current keys again \
+             (see docs/providers.md) and restart; portaria answers 401"
+        ),
         VerifyError::Mismatch => {
             let tried = match verifier.secret_count() {
                 1 => "tried 1 secret".to_string(),

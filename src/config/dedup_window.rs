@@ -195,7 +195,10 @@ mod tests {
             Some(Duration::from_secs(2 * 86_400))
         );
         assert!(
-            config.warnings.iter().any(|w| w.contains("is long for provider `cielo`")),
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("is long for provider `cielo`")),
             "{:?}",
             config.warnings
         );

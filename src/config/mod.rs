@@ -16,6 +16,7 @@
 //! (which never echo a secret) in `toml_error`.
 
 mod dedup_window;
+mod public_keys;
 mod raw;
 mod toml_error;
 mod validate;

@@ -69,6 +69,12 @@ pub(super) struct RawEndpoint {
     pub(super) credential_headers: Option<Vec<String>>,
     /// Vindi, Efí: the query parameter holding the secret.
     pub(super) query_param: Option<String>,
+    /// Discord's application public key (hex): the credential instead of a secret.
+    pub(super) public_key: Option<String>,
+    /// A JWKS file (Pagar.me v5's public keys): the credential instead of a secret.
+    pub(super) jwks_file: Option<PathBuf>,
+    /// Refused with a hint: fetching a JWKS needs TLS, which portaria has no client for.
+    pub(super) jwks_url: Option<String>,
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,

@@ -15,7 +15,7 @@ use super::{
     UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
-use crate::verify::{Secret, Settings, Verifier, standard_webhooks};
+use crate::verify::{Secret, Settings, Verifier, standard_webhooks, takes_secret};
 
 /// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
 /// scheme accepts it, and matches no real signature.
@@ -39,7 +39,7 @@ impl Validator<'_> {
         Log { level }
     }
 
-    fn problem(&mut self, msg: impl Into<String>) {
+    pub(super) fn problem(&mut self, msg: impl Into<String>) {
         self.problems.push(msg.into());
     }
 
@@ -159,7 +159,7 @@ impl Validator<'_> {
         })
     }
 
-    fn resolve(&self, path: &Path) -> PathBuf {
+    pub(super) fn resolve(&self, path: &Path) -> PathBuf {
         match &self.base_dir {
             Some(dir) if path.is_relative() => dir.join(path),
             _ => path.to_path_buf(),
@@ -249,17 +249,21 @@ impl Validator<'_> {
             secret_env: raw.secret_env,
             secret_file: raw.secret_file,
         };
-        let secrets = self.secrets(at, given, raw.secrets, true);
+        let takes_secret = takes_secret(&provider);
+        let secrets = self.secrets(at, given, raw.secrets, takes_secret);
         // With no usable secret (`secrets` has reported why, so this endpoint is refused
         // below), or none loaded (`Secrets::Skip`), check the provider and its options with a
         // stand-in key of whatever form the provider needs, so that every problem shows in one
-        // run.
-        let stand_in = secrets.is_empty() || self.secrets == Secrets::Skip;
+        // run. A provider that verifies with a public key takes no secret at all.
+        let stand_in = takes_secret && (secrets.is_empty() || self.secrets == Secrets::Skip);
+        let jwks = self.jwks(at, raw.jwks_file, raw.jwks_url);
         let settings = Settings {
             hmac: raw.signature.as_ref(),
             public_url: raw.public_url.as_deref(),
             credential_headers: raw.credential_headers.as_deref(),
             query_param: raw.query_param.as_deref(),
+            public_key: raw.public_key.as_deref(),
+            jwks: jwks.as_deref(),
         };
         let built = if stand_in {
             Verifier::without_secrets(&provider, &settings, raw.tolerance_secs)

@@ -13,7 +13,8 @@ use http::HeaderName;
 use super::hmac_scheme::HmacScheme;
 use super::{
     DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas, cielo,
-    efi, github, mercadopago, pagarme, pagbank, plowf, relya, standard_webhooks, stripe, vindi,
+    discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
+    standard_webhooks, stripe, vindi,
 };
 use crate::dedup::DedupRule;
 
@@ -51,11 +52,23 @@ pub const PROVIDERS: &[&str] = &[
     // (SaaS: new names above this line.)
     //
     // Asymmetric signatures.
+    "discord",
+    "pagarme-v5",
     // (Asymmetric: new names above this line.)
     //
     // Your own description of a scheme.
     "hmac",
 ];
+
+/// The providers whose senders sign with a private key: an endpoint of theirs holds the public
+/// key (its preset says which setting), never a shared secret.
+pub const PUBLIC_KEY_PROVIDERS: &[&str] = &["discord", "pagarme-v5"];
+
+/// Whether an endpoint of `provider` is given a shared secret (an unknown name: yes, so that
+/// a missing secret is reported beside the unknown provider).
+pub fn takes_secret(provider: &str) -> bool {
+    !PUBLIC_KEY_PROVIDERS.contains(&provider)
+}
 
 /// The preset of `provider`, or why there is none.
 pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, String> {
@@ -73,6 +86,16 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         return Err(format!(
             "`query_param` is only allowed with providers `vindi` and `efi`, not `{provider}`"
         ));
+    }
+    for (key, value, owner) in [
+        ("public_key", settings.public_key, "discord"),
+        ("jwks_file", settings.jwks, "pagarme-v5"),
+    ] {
+        if value.is_some() && provider != owner {
+            return Err(format!(
+                "`{key}` is only for provider `{owner}`, not `{provider}`"
+            ));
+        }
     }
     match provider {
         "plowf" => Ok(plowf::preset()),
@@ -104,6 +127,8 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         "calendly" => Ok(super::calendly::preset()),
         // (SaaS: new arms above this line.)
         //
+        "discord" => discord::preset(settings.public_key),
+        "pagarme-v5" => pagarme_v5::preset(settings.jwks),
         // (Asymmetric: new arms above this line.)
         //
         "hmac" => {
@@ -237,6 +262,9 @@ pub(super) struct Preset {
     /// Whether the scheme signs `public_url` (Twilio, Square); for the others it is unused, and
     /// the config warns.
     pub signs_public_url: bool,
+    /// For a scheme that verifies with the sender's public key, the setting that holds it (the
+    /// endpoint's credential; a shared secret is refused). None: a shared secret is required.
+    pub public_key_setting: Option<&'static str>,
 }
 
 impl Preset {
@@ -251,6 +279,7 @@ impl Preset {
             credential_headers: Vec::new(),
             ack: None,
             signs_public_url: false,
+            public_key_setting: None,
         }
     }
 
@@ -281,6 +310,12 @@ impl Preset {
 
     pub(super) fn ack(mut self, body: &'static str) -> Self {
         self.ack = Some(body);
+        self
+    }
+
+    /// For a scheme that verifies with a public key, given in the setting `name`.
+    pub(super) fn without_secret(mut self, name: &'static str) -> Self {
+        self.public_key_setting = Some(name);
         self
     }
 }

@@ -18,6 +18,7 @@ pub mod calendly;
 pub mod catalog;
 pub mod cielo;
 pub mod credential;
+pub mod discord;
 pub mod efi;
 pub mod github;
 pub mod hmac_scheme;
@@ -27,6 +28,7 @@ pub mod linear;
 pub mod mercadopago;
 pub mod paddle;
 pub mod pagarme;
+pub mod pagarme_v5;
 pub mod pagbank;
 pub mod plowf;
 pub mod public_url;
@@ -52,7 +54,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use crate::dedup::DedupRule;
 use catalog::Preset;
-pub use catalog::{PROVIDERS, Signed};
+pub use catalog::{PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
@@ -149,6 +151,10 @@ pub struct Settings<'a> {
     /// `query_param`: the query parameter holding the secret, for providers that put it in
     /// the URL (Vindi's default `token`, Efí's `hmac`).
     pub query_param: Option<&'a str>,
+    /// `public_key`: Discord's application public key (hex), for provider `discord`.
+    pub public_key: Option<&'a str>,
+    /// The text of the JWKS that `jwks_file` names, for provider `pagarme-v5`.
+    pub jwks: Option<&'a str>,
 }
 
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
@@ -157,7 +163,8 @@ pub struct Verifier {
     preset: Preset,
     /// Keys in configured order, already decoded the way the preset wants (the base64 part of
     /// a Standard Webhooks `whsec_` secret, hex for Adyen, the UTF-8 bytes of the string
-    /// otherwise). Never empty.
+    /// otherwise). Never empty, except for a scheme that verifies with a public key (which
+    /// its preset holds): then always empty.
     keys: Vec<Secret>,
     /// Allowed |now - timestamp|, for schemes that sign a timestamp.
     tolerance_secs: u64,
@@ -192,11 +199,15 @@ pub enum VerifyError {
     /// negative when it claims to come from the future.
     #[error("timestamp outside the allowed window ({skew_secs} s off)")]
     StaleTimestamp { skew_secs: i64 },
+    /// The request names a public key (a JWKS `kid`) that the endpoint does not hold.
+    #[error("no key in the JWKS has the request's `kid` (a new key? refresh the JWKS file)")]
+    UnknownKey,
 }
 
 impl Verifier {
     /// `provider` is one of [`PROVIDERS`]. `options` is required for, and only allowed with,
-    /// "hmac". `secrets` are the configured secret strings; any one of them verifies.
+    /// "hmac". `secrets` are the configured secret strings; any one of them verifies. A
+    /// provider that verifies with a public key takes none (the key is in `settings`).
     /// `tolerance_secs` overrides the preset's window for schemes that sign a timestamp, and is
     /// ignored by the others.
     pub fn new(
@@ -220,6 +231,21 @@ impl Verifier {
         tolerance_secs: Option<u64>,
     ) -> Result<Verifier, String> {
         let preset = catalog::preset(provider, settings)?;
+        // The public key is the credential: the preset has checked it is there.
+        if let Some(setting) = preset.public_key_setting {
+            if !secrets.is_empty() {
+                return Err(format!(
+                    "provider `{provider}` verifies with a public key (`{setting}`), not a \
+                     shared secret: remove the secret"
+                ));
+            }
+            let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
+            return Ok(Verifier {
+                preset,
+                keys: Vec::new(),
+                tolerance_secs,
+            });
+        }
         if secrets.is_empty() {
             return Err("at least one secret is required".to_string());
         }
@@ -292,7 +318,12 @@ impl Verifier {
     /// The answer to a verified request that is the provider checking the URL rather than an
     /// event (Slack's `url_verification`, Zoom's `endpoint.url_validation`, Discord's PING).
     pub fn handshake(&self, proof: &Verified, request: &Request<'_>) -> Option<Reply> {
-        let key = self.keys.get(proof.secret_index)?;
+        // A public-key scheme has no shared key to give its handshake.
+        static NO_KEY: Secret = Secret(Vec::new());
+        let key = match self.preset.public_key_setting {
+            Some(_) => &NO_KEY,
+            None => self.keys.get(proof.secret_index)?,
+        };
         self.preset.scheme.handshake(key, request)
     }
 
@@ -660,6 +691,23 @@ mod tests {
             assert_eq!(v.provider(), canonical);
             assert_eq!(v.event_type_header(), event, "{given}");
             assert_eq!(v.default_dedup().to_string(), dedup, "{given}");
+        }
+    }
+
+    #[test]
+    fn only_the_public_key_providers_go_without_a_secret() {
+        for provider in PROVIDERS {
+            let public_key = ["discord", "pagarme-v5"].contains(provider);
+            assert_eq!(takes_secret(provider), !public_key, "{provider}");
+        }
+        assert!(takes_secret("paypal"));
+        for provider in ALL {
+            let err = Verifier::new(provider, options_for(provider).as_ref(), &[], None);
+            assert_eq!(
+                err.unwrap_err(),
+                "at least one secret is required",
+                "{provider}"
+            );
         }
     }
 
