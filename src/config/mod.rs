@@ -18,6 +18,7 @@
 mod dedup_window;
 mod public_keys;
 mod raw;
+mod secrets;
 mod toml_error;
 mod validate;
 

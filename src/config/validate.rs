@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use toml::Spanned;
 
-use super::raw::{OneOrMany, RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
+use super::raw::{RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
 use super::toml_error::line_of;
 use super::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_RETRY, Endpoint, Forward, Log, Secrets, Server, Storage, Target,
@@ -16,10 +16,6 @@ use super::{
 };
 use crate::dedup::DedupRule;
 use crate::verify::{Secret, Settings, Verifier, standard_webhooks, takes_secret};
-
-/// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
-/// scheme accepts it, and matches no real signature.
-const PLACEHOLDER_SECRET: &str = "whsec_cG9ydGFyaWE6IHNlY3JldHMgbm90IGxvYWRlZA==";
 
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
@@ -320,108 +316,6 @@ impl Validator<'_> {
         })
     }
 
-    /// Collects the secrets given by exactly one of the ways to give them.
-    fn secrets(
-        &mut self,
-        at: &str,
-        raw: RawSecret,
-        list: Option<Vec<String>>,
-        required: bool,
-    ) -> Vec<String> {
-        let given = [
-            raw.secret.is_some(),
-            list.is_some(),
-            raw.secret_env.is_some(),
-            raw.secret_file.is_some(),
-        ];
-        match given.iter().filter(|g| **g).count() {
-            0 if required => {
-                self.problem(format!(
-                    "{at}: no secret; set exactly one of secret, secrets, secret_env, secret_file"
-                ));
-                return Vec::new();
-            }
-            0 => return Vec::new(),
-            1 => {}
-            _ => {
-                self.problem(format!(
-                    "{at}: set exactly one of secret, secrets, secret_env, secret_file"
-                ));
-                return Vec::new();
-            }
-        }
-        // `secrets = []` and the like: given, yet nothing to verify (or sign) with.
-        let empty =
-            |many: &Option<OneOrMany>| matches!(many, Some(OneOrMany::Many(v)) if v.is_empty());
-        if list.as_ref().is_some_and(Vec::is_empty)
-            || empty(&raw.secret_env)
-            || empty(&raw.secret_file)
-        {
-            self.problem(format!(
-                "{at}: the list of secrets is empty; give at least one"
-            ));
-            return Vec::new();
-        }
-        let problems_before = self.problems.len();
-        let env_vars = raw.secret_env.map(OneOrMany::into_vec).unwrap_or_default();
-        self.secret_variables.extend(env_vars.iter().cloned());
-        if self.secrets == Secrets::Skip {
-            return vec![PLACEHOLDER_SECRET.to_string()];
-        }
-        let mut secrets = Vec::new();
-        if let Some(s) = raw.secret {
-            secrets.push(s);
-        }
-        secrets.extend(list.unwrap_or_default());
-        for var in env_vars {
-            match std::env::var(&var) {
-                Ok(value) if !value.trim().is_empty() => secrets.push(value.trim().to_string()),
-                Ok(_) => self.problem(format!(
-                    "{at}.secret_env: environment variable {var} is empty"
-                )),
-                Err(_) => self.problem(format!(
-                    "{at}.secret_env: environment variable {var} is not set"
-                )),
-            }
-        }
-        for file in raw.secret_file.map(OneOrMany::into_vec).unwrap_or_default() {
-            let path = self.resolve(Path::new(&file));
-            match std::fs::read_to_string(&path) {
-                Ok(text) => {
-                    if readable_by_others(&path) {
-                        self.warnings.push(format!(
-                            "{at}.secret_file: {} is readable by group or others; chmod 600 it",
-                            path.display()
-                        ));
-                    }
-                    let before = secrets.len();
-                    secrets.extend(
-                        text.lines()
-                            .map(str::trim)
-                            .filter(|l| !l.is_empty())
-                            .map(String::from),
-                    );
-                    if secrets.len() == before {
-                        self.problem(format!("{at}.secret_file: {} is empty", path.display()));
-                    }
-                }
-                Err(e) => self.problem(format!(
-                    "{at}.secret_file: cannot read {}: {e}",
-                    path.display()
-                )),
-            }
-        }
-        if secrets.iter().any(|s| s.is_empty()) {
-            self.problem(format!("{at}: a secret is empty"));
-        }
-        // Whatever the way, no secret means no endpoint: the caller's stand-in secret (used to
-        // check the other options) must never end up verifying requests.
-        if secrets.is_empty() && self.problems.len() == problems_before {
-            self.problem(format!("{at}: no secret could be read"));
-        }
-        secrets
-    }
-
     fn forward(
         &mut self,
         at: &str,
@@ -589,17 +483,6 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     n.checked_mul(ms)
         .map(Duration::from_millis)
         .ok_or_else(|| "too long".to_string())
-}
-
-#[cfg(unix)]
-fn readable_by_others(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(path).is_ok_and(|meta| meta.permissions().mode() & 0o077 != 0)
-}
-
-#[cfg(not(unix))]
-fn readable_by_others(_: &Path) -> bool {
-    false
 }
 
 #[cfg(test)]
@@ -779,94 +662,6 @@ mod tests {
             msg.contains("line 7"),
             "names the second table's line: {msg}"
         );
-    }
-
-    #[test]
-    fn secrets_must_be_given_exactly_once_and_not_empty() {
-        let msg = problems("[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\n");
-        assert!(msg.contains("no secret"), "{msg}");
-        let msg = problems(
-            "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret = \"x\"\nsecret_env = \"Y\"\n",
-        );
-        assert!(msg.contains("exactly one of"), "{msg}");
-        let msg = problems("[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret = \"\"\n");
-        assert!(msg.contains("endpoint[0] (line 1)"), "{msg}");
-        assert!(msg.contains("empty"), "{msg}");
-    }
-
-    #[test]
-    fn an_empty_list_of_secrets_is_refused_never_replaced() {
-        let head = "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\n";
-        for given in ["secrets = []", "secret_env = []", "secret_file = []"] {
-            let msg = problems(&format!("{head}{given}\n"));
-            assert!(
-                msg.contains("the list of secrets is empty"),
-                "{given}: {msg}"
-            );
-        }
-        // A forward target's signing secret, too.
-        let msg = problems(&format!(
-            "{MINIMAL}forward = {{ url = \"http://127.0.0.1:9/x\", secret_env = [] }}\n"
-        ));
-        assert!(
-            msg.contains("forward: the list of secrets is empty"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn a_missing_environment_variable_is_named() {
-        let msg = problems(
-            "[[endpoint]]\npath = \"/a\"\nprovider = \"github\"\nsecret_env = \"PORTARIA_TEST_SURELY_UNSET_VAR\"\n",
-        );
-        assert!(
-            msg.contains("PORTARIA_TEST_SURELY_UNSET_VAR is not set"),
-            "{msg}"
-        );
-    }
-
-    #[test]
-    fn secret_files_hold_one_secret_per_line() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("s"), "new\n\nold\n").unwrap();
-        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret_file = \"s\"\n";
-        let config = Config::parse(text, Source::File(dir.path().join("p.toml"))).unwrap();
-        let verifier = &config.endpoints[0].verifier;
-        let signed = verifier.sign(b"{}", 0, "d");
-        let mut headers = http::HeaderMap::new();
-        for (k, v) in &signed {
-            headers.insert(
-                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
-                http::HeaderValue::from_str(v).unwrap(),
-            );
-        }
-        assert_eq!(
-            verifier.verify(&headers, b"{}", 0).unwrap().secret_index(),
-            0
-        );
-        let missing = problems(
-            "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret_file = \"/nonexistent/s\"\n",
-        );
-        assert!(missing.contains("cannot read /nonexistent/s"), "{missing}");
-    }
-
-    #[test]
-    fn a_secret_file_others_can_read_is_a_warning_not_an_error() {
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let secret = dir.path().join("s");
-        std::fs::write(&secret, "x\n").unwrap();
-        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret_file = \"s\"\n";
-        let source = Source::File(dir.path().join("p.toml"));
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let config = Config::parse(text, source.clone()).unwrap();
-        assert!(
-            config.warnings[0].contains("chmod 600"),
-            "{:?}",
-            config.warnings
-        );
-        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(Config::parse(text, source).unwrap().warnings.is_empty());
     }
 
     #[test]

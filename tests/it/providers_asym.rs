@@ -192,13 +192,14 @@ async fn discord_ping_is_answered_and_neither_stored_nor_forwarded() {
     let reply = post(server.addr, url, &headers, command.as_bytes()).await;
     assert_eq!(reply.status, 200);
     let forwarded = server.dir.path().join("forwarded");
+    // The script appends the body, then a newline: a complete line is a finished delivery.
+    let delivered = || std::fs::read_to_string(&forwarded).is_ok_and(|t| t.ends_with('\n'));
     eventually(
         Duration::from_secs(10),
         "the interaction is forwarded",
-        || forwarded.exists(),
+        delivered,
     )
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         std::fs::read_to_string(&forwarded).unwrap(),
         format!("{command}\n")

@@ -411,7 +411,9 @@ async fn every_preset_accepts_what_portaria_signs() {
 fn dumper(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("dump.sh");
     let script = format!(
-        "#!/bin/sh\ncat > '{d}/stdin.'\"$PORTARIA_EVENT_ID\"\nenv > '{d}/env.'\"$PORTARIA_EVENT_ID\"\n",
+        // The env file appears whole (written aside, then renamed): the test waits for it.
+        "#!/bin/sh\ncat > '{d}/stdin.'\"$PORTARIA_EVENT_ID\"\nenv > '{d}/env.tmp.'\"$PORTARIA_EVENT_ID\"\n\
+         mv '{d}/env.tmp.'\"$PORTARIA_EVENT_ID\" '{d}/env.'\"$PORTARIA_EVENT_ID\"\n",
         d = dir.display()
     );
     std::fs::write(&path, script).unwrap();
