@@ -522,3 +522,36 @@ async fn with_a_dedup_window_the_same_body_is_a_new_event_once_the_window_has_pa
     let stripe_rows: i64 = server.one("SELECT count(*) FROM events WHERE endpoint = 'stripe'");
     assert_eq!(stripe_rows, 1, "no window: a duplicate however late");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_says_which_rotated_secret_matched_never_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portaria.toml");
+    std::fs::write(&config, base_config(&dir.path().join("p.db"), "", "")).unwrap();
+    let mut serve = portaria();
+    serve
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "debug");
+    let server = Process::spawn_command(serve).await;
+    let body = br#"{"event":"connection_update"}"#;
+    for (secret, id) in [(RELYA_SECRET, "dlv_new"), ("old-relya-secret", "dlv_old")] {
+        let headers = relya_headers(secret, id, now_secs(), body);
+        let reply = post(server.addr, "/webhooks/relya", &headers, body).await;
+        assert_eq!(reply.status, 200);
+    }
+    let verified = |n: usize| {
+        let log = server.log.lock().unwrap().clone();
+        log.lines()
+            .filter(|l| l.contains("signature verified") && l.contains("endpoint=relya"))
+            .any(|l| l.contains(&format!("secret={n}")))
+    };
+    eventually(Duration::from_secs(5), "both verifications logged", || {
+        verified(1) && verified(2)
+    })
+    .await;
+    let log = server.log.lock().unwrap().clone();
+    for secret in [RELYA_SECRET, "old-relya-secret"] {
+        assert!(!log.contains(secret), "the log holds a secret");
+    }
+}
