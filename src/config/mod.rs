@@ -16,8 +16,10 @@
 //! (which never echo a secret) in `toml_error`.
 
 mod dedup_window;
+mod ip_range;
 mod public_keys;
 mod raw;
+mod real_ip;
 mod secrets;
 mod toml_error;
 mod validate;
@@ -31,7 +33,9 @@ use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
 pub use dedup_window::default_dedup_window;
+pub use ip_range::IpRange;
 use raw::RawConfig;
+pub use real_ip::{RealIp, RealIpHeader};
 use toml_error::toml_message;
 use validate::Validator;
 pub use validate::parse_duration;
@@ -127,6 +131,8 @@ pub struct Server {
     /// The admin listener (`/healthz`, `/readyz`, `/metrics`); None when `admin_listen = "off"`.
     /// Never the webhook address: that one is exposed through the tunnel.
     pub admin_listen: Option<SocketAddr>,
+    /// Whose header names the client (`real_ip_header`, `trusted_proxies`); None: the TCP peer.
+    pub real_ip: Option<RealIp>,
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +161,8 @@ pub struct Endpoint {
     /// retention, so that is a window of `retention_days`.
     pub dedup_window: Option<Duration>,
     pub forward: Option<Forward>,
+    /// Only clients in these ranges may deliver (403 otherwise); None: any address.
+    pub allow_ips: Option<Vec<IpRange>>,
 }
 
 /// Where and how an endpoint's events are delivered.
@@ -234,6 +242,9 @@ impl Config {
         let storage = v.storage(raw.storage);
         let endpoints = v.endpoints(raw.endpoints);
         let log = v.log(raw.log);
+        if let Some(server) = &server {
+            v.warn_allow_ips_without_real_ip(server, &endpoints);
+        }
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,

@@ -37,6 +37,8 @@ pub(super) struct RawServer {
     pub(super) body_timeout_secs: Option<u64>,
     pub(super) max_connections: Option<usize>,
     pub(super) admin_listen: Option<String>,
+    pub(super) real_ip_header: Option<String>,
+    pub(super) trusted_proxies: Option<Vec<String>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -78,6 +80,8 @@ pub(super) struct RawEndpoint {
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,
+    /// Only clients in these address ranges may deliver.
+    pub(super) allow_ips: Option<Vec<String>>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

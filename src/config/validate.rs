@@ -59,6 +59,7 @@ impl Validator<'_> {
             self.problem("server.max_connections: must be at least 1");
         }
         let admin_listen = self.admin_listen(raw.admin_listen, listen);
+        let real_ip = self.real_ip(raw.real_ip_header, raw.trusted_proxies);
         Some(Server {
             listen,
             admin_listen,
@@ -66,6 +67,7 @@ impl Validator<'_> {
             header_timeout: self.seconds("server.header_timeout_secs", raw.header_timeout_secs, 10),
             body_timeout: self.seconds("server.body_timeout_secs", raw.body_timeout_secs, 20),
             max_connections,
+            real_ip,
         })
     }
 
@@ -303,6 +305,7 @@ impl Validator<'_> {
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
         let forward = self.forward(at, raw.forward, raw.retry, raw.concurrency);
+        let allow_ips = self.allow_ips(at, raw.allow_ips);
         if self.problems.len() != before {
             return None;
         }
@@ -313,6 +316,7 @@ impl Validator<'_> {
             dedup: dedup?,
             dedup_window,
             forward,
+            allow_ips,
         })
     }
 
