@@ -1,10 +1,12 @@
-//! The request pipeline, in the order of the mission: route, limit the body, verify the
-//! signature on the raw bytes, derive the dedup key, store durably, and only then answer.
+//! The request pipeline, in the order of the mission: route, check the method and the client
+//! address (`allow_ips`), limit the body, verify the signature on the raw bytes, derive the
+//! dedup key, store durably, and only then answer.
 //!
 //! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
 //! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -14,7 +16,8 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
-use crate::config::{Endpoint, Server};
+use crate::client_ip::{ConnectionInfo, client_ip};
+use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
 use crate::store::{Inserted, NewEvent, Received, Store};
 use crate::time::{unix_millis, unix_secs};
@@ -35,6 +38,8 @@ pub struct Intake {
     new_event: Arc<Notify>,
     /// Counts every answer, by endpoint and outcome.
     metrics: Arc<Metrics>,
+    /// Whose header names the client (`[server] real_ip_header`); None: the TCP peer.
+    real_ip: Option<RealIp>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -44,6 +49,8 @@ pub enum Outcome {
     Duplicate(i64),
     NotFound,
     MethodNotAllowed,
+    /// The client address is outside the endpoint's `allow_ips`: refused before the body.
+    Forbidden,
     TooLarge,
     BodyTimeout,
     BadSignature(String),
@@ -70,6 +77,7 @@ impl Outcome {
             Outcome::BadRequest(_) => "bad_request",
             Outcome::StorageError(_) => "storage_error",
             Outcome::Handshake(_) => "handshake",
+            Outcome::Forbidden => "forbidden",
         }
     }
 
@@ -79,6 +87,7 @@ impl Outcome {
             Outcome::Accepted(_) | Outcome::Duplicate(_) | Outcome::Handshake(_) => StatusCode::OK,
             Outcome::NotFound => StatusCode::NOT_FOUND,
             Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Outcome::Forbidden => StatusCode::FORBIDDEN,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Outcome::BadSignature(_) | Outcome::StaleTimestamp => StatusCode::UNAUTHORIZED,
@@ -109,6 +118,9 @@ impl Outcome {
             }
             Outcome::NotFound => error_json("no endpoint at this path"),
             Outcome::MethodNotAllowed => error_json("webhooks are delivered with POST"),
+            Outcome::Forbidden => {
+                error_json("this endpoint does not accept webhooks from this address")
+            }
             Outcome::TooLarge => error_json(&format!("body larger than {max_body_bytes} bytes")),
             Outcome::BodyTimeout => error_json("the body did not arrive in time"),
             Outcome::BadSignature(_) => error_json("invalid signature"),
@@ -159,19 +171,26 @@ impl Intake {
             body_timeout: server.body_timeout,
             new_event,
             metrics,
+            real_ip: server.real_ip.clone(),
         }
     }
 
-    /// Handles one request, start to finish, and logs one line about it.
-    pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    /// Handles one request, start to finish, and logs one line about it. `conn` gives the
+    /// peer address, which the client address is judged from.
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnectionInfo,
+    ) -> Response<Full<Bytes>> {
         let started = Instant::now();
+        let client = client_ip(conn.peer.ip(), req.headers(), self.real_ip.as_ref());
         let endpoint = self.endpoints.get(req.uri().path()).cloned();
         let (outcome, meta) = match &endpoint {
-            Some(endpoint) => self.pipeline(endpoint, req).await,
+            Some(endpoint) => self.pipeline(endpoint, client, req).await,
             None => (Outcome::NotFound, EventMeta::default()),
         };
         let elapsed = started.elapsed();
-        log(endpoint.as_deref(), &outcome, &meta, elapsed);
+        log(endpoint.as_deref(), client, &outcome, &meta, elapsed);
         let name = endpoint.as_deref().map(|e| e.name.as_str());
         self.metrics.request(name, outcome.label(), elapsed);
         if matches!(outcome, Outcome::Accepted(_)) {
@@ -181,10 +200,21 @@ impl Intake {
         outcome.response(self.max_body_bytes, ack)
     }
 
-    async fn pipeline(&self, endpoint: &Endpoint, req: Request<Incoming>) -> (Outcome, EventMeta) {
+    async fn pipeline(
+        &self,
+        endpoint: &Endpoint,
+        client: IpAddr,
+        req: Request<Incoming>,
+    ) -> (Outcome, EventMeta) {
         let mut meta = EventMeta::default();
         if req.method() != Method::POST {
             return (Outcome::MethodNotAllowed, meta);
+        }
+        // Before the body is read: a refused address costs no read, no verify, no row.
+        if let Some(allowed) = &endpoint.allow_ips
+            && !allowed.iter().any(|range| range.contains(client))
+        {
+            return (Outcome::Forbidden, meta);
         }
         let (parts, body) = req.into_parts();
 
@@ -290,7 +320,15 @@ struct EventMeta {
     object_id: Option<String>,
 }
 
-fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed: Duration) {
+/// The line of one request. `client`: the address it came from (the tunnel's header when
+/// believed), for reading only: never a metrics label.
+fn log(
+    endpoint: Option<&Endpoint>,
+    client: IpAddr,
+    outcome: &Outcome,
+    meta: &EventMeta,
+    elapsed: Duration,
+) {
     let endpoint = endpoint.map_or("-", |e| e.name.as_str());
     let status = outcome.status().as_u16();
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
@@ -301,6 +339,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
         Outcome::Accepted(id) | Outcome::Duplicate(id) => tracing::info!(
             endpoint,
             outcome = outcome.label(),
+            %client,
             event_id = id,
             dedup_key,
             event_type,
@@ -313,6 +352,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
         Outcome::StorageError(cause) => tracing::error!(
             endpoint,
             outcome = outcome.label(),
+            %client,
             dedup_key,
             status,
             latency_ms,
@@ -322,6 +362,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
         Outcome::BadSignature(cause) | Outcome::BadRequest(cause) => tracing::warn!(
             endpoint,
             outcome = outcome.label(),
+            %client,
             status,
             latency_ms,
             cause,
@@ -330,6 +371,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
         Outcome::Handshake(_) => tracing::info!(
             endpoint,
             outcome = outcome.label(),
+            %client,
             status,
             latency_ms,
             "provider check answered (not an event: nothing stored)"
@@ -338,6 +380,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
         Outcome::NotFound | Outcome::MethodNotAllowed => tracing::debug!(
             endpoint,
             outcome = outcome.label(),
+            %client,
             status,
             latency_ms,
             "request rejected"
@@ -345,6 +388,7 @@ fn log(endpoint: Option<&Endpoint>, outcome: &Outcome, meta: &EventMeta, elapsed
         _ => tracing::warn!(
             endpoint,
             outcome = outcome.label(),
+            %client,
             status,
             latency_ms,
             "webhook rejected"
@@ -451,6 +495,7 @@ mod tests {
             Outcome::Accepted(0),
             Outcome::Duplicate(0),
             Outcome::MethodNotAllowed,
+            Outcome::Forbidden,
             Outcome::TooLarge,
             Outcome::BodyTimeout,
             Outcome::BadSignature(String::new()),
@@ -467,6 +512,7 @@ mod tests {
                 Outcome::Accepted(_)
                 | Outcome::Duplicate(_)
                 | Outcome::MethodNotAllowed
+                | Outcome::Forbidden
                 | Outcome::TooLarge
                 | Outcome::BodyTimeout
                 | Outcome::BadSignature(_)

@@ -21,6 +21,7 @@
 pub mod admin;
 pub mod archive;
 pub mod cli;
+pub mod client_ip;
 pub mod config;
 pub mod dedup;
 pub mod forward;

@@ -24,6 +24,7 @@ use tokio::sync::{Notify, Semaphore};
 use tokio::task::JoinSet;
 
 use crate::admin::Admin;
+use crate::client_ip::ConnectionInfo;
 use crate::config::{Config, Endpoint};
 use crate::forward::Worker;
 use crate::ingest::Intake;
@@ -185,18 +186,31 @@ fn connection_settings(config: &Config) -> http1::Builder {
 }
 
 /// What answers the requests of one listener: the webhook [`Intake`] or the [`Admin`] endpoints.
+/// `conn` is the connection the request came on (its peer address).
 trait Handler: Send + Sync + 'static {
-    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<Full<Bytes>>> + Send;
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnectionInfo,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send;
 }
 
 impl Handler for Intake {
-    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<Full<Bytes>>> + Send {
-        Intake::handle(self, req)
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        conn: ConnectionInfo,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send {
+        Intake::handle(self, req, conn)
     }
 }
 
 impl Handler for Admin {
-    fn handle(&self, req: Request<Incoming>) -> impl Future<Output = Response<Full<Bytes>>> + Send {
+    fn handle(
+        &self,
+        req: Request<Incoming>,
+        _conn: ConnectionInfo,
+    ) -> impl Future<Output = Response<Full<Bytes>>> + Send {
         Admin::handle(self, req)
     }
 }
@@ -222,10 +236,10 @@ async fn accept_loop(
                 Err(_) => break,
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!(error = %e, "accept failed");
@@ -242,9 +256,10 @@ async fn accept_loop(
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let _permit = permit;
+            let conn = ConnectionInfo { peer };
             let service = service_fn(move |req| {
                 let handler = handler.clone();
-                async move { Ok::<_, std::convert::Infallible>(handler.handle(req).await) }
+                async move { Ok::<_, std::convert::Infallible>(handler.handle(req, conn).await) }
             });
             let conn = http.serve_connection(TokioIo::new(stream), service);
             tokio::pin!(conn);
