@@ -10,6 +10,7 @@ mod oracle;
 mod providers_asym;
 mod providers_br;
 mod providers_saas;
+mod realip;
 mod receiver;
 mod retention;
 mod support;
