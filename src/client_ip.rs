@@ -31,7 +31,12 @@ pub fn client_ip(peer: IpAddr, headers: &HeaderMap, real_ip: Option<&RealIp>) ->
         Ok(None) => peer,
         Err(why) => {
             // Never the value: it is whatever the sender wrote.
-            tracing::debug!(%peer, header = real_ip.header.name(), why, "client address header not understood; using the peer address");
+            tracing::debug!(
+                %peer,
+                header = real_ip.header.name(),
+                why,
+                "client address header not understood; using the peer address"
+            );
             peer
         }
     }

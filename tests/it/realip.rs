@@ -53,7 +53,12 @@ async fn the_tunnel_s_header_names_the_client_in_the_log() {
         "",
     );
     std::fs::write(&config, text).unwrap();
-    let server = Process::spawn(&config).await;
+    let mut serve = portaria();
+    serve
+        .env("RUST_LOG", "info,portaria::client_ip=debug")
+        .args(["serve", "--config"])
+        .arg(&config);
+    let server = Process::spawn_command(serve).await;
 
     let body = payment_body(1);
     let reply = post(
@@ -67,10 +72,19 @@ async fn the_tunnel_s_header_names_the_client_in_the_log() {
     // Without the header, the client is the peer: the tunnel itself, or a local test.
     let body = payment_body(2);
     assert_eq!(post_pagarme(server.addr, &body).await.status, 200);
+    // A value that is not an address: the peer, and a debug line that does not repeat it.
+    let body = payment_body(3);
+    let garbled = pagarme_from(CF, "203.0.113.7; drop table", &body);
+    assert_eq!(
+        post(server.addr, "/webhooks/pagarme", &garbled, &body)
+            .await
+            .status,
+        200
+    );
 
     let log = server.log.clone();
-    eventually(Duration::from_secs(10), "both webhook lines", || {
-        log.lock().unwrap().matches("outcome=\"accepted\"").count() == 2
+    eventually(Duration::from_secs(10), "the three webhook lines", || {
+        log.lock().unwrap().matches("outcome=\"accepted\"").count() == 3
     })
     .await;
     let text = log.lock().unwrap().clone();
@@ -83,6 +97,16 @@ async fn the_tunnel_s_header_names_the_client_in_the_log() {
     };
     assert!(line(0).contains("client=203.0.113.7 "), "{text}");
     assert!(line(1).contains("client=127.0.0.1 "), "{text}");
+    assert!(line(2).contains("client=127.0.0.1 "), "{text}");
+    let debug = text
+        .lines()
+        .find(|l| l.contains("client address header not understood"))
+        .unwrap_or_else(|| panic!("no debug line: {text}"));
+    assert!(debug.contains("header=\"cf-connecting-ip\""), "{debug}");
+    assert!(
+        !text.contains("drop table"),
+        "the value is never logged: {text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
