@@ -75,6 +75,11 @@ trap cleanup EXIT
 
 # ---- the package ----
 step "build the package from the release binary"
+if ! command -v dpkg-shlibdeps >/dev/null; then
+    # cargo-deb resolves `depends = "$auto"` with it; without it the package would have no Depends.
+    echo "check-deb: installing dpkg-dev (dpkg-shlibdeps)"
+    apt-get update -qq && apt-get install -y -qq dpkg-dev
+fi
 if ! command -v cargo-deb >/dev/null; then
     echo "check-deb: installing cargo-deb (cargo install cargo-deb --locked)"
     cargo install cargo-deb --locked
