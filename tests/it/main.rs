@@ -12,4 +12,5 @@ mod providers_br;
 mod providers_saas;
 mod receiver;
 mod retention;
+mod sd_notify;
 mod support;
