@@ -1,7 +1,7 @@
 //! systemd integration, against the real binary: the notify protocol (`READY=1` with a status
 //! line, `STOPPING=1` after SIGTERM, a path or an abstract socket name), the watchdog (pings
 //! while healthy, none while another connection holds the database's write lock, pings again
-//! once it is released).
+//! once it is released), and secrets read from systemd credentials (`$CREDENTIALS_DIRECTORY`).
 //! Each test binds its own datagram socket and plays systemd's part.
 
 use std::os::unix::fs::PermissionsExt;
@@ -225,3 +225,66 @@ async fn a_forward_command_never_sees_the_notify_socket() {
     }
 }
 
+/// The contract config with pagarme's secret in the file `secret_file` names.
+fn config_with_secret_file(dir: &Path, secret_file: &str) -> std::path::PathBuf {
+    let config = dir.join("portaria.toml");
+    let text = base_config(&dir.join("p.db"), "", "").replace(
+        &format!("secret = \"{PAGARME_SECRET}\""),
+        &format!("secret_file = \"{secret_file}\""),
+    );
+    assert!(text.contains(secret_file));
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_comes_from_a_systemd_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    // What systemd lays out for LoadCredential=pagarme:...: one read-only file per credential.
+    let credentials = tempfile::tempdir().unwrap();
+    let file = credentials.path().join("pagarme");
+    std::fs::write(&file, format!("{PAGARME_SECRET}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o400)).unwrap();
+
+    let config = config_with_secret_file(dir.path(), "credential:pagarme");
+    let check = |env: Option<&Path>| {
+        let mut cmd = portaria();
+        cmd.args(["check", "--config"]).arg(&config);
+        if let Some(dir) = env {
+            cmd.env("CREDENTIALS_DIRECTORY", dir);
+        }
+        cmd.output().unwrap()
+    };
+    assert_eq!(ok_stdout(&check(Some(credentials.path()))).trim(), "ok");
+
+    let unset = check(None);
+    let stderr = String::from_utf8_lossy(&unset.stderr);
+    assert_eq!(unset.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("secret_file: credential `pagarme`: $CREDENTIALS_DIRECTORY is not set"),
+        "{stderr}"
+    );
+    let empty = tempfile::tempdir().unwrap();
+    let missing = check(Some(empty.path()));
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("credential `pagarme` is not in $CREDENTIALS_DIRECTORY"),
+        "{stderr}"
+    );
+
+    // The other spelling, served: a request signed with the credential's secret is stored.
+    let config = config_with_secret_file(dir.path(), "$CREDENTIALS_DIRECTORY/pagarme");
+    let mut serve = portaria();
+    serve
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("CREDENTIALS_DIRECTORY", credentials.path());
+    let server = Process::spawn_command(serve).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let log = server.log.lock().unwrap().clone();
+    assert!(!log.contains(PAGARME_SECRET), "{log}");
+}
