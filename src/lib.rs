@@ -17,6 +17,8 @@
 //! - [`logwriter`] takes log output off the request path.
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
+//! - [`notify`] speaks systemd's notify protocol; [`watchdog`] tells systemd the server is
+//!   ready, how its queue stands, that it stops, and (`WatchdogSec=`) that it is alive.
 
 pub mod admin;
 pub mod archive;
@@ -28,11 +30,13 @@ pub mod forward;
 pub mod ingest;
 pub mod logwriter;
 pub mod metrics;
+pub mod notify;
 pub mod prune;
 pub mod server;
 pub mod shutdown;
 pub mod store;
 pub mod time;
 pub mod verify;
+pub mod watchdog;
 
 pub use server::serve;

@@ -29,9 +29,11 @@ use crate::config::{Config, Endpoint};
 use crate::forward::Worker;
 use crate::ingest::Intake;
 use crate::metrics::{Metrics, Series};
+use crate::notify::{self, Notifier};
 use crate::prune::Pruner;
 use crate::shutdown::{self, Shutdown};
 use crate::store::{Store, StoreError};
+use crate::watchdog::{self, Watchdog};
 
 /// How long requests in flight get to finish after shutdown begins.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -120,9 +122,12 @@ pub async fn serve(
         new_event.clone(),
         metrics.clone(),
     );
+    // Forward commands see neither the secrets' variables nor systemd's notify socket.
+    let mut hidden_env = config.secret_variables.clone();
+    hidden_env.extend(notify::VARIABLES.map(String::from));
     let worker = Worker::start(
         &endpoints,
-        &config.secret_variables,
+        &hidden_env,
         store.clone(),
         new_event,
         metrics.clone(),
@@ -158,7 +163,19 @@ pub async fn serve(
              keep admin_listen on 127.0.0.1 unless a firewall guards it"
         );
     }
-    let connections = accept_loop(&listener, http, intake, max_connections, signal, shutdown).await;
+    // READY=1 now: the listeners are bound, the database open and upgraded, the worker runs.
+    let (pulse, heartbeat) = watchdog::heartbeat();
+    let watchdog = Watchdog::start(
+        Arc::new(Notifier::from_env()),
+        store.clone(),
+        endpoints.len(),
+        notify::watchdog_from_env(),
+        pulse,
+        signal.clone(),
+    )
+    .await;
+    let stop = heartbeat.answering(shutdown);
+    let connections = accept_loop(&listener, http, intake, max_connections, signal, stop).await;
     drop(listener);
 
     trigger.fire();
@@ -173,6 +190,7 @@ pub async fn serve(
     tokio::task::spawn_blocking(move || store.close())
         .await
         .ok();
+    watchdog.stop().await;
     tracing::info!("stopped");
     Ok(())
 }

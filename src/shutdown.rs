@@ -33,28 +33,36 @@ impl Shutdown {
     }
 }
 
-/// Resolves on SIGTERM (what systemd sends) or SIGINT (Ctrl-C).
-pub async fn os_signal() {
+/// Resolves on SIGTERM (what systemd sends) or SIGINT (Ctrl-C). The handlers are installed
+/// when this is called (inside the runtime), not when the future is first polled: a SIGTERM
+/// that comes right after `READY=1` must find them in place, or it would kill the process
+/// without a graceful stop.
+pub fn os_signal() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
-        match (
+        let handlers = (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
-            (Ok(mut term), Ok(mut int)) => {
-                tokio::select! {
-                    _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
-                    _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+        );
+        async move {
+            match handlers {
+                (Ok(mut term), Ok(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => tracing::info!("SIGTERM received, shutting down"),
+                        _ = int.recv() => tracing::info!("SIGINT received, shutting down"),
+                    }
                 }
-            }
-            _ => {
-                let _ = tokio::signal::ctrl_c().await;
+                _ => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
             }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = tokio::signal::ctrl_c().await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

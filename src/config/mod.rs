@@ -13,8 +13,10 @@
 //!
 //! This file owns the validated model, loading and lookup. The raw file as written is in
 //! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
-//! (which never echo a secret) in `toml_error`.
+//! (which never echo a secret) in `toml_error`. A `secret_file` may name a systemd
+//! credential (`credential:NAME`): `credentials`.
 
+mod credentials;
 mod dedup_window;
 mod ip_range;
 mod public_keys;

@@ -1,11 +1,13 @@
 //! Secrets: reading an endpoint's secrets from exactly one of the ways to give them (inline,
-//! a list, environment variables, files with one secret per line), the variables they came
-//! from (kept out of forward commands' environment), and the warning for a secret file that
-//! others can read. A secret's value never reaches a message.
+//! a list, environment variables, files with one secret per line, which may be systemd
+//! credentials: `credentials`), the variables they came from (kept out of forward commands'
+//! environment), and the warning for a secret file that others can read. A secret's value
+//! never reaches a message.
 
 use std::path::Path;
 
 use super::Secrets;
+use super::credentials;
 use super::raw::{OneOrMany, RawSecret};
 use super::validate::Validator;
 
@@ -79,7 +81,20 @@ impl Validator<'_> {
             }
         }
         for file in raw.secret_file.map(OneOrMany::into_vec).unwrap_or_default() {
-            let path = self.resolve(Path::new(&file));
+            let path = match credentials::credential_name(&file) {
+                None => self.resolve(Path::new(&file)),
+                Some(name) => {
+                    let dir = std::env::var_os(credentials::VARIABLE);
+                    match name.and_then(|n| credentials::resolve(n, dir.as_deref().map(Path::new)))
+                    {
+                        Ok(path) => path,
+                        Err(why) => {
+                            self.problem(format!("{at}.secret_file: {why}"));
+                            continue;
+                        }
+                    }
+                }
+            };
             match std::fs::read_to_string(&path) {
                 Ok(text) => {
                     if readable_by_others(&path) {

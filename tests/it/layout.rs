@@ -99,7 +99,7 @@ fn the_dependency_rules_hold() {
             .collect();
         assert!(extra.is_empty(), "{m} may not import {extra:?}");
     };
-    for leaf in ["time", "shutdown", "logwriter", "dedup"] {
+    for leaf in ["time", "shutdown", "logwriter", "dedup", "notify"] {
         only(leaf, &[]);
     }
     only("verify", &["dedup"]);

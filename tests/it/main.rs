@@ -13,4 +13,5 @@ mod providers_saas;
 mod realip;
 mod receiver;
 mod retention;
+mod sd_notify;
 mod support;

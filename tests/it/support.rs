@@ -331,6 +331,15 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
 pub fn portaria() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_portaria"));
     cmd.env_remove("PORTARIA_CONFIG").env("RUST_LOG", "info");
+    // Not systemd's socket of whatever runs the tests: a test that wants one sets its own.
+    for var in [
+        "NOTIFY_SOCKET",
+        "WATCHDOG_USEC",
+        "WATCHDOG_PID",
+        "CREDENTIALS_DIRECTORY",
+    ] {
+        cmd.env_remove(var);
+    }
     cmd
 }
 
