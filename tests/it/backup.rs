@@ -329,3 +329,34 @@ async fn a_backup_copied_over_the_database_brings_its_events_back() {
     assert_eq!(bodies(&db).len(), 6);
     stop(server).await;
 }
+
+/// The lines that matter in a unit file: no comments, no blank lines.
+fn unit_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .map(str::trim_end)
+        .filter(|line| !line.is_empty() && !line.starts_with('#'))
+        .collect()
+}
+
+#[test]
+fn the_units_shown_in_docs_operations_are_the_ones_shipped() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let doc = std::fs::read_to_string(root.join("docs/operations.md")).unwrap();
+    let shown: Vec<&str> = doc
+        .split("```ini\n")
+        .skip(1)
+        .map(|block| block.split("```").next().unwrap())
+        .collect();
+    assert_eq!(
+        shown.len(),
+        2,
+        "docs/operations.md shows the service and the timer"
+    );
+    for (block, file) in shown
+        .iter()
+        .zip(["portaria-backup.service", "portaria-backup.timer"])
+    {
+        let shipped = std::fs::read_to_string(root.join("packaging").join(file)).unwrap();
+        assert_eq!(unit_lines(block), unit_lines(&shipped), "{file}");
+    }
+}
