@@ -1,10 +1,11 @@
 //! The command line: parses arguments (the clap types), sets up logging, and runs the
 //! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`,
-//! `verify` and `init`. The small ones live here; `events`, [`send`] and `verify` have their own
-//! files.
+//! `verify`, `init` and `backup`. The small ones live here; `events`, [`send`], `verify` and
+//! `backup` have their own files.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
+mod backup;
 mod events;
 pub mod send;
 mod verify;
@@ -73,6 +74,8 @@ enum Command {
         #[arg(default_value = "portaria.toml")]
         path: PathBuf,
     },
+    /// Write a consistent copy of the database to FILE, safe while the server runs.
+    Backup(backup::BackupArgs),
 }
 
 #[derive(Args, Debug)]
@@ -205,6 +208,10 @@ pub fn main() -> ExitCode {
         Command::Archive(command) => {
             let _log = init_logging(format, "warn");
             archive(cli.config.as_deref(), command)
+        }
+        Command::Backup(args) => {
+            let _log = init_logging(format, "warn");
+            backup::run(cli.config.as_deref(), args)
         }
     };
     match result {

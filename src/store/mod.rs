@@ -13,11 +13,13 @@
 //!
 //! By consumer: `intake.rs` (the dedup barrier), `queue.rs` (the forwarding worker's claims and
 //! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
-//! archive restore), `observe.rs` (the admin listener's probe and figures).
+//! archive restore), `observe.rs` (the admin listener's probe and figures), `backup.rs`
+//! (`portaria backup`'s consistent copy).
 //!
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
+mod backup;
 mod checkpoint;
 mod db;
 mod events;
@@ -32,6 +34,7 @@ mod writer;
 #[cfg(test)]
 mod fixtures;
 
+pub use backup::{BackupError, Copied};
 pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter};
 pub use handle::Store;

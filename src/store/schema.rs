@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
 /// The schema of a new file.
 ///

@@ -2,6 +2,7 @@
 //! in-process `serve` on 127.0.0.1:0 where a test only needs HTTP, the real `portaria`
 //! binary where it needs a process (CLI, signals, SIGKILL).
 
+mod backup;
 mod cli;
 mod forwarding;
 mod layout;

@@ -1,0 +1,50 @@
+//! `portaria backup FILE [--force]`: a consistent copy of the configured database, taken while
+//! the server runs (the store's [`crate::store::Db::backup_to`] does the copy, the check and
+//! the atomic rename); this file only finds the database, refuses what it must, and reports.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::store::{BackupError, Db};
+
+#[derive(Args, Debug)]
+pub(super) struct BackupArgs {
+    /// Where to write the copy (its directory must exist). It is written beside it first and
+    /// renamed into place once complete, fsynced and checked.
+    file: PathBuf,
+    /// Replace FILE if it exists.
+    #[arg(long)]
+    force: bool,
+}
+
+pub(super) fn run(config: Option<&Path>, args: BackupArgs) -> Result<ExitCode, String> {
+    let BackupArgs { file, force } = args;
+    let config = super::existing_database(config)?;
+    // Said before any work: the store checks again just before the rename.
+    if !force && file.symlink_metadata().is_ok() {
+        return Err(exists(&file));
+    }
+    // Read-only: a backup never changes the database, nor upgrades its schema.
+    let db = Db::open_read_only(&config.storage.path)
+        .map_err(|e| format!("cannot open the database: {e}"))?;
+    let copied = db.backup_to(&file, force).map_err(|e| match e {
+        BackupError::Exists(_) => exists(&file),
+        e => format!("cannot back up to {}: {e}", file.display()),
+    })?;
+    println!(
+        "backed up {} events ({:.1} MiB) to {}",
+        copied.events,
+        copied.bytes as f64 / (1024.0 * 1024.0),
+        file.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn exists(file: &Path) -> String {
+    format!(
+        "{} exists already; pass --force to replace it",
+        file.display()
+    )
+}
