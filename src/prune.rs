@@ -23,6 +23,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::archive;
@@ -148,13 +149,22 @@ impl Report {
 /// signal fired (it stops between batches).
 pub struct Pruner {
     task: JoinHandle<()>,
+    storage: watch::Sender<Storage>,
 }
 
 impl Pruner {
     pub fn start(storage: Storage, store: Store, shutdown: Shutdown) -> Pruner {
+        let (tx, rx) = watch::channel(storage);
         Pruner {
-            task: tokio::spawn(run(storage, store, shutdown)),
+            task: tokio::spawn(run(rx, store, shutdown)),
+            storage: tx,
         }
+    }
+
+    /// Reloaded retention settings (`retention_days`, `dead_retention_days`, `archive_dir`):
+    /// the next hourly pass uses them; a pass under way finishes with the old ones.
+    pub fn set_storage(&self, storage: Storage) {
+        self.storage.send_replace(storage);
     }
 
     pub async fn stop(self) {
@@ -162,9 +172,10 @@ impl Pruner {
     }
 }
 
-async fn run(storage: Storage, store: Store, mut shutdown: Shutdown) {
+async fn run(settings: watch::Receiver<Storage>, store: Store, mut shutdown: Shutdown) {
     loop {
         let next = tokio::time::Instant::now() + EVERY;
+        let storage = settings.borrow().clone();
         match pass(&storage, &store, now_ms(), &shutdown).await {
             Ok(report) if report.removed.is_empty() => {
                 tracing::debug!(reclaimed_bytes = report.reclaimed_bytes, "nothing to prune")

@@ -11,5 +11,6 @@ mod providers_asym;
 mod providers_br;
 mod providers_saas;
 mod receiver;
+mod reload;
 mod retention;
 mod support;
