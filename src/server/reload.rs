@@ -9,7 +9,8 @@
 //! - intake's endpoint table (paths, providers, secrets, dedup rules and windows) and body
 //!   limits, swapped whole: a request in flight keeps the table it started with;
 //! - `header_timeout_secs`, for connections accepted from now on;
-//! - retention (`retention_days`, `dead_retention_days`, `archive_dir`), from the next pass;
+//! - retention (`retention_days`, `dead_retention_days`, `archive_dir`): a pass runs by the
+//!   new values at once if they changed;
 //! - the log level (`[log] level`; `RUST_LOG`, when set, still wins).
 //!
 //! What is fixed at start ([`fixed_settings`]: the listen addresses, bound before anything

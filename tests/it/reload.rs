@@ -84,6 +84,14 @@ impl Reloading {
         write_config(&self.path, listen, self.admin, &self.db, endpoints);
     }
 
+    /// Rewrites the file (same addresses) with more `[server]` keys.
+    fn write_with(&self, endpoints: &str, server: &str) {
+        self.write(self.addr, endpoints);
+        let text = std::fs::read_to_string(&self.path).unwrap();
+        let text = text.replace("max_body_bytes = 4096\n", server);
+        std::fs::write(&self.path, text).unwrap();
+    }
+
     /// Rewrites the file (same addresses) and reloads it.
     async fn reload(&self, endpoints: &str) -> Reloaded {
         self.write(self.addr, endpoints);
@@ -128,10 +136,11 @@ impl Reloading {
     }
 }
 
-/// The config file: these addresses and database, and `endpoints`.
+/// The config file: these addresses and database, and `endpoints` (which may begin with
+/// more `[storage]` keys).
 fn write_config(path: &Path, listen: SocketAddr, admin: SocketAddr, db: &Path, endpoints: &str) {
     let text = format!(
-        "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\n\n[storage]\npath = \"{}\"\n\n{endpoints}",
+        "[server]\nlisten = \"{listen}\"\nadmin_listen = \"{admin}\"\nmax_body_bytes = 4096\n\n[storage]\npath = \"{}\"\n{endpoints}",
         db.display()
     );
     std::fs::write(path, text).unwrap();
@@ -528,5 +537,46 @@ async fn a_delivery_in_flight_at_a_reload_finishes_with_its_target_and_is_not_re
         [(1, 1, "delivered"), (2, 1, "delivered")],
         "one attempt each: nothing was cut off or recovered"
     );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn body_limits_header_timeout_and_retention_change_without_a_restart() {
+    let server = Reloading::start(&pagarme("")).await;
+    let big = format!(
+        r#"{{"id":"hook_big","type":"charge.paid","pad":"{}"}}"#,
+        "x".repeat(950)
+    )
+    .into_bytes();
+    assert_eq!(post_pagarme(server.addr, &big).await.status, 200);
+    // An event received ten days ago: kept by the default retention (30 days).
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    open_db(&server.db)
+        .execute(
+            "UPDATE events SET received_at = received_at - 10 * 86400000",
+            [],
+        )
+        .unwrap();
+
+    let tighter = format!("retention_days = 5\n\n{}", pagarme(""));
+    server.write_with(&tighter, "max_body_bytes = 500\nheader_timeout_secs = 1\n");
+    assert_eq!(server.trigger.reload().await.unwrap(), applied());
+    assert_eq!(post_pagarme(server.addr, &big).await.status, 413);
+    eventually(WAIT, "the old event pruned by the new retention", || {
+        server.one::<i64>("SELECT count(*) FROM events") == 0
+    })
+    .await;
+    // A connection accepted after the reload gets the new header deadline.
+    let mut stream = TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"POST /webhooks/pagarme HTTP/1.1\r\nhost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut buf)).await;
+    assert!(closed.is_ok(), "closed after the new 1 s header timeout");
     server.stop().await;
 }
