@@ -4,7 +4,7 @@
 //! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
 //! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
 //!
-//! The endpoint table and the body limits are one [`Routes`] behind a lock that a reload swaps
+//! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
 //! to its end, so a request in flight during a reload finishes under the config it began with.
 

@@ -7,7 +7,7 @@
 //! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
 //! before anything is opened or started, so a busy port is a clear start-up error.
 //!
-//! [`serve_with`] also takes reload requests ([`Options::reload`]): [`reload`] re-reads the
+//! [`serve_with`] also takes reload requests ([`Options::reload`]): `reload` re-reads the
 //! config file and swaps what can change while serving.
 
 mod reload;

@@ -580,3 +580,22 @@ async fn body_limits_header_timeout_and_retention_change_without_a_restart() {
     assert!(closed.is_ok(), "closed after the new 1 s header timeout");
     server.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forward_added_by_a_reload_starts_the_worker() {
+    // Nothing forwards at start, so no worker task runs.
+    let server = Reloading::start(&pagarme("")).await;
+    let target = Target::start(vec![200]).await;
+    let forward = format!(
+        "forward = {{ url = \"http://{}/x\", timeout_secs = 5 }}\n",
+        target.addr
+    );
+    assert_eq!(server.reload(&pagarme(&forward)).await, applied());
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    eventually(WAIT, "delivered", || server.statuses() == ["delivered"]).await;
+    assert_eq!(target.count(), 1);
+    server.stop().await;
+}
