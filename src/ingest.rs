@@ -4,10 +4,14 @@
 //!
 //! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
 //! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
+//!
+//! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
+//! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
+//! to its end, so a request in flight during a reload finishes under the config it began with.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
@@ -29,17 +33,13 @@ pub const STORE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// What the pipeline needs, shared by every connection.
 pub struct Intake {
-    /// Endpoints by path: routing is one hash lookup.
-    endpoints: HashMap<String, Arc<Endpoint>>,
+    /// What a reload replaces; read once per request.
+    routes: RwLock<Arc<Routes>>,
     store: Store,
-    max_body_bytes: usize,
-    body_timeout: Duration,
     /// Poked after a new event commits, so the forwarding worker starts at once.
     new_event: Arc<Notify>,
     /// Counts every answer, by endpoint and outcome.
     metrics: Arc<Metrics>,
-    /// Whose header names the client (`[server] real_ip_header`); None: the TCP peer.
-    real_ip: Option<RealIp>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -152,6 +152,31 @@ fn error_json(reason: &str) -> Bytes {
     Bytes::from(serde_json::json!({ "error": reason }).to_string())
 }
 
+/// The part of the intake a reload replaces: the endpoints, the body limits and the
+/// client-address rule.
+struct Routes {
+    /// Endpoints by path: routing is one hash lookup.
+    endpoints: HashMap<String, Arc<Endpoint>>,
+    max_body_bytes: usize,
+    body_timeout: Duration,
+    /// Whose header names the client (`[server] real_ip_header`); None: the TCP peer.
+    real_ip: Option<RealIp>,
+}
+
+impl Routes {
+    fn new(endpoints: &[Arc<Endpoint>], server: &Server) -> Arc<Routes> {
+        Arc::new(Routes {
+            endpoints: endpoints
+                .iter()
+                .map(|e| (e.path.clone(), e.clone()))
+                .collect(),
+            max_body_bytes: server.max_body_bytes,
+            body_timeout: server.body_timeout,
+            real_ip: server.real_ip.clone(),
+        })
+    }
+}
+
 impl Intake {
     /// Builds the intake for these endpoints (the same list the worker gets).
     pub fn new(
@@ -162,17 +187,19 @@ impl Intake {
         metrics: Arc<Metrics>,
     ) -> Intake {
         Intake {
-            endpoints: endpoints
-                .iter()
-                .map(|e| (e.path.clone(), e.clone()))
-                .collect(),
+            routes: RwLock::new(Routes::new(endpoints, server)),
             store,
-            max_body_bytes: server.max_body_bytes,
-            body_timeout: server.body_timeout,
             new_event,
             metrics,
-            real_ip: server.real_ip.clone(),
         }
+    }
+
+    /// Swaps in a reloaded endpoint list, body limits (`max_body_bytes`, `body_timeout`) and
+    /// client-address rule (`real_ip_header`, `trusted_proxies`). Requests that already
+    /// started keep the table they read.
+    pub fn replace(&self, endpoints: &[Arc<Endpoint>], server: &Server) {
+        let routes = Routes::new(endpoints, server);
+        *self.routes.write().unwrap_or_else(PoisonError::into_inner) = routes;
     }
 
     /// Handles one request, start to finish, and logs one line about it. `conn` gives the
@@ -183,10 +210,15 @@ impl Intake {
         conn: ConnectionInfo,
     ) -> Response<Full<Bytes>> {
         let started = Instant::now();
-        let client = client_ip(conn.peer.ip(), req.headers(), self.real_ip.as_ref());
-        let endpoint = self.endpoints.get(req.uri().path()).cloned();
+        let routes = self
+            .routes
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
+        let endpoint = routes.endpoints.get(req.uri().path()).cloned();
         let (outcome, meta) = match &endpoint {
-            Some(endpoint) => self.pipeline(endpoint, client, req).await,
+            Some(endpoint) => self.pipeline(&routes, endpoint, client, req).await,
             None => (Outcome::NotFound, EventMeta::default()),
         };
         let elapsed = started.elapsed();
@@ -197,11 +229,12 @@ impl Intake {
             self.new_event.notify_one();
         }
         let ack = endpoint.as_deref().and_then(|e| e.verifier.ack());
-        outcome.response(self.max_body_bytes, ack)
+        outcome.response(routes.max_body_bytes, ack)
     }
 
     async fn pipeline(
         &self,
+        routes: &Routes,
         endpoint: &Endpoint,
         client: IpAddr,
         req: Request<Incoming>,
@@ -219,7 +252,7 @@ impl Intake {
         let (parts, body) = req.into_parts();
 
         // 1. The raw body, within the size and time limits.
-        let body = match self.read_body(&parts.headers, body).await {
+        let body = match routes.read_body(&parts.headers, body).await {
             Ok(body) => body,
             Err(outcome) => return (outcome, meta),
         };
@@ -281,7 +314,9 @@ impl Intake {
             };
         (outcome, meta)
     }
+}
 
+impl Routes {
     /// Reads the whole body, refusing it early by Content-Length, or as soon as a chunked
     /// body passes the limit.
     async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, Outcome> {

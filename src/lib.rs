@@ -3,7 +3,8 @@
 //! Code map, in the order a webhook travels:
 //!
 //! - [`config`] reads one TOML file into a validated [`config::Config`].
-//! - [`server`] owns the listener, connection limits and timeouts, and graceful shutdown.
+//! - [`server`] owns the listener, connection limits and timeouts, graceful shutdown, and
+//!   reloading the configuration (SIGHUP).
 //! - [`ingest`] is the request pipeline: limit, verify, dedup key, store, answer.
 //! - [`verify`] holds one file per provider's signature rules; [`dedup`] the dedup key rules.
 //! - [`store`] is the only module that speaks SQL; a single writer thread commits in groups.

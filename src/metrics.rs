@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -105,11 +105,13 @@ type FloatGauge = Gauge<f64, AtomicU64>;
 /// Every metric portaria exports. Shared through an `Arc`; no global registry.
 pub struct Metrics {
     registry: Registry,
-    /// Each configured endpoint's series, by name: the hot path is one lookup and an atomic add.
-    endpoints: HashMap<String, EndpointSeries>,
+    /// Each configured endpoint's series, by name: the hot path is a read lock, one lookup and
+    /// an atomic add. A reload replaces the set ([`Metrics::configure`]).
+    endpoints: RwLock<HashMap<String, EndpointSeries>>,
     /// Requests to paths no endpoint has.
     unknown: EndpointSeries,
-    requests: Family<OutcomeLabels, Counter>,
+    /// The families an endpoint's series live in.
+    families: Families,
     duplicate_ratio: Family<EndpointLabel, FloatGauge>,
     pending: Family<EndpointLabel, Gauge>,
     oldest_pending_age: Family<EndpointLabel, FloatGauge>,
@@ -122,9 +124,18 @@ pub struct Metrics {
     scrape: Mutex<()>,
 }
 
+/// The families of the per-endpoint counters and histograms.
+struct Families {
+    requests: Family<OutcomeLabels, Counter>,
+    request_latency: Family<EndpointLabel, Histogram>,
+    deliveries: Family<OutcomeLabels, Counter>,
+    delivery_latency: Family<EndpointLabel, Histogram>,
+}
+
 /// Handles on one endpoint's series (clones share the value with the registered family).
 struct EndpointSeries {
     name: String,
+    forwards: bool,
     requests: Vec<(&'static str, Counter)>,
     request_latency: Histogram,
     /// Empty for an endpoint that does not forward.
@@ -197,67 +208,110 @@ impl Metrics {
         );
         registry.register("build_info", "The running version", build_info);
 
-        let series = |name: &str, outcomes: &[&'static str], forwards: bool| {
-            let endpoint = EndpointLabel {
-                endpoint: name.to_string(),
-            };
-            let counters = |family: &Family<OutcomeLabels, Counter>, outcomes: &[&'static str]| {
-                outcomes
-                    .iter()
-                    .map(|&outcome| {
-                        let labels = OutcomeLabels {
-                            endpoint: name.to_string(),
-                            outcome,
-                        };
-                        (outcome, family.get_or_create_owned(&labels))
-                    })
-                    .collect()
-            };
-            EndpointSeries {
-                name: name.to_string(),
-                requests: counters(&requests, outcomes),
-                request_latency: request_latency.get_or_create_owned(&endpoint),
-                deliveries: if forwards {
-                    counters(&deliveries, &DELIVERY_OUTCOMES)
-                } else {
-                    Vec::new()
-                },
-                delivery_latency: forwards.then(|| delivery_latency.get_or_create_owned(&endpoint)),
-                duplicates: Mutex::default(),
-            }
-        };
-        let configured = endpoints
-            .into_iter()
-            .map(|e| {
-                let s = series(e.endpoint, &REQUEST_OUTCOMES, e.forwards);
-                (e.endpoint.to_string(), s)
-            })
-            .collect();
-        let unknown = series(UNKNOWN_ENDPOINT, &["not_found"], false);
-
-        Metrics {
-            registry,
-            endpoints: configured,
-            unknown,
+        let families = Families {
             requests,
+            request_latency,
+            deliveries,
+            delivery_latency,
+        };
+        let metrics = Metrics {
+            registry,
+            endpoints: RwLock::default(),
+            unknown: families.series(UNKNOWN_ENDPOINT, &["not_found"], false),
+            families,
             duplicate_ratio,
             pending,
             oldest_pending_age,
             dead,
             started: Instant::now(),
             scrape: Mutex::new(()),
+        };
+        metrics.configure(endpoints);
+        metrics
+    }
+
+    /// Makes the endpoint series match a (reloaded) endpoint list: a new endpoint's series are
+    /// created at zero, a kept endpoint's go on counting, and a removed endpoint's (or the
+    /// delivery series of one that no longer forwards) leave the output, so the number of
+    /// series stays fixed by the configuration in force.
+    pub fn configure<'a>(&self, endpoints: impl IntoIterator<Item = Series<'a>>) {
+        let mut map = self
+            .endpoints
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut old = std::mem::take(&mut *map);
+        for e in endpoints {
+            let series = match old.remove(e.endpoint) {
+                Some(kept) if kept.forwards == e.forwards => kept,
+                previous => {
+                    let fresh = self
+                        .families
+                        .series(e.endpoint, &REQUEST_OUTCOMES, e.forwards);
+                    if let Some(previous) = previous {
+                        // Its request counters live on in the families; the duplicate window
+                        // is carried over by hand.
+                        *fresh
+                            .duplicates
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner) = previous
+                            .duplicates
+                            .into_inner()
+                            .unwrap_or_else(PoisonError::into_inner);
+                        if previous.forwards {
+                            self.remove_delivery_series(e.endpoint);
+                        }
+                    }
+                    fresh
+                }
+            };
+            map.insert(e.endpoint.to_string(), series);
+        }
+        for (name, gone) in old {
+            let labels = label(&name);
+            for (outcome, _) in &gone.requests {
+                self.families.requests.remove(&OutcomeLabels {
+                    endpoint: name.clone(),
+                    outcome,
+                });
+            }
+            self.families.request_latency.remove(&labels);
+            self.duplicate_ratio.remove(&labels);
+            self.pending.remove(&labels);
+            self.oldest_pending_age.remove(&labels);
+            self.dead.remove(&labels);
+            self.remove_delivery_series(&name);
         }
     }
 
+    fn remove_delivery_series(&self, name: &str) {
+        for outcome in DELIVERY_OUTCOMES {
+            self.families.deliveries.remove(&OutcomeLabels {
+                endpoint: name.to_string(),
+                outcome,
+            });
+        }
+        self.families.delivery_latency.remove(&label(name));
+    }
+
     /// Counts one answered request. `endpoint` is the name of the endpoint whose path it was
-    /// sent to, None if no endpoint has that path; `label` is one of a fixed list of words
+    /// sent to (not counted if a reload removed it meanwhile), None if no endpoint has that
+    /// path; `label` is one of a fixed list of words
     /// ([`REQUEST_OUTCOMES`], `not_found`). [`ACCEPTED`] and [`DUPLICATE`] go into the
     /// duplicate window, which warns when duplicates pass 5 % of the last 15 minutes (at most
     /// once per window and endpoint).
     pub fn request(&self, endpoint: Option<&str>, label: &'static str, elapsed: Duration) {
-        let series = endpoint
-            .and_then(|name| self.endpoints.get(name))
-            .unwrap_or(&self.unknown);
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let series = match endpoint {
+            Some(name) => match endpoints.get(name) {
+                Some(series) => series,
+                // Begun before a reload removed its endpoint: no series to count it in.
+                None => return,
+            },
+            None => &self.unknown,
+        };
         match series.requests.iter().find(|(l, _)| *l == label) {
             Some((_, counter)) => {
                 counter.inc();
@@ -267,7 +321,7 @@ impl Metrics {
                     endpoint: series.name.clone(),
                     outcome: label,
                 };
-                self.requests.get_or_create(&labels).inc();
+                self.families.requests.get_or_create(&labels).inc();
             }
         }
         series.request_latency.observe(elapsed.as_secs_f64());
@@ -297,7 +351,11 @@ impl Metrics {
     /// Counts one finished delivery attempt of `endpoint` (a configured name); `label` is one
     /// of [`DELIVERY_OUTCOMES`].
     pub fn delivery(&self, endpoint: &str, label: &'static str, elapsed: Duration) {
-        let Some(series) = self.endpoints.get(endpoint) else {
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let Some(series) = endpoints.get(endpoint) else {
             return;
         };
         if let Some((_, counter)) = series.deliveries.iter().find(|(l, _)| *l == label) {
@@ -313,7 +371,11 @@ impl Metrics {
     pub fn render(&self, queue: Option<&[QueueStats]>, now_ms: i64) -> String {
         let _one_scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
         let now = self.now_secs();
-        for series in self.endpoints.values() {
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        for series in endpoints.values() {
             let ratio = series
                 .duplicates
                 .lock()
@@ -323,7 +385,8 @@ impl Metrics {
                 .get_or_create(&label(&series.name))
                 .set(ratio);
         }
-        self.set_queue(queue, now_ms);
+        self.set_queue(&endpoints, queue, now_ms);
+        drop(endpoints);
         let mut out = String::with_capacity(16 * 1024);
         // Writing into a String cannot fail.
         let _ = prometheus_text::encode(&mut out, &self.registry);
@@ -332,14 +395,19 @@ impl Metrics {
 
     /// Sets the queue gauges of every configured endpoint; events stored under a name that is
     /// no longer configured are left out (their name is not ours to label with any more).
-    fn set_queue(&self, queue: Option<&[QueueStats]>, now_ms: i64) {
+    fn set_queue(
+        &self,
+        endpoints: &HashMap<String, EndpointSeries>,
+        queue: Option<&[QueueStats]>,
+        now_ms: i64,
+    ) {
         let Some(queue) = queue else {
             self.pending.clear();
             self.oldest_pending_age.clear();
             self.dead.clear();
             return;
         };
-        for name in self.endpoints.keys() {
+        for name in endpoints.keys() {
             let stats = queue.iter().find(|s| &s.endpoint == name);
             let pending = stats.map_or(0, |s| s.pending);
             let dead = stats.map_or(0, |s| s.dead);
@@ -355,6 +423,39 @@ impl Metrics {
 
     fn now_secs(&self) -> u64 {
         self.started.elapsed().as_secs()
+    }
+}
+
+impl Families {
+    /// One endpoint's series, created at zero in the families (or the existing ones, if the
+    /// families have them already).
+    fn series(&self, name: &str, outcomes: &[&'static str], forwards: bool) -> EndpointSeries {
+        let counters = |family: &Family<OutcomeLabels, Counter>, outcomes: &[&'static str]| {
+            outcomes
+                .iter()
+                .map(|&outcome| {
+                    let labels = OutcomeLabels {
+                        endpoint: name.to_string(),
+                        outcome,
+                    };
+                    (outcome, family.get_or_create_owned(&labels))
+                })
+                .collect()
+        };
+        EndpointSeries {
+            name: name.to_string(),
+            forwards,
+            requests: counters(&self.requests, outcomes),
+            request_latency: self.request_latency.get_or_create_owned(&label(name)),
+            deliveries: if forwards {
+                counters(&self.deliveries, &DELIVERY_OUTCOMES)
+            } else {
+                Vec::new()
+            },
+            delivery_latency: forwards
+                .then(|| self.delivery_latency.get_or_create_owned(&label(name))),
+            duplicates: Mutex::default(),
+        }
     }
 }
 
@@ -609,6 +710,57 @@ mod tests {
             30.0
         );
         assert_eq!(get(r#"portaria_events_pending{endpoint="github"}"#), 0.0);
+    }
+
+    #[test]
+    fn a_reload_adds_and_removes_series_and_kept_ones_go_on_counting() {
+        let metrics = Metrics::new(ENDPOINTS);
+        metrics.request(Some("pagarme"), ACCEPTED, Duration::from_millis(3));
+        metrics.request(Some("github"), ACCEPTED, Duration::from_millis(3));
+        metrics.render(Some(&[]), 0);
+        // pagarme stops forwarding, github goes, stripe comes.
+        metrics.configure([
+            Series {
+                endpoint: "pagarme",
+                forwards: false,
+            },
+            Series {
+                endpoint: "stripe",
+                forwards: true,
+            },
+        ]);
+        metrics.request(Some("pagarme"), ACCEPTED, Duration::from_millis(3));
+        let text = metrics.render(Some(&[]), 0);
+        let get = |series: &str| sample(&text, series);
+        assert_eq!(
+            get(r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            get(r#"portaria_deliveries_total{endpoint="stripe",outcome="delivered"}"#),
+            Some(0.0)
+        );
+        assert_eq!(
+            get(r#"portaria_events_pending{endpoint="stripe"}"#),
+            Some(0.0)
+        );
+        assert!(!text.contains(r#"endpoint="github""#), "{text}");
+        assert!(
+            !text.contains(r#"portaria_deliveries_total{endpoint="pagarme""#),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"portaria_delivery_duration_seconds_count{endpoint="pagarme""#),
+            "{text}"
+        );
+        // A request to a removed endpoint that was in flight counts nowhere.
+        metrics.request(Some("github"), ACCEPTED, Duration::from_millis(3));
+        let text = metrics.render(Some(&[]), 0);
+        assert!(!text.contains(r#"endpoint="github""#), "{text}");
+        assert!(
+            !text.contains(r#"endpoint="-",outcome="accepted""#),
+            "{text}"
+        );
     }
 
     #[test]

@@ -23,6 +23,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::archive;
@@ -148,13 +149,29 @@ impl Report {
 /// signal fired (it stops between batches).
 pub struct Pruner {
     task: JoinHandle<()>,
+    storage: watch::Sender<Storage>,
 }
 
 impl Pruner {
     pub fn start(storage: Storage, store: Store, shutdown: Shutdown) -> Pruner {
+        let (tx, rx) = watch::channel(storage);
         Pruner {
-            task: tokio::spawn(run(storage, store, shutdown)),
+            task: tokio::spawn(run(rx, store, shutdown)),
+            storage: tx,
         }
+    }
+
+    /// Reloaded retention settings (`retention_days`, `dead_retention_days`, `archive_dir`):
+    /// if they changed, a pass runs with them now (after one under way, which finishes with
+    /// the old ones), and the hourly passes go on from there.
+    pub fn set_storage(&self, storage: Storage) {
+        self.storage.send_if_modified(|current| {
+            let changed = (current.retention_days, current.dead_retention_days)
+                != (storage.retention_days, storage.dead_retention_days)
+                || current.archive_dir != storage.archive_dir;
+            *current = storage;
+            changed
+        });
     }
 
     pub async fn stop(self) {
@@ -162,9 +179,10 @@ impl Pruner {
     }
 }
 
-async fn run(storage: Storage, store: Store, mut shutdown: Shutdown) {
+async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown: Shutdown) {
     loop {
         let next = tokio::time::Instant::now() + EVERY;
+        let storage = settings.borrow_and_update().clone();
         match pass(&storage, &store, now_ms(), &shutdown).await {
             Ok(report) if report.removed.is_empty() => {
                 tracing::debug!(reclaimed_bytes = report.reclaimed_bytes, "nothing to prune")
@@ -181,6 +199,9 @@ async fn run(storage: Storage, store: Store, mut shutdown: Shutdown) {
         tokio::select! {
             _ = shutdown.fired() => return,
             _ = tokio::time::sleep_until(next) => {}
+            // A reload changed the retention: prune by it now. (An error means the server is
+            // stopping: the shutdown branch follows.)
+            Ok(()) = settings.changed() => {}
         }
     }
 }

@@ -6,6 +6,11 @@
 //! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz` and `/metrics`
 //! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
 //! before anything is opened or started, so a busy port is a clear start-up error.
+//!
+//! [`serve_with`] also takes reload requests ([`Options::reload`]): `reload` re-reads the
+//! config file and swaps what can change while serving.
+
+mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -20,12 +25,12 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::admin::Admin;
 use crate::client_ip::ConnectionInfo;
-use crate::config::{Config, Endpoint};
+use crate::config::{Config, Endpoint, Server};
 use crate::forward::Worker;
 use crate::ingest::Intake;
 use crate::metrics::{Metrics, Series};
@@ -34,6 +39,23 @@ use crate::prune::Pruner;
 use crate::shutdown::{self, Shutdown};
 use crate::store::{Store, StoreError};
 use crate::watchdog::{self, Watchdog};
+
+pub use reload::{ReloadRequests, ReloadTrigger, Reloaded, SetLogLevel};
+
+/// A reload trigger and the requests it sends: the trigger to whoever decides (SIGHUP, a
+/// test), the requests to [`Options::reload`].
+pub fn reload_channel() -> (ReloadTrigger, ReloadRequests) {
+    reload::channel()
+}
+
+/// What [`serve_with`] takes besides the config; [`serve`] passes the default (no reloads).
+#[derive(Default)]
+pub struct Options {
+    /// Reload requests: each re-reads the config file (`config.source`) and applies it.
+    pub reload: Option<ReloadRequests>,
+    /// How a reload changes the log level; None leaves logging alone.
+    pub set_log_level: Option<SetLogLevel>,
+}
 
 /// How long requests in flight get to finish after shutdown begins.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -95,6 +117,16 @@ pub async fn serve(
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), StoreError> {
+    serve_with(config, listeners, shutdown, Options::default()).await
+}
+
+/// [`serve`], with reloads and the like ([`Options`]).
+pub async fn serve_with(
+    config: Config,
+    listeners: impl Into<Listeners>,
+    shutdown: impl Future<Output = ()>,
+    options: Options,
+) -> Result<(), StoreError> {
     let Listeners {
         webhooks: listener,
         admin: admin_listener,
@@ -107,7 +139,8 @@ pub async fn serve(
     let (trigger, signal) = shutdown::channel();
     let new_event = Arc::new(Notify::new());
     let max_connections = config.server.max_connections;
-    let http = connection_settings(&config);
+    // A reload sends new settings; each connection takes the latest when it is accepted.
+    let (http_settings, http) = watch::channel(connection_settings(&config.server));
     // The one list of endpoints: intake routes by it, the worker makes a lane of each that
     // forwards, metrics creates their series.
     let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
@@ -134,8 +167,22 @@ pub async fn serve(
         signal.clone(),
     )
     .await?;
-    let pruner = Pruner::start(config.storage, store.clone(), signal.clone());
+    let pruner = Pruner::start(config.storage.clone(), store.clone(), signal.clone());
     let intake = Arc::new(intake);
+    let notifier = Arc::new(Notifier::from_env());
+    let reloader = reload::Reloader {
+        notifier: notifier.clone(),
+        source: config.source,
+        server: config.server,
+        storage: config.storage,
+        log_level: config.log.level,
+        intake: intake.clone(),
+        worker,
+        pruner,
+        metrics: metrics.clone(),
+        http: http_settings,
+        set_log_level: options.set_log_level,
+    };
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
     let admin = admin_listener.map(|listener| {
@@ -166,7 +213,7 @@ pub async fn serve(
     // READY=1 now: the listeners are bound, the database open and upgraded, the worker runs.
     let (pulse, heartbeat) = watchdog::heartbeat();
     let watchdog = Watchdog::start(
-        Arc::new(Notifier::from_env()),
+        notifier,
         store.clone(),
         endpoints.len(),
         notify::watchdog_from_env(),
@@ -175,18 +222,30 @@ pub async fn serve(
     )
     .await;
     let stop = heartbeat.answering(shutdown);
-    let connections = accept_loop(&listener, http, intake, max_connections, signal, stop).await;
-    drop(listener);
-
-    trigger.fire();
+    let accepting = async {
+        let connections = accept_loop(
+            &listener,
+            http,
+            intake,
+            max_connections,
+            signal.clone(),
+            stop,
+        )
+        .await;
+        drop(listener);
+        trigger.fire();
+        connections
+    };
+    let reloading = reloader.run(options.reload, signal.clone());
+    let (connections, reloader) = tokio::join!(accepting, reloading);
     let admin_stopped = async {
         if let Some(admin) = admin {
             let _ = admin.await;
         }
     };
     tokio::join!(drain(connections), admin_stopped);
-    worker.stop().await;
-    pruner.stop().await;
+    reloader.worker.stop().await;
+    reloader.pruner.stop().await;
     tokio::task::spawn_blocking(move || store.close())
         .await
         .ok();
@@ -195,10 +254,10 @@ pub async fn serve(
     Ok(())
 }
 
-fn connection_settings(config: &Config) -> http1::Builder {
+fn connection_settings(server: &Server) -> http1::Builder {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
-        .header_read_timeout(config.server.header_timeout)
+        .header_read_timeout(server.header_timeout)
         .keep_alive(true);
     http
 }
@@ -236,7 +295,7 @@ impl Handler for Admin {
 /// Accepts until `stop` resolves; returns the connection tasks still running.
 async fn accept_loop(
     listener: &TcpListener,
-    http: http1::Builder,
+    http: watch::Receiver<http1::Builder>,
     handler: Arc<impl Handler>,
     max_connections: usize,
     signal: Shutdown,
@@ -267,7 +326,7 @@ async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
-        let http = http.clone();
+        let http = http.borrow().clone();
         let handler = handler.clone();
         let mut signal = signal.clone();
         // Reap finished connection tasks so the set does not grow.

@@ -227,9 +227,16 @@ pub fn main() -> ExitCode {
 /// command's quiet default).
 /// Returns the guard that writes out the last buffered lines; keep it until the command ends.
 fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop {
+    init_reloadable_logging(format, level).0
+}
+
+/// [`init_logging`], plus what sets the level again when `serve` reloads its config (unless
+/// `RUST_LOG` decides it).
+fn init_reloadable_logging(
+    format: LogFormat,
+    level: &str,
+) -> (crate::logwriter::FlushOnDrop, crate::server::SetLogLevel) {
     use tracing_subscriber::filter::Targets;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
     // `Targets` takes `warn,portaria=debug`-style directives: all we need, without the regex
     // engine that a full `EnvFilter` brings into the binary.
     let from_env = std::env::var("RUST_LOG").ok().and_then(|env| {
@@ -240,6 +247,7 @@ fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop
         }
         parsed.ok()
     });
+    let env_wins = from_env.is_some();
     let filter = from_env
         .or_else(|| level.parse::<Targets>().ok())
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
@@ -251,18 +259,42 @@ fn init_logging(format: LogFormat, level: &str) -> crate::logwriter::FlushOnDrop
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     // Under systemd, journald stamps every line already.
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
-    match (format, journald) {
-        (LogFormat::Json, _) => builder
-            .json()
-            .flatten_event(true)
-            .finish()
-            .with(filter)
-            .init(),
-        (LogFormat::Text, true) => builder.without_time().finish().with(filter).init(),
-        (LogFormat::Text, false) => builder.finish().with(filter).init(),
-    }
-    guard
+    let reload = match (format, journald) {
+        (LogFormat::Json, _) => install(builder.json().flatten_event(true).finish(), filter),
+        (LogFormat::Text, true) => install(builder.without_time().finish(), filter),
+        (LogFormat::Text, false) => install(builder.finish(), filter),
+    };
+    let set_level: crate::server::SetLogLevel = Box::new(move |level: &str| {
+        if env_wins {
+            tracing::info!("RUST_LOG is set and decides the log level; [log] level is not applied");
+            return Ok(());
+        }
+        let filter = level
+            .parse::<Targets>()
+            .map_err(|e| format!("`{level}` is not a log filter: {e}"))?;
+        reload(filter)?;
+        tracing::info!(level, "log level changed");
+        Ok(())
+    });
+    (guard, set_level)
 }
+
+/// Installs `subscriber` filtered by `filter` as the global default, the filter behind a
+/// reload layer; returns what swaps the filter.
+fn install<S>(subscriber: S, filter: tracing_subscriber::filter::Targets) -> ReloadFilter
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
+    subscriber.with(filter).init();
+    Box::new(move |filter| handle.reload(filter).map_err(|e| e.to_string()))
+}
+
+/// Swaps the log filter of the installed subscriber.
+type ReloadFilter =
+    Box<dyn Fn(tracing_subscriber::filter::Targets) -> Result<(), String> + Send + Sync>;
 
 fn load(config: Option<&Path>) -> Result<Config, String> {
     Config::load(config).map_err(|e| format!("invalid configuration\n{e}"))
@@ -288,7 +320,7 @@ fn load_for_database(config: Option<&Path>) -> Result<Config, String> {
 
 fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
     let config = load(config)?;
-    let _log = init_logging(format, &config.log.level);
+    let (_log, set_log_level) = init_reloadable_logging(format, &config.log.level);
     for warning in &config.warnings {
         tracing::warn!("{}: {warning}", config.source);
     }
@@ -313,11 +345,44 @@ fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
         let listeners = crate::server::Listeners::bind(&config.server)
             .await
             .map_err(|e| e.to_string())?;
-        crate::serve(config, listeners, crate::shutdown::os_signal())
-            .await
-            .map_err(|e| format!("cannot serve: {e}"))
+        // SIGHUP reloads from here on (its default action would end the process).
+        let (trigger, reload) = crate::server::reload_channel();
+        let hangups = forward_hangups(trigger)?;
+        let options = crate::server::Options {
+            reload: Some(reload),
+            set_log_level: Some(set_log_level),
+        };
+        let served =
+            crate::server::serve_with(config, listeners, crate::shutdown::os_signal(), options)
+                .await;
+        hangups.abort();
+        served.map_err(|e| format!("cannot serve: {e}"))
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Turns each SIGHUP into a reload request (`systemctl reload`, `kill -HUP`).
+fn forward_hangups(
+    trigger: crate::server::ReloadTrigger,
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup =
+            signal(SignalKind::hangup()).map_err(|e| format!("cannot listen for SIGHUP: {e}"))?;
+        Ok(tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                tracing::info!("SIGHUP received, reloading the configuration");
+                trigger.request();
+            }
+        }))
+    }
+    #[cfg(not(unix))]
+    {
+        // No SIGHUP: the trigger is dropped, and the server serves without reloads.
+        drop(trigger);
+        Ok(tokio::spawn(async {}))
+    }
 }
 
 fn check(config: Option<&Path>) -> Result<ExitCode, String> {

@@ -10,12 +10,25 @@
 //! Each endpoint is a lane with its own concurrency. With `concurrency = 1` a lane delivers
 //! strictly in arrival order: the oldest unfinished event is the only candidate, so an event
 //! waiting for its retry holds back the ones behind it.
+//!
+//! A reload replaces the lanes of the running worker ([`Worker::reconfigure`]) rather than
+//! stopping it and starting another: stopping would cut off slow deliveries after
+//! [`SHUTDOWN_GRACE`] and need [`crate::store::Store::recover`] again, and recovery is only
+//! safe when no attempt can still be running, that is at start-up. Instead the worker loop
+//! swaps each lane's target, schedule and concurrency in place. A slot of the old lane finishes
+//! the attempt it is running with the old target, records it as usual, and then stops instead
+//! of claiming the next event (the lane is *retired*); it still counts against the lane's
+//! concurrency until it ends, and the new lane claims the rest. A lane whose endpoint no longer
+//! forwards keeps no capacity: its slots end the same way, and its remaining events wait in
+//! the database, with the start-up warning repeated. No event changes state because of a
+//! reload, so none is lost or delivered twice by it.
 
 pub mod command;
 pub mod http;
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::{Notify, mpsc};
@@ -83,6 +96,9 @@ struct LaneShared {
     in_order: bool,
     store: Store,
     metrics: Arc<Metrics>,
+    /// Set when a reload replaced or removed this lane: its slots finish the attempt they are
+    /// running and then claim nothing more.
+    retired: AtomicBool,
 }
 
 impl Lane {
@@ -114,6 +130,7 @@ impl Lane {
                 in_order: forward.concurrency == 1,
                 store: store.clone(),
                 metrics: metrics.clone(),
+                retired: AtomicBool::new(false),
             }),
             concurrency: forward.concurrency,
             in_flight: 0,
@@ -123,11 +140,44 @@ impl Lane {
     fn free(&self) -> usize {
         self.concurrency.saturating_sub(self.in_flight)
     }
+
+    /// Its slots stop after their current attempt; the lane itself claims nothing more.
+    fn retire(&mut self) {
+        self.shared.retired.store(true, Ordering::Relaxed);
+        self.concurrency = 0;
+    }
+}
+
+/// Puts a reloaded set of lanes in place of `lanes`. Indices stay stable (slots report to
+/// theirs when they end): a replaced lane keeps its place and its count of busy slots, a
+/// removed one stays retired with no capacity, a new one is appended.
+fn replace_lanes(lanes: &mut Vec<Lane>, new: Vec<Lane>) {
+    for lane in lanes.iter_mut() {
+        lane.retire();
+    }
+    for lane in new {
+        match lanes
+            .iter_mut()
+            .find(|l| l.shared.endpoint == lane.shared.endpoint)
+        {
+            Some(old) => {
+                old.shared = lane.shared;
+                old.concurrency = lane.concurrency;
+            }
+            None => lanes.push(lane),
+        }
+    }
 }
 
 /// The running worker; [`Worker::stop`] waits for it after the shutdown signal fired.
 pub struct Worker {
     task: Option<JoinHandle<()>>,
+    /// Reloaded lanes for the running task.
+    lanes: Option<mpsc::UnboundedSender<Vec<Lane>>>,
+    store: Store,
+    new_event: Arc<Notify>,
+    metrics: Arc<Metrics>,
+    shutdown: Shutdown,
 }
 
 impl Worker {
@@ -149,13 +199,33 @@ impl Worker {
                 "deliveries interrupted by the last stop will be retried"
             );
         }
+        let mut worker = Worker {
+            task: None,
+            lanes: None,
+            store,
+            new_event,
+            metrics,
+            shutdown,
+        };
+        worker.reconfigure(endpoints, hide_env).await?;
+        Ok(worker)
+    }
+
+    /// Delivers from now on as `endpoints` say (at start-up, and after a reload): new lanes
+    /// start, changed ones are swapped in place, removed ones retire (see the module doc).
+    /// Starts the worker task the first time an endpoint forwards.
+    pub async fn reconfigure(
+        &mut self,
+        endpoints: &[Arc<Endpoint>],
+        hide_env: &[String],
+    ) -> Result<(), StoreError> {
         let lanes: Vec<Lane> = endpoints
             .iter()
-            .filter_map(|endpoint| Lane::new(endpoint, hide_env, &store, &metrics))
+            .filter_map(|endpoint| Lane::new(endpoint, hide_env, &self.store, &self.metrics))
             .collect();
         // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
         // forwards, would wait forever unnoticed (pruning never takes unfinished events).
-        for (endpoint, waiting) in store.unfinished_by_endpoint().await? {
+        for (endpoint, waiting) in self.store.unfinished_by_endpoint().await? {
             if !lanes.iter().any(|lane| lane.shared.endpoint == endpoint) {
                 tracing::warn!(
                     endpoint,
@@ -165,11 +235,21 @@ impl Worker {
                 );
             }
         }
-        if lanes.is_empty() {
-            return Ok(Worker { task: None });
+        match &self.lanes {
+            Some(running) => {
+                // The task ends only at shutdown; lanes sent after that have nothing to do.
+                let _ = running.send(lanes);
+            }
+            None if lanes.is_empty() => {}
+            None => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                let (store, new_event) = (self.store.clone(), self.new_event.clone());
+                let shutdown = self.shutdown.clone();
+                self.task = Some(tokio::spawn(run(lanes, rx, store, new_event, shutdown)));
+                self.lanes = Some(tx);
+            }
         }
-        let task = tokio::spawn(run(lanes, store, new_event, shutdown));
-        Ok(Worker { task: Some(task) })
+        Ok(())
     }
 
     pub async fn stop(self) {
@@ -179,7 +259,13 @@ impl Worker {
     }
 }
 
-async fn run(mut lanes: Vec<Lane>, store: Store, new_event: Arc<Notify>, mut shutdown: Shutdown) {
+async fn run(
+    mut lanes: Vec<Lane>,
+    mut reloaded: mpsc::UnboundedReceiver<Vec<Lane>>,
+    store: Store,
+    new_event: Arc<Notify>,
+    mut shutdown: Shutdown,
+) {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut deliveries = JoinSet::new();
     let mut data_version = store.data_version().await.ok();
@@ -204,6 +290,10 @@ async fn run(mut lanes: Vec<Lane>, store: Store, new_event: Arc<Notify>, mut shu
                 _ = shutdown.fired() => break 'work,
                 _ = new_event.notified() => break,
                 _ = &mut sleep => break,
+                Some(new) = reloaded.recv() => {
+                    replace_lanes(&mut lanes, new);
+                    break;
+                }
                 Some(lane) = done_rx.recv() => {
                     lanes[lane].in_flight -= 1;
                     while let Ok(lane) = done_rx.try_recv() {
@@ -292,7 +382,8 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
     let mut delivery = first;
     loop {
         let (attempt, after) = attempt(&lane, &delivery).await;
-        let then = (!shutdown.is_fired()).then(|| ClaimNext {
+        let retired = lane.retired.load(Ordering::Relaxed);
+        let then = (!shutdown.is_fired() && !retired).then(|| ClaimNext {
             endpoint: lane.endpoint.clone(),
             in_order: lane.in_order,
             now_ms: now_ms(),

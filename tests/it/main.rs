@@ -13,6 +13,7 @@ mod providers_br;
 mod providers_saas;
 mod realip;
 mod receiver;
+mod reload;
 mod retention;
 mod sd_notify;
 mod support;

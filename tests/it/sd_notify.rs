@@ -288,3 +288,32 @@ async fn a_secret_comes_from_a_systemd_credential() {
     let log = server.log.lock().unwrap().clone();
     assert!(!log.contains(PAGARME_SECRET), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_is_announced_reloading_then_ready_and_a_refused_one_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, name) = manager(dir.path());
+    let server = serve_with(dir.path(), &[("NOTIFY_SOCKET", &name)]).await;
+    expect_line(&socket, "READY=1", WAIT).await;
+
+    server.signal(libc::SIGHUP);
+    let reloading = expect_line(&socket, "RELOADING=1", WAIT).await;
+    let usec = reloading
+        .lines()
+        .find_map(|l| l.strip_prefix("MONOTONIC_USEC="))
+        .expect("MONOTONIC_USEC with RELOADING=1");
+    assert!(usec.parse::<u64>().is_ok_and(|u| u > 0), "{reloading:?}");
+    let ready = expect_line(&socket, "READY=1", WAIT).await;
+    assert!(ready.contains("STATUS=configuration reloaded"), "{ready:?}");
+
+    // A broken file: still RELOADING=1 then READY=1 (the old config serves), saying so.
+    std::fs::write(dir.path().join("portaria.toml"), "[server\n").unwrap();
+    server.signal(libc::SIGHUP);
+    expect_line(&socket, "RELOADING=1", WAIT).await;
+    let ready = expect_line(&socket, "READY=1", WAIT).await;
+    assert!(ready.contains("STATUS=reload refused"), "{ready:?}");
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(2)).await.status,
+        200
+    );
+}
