@@ -1,5 +1,6 @@
 //! The server: opens the store, starts the forwarding worker, accepts connections (at most
-//! `max_connections` at once, each with header and body deadlines), hands each request to
+//! `max_connections` at once, the longest-idle closed to make room at the cap, each with
+//! header and body deadlines), hands each request to
 //! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
 //! worker and the pruner at a safe point and closes the database.
 //!
@@ -10,12 +11,13 @@
 //! [`serve_with`] also takes reload requests ([`Options::reload`]): `reload` re-reads the
 //! config file and swaps what can change while serving.
 
+mod connections;
 mod reload;
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{Request, Response};
@@ -25,7 +27,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::admin::Admin;
@@ -39,6 +41,8 @@ use crate::prune::Pruner;
 use crate::shutdown::{self, Shutdown};
 use crate::store::{Store, StoreError};
 use crate::watchdog::{self, Watchdog};
+
+use connections::{Counted, Live};
 
 pub use reload::{ReloadRequests, ReloadTrigger, Reloaded, SetLogLevel};
 
@@ -292,7 +296,17 @@ impl Handler for Admin {
     }
 }
 
+/// How long the accept loop waits for a slot after asking an idle connection to close, before
+/// it asks the next one (the first may have begun a request and be finishing it).
+const ROOM_RETRY: Duration = Duration::from_millis(50);
+
 /// Accepts until `stop` resolves; returns the connection tasks still running.
+///
+/// At most `max_connections` are served at once. A connection arriving at the cap makes room:
+/// the longest-idle connection (a kept-alive one between requests, or one that has sent
+/// nothing yet) is asked to close ([`connections`]), and the new one is served as soon as it
+/// has. A connection with a request under way is never closed for room; if every connection
+/// is busy, the new one waits for a slot (and those behind it in the kernel's queue).
 async fn accept_loop(
     listener: &TcpListener,
     http: watch::Receiver<http1::Builder>,
@@ -302,17 +316,11 @@ async fn accept_loop(
     stop: impl Future<Output = ()>,
 ) -> JoinSet<()> {
     let permits = Arc::new(Semaphore::new(max_connections));
+    let live = Arc::new(Live::default());
+    let origin = Instant::now();
     let mut connections = JoinSet::new();
     tokio::pin!(stop);
     loop {
-        // Wait for a free slot first: past the cap, new connections queue in the kernel.
-        let permit = tokio::select! {
-            _ = &mut stop => break,
-            permit = permits.clone().acquire_owned() => match permit {
-                Ok(permit) => permit,
-                Err(_) => break,
-            },
-        };
         let (stream, peer) = tokio::select! {
             _ = &mut stop => break,
             accepted = listener.accept() => match accepted {
@@ -325,20 +333,43 @@ async fn accept_loop(
                 }
             },
         };
+        let permit = match permits.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => tokio::select! {
+                _ = &mut stop => break,
+                permit = make_room(&permits, &live) => match permit {
+                    Some(permit) => permit,
+                    None => break,
+                },
+            },
+        };
         let _ = stream.set_nodelay(true);
         let http = http.borrow().clone();
         let handler = handler.clone();
         let mut signal = signal.clone();
+        let registration = live.register(origin);
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let _permit = permit;
+            let tracked = registration.tracked.clone();
             let conn = ConnectionInfo { peer };
+            let in_service = tracked.clone();
             let service = service_fn(move |req| {
                 let handler = handler.clone();
-                async move { Ok::<_, std::convert::Infallible>(handler.handle(req, conn).await) }
+                let tracked = in_service.clone();
+                async move {
+                    tracked.begin();
+                    let response = handler.handle(req, conn).await;
+                    tracked.end();
+                    Ok::<_, std::convert::Infallible>(response)
+                }
             });
-            let conn = http.serve_connection(TokioIo::new(stream), service);
+            let io = Counted {
+                inner: stream,
+                tracked: tracked.clone(),
+            };
+            let conn = http.serve_connection(TokioIo::new(io), service);
             tokio::pin!(conn);
             tokio::select! {
                 result = conn.as_mut() => log_connection_end(result),
@@ -347,10 +378,30 @@ async fn accept_loop(
                     conn.as_mut().graceful_shutdown();
                     log_connection_end(conn.await);
                 }
+                _ = tracked.close.notified() => {
+                    tracing::debug!(%peer, "closing the longest-idle connection to make room");
+                    // Idle: closed at once; a request that began meanwhile is answered first.
+                    conn.as_mut().graceful_shutdown();
+                    log_connection_end(conn.await);
+                }
             }
+            drop(registration);
         });
     }
     connections
+}
+
+/// At the cap: asks idle connections to close, longest-idle first, until a slot is free.
+/// None only if the semaphore is closed (it never is).
+async fn make_room(permits: &Arc<Semaphore>, live: &Live) -> Option<OwnedSemaphorePermit> {
+    loop {
+        live.close_longest_idle();
+        match tokio::time::timeout(ROOM_RETRY, permits.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => return Some(permit),
+            Ok(Err(_)) => return None,
+            Err(_) => continue,
+        }
+    }
 }
 
 fn log_connection_end(result: Result<(), hyper::Error>) {

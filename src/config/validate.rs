@@ -203,11 +203,11 @@ impl Validator<'_> {
     fn endpoint(&mut self, at: &str, raw: RawEndpoint) -> Option<Endpoint> {
         let before = self.problems.len();
         let path = match raw.path {
-            Some(p) if p.starts_with('/') && p.len() > 1 && !p.contains(['?', '#', ' ']) => p,
+            Some(p) if plain_path(&p) => p,
             Some(p) => {
                 self.problem(format!(
-                    "{at}.path: `{p}` must be a path below `/` with no `?`, `#` or spaces, \
-                     like /webhooks/stripe"
+                    "{at}.path: `{p}` must be a path below `/` with no `?`, `#`, `%`, spaces \
+                     or `.`/`..` segments, like /webhooks/stripe"
                 ));
                 String::new()
             }
@@ -489,6 +489,18 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .ok_or_else(|| "too long".to_string())
 }
 
+/// An endpoint path as routing matches it: the request's raw path, byte for byte. So no query
+/// or fragment, and nothing a client would normalise or decode first (`%`, `.` and `..`
+/// segments): such a path could never be matched as written.
+fn plain_path(p: &str) -> bool {
+    p.starts_with('/')
+        && p.len() > 1
+        && !p.contains(['?', '#', ' ', '%'])
+        && !p
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -596,6 +608,19 @@ mod tests {
         assert!(msg.contains(".name: empty"), "{msg}");
         let msg = problems("[[endpoint]]\npath = \"/\"\nprovider = \"github\"\nsecret = \"x\"\n");
         assert!(msg.contains("must be a path below `/`"), "{msg}");
+        for path in [
+            "/webhooks/%70agarme",
+            "/webhooks/../x",
+            "/a/./b",
+            "/a/..",
+            "/a b",
+        ] {
+            let msg = problems(&format!(
+                "[[endpoint]]\npath = \"{path}\"\nprovider = \"github\"\nsecret = \"x\"\n"
+            ));
+            assert!(msg.contains("must be a path below `/`"), "{path}: {msg}");
+        }
+        assert!(plain_path("/webhooks/v1.2/stripe..x"));
     }
 
     #[test]

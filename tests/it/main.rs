@@ -5,6 +5,7 @@
 mod backup;
 mod cli;
 mod forwarding;
+mod hostile;
 mod layout;
 mod observability;
 mod oracle;
