@@ -15,6 +15,7 @@ mod providers_saas;
 mod realip;
 mod receiver;
 mod reload;
+mod replay;
 mod retention;
 mod sd_notify;
 mod support;
