@@ -18,4 +18,5 @@ mod reload;
 mod replay;
 mod retention;
 mod sd_notify;
+mod secrets_everywhere;
 mod support;
