@@ -20,3 +20,4 @@ mod retention;
 mod sd_notify;
 mod secrets_everywhere;
 mod support;
+mod target_down;
