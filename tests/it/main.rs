@@ -8,6 +8,7 @@ mod forwarding;
 mod layout;
 mod observability;
 mod oracle;
+mod partial_body;
 mod providers_asym;
 mod providers_br;
 mod providers_saas;
