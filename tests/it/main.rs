@@ -5,6 +5,7 @@
 mod backup;
 mod cli;
 mod forwarding;
+mod kill_storm;
 mod layout;
 mod observability;
 mod oracle;

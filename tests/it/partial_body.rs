@@ -31,6 +31,10 @@ impl Rng {
         Rng(nanos | 1)
     }
 
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed | 1)
+    }
+
     pub fn seed(&self) -> u64 {
         self.0
     }
