@@ -1,26 +1,37 @@
 //! The command target: one delivery attempt as a child process.
 //!
 //! The event's raw body goes to the program's stdin and its metadata to `PORTARIA_*` environment
-//! variables; exit status 0 means delivered. This file owns the child's whole life: it starts
-//! the program without a shell in a process group of its own, feeds stdin while draining
-//! stdout and stderr, enforces the timeout, and reaps the child.
+//! variables; exit status 0 means delivered. This file owns the child's whole life: it writes
+//! the body into a sealed in-memory file, starts the program on it without a shell in a process
+//! group of its own, drains stdout and stderr, enforces the timeout, and reaps the child.
 //!
 //! Invariants:
+//! - The program sees the whole body or nothing: its stdin is a complete file (a sealed
+//!   `memfd`, else an unlinked temporary file) at offset 0 before it starts, not a pipe fed
+//!   while it runs. A SIGKILLed portaria can thus never hand a program that outlives it (it
+//!   is in its own process group) an empty or truncated body; the event goes out again after
+//!   the restart, its cut-off attempt recorded as `interrupted`. `PR_SET_PDEATHSIG` is not
+//!   used: it reaches only the group's leader (a `sh -c` leaves its children running), fires
+//!   when the forking *thread* ends rather than the process, and the sealed stdin already
+//!   makes every run whole.
 //! - While the program runs, nothing it started outlives the attempt: a timeout, or the
 //!   `deliver` future being dropped, sends SIGKILL to the whole process group.
 //! - Once the program has exited on its own, anything it deliberately left running in the
 //!   background is its business and is not killed.
 //! - The child never blocks on a full pipe: output past the first few KiB is read and thrown
-//!   away, and stdin is written concurrently with the reads.
+//!   away; stdin is a file, so there is no writer to deadlock with.
 
-use std::io;
+use std::fs::File;
+use std::io::{self, Seek, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::ExitStatusExt;
 use std::pin::pin;
 use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
-use tokio::process::{ChildStdin, Command};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
 use tokio::time::Instant;
 
 use super::{Delivery, Outcome};
@@ -69,6 +80,15 @@ impl CommandTarget {
             return Outcome::Failed("no command configured".to_string());
         };
 
+        let stdin = match sealed_stdin(&d.body) {
+            Ok(file) => file,
+            Err(e) => {
+                return Outcome::Failed(format!(
+                    "could not prepare the body for {program}'s stdin: {}",
+                    describe_io_error(&e)
+                ));
+            }
+        };
         let mut command = Command::new(program);
         for name in &self.hidden_env {
             command.env_remove(name);
@@ -76,7 +96,7 @@ impl CommandTarget {
         command
             .args(args)
             .envs(delivery_env(d))
-            .stdin(Stdio::piped())
+            .stdin(Stdio::from(stdin))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             // A group of its own lets one kill(-pgid) reach grandchildren too, and keeps a
@@ -85,7 +105,10 @@ impl CommandTarget {
             // Backstop for the leader if this future is dropped; `GroupKill` handles the rest.
             .kill_on_drop(true);
 
-        let mut child = match command.spawn() {
+        let spawned = command.spawn();
+        // Our copy of the stdin file goes with the command: the child holds its own.
+        drop(command);
+        let mut child = match spawned {
             Ok(child) => child,
             Err(e) => {
                 return Outcome::Failed(format!(
@@ -105,7 +128,6 @@ impl CommandTarget {
             }
         };
 
-        let stdin = child.stdin.take();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let mut out = Captured::default();
@@ -114,11 +136,7 @@ impl CommandTarget {
 
         let ended = {
             let mut io = pin!(async {
-                tokio::join!(
-                    feed_stdin(stdin, &d.body),
-                    capture(stdout, &mut out),
-                    capture(stderr, &mut err),
-                );
+                tokio::join!(capture(stdout, &mut out), capture(stderr, &mut err),);
             });
             let mut io_done = false;
             let ended = loop {
@@ -219,17 +237,59 @@ struct Captured {
     truncated: bool,
 }
 
-/// Writes the body to the program's stdin, then closes it so the program sees EOF.
-async fn feed_stdin(stdin: Option<ChildStdin>, body: &[u8]) {
-    let Some(mut stdin) = stdin else { return };
-    match stdin.write_all(body).await {
-        Ok(()) => {}
-        // The program exited (or closed stdin) without reading everything; its exit status,
-        // not this, decides the outcome.
-        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {}
-        Err(e) => tracing::debug!(error = %e, "writing the body to the command's stdin failed"),
+/// The body as the program's stdin: a file that holds all of it, at offset 0, before the program
+/// starts. A sealed `memfd` (no disk, no name, neither side can change it); where the kernel or
+/// a seccomp filter refuses `memfd_create`, an unlinked `O_TMPFILE` in the temporary directory.
+/// Writing a body (at most `max_body_bytes`) into either is a copy into the page cache.
+fn sealed_stdin(body: &[u8]) -> io::Result<File> {
+    let mut file = match memfd() {
+        Ok(file) => file,
+        Err(_) => unlinked_temp_file(&std::env::temp_dir())?,
+    };
+    file.write_all(body)?;
+    file.rewind()?;
+    seal(&file);
+    Ok(file)
+}
+
+/// A new, empty, close-on-exec memfd that accepts seals. (The child's stdin is a `dup2` of it,
+/// which does not inherit close-on-exec; no other child sees it.)
+fn memfd() -> io::Result<File> {
+    // SAFETY: a NUL-terminated static name and flags; returns a new descriptor or -1.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"portaria-event-body".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
     }
-    // Dropping the handle closes our end of the pipe.
+    // SAFETY: `fd` was just created and nothing else owns it.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// A file with no name in `dir` (readable only by us while it existed at all), for kernels
+/// without `memfd_create`.
+fn unlinked_temp_file(dir: &std::path::Path) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        // O_EXCL: it can never be linked into the directory later.
+        .custom_flags(libc::O_TMPFILE | libc::O_EXCL | libc::O_CLOEXEC)
+        .open(dir)
+}
+
+/// Seals a memfd so that its size and bytes are fixed: the program reads exactly the body, and
+/// neither it nor anything it starts can change or grow the file. A no-op (EINVAL) on a temporary file, which is private.
+fn seal(file: &File) {
+    use std::os::fd::AsRawFd;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: fcntl(2) on a descriptor we own, with integer arguments.
+    unsafe {
+        libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals);
+    }
 }
 
 /// Reads a stream to EOF, keeping the first `CAPTURE_LIMIT` bytes and discarding the rest, so
@@ -497,6 +557,44 @@ cat > "$out/body"
         let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
         assert!(env.contains("type=set|\n"), "{env}");
         assert!(env.contains("ctype=set|\n"), "{env}");
+    }
+
+    #[tokio::test]
+    async fn stdin_is_a_file_holding_the_whole_body_before_the_program_starts() {
+        // With a pipe fed while the program runs, its size would be 0 (or what fits so far).
+        let target = sh(
+            r#"test -f /dev/stdin && test "$(stat -L -c %s /dev/stdin)" = 300000 \
+               && test "$(wc -c)" = 300000"#,
+            Duration::from_secs(10),
+        );
+        let body = vec![b'b'; 300_000];
+        assert_eq!(target.deliver(&delivery(body)).await, Outcome::Delivered);
+    }
+
+    #[test]
+    fn the_stdin_file_is_sealed_and_starts_at_the_body() {
+        use std::io::Read;
+        let mut file = sealed_stdin(b"the whole body").expect("sealed stdin");
+        assert!(
+            file.write_all(b"x").is_err(),
+            "a sealed memfd refuses writes"
+        );
+        let mut read = String::new();
+        file.read_to_string(&mut read).expect("read");
+        assert_eq!(read, "the whole body");
+    }
+
+    #[test]
+    fn the_fallback_file_has_no_name_and_holds_the_body() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut file = unlinked_temp_file(dir.path()).expect("O_TMPFILE");
+        file.write_all(b"body").expect("write");
+        file.rewind().expect("rewind");
+        let mut read = String::new();
+        file.read_to_string(&mut read).expect("read");
+        assert_eq!(read, "body");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("list").count(), 0);
     }
 
     #[tokio::test]
