@@ -4,6 +4,7 @@
 
 mod backup;
 mod cli;
+mod disk_full;
 mod forwarding;
 mod layout;
 mod observability;
