@@ -245,7 +245,8 @@ impl Worker {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let (store, new_event) = (self.store.clone(), self.new_event.clone());
                 let shutdown = self.shutdown.clone();
-                self.task = Some(tokio::spawn(run(lanes, rx, store, new_event, shutdown)));
+                let worker = run(lanes, rx, store, new_event, shutdown);
+                self.task = Some(tokio::spawn(crate::panics::named("forward worker", worker)));
                 self.lanes = Some(tx);
             }
         }
@@ -357,14 +358,17 @@ async fn start_due(
         let claimed = store
             .claim_due(name.clone(), lane.free(), in_order, now_ms())
             .await?;
+        if !claimed.is_empty() {
+            crate::fault::panic_if("panic-worker");
+        }
         for event in claimed {
             lane.in_flight += 1;
             let slot = run_slot(lane.shared.clone(), event, shutdown.clone());
             let done = done.clone();
-            slots.spawn(async move {
+            slots.spawn(crate::panics::named("forward worker", async move {
                 slot.await;
                 let _ = done.send(index);
-            });
+            }));
         }
         if lane.free() > 0
             && let Some(due) = store.next_due(name, in_order).await?
