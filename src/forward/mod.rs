@@ -224,9 +224,12 @@ impl Worker {
             .filter_map(|endpoint| Lane::new(endpoint, hide_env, &self.store, &self.metrics))
             .collect();
         // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
-        // forwards, would wait forever unnoticed (pruning never takes unfinished events).
-        for (endpoint, waiting) in self.store.unfinished_by_endpoint().await? {
-            if !lanes.iter().any(|lane| lane.shared.endpoint == endpoint) {
+        // forwards, would wait forever unnoticed (pruning never takes unfinished events). A
+        // failing check (the database locked by another process) must not keep the new lanes
+        // out: it is reported after they are in place.
+        let unfinished = self.store.unfinished_by_endpoint().await;
+        for (endpoint, waiting) in unfinished.iter().flatten() {
+            if !lanes.iter().any(|lane| &lane.shared.endpoint == endpoint) {
                 tracing::warn!(
                     endpoint,
                     waiting,
@@ -250,7 +253,7 @@ impl Worker {
                 self.lanes = Some(tx);
             }
         }
-        Ok(())
+        unfinished.map(drop)
     }
 
     pub async fn stop(self) {

@@ -186,7 +186,7 @@ async fn readyz(process: &Process) -> u16 {
 }
 
 /// Old delivered events for the pruner, written beside the running server as a CLI would.
-fn age_rows(db: &Path, n: usize, days: i64) {
+pub fn age_rows(db: &Path, n: usize, days: i64) {
     let conn = open_db(db);
     let received = (now_secs() - days * 86_400) * 1000;
     for i in 0..n {

@@ -4,9 +4,11 @@
 
 mod backup;
 mod cli;
+mod commit_order;
 mod disk_full;
 mod forwarding;
 mod layout;
+mod locked;
 mod observability;
 mod oracle;
 mod providers_asym;
@@ -18,3 +20,4 @@ mod reload;
 mod retention;
 mod sd_notify;
 mod support;
+mod task_panics;
