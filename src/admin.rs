@@ -1,10 +1,12 @@
-//! The admin listener's answers: `GET /healthz` (the process is up), `GET /readyz` (the
-//! database takes a durable write within 2 s, else 503) and `GET /metrics` (the Prometheus
+//! The admin listener's answers: `GET /healthz` (the process is up), `GET /readyz` (a webhook
+//! arriving now would be stored: the latest intake commit did not fail, the disk has room for
+//! one of `max_body_bytes`, and the database takes a durable write within 2 s; else 503) and `GET /metrics` (the Prometheus
 //! text format). It has its own listener, `[server] admin_listen` (loopback by default), so
 //! none of this is reachable through the tunnel that exposes the webhook port; `server` runs
 //! it with the same connection handling and graceful shutdown as the webhook listener.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -23,15 +25,32 @@ pub const READY_DEADLINE: Duration = Duration::from_secs(2);
 /// How long `/metrics` waits for the queue figures before answering without them.
 pub const SCRAPE_DEADLINE: Duration = Duration::from_secs(2);
 
-/// What the admin listener needs: the store for the probe and the queue, and the metrics.
+/// Room on the disk for what storing one webhook may write, beyond its body: WAL frame headers,
+/// index pages, the `-shm` index growing.
+pub const READY_MARGIN: u64 = 1024 * 1024;
+
+/// The free space `/readyz` asks for: a webhook of `max_body_bytes` is written to the WAL, then
+/// copied into the database file by a checkpoint (2x), with a third copy's worth and
+/// [`READY_MARGIN`] to spare.
+pub fn needed_free_bytes(max_body_bytes: usize) -> u64 {
+    (max_body_bytes as u64).saturating_mul(3) + READY_MARGIN
+}
+
+/// What the admin listener needs: the store for the probe and the queue, the metrics, and
+/// the body limit in force (a reload changes it).
 pub struct Admin {
     store: Store,
     metrics: Arc<Metrics>,
+    max_body_bytes: Arc<AtomicUsize>,
 }
 
 impl Admin {
-    pub fn new(store: Store, metrics: Arc<Metrics>) -> Admin {
-        Admin { store, metrics }
+    pub fn new(store: Store, metrics: Arc<Metrics>, max_body_bytes: Arc<AtomicUsize>) -> Admin {
+        Admin {
+            store,
+            metrics,
+            max_body_bytes,
+        }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
@@ -53,13 +72,15 @@ impl Admin {
         }
     }
 
-    /// A real write through the writer thread: it needs the write lock, room on the disk and
-    /// a working fsync, exactly what storing a webhook needs.
+    /// What storing a webhook needs: the latest intake commit went through (or is long past),
+    /// room on the disk for one of `max_body_bytes`, then a real write through the writer
+    /// thread (the write lock, a working fsync).
     async fn ready(&self) -> Response<Full<Bytes>> {
-        match tokio::time::timeout(READY_DEADLINE, self.store.probe_write(now_ms())).await {
+        let needed = needed_free_bytes(self.max_body_bytes.load(Ordering::Relaxed));
+        match tokio::time::timeout(READY_DEADLINE, self.store.readiness(needed, now_ms())).await {
             Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "not ready: the database refused a write");
+                tracing::warn!(reason = %e, "not ready");
                 text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
             }
             Err(_) => {

@@ -18,6 +18,8 @@
 //! - [`logwriter`] takes log output off the request path.
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
+//! - [`panics`] ends `serve` on any panic, naming the task, so systemd restarts it;
+//!   [`fault`] holds the test-only fault hooks (debug builds only).
 //! - [`notify`] speaks systemd's notify protocol; [`watchdog`] tells systemd the server is
 //!   ready, how its queue stands, that it stops, and (`WatchdogSec=`) that it is alive.
 
@@ -27,11 +29,13 @@ pub mod cli;
 pub mod client_ip;
 pub mod config;
 pub mod dedup;
+pub mod fault;
 pub mod forward;
 pub mod ingest;
 pub mod logwriter;
 pub mod metrics;
 pub mod notify;
+pub mod panics;
 pub mod prune;
 pub mod server;
 pub mod shutdown;

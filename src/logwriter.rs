@@ -108,6 +108,14 @@ impl Shared {
     }
 }
 
+impl FlushOnDrop {
+    /// Writes out what is buffered now, from anywhere (the panic hook, before it exits).
+    pub fn flusher(&self) -> impl Fn() + Send + Sync + 'static {
+        let shared = self.shared.clone();
+        move || shared.flush()
+    }
+}
+
 impl Drop for FlushOnDrop {
     fn drop(&mut self) {
         self.shared.flush();

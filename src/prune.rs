@@ -35,6 +35,10 @@ use crate::time::now_ms;
 /// How often the server prunes, after the pass at start-up.
 pub const EVERY: Duration = Duration::from_secs(3600);
 
+/// After a failed pass (the database locked by another process, the disk full), the next one
+/// comes this much sooner than [`EVERY`], doubling with each failure in a row up to it.
+pub const RETRY_FIRST: Duration = Duration::from_secs(5);
+
 /// Rows per delete job: small enough that a batch commits in milliseconds.
 pub const BATCH: usize = 500;
 
@@ -156,7 +160,7 @@ impl Pruner {
     pub fn start(storage: Storage, store: Store, shutdown: Shutdown) -> Pruner {
         let (tx, rx) = watch::channel(storage);
         Pruner {
-            task: tokio::spawn(run(rx, store, shutdown)),
+            task: tokio::spawn(crate::panics::named("pruner", run(rx, store, shutdown))),
             storage: tx,
         }
     }
@@ -180,10 +184,16 @@ impl Pruner {
 }
 
 async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown: Shutdown) {
+    let mut retry = RETRY_FIRST;
     loop {
-        let next = tokio::time::Instant::now() + EVERY;
+        let mut next = tokio::time::Instant::now() + EVERY;
         let storage = settings.borrow_and_update().clone();
-        match pass(&storage, &store, now_ms(), &shutdown).await {
+        crate::fault::panic_if("panic-pruner");
+        let passed = pass(&storage, &store, now_ms(), &shutdown).await;
+        if passed.is_ok() {
+            retry = RETRY_FIRST;
+        }
+        match passed {
             Ok(report) if report.removed.is_empty() => {
                 tracing::debug!(reclaimed_bytes = report.reclaimed_bytes, "nothing to prune")
             }
@@ -194,7 +204,11 @@ async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown:
                 "pruned old events"
             ),
             Err(PruneError::Store(StoreError::Closed)) => return,
-            Err(e) => tracing::error!(error = %e, "pruning failed; the next pass tries again"),
+            Err(e) => {
+                tracing::error!(error = %e, retry_in_secs = retry.as_secs(), "pruning failed; a pass tries again soon");
+                next = tokio::time::Instant::now() + retry;
+                retry = (retry * 2).min(EVERY);
+            }
         }
         tokio::select! {
             _ = shutdown.fired() => return,

@@ -17,6 +17,7 @@ mod reload;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -173,6 +174,8 @@ pub async fn serve_with(
     .await?;
     let pruner = Pruner::start(config.storage.clone(), store.clone(), signal.clone());
     let intake = Arc::new(intake);
+    // `/readyz` asks for room for one body of the limit in force; a reload changes it.
+    let max_body_bytes = Arc::new(AtomicUsize::new(config.server.max_body_bytes));
     let notifier = Arc::new(Notifier::from_env());
     let reloader = reload::Reloader {
         notifier: notifier.clone(),
@@ -181,6 +184,7 @@ pub async fn serve_with(
         storage: config.storage,
         log_level: config.log.level,
         intake: intake.clone(),
+        max_body_bytes: max_body_bytes.clone(),
         worker,
         pruner,
         metrics: metrics.clone(),
@@ -190,7 +194,7 @@ pub async fn serve_with(
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
     let admin = admin_listener.map(|listener| {
-        let admin = Arc::new(Admin::new(store.clone(), metrics));
+        let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes));
         let (http, signal) = (http.clone(), signal.clone());
         tokio::spawn(async move {
             let mut stop = signal.clone();

@@ -320,7 +320,9 @@ fn load_for_database(config: Option<&Path>) -> Result<Config, String> {
 
 fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
     let config = load(config)?;
-    let (_log, set_log_level) = init_reloadable_logging(format, &config.log.level);
+    let (log, set_log_level) = init_reloadable_logging(format, &config.log.level);
+    // Any panic, in a background task above all, ends the process for systemd to restart.
+    crate::panics::exit_on_panic(log.flusher());
     for warning in &config.warnings {
         tracing::warn!("{}: {warning}", config.source);
     }

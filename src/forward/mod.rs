@@ -224,9 +224,12 @@ impl Worker {
             .filter_map(|endpoint| Lane::new(endpoint, hide_env, &self.store, &self.metrics))
             .collect();
         // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
-        // forwards, would wait forever unnoticed (pruning never takes unfinished events).
-        for (endpoint, waiting) in self.store.unfinished_by_endpoint().await? {
-            if !lanes.iter().any(|lane| lane.shared.endpoint == endpoint) {
+        // forwards, would wait forever unnoticed (pruning never takes unfinished events). A
+        // failing check (the database locked by another process) must not keep the new lanes
+        // out: it is reported after they are in place.
+        let unfinished = self.store.unfinished_by_endpoint().await;
+        for (endpoint, waiting) in unfinished.iter().flatten() {
+            if !lanes.iter().any(|lane| &lane.shared.endpoint == endpoint) {
                 tracing::warn!(
                     endpoint,
                     waiting,
@@ -245,11 +248,12 @@ impl Worker {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let (store, new_event) = (self.store.clone(), self.new_event.clone());
                 let shutdown = self.shutdown.clone();
-                self.task = Some(tokio::spawn(run(lanes, rx, store, new_event, shutdown)));
+                let worker = run(lanes, rx, store, new_event, shutdown);
+                self.task = Some(tokio::spawn(crate::panics::named("forward worker", worker)));
                 self.lanes = Some(tx);
             }
         }
-        Ok(())
+        unfinished.map(drop)
     }
 
     pub async fn stop(self) {
@@ -357,14 +361,17 @@ async fn start_due(
         let claimed = store
             .claim_due(name.clone(), lane.free(), in_order, now_ms())
             .await?;
+        if !claimed.is_empty() {
+            crate::fault::panic_if("panic-worker");
+        }
         for event in claimed {
             lane.in_flight += 1;
             let slot = run_slot(lane.shared.clone(), event, shutdown.clone());
             let done = done.clone();
-            slots.spawn(async move {
+            slots.spawn(crate::panics::named("forward worker", async move {
                 slot.await;
                 let _ = done.send(index);
-            });
+            }));
         }
         if lane.free() > 0
             && let Some(due) = store.next_due(name, in_order).await?

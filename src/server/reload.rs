@@ -23,6 +23,7 @@
 //! `secret_file` or an inline secret is re-read.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use hyper::server::conn::http1;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -94,6 +95,8 @@ pub(super) struct Reloader {
     pub storage: Storage,
     pub log_level: String,
     pub intake: Arc<Intake>,
+    /// The body limit `/readyz` sizes its free-space check by.
+    pub max_body_bytes: Arc<AtomicUsize>,
     pub worker: Worker,
     pub pruner: Pruner,
     pub metrics: Arc<Metrics>,
@@ -211,6 +214,8 @@ impl Reloader {
             tracing::warn!(error = %e, "cannot check for events waiting without a forward target");
         }
         self.intake.replace(&endpoints, &config.server);
+        self.max_body_bytes
+            .store(config.server.max_body_bytes, Ordering::Relaxed);
         self.http
             .send_replace(super::connection_settings(&config.server));
         self.pruner.set_storage(config.storage.clone());

@@ -91,6 +91,7 @@ impl Checkpointer {
 }
 
 fn run(conn: Connection, nudged: mpsc::Receiver<()>, caught_up: Arc<AtomicBool>) {
+    crate::fault::panic_if("panic-checkpoint");
     // Ends when the writer drops its sender (and the hook's clone with `wal_hook(None)`).
     while nudged.recv().is_ok() {
         let done: rusqlite::Result<(i64, i64, i64)> =

@@ -2,7 +2,7 @@
 //! for the one writer thread (`writer.rs`). This file owns the handle and how a call becomes a
 //! job; the methods themselves sit beside their queries, one file per consumer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 
@@ -23,6 +23,10 @@ struct Inner {
     /// caller hears `Closed` either way, so the sender needs no lock of its own.
     tx: mpsc::Sender<Message>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The database file, for the free space `/readyz` checks on its file system.
+    path: PathBuf,
+    /// How the latest intake commits went, for `/readyz`.
+    intake: Arc<super::observe::IntakeHealth>,
 }
 
 impl Store {
@@ -47,8 +51,20 @@ impl Store {
             inner: Arc::new(Inner {
                 tx,
                 thread: Mutex::new(Some(thread)),
+                path: path.to_path_buf(),
+                intake: Arc::default(),
             }),
         })
+    }
+
+    /// The database file.
+    pub(super) fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// How the latest intake commits went.
+    pub(super) fn intake_health(&self) -> &super::observe::IntakeHealth {
+        &self.inner.intake
     }
 
     /// Runs `f` on the writer thread inside the current batch's transaction and resolves once
@@ -58,7 +74,18 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Needs::ALL, Message::Job).await
+        self.submit(f, Needs::ALL, Message::Job, None).await
+    }
+
+    /// Like [`Store::run`], for an intake insert: its outcome, COMMIT included, is recorded
+    /// for `/readyz` on the writer thread, even when the caller stopped waiting.
+    pub(super) async fn run_intake<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        let health = Some(self.inner.intake.clone());
+        self.submit(f, Needs::ALL, Message::Job, health).await
     }
 
     /// Like [`Store::run`], for delivery bookkeeping: the batch may commit without an fsync
@@ -68,7 +95,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Needs::BOOKKEEPING, Message::Job).await
+        self.submit(f, Needs::BOOKKEEPING, Message::Job, None).await
     }
 
     /// Runs `f` on the writer thread alone, outside any transaction (after the batch in front
@@ -78,7 +105,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Needs::ALL, Message::Solo).await
+        self.submit(f, Needs::ALL, Message::Solo, None).await
     }
 
     async fn submit<T, F>(
@@ -86,13 +113,19 @@ impl Store {
         f: F,
         needs: Needs,
         wrap: fn(Box<dyn Job>) -> Message,
+        health: Option<Arc<super::observe::IntakeHealth>>,
     ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
-        let job = Box::new(Work { f, needs, reply });
+        let job = Box::new(Work {
+            f,
+            needs,
+            reply,
+            health,
+        });
         if self.inner.tx.send(wrap(job)).is_err() {
             return Err(StoreError::Closed);
         }
@@ -117,6 +150,8 @@ struct Work<F, T> {
     f: F,
     needs: Needs,
     reply: oneshot::Sender<Result<T, StoreError>>,
+    /// Where an intake job's outcome is recorded.
+    health: Option<Arc<super::observe::IntakeHealth>>,
 }
 
 impl<F, T> Job for Work<F, T>
@@ -129,17 +164,25 @@ where
     }
 
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish) {
-        let Work { f, reply, .. } = *self;
+        let Work {
+            f, reply, health, ..
+        } = *self;
         let result = f(conn);
         let ok = result.is_ok();
         let finish: Finish = Box::new(move |committed| {
             let answer = committed.and_then(|()| result.map_err(StoreError::from));
+            if let Some(health) = health {
+                health.record(answer.as_ref().map(drop));
+            }
             let _ = reply.send(answer);
         });
         (ok, finish)
     }
 
     fn abort(self: Box<Self>, err: StoreError) {
+        if let Some(health) = &self.health {
+            health.record(Err(&err));
+        }
         let _ = self.reply.send(Err(err));
     }
 }

@@ -106,7 +106,8 @@ impl Store {
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
         // Two statements (the event, then its payload), standing or falling together in the
         // job's savepoint.
-        self.run(move |conn| insert_event(conn, &event)).await
+        self.run_intake(move |conn| insert_event(conn, &event))
+            .await
     }
 }
 
@@ -131,6 +132,8 @@ pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND 
      AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
 pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
+    // Runs on the writer thread: a panic here is the writer's.
+    crate::fault::panic_if("panic-writer");
     let status = if e.forward {
         Status::Pending
     } else {

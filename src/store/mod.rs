@@ -39,7 +39,7 @@ pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter};
 pub use handle::Store;
 pub use intake::{Inserted, NewEvent, Received, dedup_hash};
-pub use observe::QueueStats;
+pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
 pub use queue::{AfterAttempt, ClaimNext, Delivery, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 

@@ -1,10 +1,77 @@
-//! What the admin listener asks of the database: a write probe for `/readyz`, and the queue
+//! What the admin listener asks of the database: readiness for `/readyz`, and the queue
 //! figures `/metrics` reports. Both go through the writer thread like every other query, so
 //! they see exactly what intake and the worker see, and the probe needs the write lock.
+//!
+//! Readiness is more than the probe: a one-row write fits in WAL space that a refused webhook
+//! left allocated, so on a full disk the probe alone can succeed while every webhook gets 503.
+//! [`Store::readiness`] therefore also asks how the latest intake commit went
+//! ([`IntakeHealth`], recorded on the writer thread) and how much room the database's file
+//! system has left.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
 use super::{Store, StoreError};
+
+/// How long a failed intake commit keeps `/readyz` at 503 when no later one has succeeded.
+/// Past it, the probe and the free space decide alone, so readiness comes back by itself even
+/// when no webhook arrives to prove it.
+pub const INTAKE_FAILURE_HOLD: Duration = Duration::from_secs(30);
+
+/// How the latest intake commits went. Written by the writer thread (the outcome of a job
+/// includes its COMMIT), read by `/readyz`.
+#[derive(Debug, Default)]
+pub(super) struct IntakeHealth {
+    last: Mutex<Option<Last>>,
+}
+
+#[derive(Debug)]
+struct Last {
+    at: Instant,
+    /// None: it committed.
+    error: Option<String>,
+}
+
+impl IntakeHealth {
+    pub(super) fn record(&self, outcome: Result<(), &StoreError>) {
+        // A closed store is shutdown, not the disk.
+        if matches!(outcome, Err(StoreError::Closed)) {
+            return;
+        }
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some(Last {
+                at: Instant::now(),
+                error: outcome.err().map(ToString::to_string),
+            });
+        }
+    }
+
+    /// The error of the latest intake commit, if it failed less than `hold` ago.
+    fn recent_failure(&self, hold: Duration) -> Option<(Duration, String)> {
+        let last = self.last.lock().ok()?;
+        let last = last.as_ref()?;
+        let error = last.error.as_ref()?;
+        let ago = last.at.elapsed();
+        (ago < hold).then(|| (ago, error.clone()))
+    }
+}
+
+/// Why `/readyz` says no.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum NotReady {
+    #[error("the latest intake commit failed {ago_ms} ms ago: {error}")]
+    IntakeFailed { ago_ms: u64, error: String },
+    #[error(
+        "{free} bytes free on the database's file system; a webhook may need {needed} \
+         (disk full?)"
+    )]
+    LowSpace { free: u64, needed: u64 },
+    #[error("the database refused a write: {0}")]
+    Probe(StoreError),
+}
 
 /// One endpoint's queue, read at scrape time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,11 +91,57 @@ impl Store {
         self.run(move |conn| probe_write(conn, now_ms)).await
     }
 
+    /// Whether a webhook arriving now would be stored: the latest intake commit did not fail
+    /// recently (or one succeeded since), the database's file system has `needed_free` bytes
+    /// available, and the write probe commits.
+    pub async fn readiness(&self, needed_free: u64, now_ms: i64) -> Result<(), NotReady> {
+        if let Some((ago, error)) = self.intake_health().recent_failure(INTAKE_FAILURE_HOLD) {
+            return Err(NotReady::IntakeFailed {
+                ago_ms: ago.as_millis() as u64,
+                error,
+            });
+        }
+        // A file system that cannot say (statvfs failing) is left to the probe.
+        if let Some(free) = free_space(self.path())
+            && free < needed_free
+        {
+            return Err(NotReady::LowSpace {
+                free,
+                needed: needed_free,
+            });
+        }
+        self.probe_write(now_ms).await.map_err(NotReady::Probe)
+    }
+
     /// Pending and dead counts and the oldest pending event, per endpoint that has any. Reads
     /// only the partial indexes `events_queue` and `events_dead`, plus one row per endpoint.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         self.run(queue_stats).await
     }
+}
+
+/// Bytes this process may still write on the file system holding `db` (statvfs of its
+/// directory): what is available to unprivileged users, or every free block for root, who may
+/// use the reserved ones too. None if the file system does not say.
+fn free_space(db: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = match db.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let dir = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: `dir` is a NUL-terminated path; `stat` is a plain struct statvfs fills in.
+    let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(dir.as_ptr(), &mut stat) } != 0 {
+        return None;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let blocks = if unsafe { libc::geteuid() } == 0 {
+        stat.f_bfree
+    } else {
+        stat.f_bavail
+    };
+    Some((blocks as u64).saturating_mul(stat.f_frsize as u64))
 }
 
 fn probe_write(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
@@ -161,6 +274,35 @@ mod tests {
         );
         let dead = plan(DEAD);
         assert!(dead.contains("COVERING INDEX events_dead"), "{dead}");
+    }
+
+    #[test]
+    fn a_failed_intake_commit_holds_readiness_until_one_succeeds_or_the_hold_passes() {
+        let health = IntakeHealth::default();
+        assert_eq!(health.recent_failure(INTAKE_FAILURE_HOLD), None);
+        health.record(Err(&StoreError::Sqlite("database or disk is full".into())));
+        let (_, error) = health.recent_failure(INTAKE_FAILURE_HOLD).unwrap();
+        assert!(error.contains("disk is full"), "{error}");
+        assert_eq!(health.recent_failure(Duration::ZERO), None, "past the hold");
+        health.record(Err(&StoreError::Closed));
+        assert!(
+            health.recent_failure(INTAKE_FAILURE_HOLD).is_some(),
+            "shutdown is no news"
+        );
+        health.record(Ok(()));
+        assert_eq!(health.recent_failure(INTAKE_FAILURE_HOLD), None);
+    }
+
+    #[test]
+    fn free_space_is_read_from_the_databases_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let free = free_space(&dir.path().join("p.db")).unwrap();
+        assert!(free > 0);
+        assert!(
+            free_space(Path::new("p.db")).is_some(),
+            "a bare name: the current directory"
+        );
+        assert_eq!(free_space(Path::new("/no/such/dir/p.db")), None);
     }
 
     #[test]

@@ -27,6 +27,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rusqlite::Connection;
 
@@ -98,6 +99,8 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
     let mut batch: Vec<Box<dyn Job>> = Vec::with_capacity(64);
     let mut solo: Option<Box<dyn Job>> = None;
     let mut closing = false;
+    // Test-only (debug builds): hold every fsync'd COMMIT back this long (`crate::fault`).
+    let commit_delay = crate::fault::commit_delay();
     while !closing {
         // Block for the first job, then take whatever else is already waiting, up to a solo
         // job: it runs after the batch in front of it, so the queue's order holds.
@@ -131,7 +134,7 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
                     Err(e) => tracing::error!(error = %e, "cannot change synchronous"),
                 }
             }
-            commit_batch(&conn, &mut batch);
+            commit_batch(&conn, &mut batch, commit_delay.filter(|_| full));
             if let Some(checkpointer) = &checkpointer {
                 checkpointer.finish_pass(&conn);
             }
@@ -152,7 +155,9 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
     }
 }
 
-fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) {
+/// Runs `batch` in one transaction and answers each job after its COMMIT (`delay`, test-only,
+/// holds the COMMIT back).
+fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, delay: Option<Duration>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let err = StoreError::from(e);
         for job in batch.drain(..) {
@@ -199,6 +204,9 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) {
             }
             return;
         }
+    }
+    if let Some(delay) = delay {
+        std::thread::sleep(delay);
     }
     let result = exec(conn, "COMMIT").map_err(StoreError::from);
     if result.is_err() {

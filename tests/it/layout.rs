@@ -99,12 +99,20 @@ fn the_dependency_rules_hold() {
             .collect();
         assert!(extra.is_empty(), "{m} may not import {extra:?}");
     };
-    for leaf in ["time", "shutdown", "logwriter", "dedup", "notify"] {
+    for leaf in [
+        "time",
+        "shutdown",
+        "logwriter",
+        "dedup",
+        "notify",
+        "fault",
+        "panics",
+    ] {
         only(leaf, &[]);
     }
     only("verify", &["dedup"]);
     // The store takes nothing of the pipeline but the verifier's proof.
-    only("store", &["verify"]);
+    only("store", &["verify", "fault"]);
     // Metrics is a sink of label strings: the reserved endpoint label, the queue figures.
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify"]);

@@ -4,10 +4,13 @@
 
 mod backup;
 mod cli;
+mod commit_order;
+mod disk_full;
 mod forwarding;
 mod hostile;
 mod kill_storm;
 mod layout;
+mod locked;
 mod observability;
 mod oracle;
 mod partial_body;
@@ -23,3 +26,4 @@ mod sd_notify;
 mod secrets_everywhere;
 mod support;
 mod target_down;
+mod task_panics;

@@ -1,0 +1,47 @@
+//! Test-only fault injection, for the reliability suite (docs/guarantees/storage.md). Read
+//! from the environment in debug builds only (`cfg(debug_assertions)`, which the integration
+//! tests' binary is); in a release build every function here is a constant "no fault", so a
+//! production binary cannot be made to misbehave by its environment.
+//!
+//! - `PORTARIA_TEST_FAULT`, a comma-separated list of: `panic-worker` (the forward worker
+//!   panics when it claims an event), `panic-pruner` (at the start of a pruning pass),
+//!   `panic-checkpoint` (the checkpoint thread, as it starts), `panic-writer` (the writer
+//!   thread, running an intake insert).
+//! - `PORTARIA_TEST_COMMIT_DELAY_MS`: the writer sleeps this long before each COMMIT of a batch
+//!   that needs an fsync (every intake insert), to show that no answer leaves before it.
+
+use std::time::Duration;
+
+/// Whether the fault `name` (say `panic-worker`) was asked for.
+#[cfg(debug_assertions)]
+pub fn injected(name: &str) -> bool {
+    std::env::var("PORTARIA_TEST_FAULT")
+        .is_ok_and(|faults| faults.split(',').any(|f| f.trim() == name))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn injected(_name: &str) -> bool {
+    false
+}
+
+/// Panics with a message naming the fault, if it was asked for.
+pub fn panic_if(name: &str) {
+    if injected(name) {
+        panic!("injected fault {name} (PORTARIA_TEST_FAULT)");
+    }
+}
+
+/// How long to hold each fsync'd COMMIT back, if asked.
+#[cfg(debug_assertions)]
+pub fn commit_delay() -> Option<Duration> {
+    let ms: u64 = std::env::var("PORTARIA_TEST_COMMIT_DELAY_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn commit_delay() -> Option<Duration> {
+    None
+}
