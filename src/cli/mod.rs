@@ -7,7 +7,7 @@
 
 mod events;
 pub mod send;
-mod verify;
+pub mod verify;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
