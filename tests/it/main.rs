@@ -7,6 +7,7 @@ mod forwarding;
 mod layout;
 mod observability;
 mod oracle;
+mod properties;
 mod providers_asym;
 mod providers_br;
 mod providers_saas;
