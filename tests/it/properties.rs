@@ -3,7 +3,7 @@
 //! body or in a signature header never verifies (and never panics); a verified request never
 //! panics the dedup key or the description ingest derives from it.
 //!
-//! Cases per property: 64 by default (each case tries every preset), so the suite stays fast.
+//! Cases per property: 256 by default (each case tries every preset), about a second in all.
 //! A long run: `PROPTEST_CASES=10000 cargo test properties`.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -38,7 +38,7 @@ fn config() -> Config {
     let cases = std::env::var("PROPTEST_CASES")
         .ok()
         .and_then(|c| c.parse().ok())
-        .unwrap_or(64);
+        .unwrap_or(256);
     Config {
         cases,
         // Failures are reported with their input; no regression files in the tree.
@@ -169,22 +169,31 @@ fn clock(v: &Verifier, signed_at: i64, skew: f64) -> i64 {
 
 /// Whether the body is one the scheme can sign at all (Linear's must carry its timestamp).
 fn fits(v: &Verifier, body: &[u8]) -> bool {
-    v.provider() != "linear" || serde_json::from_slice::<serde_json::Value>(body).is_ok()
+    let stamped = || {
+        serde_json::from_slice::<serde_json::Value>(body)
+            .is_ok_and(|json| json.get("webhookTimestamp").is_some())
+    };
+    v.provider() != "linear" || stamped()
 }
 
-/// Whether two bodies are one form to Twilio, which signs the decoded, sorted parameters and
-/// not the bytes (`%41` and `A`, or two invalid UTF-8 bytes that both decode to U+FFFD, are
-/// alike to it, as to its SDKs).
+/// Whether two bodies sign alike to Twilio, which signs neither the bytes nor the pairs but the
+/// decoded parameters, sorted, each name then its value with nothing between (its SDKs'
+/// `compute_signature`): `%41` and `A`, two invalid UTF-8 sequences that both decode to U+FFFD,
+/// and `a=bc` beside `ab=c` are alike to it.
 fn same_form(a: &[u8], b: &[u8]) -> bool {
-    let params = |body: &[u8]| {
+    let signed = |body: &[u8]| {
         let mut params: Vec<(String, String)> = form_urlencoded::parse(body)
             .map(|(n, v)| (n.into_owned(), v.into_owned()))
             .collect();
         params.sort();
         params.dedup();
-        params
+        let text: String = params
+            .iter()
+            .flat_map(|(n, v)| [n.as_str(), v.as_str()])
+            .collect();
+        text
     };
-    params(a) == params(b)
+    signed(a) == signed(b)
 }
 
 /// Refuses an answer of `Ok` to a changed request (any error is fine: never a panic, which
@@ -259,10 +268,16 @@ fn a_changed_signature_header_byte_never_verifies() {
             let mut pairs = sent.signed.headers.clone();
             let (name, value) = &mut pairs[signed[which.index(signed.len())]];
             let mut bytes = value.clone().into_bytes();
-            prop_assume!(!bytes.is_empty());
+            if bytes.is_empty() {
+                continue;
+            }
             let i = at.index(bytes.len());
-            // A change, and not only of case (hex is read in either case).
-            prop_assume!(!bytes[i].eq_ignore_ascii_case(&byte));
+            // A change, and not only of case (hex is read in either case): the next visible
+            // ASCII byte that differs.
+            let mut byte = byte;
+            while byte.eq_ignore_ascii_case(&bytes[i]) {
+                byte = if byte == 0x7e { 0x21 } else { byte + 1 };
+            }
             bytes[i] = byte;
             *value = String::from_utf8(bytes).expect("visible ASCII");
             let what = format!("a changed `{name}`");
