@@ -216,7 +216,7 @@ impl Intake {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
-        let endpoint = routes.endpoints.get(req.uri().path()).cloned();
+        let endpoint = route(&routes.endpoints, req.uri()).cloned();
         let (outcome, meta) = match &endpoint {
             Some(endpoint) => self.pipeline(&routes, endpoint, client, req).await,
             None => (Outcome::NotFound, EventMeta::default()),
@@ -285,7 +285,7 @@ impl Intake {
             Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
         };
         meta.dedup_key = Some(dedup_key.clone());
-        let described = describe(endpoint, &parts.headers, &body);
+        let described = describe(endpoint.verifier.event_type_header(), &parts.headers, &body);
         tracing::trace!(endpoint = %endpoint.name, body = %String::from_utf8_lossy(&body), "webhook body");
         meta.event_type = described.event_type;
         meta.object_id = described.object_id;
@@ -431,18 +431,25 @@ fn log(
     }
 }
 
-/// What the body says about itself, best effort, for the store and the log line.
-#[derive(Debug, Default)]
-struct Described {
-    /// The provider's event-type header, else a top-level `type` or `event`.
-    event_type: Option<String>,
-    /// `data.id`, the object the event is about (a charge, an order), when there is one.
-    object_id: Option<String>,
+/// The routing rule: the request target's path exactly as sent (no percent-decoding, no `..`
+/// resolution, the query string left out), matched exactly against the configured paths.
+pub fn route<'a, E>(endpoints: &'a HashMap<String, E>, target: &http::Uri) -> Option<&'a E> {
+    endpoints.get(target.path())
 }
 
-/// Reads the event type and object id, parsing the body at most once (and not at all when the
-/// provider names the type in a header and the body is not JSON).
-fn describe(endpoint: &Endpoint, headers: &HeaderMap, body: &[u8]) -> Described {
+/// What the body says about itself, best effort, for the store and the log line.
+#[derive(Debug, Default)]
+pub struct Described {
+    /// The provider's event-type header, else a top-level `type` or `event`.
+    pub event_type: Option<String>,
+    /// `data.id`, the object the event is about (a charge, an order), when there is one.
+    pub object_id: Option<String>,
+}
+
+/// Reads the event type (from `event_type_header`, the provider's, if it sent it) and the
+/// object id, parsing the body at most once (and not at all when the provider names the type
+/// in a header and the body is not JSON).
+pub fn describe(event_type_header: Option<&str>, headers: &HeaderMap, body: &[u8]) -> Described {
     #[derive(serde::Deserialize)]
     struct Data {
         id: Option<serde_json::Value>,
@@ -459,10 +466,7 @@ fn describe(endpoint: &Endpoint, headers: &HeaderMap, body: &[u8]) -> Described 
         serde_json::Value::Number(n) => Some(n.to_string()),
         _ => None,
     };
-    let from_header = endpoint
-        .verifier
-        .event_type_header()
-        .and_then(|h| header_text(headers, h));
+    let from_header = event_type_header.and_then(|h| header_text(headers, h));
     let Ok(top) = serde_json::from_slice::<Top>(body) else {
         return Described {
             event_type: from_header,

@@ -8,7 +8,7 @@
 mod backup;
 mod events;
 pub mod send;
-mod verify;
+pub mod verify;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -26,7 +26,7 @@ const MAX_HEADERS: usize = 256;
 
 /// A captured request, parsed.
 #[derive(Debug)]
-pub(super) struct Capture {
+pub struct Capture {
     method: Method,
     path: String,
     query: Option<String>,
@@ -37,7 +37,7 @@ pub(super) struct Capture {
 }
 
 /// Parses a raw HTTP/1.1 request.
-pub(super) fn parse(raw: &[u8]) -> Result<Capture, String> {
+pub fn parse(raw: &[u8]) -> Result<Capture, String> {
     if raw.starts_with(b"id:") && raw.windows(15).any(|w| w == b"--- headers ---") {
         return Err(
             "this is the output of `events show`; `events show --raw ID` prints the request \
@@ -148,13 +148,13 @@ fn dechunk(mut rest: &[u8]) -> Result<Vec<u8>, String> {
 
 /// What `verify` concludes: the lines to print, and whether the server would take it.
 #[derive(Debug)]
-pub(super) struct Diagnosis {
+pub struct Diagnosis {
     pub lines: Vec<String>,
     pub ok: bool,
 }
 
 /// Checks `capture` as the server would for `endpoint` at unix time `at`.
-pub(super) fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
+pub fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
     let verifier = &endpoint.verifier;
     let provider = verifier.provider();
     let mut lines = Vec::new();

@@ -73,6 +73,7 @@ impl Algorithm {
 
 fn hmac<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     // HMAC accepts keys of any length, so this cannot fail.
+    #[allow(clippy::expect_used)]
     let mut mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
     for part in parts {
         Mac::update(&mut mac, part);

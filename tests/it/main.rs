@@ -2,6 +2,9 @@
 //! in-process `serve` on 127.0.0.1:0 where a test only needs HTTP, the real `portaria`
 //! binary where it needs a process (CLI, signals, SIGKILL).
 
+// Test code: a failed unwrap is a failed test (production code denies both, Cargo.toml).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod backup;
 mod cli;
 mod commit_order;
@@ -14,6 +17,7 @@ mod locked;
 mod observability;
 mod oracle;
 mod partial_body;
+mod properties;
 mod providers_asym;
 mod providers_br;
 mod providers_saas;
