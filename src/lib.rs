@@ -5,14 +5,16 @@
 //! - [`config`] reads one TOML file into a validated [`config::Config`].
 //! - [`server`] owns the listener, connection limits and timeouts, graceful shutdown, and
 //!   reloading the configuration (SIGHUP).
-//! - [`ingest`] is the request pipeline: limit, verify, dedup key, store, answer.
+//! - [`ingest`] is the request pipeline: route, client address, limit, verify, dedup key,
+//!   store, answer; [`client_ip`] tells the client's address behind a trusted tunnel.
 //! - [`verify`] holds one file per provider's signature rules; [`dedup`] the dedup key rules.
 //! - [`store`] is the only module that speaks SQL; a single writer thread commits in groups.
 //! - [`forward`] is the background worker that delivers stored events to a command or URL.
 //! - [`prune`] removes finished events past their retention window, after [`archive`] has
 //!   written them to a daily compressed file when one is configured.
 //! - [`cli`] parses the command line and runs `serve`, `check`, `events`, `prune`, `archive`,
-//!   `send` and `init`; [`cli::send`] signs and fires test webhooks as a provider would.
+//!   `send`, `verify`, `backup` and `init`; [`cli::send`] signs and fires test webhooks as a
+//!   provider would.
 //! - [`metrics`] counts requests and deliveries; [`admin`] serves `/healthz`, `/readyz` and
 //!   `/metrics` on a second, loopback listener.
 //! - [`logwriter`] takes log output off the request path.
