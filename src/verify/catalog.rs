@@ -202,6 +202,59 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
     }
 }
 
+/// A scheme plus a provider's own answer to its URL checks: verification and signing are the
+/// inner scheme's; only the handshakes are the provider's (Slack, Zoom, WooCommerce).
+#[derive(Debug)]
+pub(super) struct WithHandshake<S> {
+    pub scheme: S,
+    /// See [`Scheme::handshake`].
+    pub handshake: Option<fn(&Secret, &Request<'_>) -> Option<Reply>>,
+    /// See [`Scheme::unsigned_handshake`].
+    pub unsigned: Option<fn(&Request<'_>) -> Option<Reply>>,
+}
+
+impl<S: Scheme> Scheme for WithHandshake<S> {
+    fn verify(
+        &self,
+        keys: &[Secret],
+        request: &Request<'_>,
+        now: i64,
+        tolerance_secs: u64,
+    ) -> Result<usize, VerifyError> {
+        self.scheme.verify(keys, request, now, tolerance_secs)
+    }
+
+    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
+        self.scheme.sign(key, body, now, delivery_id)
+    }
+
+    fn sign_with_keys(
+        &self,
+        keys: &[Secret],
+        body: &[u8],
+        now: i64,
+        delivery_id: &str,
+    ) -> Option<Signed> {
+        self.scheme.sign_with_keys(keys, body, now, delivery_id)
+    }
+
+    fn check_keys(&self, count: usize) -> Result<(), String> {
+        self.scheme.check_keys(count)
+    }
+
+    fn signs_timestamp(&self) -> bool {
+        self.scheme.signs_timestamp()
+    }
+
+    fn handshake(&self, key: &Secret, request: &Request<'_>) -> Option<Reply> {
+        self.handshake.and_then(|answer| answer(key, request))
+    }
+
+    fn unsigned_handshake(&self, request: &Request<'_>) -> Option<Reply> {
+        self.unsigned.and_then(|answer| answer(request))
+    }
+}
+
 /// What a sender adds to a request: headers, and for schemes that sign a query parameter, the
 /// query string to append to the URL.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -13,9 +13,9 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
+use super::catalog::{Preset, WithHandshake, json_rule};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Reply, Request, Secret, VerifyError};
+use super::{Reply, Request, Secret};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-slack-signature";
@@ -30,39 +30,25 @@ pub(super) fn preset() -> Preset {
     .with_prefix("v0=", true)
     .with_timestamp(HeaderName::from_static(TIMESTAMP), "v0:", ":");
     let dedup = DedupRule::FirstOf(vec![json_rule("/event_id"), DedupRule::BodySha256]);
-    Preset::new("slack", Slack(scheme), dedup)
+    Preset::new(
+        "slack",
+        WithHandshake {
+            scheme,
+            handshake: Some(slack_handshake),
+            unsigned: None,
+        },
+        dedup,
+    )
 }
 
-#[derive(Debug)]
-struct Slack(HmacScheme);
-
-impl Scheme for Slack {
-    fn verify(
-        &self,
-        keys: &[Secret],
-        request: &Request<'_>,
-        now: i64,
-        tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        Scheme::verify(&self.0, keys, request, now, tolerance_secs)
+/// The answer to a verified URL check (`catalog::Scheme::handshake`).
+fn slack_handshake(_key: &Secret, request: &Request<'_>) -> Option<Reply> {
+    let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
+    if body.get("type")?.as_str()? != "url_verification" {
+        return None;
     }
-
-    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
-        Scheme::sign(&self.0, key, body, now, delivery_id)
-    }
-
-    fn signs_timestamp(&self) -> bool {
-        true
-    }
-
-    fn handshake(&self, _key: &Secret, request: &Request<'_>) -> Option<Reply> {
-        let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
-        if body.get("type")?.as_str()? != "url_verification" {
-            return None;
-        }
-        let challenge = body.get("challenge")?.as_str()?;
-        Some(Reply::json(&serde_json::json!({ "challenge": challenge })))
-    }
+    let challenge = body.get("challenge")?.as_str()?;
+    Some(Reply::json(&serde_json::json!({ "challenge": challenge })))
 }
 
 #[cfg(test)]

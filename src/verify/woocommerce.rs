@@ -12,9 +12,9 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, Scheme, Signed};
+use super::catalog::{Preset, WithHandshake};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Reply, Request, Secret, VerifyError};
+use super::{Reply, Request};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-wc-webhook-signature";
@@ -28,11 +28,17 @@ pub(super) fn preset() -> Preset {
         Encoding::Base64,
     )
     .with_delivery_header(HeaderName::from_static(DELIVERY_ID));
-    Preset::new("woocommerce", WooCommerce(scheme), DedupRule::BodySha256).event_type_header(TOPIC)
+    Preset::new(
+        "woocommerce",
+        WithHandshake {
+            scheme,
+            handshake: None,
+            unsigned: Some(woocommerce_ping),
+        },
+        DedupRule::BodySha256,
+    )
+    .event_type_header(TOPIC)
 }
-
-#[derive(Debug)]
-struct WooCommerce(HmacScheme);
 
 /// `webhook_id=` and 1 to 20 digits, nothing else.
 fn is_creation_ping(body: &[u8]) -> bool {
@@ -40,26 +46,11 @@ fn is_creation_ping(body: &[u8]) -> bool {
         .is_some_and(|id| (1..=20).contains(&id.len()) && id.iter().all(u8::is_ascii_digit))
 }
 
-impl Scheme for WooCommerce {
-    fn verify(
-        &self,
-        keys: &[Secret],
-        request: &Request<'_>,
-        now: i64,
-        tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        Scheme::verify(&self.0, keys, request, now, tolerance_secs)
-    }
-
-    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
-        Scheme::sign(&self.0, key, body, now, delivery_id)
-    }
-
-    fn unsigned_handshake(&self, request: &Request<'_>) -> Option<Reply> {
-        let unsigned = !request.headers.contains_key(SIGNATURE);
-        (unsigned && is_creation_ping(request.body))
-            .then(|| Reply::json(&serde_json::json!({ "ping": "ok" })))
-    }
+/// The answer to the unsigned creation ping (`catalog::Scheme::unsigned_handshake`).
+fn woocommerce_ping(request: &Request<'_>) -> Option<Reply> {
+    let unsigned = !request.headers.contains_key(SIGNATURE);
+    (unsigned && is_creation_ping(request.body))
+        .then(|| Reply::json(&serde_json::json!({ "ping": "ok" })))
 }
 
 #[cfg(test)]

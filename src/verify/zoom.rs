@@ -11,9 +11,9 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, Scheme, Signed};
+use super::catalog::{Preset, WithHandshake};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Reply, Request, Secret, VerifyError};
+use super::{Reply, Request, Secret};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-zm-signature";
@@ -27,43 +27,29 @@ pub(super) fn preset() -> Preset {
     )
     .with_prefix("v0=", true)
     .with_timestamp(HeaderName::from_static(TIMESTAMP), "v0:", ":");
-    Preset::new("zoom", Zoom(scheme), DedupRule::BodySha256)
+    Preset::new(
+        "zoom",
+        WithHandshake {
+            scheme,
+            handshake: Some(zoom_handshake),
+            unsigned: None,
+        },
+        DedupRule::BodySha256,
+    )
 }
 
-#[derive(Debug)]
-struct Zoom(HmacScheme);
-
-impl Scheme for Zoom {
-    fn verify(
-        &self,
-        keys: &[Secret],
-        request: &Request<'_>,
-        now: i64,
-        tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        Scheme::verify(&self.0, keys, request, now, tolerance_secs)
+/// The answer to a verified URL check (`catalog::Scheme::handshake`).
+fn zoom_handshake(key: &Secret, request: &Request<'_>) -> Option<Reply> {
+    let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
+    if body.get("event")?.as_str()? != "endpoint.url_validation" {
+        return None;
     }
-
-    fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
-        Scheme::sign(&self.0, key, body, now, delivery_id)
-    }
-
-    fn signs_timestamp(&self) -> bool {
-        true
-    }
-
-    fn handshake(&self, key: &Secret, request: &Request<'_>) -> Option<Reply> {
-        let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
-        if body.get("event")?.as_str()? != "endpoint.url_validation" {
-            return None;
-        }
-        let plain = body.pointer("/payload/plainToken")?.as_str()?;
-        let encrypted = hex::encode(Algorithm::Sha256.mac(key.expose(), &[plain.as_bytes()]));
-        Some(Reply::json(&serde_json::json!({
-            "plainToken": plain,
-            "encryptedToken": encrypted,
-        })))
-    }
+    let plain = body.pointer("/payload/plainToken")?.as_str()?;
+    let encrypted = hex::encode(Algorithm::Sha256.mac(key.expose(), &[plain.as_bytes()]));
+    Some(Reply::json(&serde_json::json!({
+        "plainToken": plain,
+        "encryptedToken": encrypted,
+    })))
 }
 
 #[cfg(test)]
