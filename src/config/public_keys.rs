@@ -28,17 +28,41 @@ impl Validator<'_> {
             return None;
         }
         let path = self.resolve(&file);
-        match std::fs::read_to_string(&path) {
+        match read_jwks(&path) {
             Ok(text) => Some(text),
-            Err(e) => {
-                self.problem(format!(
-                    "{at}.jwks_file: cannot read {}: {e}",
-                    path.display()
-                ));
+            Err(why) => {
+                self.problem(format!("{at}.jwks_file: {why}"));
                 None
             }
         }
     }
+}
+
+/// A JWKS of a few keys is a few KiB; this bounds what the config load reads.
+const MAX_JWKS_BYTES: u64 = 1024 * 1024;
+
+/// Reads a JWKS file: a regular file (a FIFO or `/dev/zero` would hang or fill memory at
+/// start-up), at most [`MAX_JWKS_BYTES`].
+fn read_jwks(path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let shown = path.display();
+    let unreadable = |e: std::io::Error| format!("cannot read {shown}: {e}");
+    let meta = std::fs::metadata(path).map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let mut text = String::new();
+    file.take(MAX_JWKS_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(unreadable)?;
+    if text.len() as u64 > MAX_JWKS_BYTES {
+        return Err(format!(
+            "{shown} is larger than {} KiB; a JWKS is a few keys",
+            MAX_JWKS_BYTES / 1024
+        ));
+    }
+    Ok(text)
 }
 
 #[cfg(test)]
@@ -160,5 +184,30 @@ mod tests {
         )
         .unwrap_err();
         assert!(msg.contains("not a shared secret"), "{msg}");
+    }
+
+    #[test]
+    fn a_jwks_file_must_be_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.json");
+        std::fs::write(&big, vec![b' '; 1024 * 1024 + 1]).unwrap();
+        for (file, why) in [
+            ("/dev/zero".to_string(), "is not a regular file"),
+            (dir.path().display().to_string(), "is not a regular file"),
+            (big.display().to_string(), "is larger than 1024 KiB"),
+            (
+                dir.path().join("missing.json").display().to_string(),
+                "cannot read",
+            ),
+        ] {
+            let text = format!(
+                "[[endpoint]]\npath = \"/p\"\nprovider = \"pagarme-v5\"\njwks_file = \"{file}\"\n"
+            );
+            let msg = problems(&text);
+            assert!(
+                msg.contains(".jwks_file: ") && msg.contains(why),
+                "{file}: {msg}"
+            );
+        }
     }
 }
