@@ -53,6 +53,18 @@ impl Algorithm {
         }
     }
 
+    /// Refuses a received MAC of the wrong length, naming the header it came in.
+    pub(super) fn expect_len(self, header: &str, mac: &[u8]) -> Result<(), VerifyError> {
+        if mac.len() != self.output_len() {
+            return Err(VerifyError::Malformed(format!(
+                "header `{header}` holds {} bytes, expected {}",
+                mac.len(),
+                self.output_len()
+            )));
+        }
+        Ok(())
+    }
+
     pub(super) fn output_len(self) -> usize {
         match self {
             Algorithm::Sha1 => 20,
@@ -101,6 +113,13 @@ impl Encoding {
             Encoding::Hex => "hex",
             Encoding::Base64 => "base64",
         }
+    }
+
+    /// Decodes the MAC text of header `header`, or says that it is not in this encoding.
+    pub(super) fn read(self, header: &str, text: &str) -> Result<Vec<u8>, VerifyError> {
+        self.decode(text).ok_or_else(|| {
+            VerifyError::Malformed(format!("header `{header}` is not {}", self.name()))
+        })
     }
 
     /// Hex in either case; base64 with or without padding. Lenient on spelling only: the
@@ -274,16 +293,8 @@ impl HmacScheme {
             }
             _ => value,
         };
-        let received = self.encoding.decode(encoded).ok_or_else(|| {
-            VerifyError::Malformed(format!("header `{name}` is not {}", self.encoding.name()))
-        })?;
-        if received.len() != self.algorithm.output_len() {
-            return Err(VerifyError::Malformed(format!(
-                "header `{name}` holds {} bytes, expected {}",
-                received.len(),
-                self.algorithm.output_len()
-            )));
-        }
+        let received = self.encoding.read(name, encoded)?;
+        self.algorithm.expect_len(name, &received)?;
         if self.body_required && body.is_empty() {
             return Err(VerifyError::Malformed(
                 "the body is empty, and this provider signs a non-empty body".to_string(),

@@ -8,10 +8,10 @@
 //! Dedup: the body's `event_id`, the same on every retry.
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
+use base64::engine::general_purpose::STANDARD;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
-use super::hmac_scheme::Algorithm;
+use super::hmac_scheme::{Algorithm, Encoding};
 use super::public_url::{self, PublicUrl};
 use super::{Request, Secret, Settings, VerifyError, find_secret, header};
 
@@ -36,15 +36,8 @@ impl Scheme for Square {
         _tolerance_secs: u64,
     ) -> Result<usize, VerifyError> {
         let value = header(request.headers, SIGNATURE)?;
-        let received = STANDARD_PAD_INDIFFERENT
-            .decode(value)
-            .map_err(|_| VerifyError::Malformed(format!("header `{SIGNATURE}` is not base64")))?;
-        if received.len() != 32 {
-            return Err(VerifyError::Malformed(format!(
-                "header `{SIGNATURE}` holds {} bytes, expected 32",
-                received.len()
-            )));
-        }
+        let received = Encoding::Base64.read(SIGNATURE, value)?;
+        Algorithm::Sha256.expect_len(SIGNATURE, &received)?;
         if request.body.is_empty() {
             return Err(VerifyError::Malformed(
                 "the body is empty, and Square signs a non-empty body".to_string(),

@@ -15,12 +15,12 @@
 //! Dedup: `I-Twilio-Idempotency-Token` (the same on Twilio's retries), else the body's SHA-256.
 
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
+use base64::engine::general_purpose::STANDARD;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::catalog::{Preset, Scheme, Signed, header_rule};
-use super::hmac_scheme::Algorithm;
+use super::hmac_scheme::{Algorithm, Encoding};
 use super::public_url::{self, PublicUrl};
 use super::{Request, Secret, Settings, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;
@@ -90,17 +90,9 @@ impl Scheme for Twilio {
         _tolerance_secs: u64,
     ) -> Result<usize, VerifyError> {
         let value = header(request.headers, SIGNATURE)?;
-        let received = STANDARD_PAD_INDIFFERENT
-            .decode(value)
-            .map_err(|_| VerifyError::Malformed(format!("header `{SIGNATURE}` is not base64")))?;
+        let received = Encoding::Base64.read(SIGNATURE, value)?;
         let algorithm = algorithm(request)?;
-        let expected_len = Algorithm::output_len(algorithm);
-        if received.len() != expected_len {
-            return Err(VerifyError::Malformed(format!(
-                "header `{SIGNATURE}` holds {} bytes, expected {expected_len}",
-                received.len()
-            )));
-        }
+        algorithm.expect_len(SIGNATURE, &received)?;
         let hashes = request.query_values(BODY_HASH);
         let params = match hashes.len() {
             0 => sorted_params(request.body),
