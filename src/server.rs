@@ -176,9 +176,12 @@ pub async fn serve_with(
     let intake = Arc::new(intake);
     // `/readyz` asks for room for one body of the limit in force; a reload changes it.
     let max_body_bytes = Arc::new(AtomicUsize::new(config.server.max_body_bytes));
+    // The status line systemd shows counts the endpoints in force; a reload changes it.
+    let endpoint_count = Arc::new(AtomicUsize::new(endpoints.len()));
     let notifier = Arc::new(Notifier::from_env());
     let reloader = reload::Reloader {
         notifier: notifier.clone(),
+        endpoint_count: endpoint_count.clone(),
         source: config.source,
         server: config.server,
         storage: config.storage,
@@ -223,7 +226,7 @@ pub async fn serve_with(
     let watchdog = Watchdog::start(
         notifier,
         store.clone(),
-        endpoints.len(),
+        endpoint_count,
         notify::watchdog_from_env(),
         pulse,
         signal.clone(),

@@ -15,6 +15,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
@@ -120,7 +121,8 @@ pub struct Watchdog {
 struct Task {
     notifier: Arc<Notifier>,
     store: Store,
-    endpoints: usize,
+    /// The endpoints in force: a reload changes the count.
+    endpoints: Arc<AtomicUsize>,
     /// How often to ping; None: no watchdog, status refreshes only.
     ping_every: Option<Duration>,
     pulse: Pulse,
@@ -133,7 +135,7 @@ impl Watchdog {
     pub async fn start(
         notifier: Arc<Notifier>,
         store: Store,
-        endpoints: usize,
+        endpoints: Arc<AtomicUsize>,
         ping_every: Option<Duration>,
         pulse: Pulse,
         signal: Shutdown,
@@ -143,7 +145,8 @@ impl Watchdog {
         }
         let stats = timeout(STATS_WAIT, store.queue_stats()).await;
         let stats = stats.ok().and_then(Result::ok);
-        notifier.ready(&status_line(endpoints, stats.as_deref(), now_ms()));
+        let count = endpoints.load(Ordering::Relaxed);
+        notifier.ready(&status_line(count, stats.as_deref(), now_ms()));
         if let Some(every) = ping_every {
             tracing::info!(
                 every = ?every,
@@ -250,8 +253,11 @@ impl Task {
     }
 
     fn send_status(&self, stats: Option<&[QueueStats]>) {
-        self.notifier
-            .status(&status_line(self.endpoints, stats, now_ms()));
+        self.notifier.status(&status_line(
+            self.endpoints.load(Ordering::Relaxed),
+            stats,
+            now_ms(),
+        ));
     }
 }
 

@@ -90,6 +90,8 @@ pub enum Reloaded {
 pub(super) struct Reloader {
     /// Tells systemd `RELOADING=1`, then `READY=1`, around each reload.
     pub notifier: Arc<Notifier>,
+    /// The endpoints in force, for the status line systemd shows.
+    pub endpoint_count: Arc<AtomicUsize>,
     pub source: Source,
     pub server: Server,
     pub storage: Storage,
@@ -130,7 +132,10 @@ impl Reloader {
             ));
             let outcome = self.reload().await;
             let status = match &outcome {
-                Reloaded::Applied { .. } => "configuration reloaded".to_string(),
+                Reloaded::Applied { .. } => format!(
+                    "configuration reloaded: serving {} endpoints",
+                    self.endpoint_count.load(Ordering::Relaxed)
+                ),
                 Reloaded::Refused { problems } => format!(
                     "reload refused ({} problem(s), see the log): the previous configuration \
                      still serves",
@@ -214,6 +219,8 @@ impl Reloader {
             tracing::warn!(error = %e, "cannot check for events waiting without a forward target");
         }
         self.intake.replace(&endpoints, &config.server);
+        self.endpoint_count
+            .store(endpoints.len(), Ordering::Relaxed);
         self.max_body_bytes
             .store(config.server.max_body_bytes, Ordering::Relaxed);
         self.http

@@ -296,6 +296,13 @@ async fn a_reload_is_announced_reloading_then_ready_and_a_refused_one_says_so() 
     let server = serve_with(dir.path(), &[("NOTIFY_SOCKET", &name)]).await;
     expect_line(&socket, "READY=1", WAIT).await;
 
+    // One more endpoint: the status systemd shows counts it.
+    let config = dir.path().join("portaria.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(
+        "\n[[endpoint]]\npath = \"/webhooks/github2\"\nprovider = \"github\"\nsecret = \"x\"\n",
+    );
+    std::fs::write(&config, text).unwrap();
     server.signal(libc::SIGHUP);
     let reloading = expect_line(&socket, "RELOADING=1", WAIT).await;
     let usec = reloading
@@ -305,6 +312,7 @@ async fn a_reload_is_announced_reloading_then_ready_and_a_refused_one_says_so() 
     assert!(usec.parse::<u64>().is_ok_and(|u| u > 0), "{reloading:?}");
     let ready = expect_line(&socket, "READY=1", WAIT).await;
     assert!(ready.contains("STATUS=configuration reloaded"), "{ready:?}");
+    assert!(ready.contains("serving 5 endpoints"), "{ready:?}");
 
     // A broken file: still RELOADING=1 then READY=1 (the old config serves), saying so.
     std::fs::write(dir.path().join("portaria.toml"), "[server\n").unwrap();
