@@ -25,7 +25,7 @@ use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
 use crate::store::{Inserted, NewEvent, Received, Store};
 use crate::time::{unix_millis, unix_secs};
-use crate::verify::{self, Reply, VerifyError};
+use crate::verify::{self, Ack, Reply, VerifyError};
 
 /// How long a request waits for its batch to commit before the gateway is told 503. Gateways
 /// give up after 10-30 s; a quick 503 makes them retry instead of wondering.
@@ -97,18 +97,15 @@ impl Outcome {
     }
 
     /// The one mapping from outcomes to answers. 5xx bodies stay generic; the cause is logged.
-    /// `ack`: the body the provider expects for an accepted event (Adyen's `[accepted]`), sent
-    /// instead of the JSON default: as JSON if it is JSON (Discord's `{"type":5}`), else as
-    /// plain text.
-    pub fn response(&self, max_body_bytes: usize, ack: Option<&str>) -> Response<Full<Bytes>> {
+    /// `ack`: the answer the provider expects for an accepted event (Adyen's `[accepted]`,
+    /// Discord's `{"type":5}`), sent instead of the JSON default.
+    pub fn response(&self, max_body_bytes: usize, ack: Option<Ack>) -> Response<Full<Bytes>> {
         let mut content_type = "application/json";
         let body = match self {
             Outcome::Accepted(_) | Outcome::Duplicate(_) => match ack {
-                Some(text) => {
-                    if serde_json::from_str::<serde::de::IgnoredAny>(text).is_err() {
-                        content_type = "text/plain";
-                    }
-                    Bytes::from(text.to_string())
+                Some(ack) => {
+                    content_type = ack.content_type;
+                    Bytes::from_static(ack.body.as_bytes())
                 }
                 None => Bytes::from_static(br#"{"received":true}"#),
             },
@@ -228,7 +225,7 @@ impl Intake {
         if matches!(outcome, Outcome::Accepted(_)) {
             self.new_event.notify_one();
         }
-        let ack = endpoint.as_deref().and_then(|e| e.verifier.ack());
+        let ack = endpoint.as_deref().and_then(|e| e.verifier.ack_reply());
         outcome.response(routes.max_body_bytes, ack)
     }
 

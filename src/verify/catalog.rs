@@ -294,6 +294,13 @@ impl KeyFormat {
     }
 }
 
+/// A provider's own answer to an accepted event: fixed, so it is built once, not per request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ack {
+    pub content_type: &'static str,
+    pub body: &'static str,
+}
+
 /// Everything a provider name stands for.
 #[derive(Debug)]
 pub(super) struct Preset {
@@ -309,9 +316,9 @@ pub(super) struct Preset {
     /// Request headers that hold a credential; redacted (with `Authorization`) before the
     /// event's headers are stored.
     pub credential_headers: Vec<HeaderName>,
-    /// The body of the answer to an accepted event, when the provider expects a particular one
-    /// (Adyen's `[accepted]`); else `{"received":true}`.
-    pub ack: Option<&'static str>,
+    /// The answer to an accepted event, when the provider expects a particular one (Adyen's
+    /// `[accepted]`, Discord's `{"type":5}`); else `{"received":true}`.
+    pub ack: Option<Ack>,
     /// Whether the scheme signs `public_url` (Twilio, Square); for the others it is unused, and
     /// the config warns.
     pub signs_public_url: bool,
@@ -361,8 +368,21 @@ impl Preset {
         self
     }
 
+    /// A plain-text answer to an accepted event.
     pub(super) fn ack(mut self, body: &'static str) -> Self {
-        self.ack = Some(body);
+        self.ack = Some(Ack {
+            content_type: "text/plain",
+            body,
+        });
+        self
+    }
+
+    /// A JSON answer to an accepted event.
+    pub(super) fn json_ack(mut self, body: &'static str) -> Self {
+        self.ack = Some(Ack {
+            content_type: "application/json",
+            body,
+        });
         self
     }
 

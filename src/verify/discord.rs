@@ -33,7 +33,7 @@ pub(super) fn preset(public_key: Option<&str>) -> Result<Preset, String> {
     })?;
     let key = parse_public_key(text)?;
     Ok(Preset::new("discord", Discord { key }, json_rule("/id"))
-        .ack(DEFERRED)
+        .json_ack(DEFERRED)
         .without_secret("public_key"))
 }
 

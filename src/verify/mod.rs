@@ -54,7 +54,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use crate::dedup::DedupRule;
 use catalog::Preset;
-pub use catalog::{PROVIDERS, Signed, takes_secret};
+pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
@@ -365,6 +365,11 @@ impl Verifier {
 
     /// The body the provider expects in the answer to an accepted event, if a particular one.
     pub fn ack(&self) -> Option<&'static str> {
+        self.preset.ack.map(|ack| ack.body)
+    }
+
+    /// That answer with its content type.
+    pub fn ack_reply(&self) -> Option<Ack> {
         self.preset.ack
     }
 

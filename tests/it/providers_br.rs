@@ -335,6 +335,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
     let reply = post(server.addr, "/webhooks/adyen", &headers, &body).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.body, "[accepted]");
+    assert_eq!(reply.headers["content-type"], "text/plain");
     assert_eq!(count(&server, "adyen"), 1);
     let mut bad = second;
     bad["NotificationRequestItem"]["amount"]["value"] = json!(501);
