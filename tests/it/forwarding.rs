@@ -1,7 +1,6 @@
 //! The forwarding worker with real parts: child processes for command targets, a real HTTP
 //! listener for URL targets, the real binary where a crash or the CLI is involved.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -13,8 +12,7 @@ use crate::support::*;
 /// Writes an executable /bin/sh script into `dir`; `$D` in it is that directory.
 fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
     let path = dir.join(name);
-    std::fs::write(&path, format!("#!/bin/sh\nD='{}'\n{body}\n", dir.display())).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_executable(&path, format!("#!/bin/sh\nD='{}'\n{body}\n", dir.display()));
     path
 }
 

@@ -8,7 +8,6 @@
 //! `PORTARIA_PARTIAL_BODY_ROUNDS` (default 40).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -73,7 +72,7 @@ fn sha_hex(bytes: &[u8]) -> String {
 /// `<event id> <bytes> <sha256>` as one line.
 fn recording_command(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("record.sh");
-    std::fs::write(
+    write_executable(
         &path,
         format!(
             r#"#!/bin/sh
@@ -89,9 +88,7 @@ rm -f "$tmp"
 "#,
             dir = dir.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     path
 }
 

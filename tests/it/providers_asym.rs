@@ -3,7 +3,6 @@
 //! and discord-interactions, tests/oracle/pagarme_v5.py with cryptography and PyJWT) with keys
 //! made there: portaria is given only the public half.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -76,8 +75,7 @@ async fn start(public_key: &str, jwks: &Value, forward: bool) -> TestServer {
             "#!/bin/sh\ncat >> '{0}/forwarded'\necho >> '{0}/forwarded'\n",
             dir.path().display()
         );
-        std::fs::write(&path, body).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        write_executable(&path, body);
         path
     });
     let text = config(&db, public_key, script.as_deref());

@@ -1,6 +1,5 @@
 //! Brazilian gateways end to end: the real server, each preset's requests, oracles where a library exists.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -417,8 +416,7 @@ fn dumper(dir: &Path) -> std::path::PathBuf {
          mv '{d}/env.tmp.'\"$PORTARIA_EVENT_ID\" '{d}/env.'\"$PORTARIA_EVENT_ID\"\n",
         d = dir.display()
     );
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    write_executable(&path, script);
     path
 }
 

@@ -4,7 +4,6 @@
 //! or by portaria and then accepted by the provider's own verifier (Shopify, Square, Linear,
 //! which ship no signer), or carries a published or independently computed vector.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -34,15 +33,13 @@ const WAIT: Duration = Duration::from_secs(15);
 async fn start() -> (TestServer, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();
     let recorder = work.path().join("on-event.sh");
-    std::fs::write(
+    write_executable(
         &recorder,
         format!(
             "#!/bin/sh\ncat > /dev/null\necho \"$PORTARIA_EVENT_ID\" >> '{}/calls'\n",
             work.path().display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&recorder, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let forward = format!(
         "forward = {{ command = [\"{}\"], timeout_secs = 5 }}",
         recorder.display()

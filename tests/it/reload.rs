@@ -469,18 +469,15 @@ async fn sighup_reloads_the_binary_and_a_broken_file_leaves_it_serving() {
 /// An executable script that appends `<name> <event id>` to `dir/calls` when it starts and
 /// `<name>-done <event id>` when it ends, sleeping `sleep` in between.
 fn script(dir: &Path, name: &str, sleep: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     let path = dir.join(format!("{name}.sh"));
     let calls = dir.join("calls");
     let calls = calls.display();
-    std::fs::write(
+    write_executable(
         &path,
         format!(
             "#!/bin/sh\ncat > /dev/null\necho \"{name} $PORTARIA_EVENT_ID\" >> \"{calls}\"\nsleep {sleep}\necho \"{name}-done $PORTARIA_EVENT_ID\" >> \"{calls}\"\n"
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     path
 }
 

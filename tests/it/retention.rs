@@ -4,7 +4,6 @@
 //! delivers replayed events to a real command.
 
 use std::io::{BufRead, BufReader};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -490,16 +489,14 @@ fn nothing_is_deleted_when_the_archive_cannot_be_written() {
 /// A command target that records `<event id> <dedup key>` per call and keeps each body.
 fn recorder(dir: &Path) -> PathBuf {
     let path = dir.join("on-event.sh");
-    std::fs::write(
+    write_executable(
         &path,
         format!(
             "#!/bin/sh\nD='{}'\nn=$(wc -l < \"$D/calls\" 2>/dev/null || echo 0)\n\
              cat > \"$D/body.$n\"\necho \"$PORTARIA_EVENT_ID $PORTARIA_DEDUP_KEY\" >> \"$D/calls\"\n",
             dir.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     path
 }
 

@@ -193,15 +193,13 @@ async fn a_forward_command_never_sees_the_notify_socket() {
     let (socket, name) = manager(dir.path());
     let program = dir.path().join("dump-env.sh");
     let dump = dir.path().join("env");
-    std::fs::write(
+    write_executable(
         &program,
         format!(
             "#!/bin/sh\ncat > /dev/null\nenv > '{0}.tmp' && mv '{0}.tmp' '{0}'\n",
             dump.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let config = dir.path().join("portaria.toml");
     let forward = format!("forward = {{ command = [\"{}\"] }}", program.display());
     std::fs::write(&config, base_config(&dir.path().join("p.db"), "", &forward)).unwrap();

@@ -514,3 +514,10 @@ impl Target {
         self.seen.lock().unwrap().len()
     }
 }
+
+/// Writes `text` to `path` as an executable (mode 0755): the forward commands the tests run.
+pub fn write_executable(path: &Path, text: impl AsRef<[u8]>) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
