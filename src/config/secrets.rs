@@ -11,8 +11,10 @@ use super::credentials;
 use super::raw::{OneOrMany, RawSecret};
 use super::validate::Validator;
 
-/// Stands in for every secret under [`Secrets::Skip`]; a valid `whsec_` key, so that every
-/// scheme accepts it, and matches no real signature.
+/// Stands in for every secret under [`Secrets::Skip`], so that "no secret given" and "not
+/// loaded" stay apart. An endpoint's verifier is then built by `Verifier::without_secrets`
+/// (a key of whatever form its provider needs); this string itself only reaches a forward's
+/// signing key, hence a valid `whsec_` key, which matches no real signature.
 pub(super) const PLACEHOLDER_SECRET: &str = "whsec_cG9ydGFyaWE6IHNlY3JldHMgbm90IGxvYWRlZA==";
 
 impl Validator<'_> {
