@@ -81,9 +81,7 @@ impl Listeners {
     /// that names the address and the key.
     pub async fn bind(server: &crate::config::Server) -> Result<Listeners, BindError> {
         let bind = |addr: SocketAddr, key: &'static str| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| BindError { addr, key, source })
+            listen(addr).map_err(|source| BindError { addr, key, source })
         };
         let webhooks = bind(server.listen, "listen").await?;
         let admin = match server.admin_listen {
@@ -92,6 +90,24 @@ impl Listeners {
         };
         Ok(Listeners { webhooks, admin })
     }
+}
+
+/// Connections the kernel may hold for `accept` (capped by `net.core.somaxconn`). Past the
+/// queue, a client's SYN is dropped and its connect waits a second for the retry: with std's
+/// 128, a burst of a few hundred connections (idle ones at the cap included) held webhooks up
+/// by seconds.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// Binds `addr` as std does (`SO_REUSEADDR`), with a deeper accept queue.
+fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Webhooks only, no admin listener: what tests that do not need one pass to [`serve`].
@@ -311,9 +327,11 @@ const ROOM_RETRY: Duration = Duration::from_millis(50);
 ///
 /// At most `max_connections` are served at once. A connection arriving at the cap makes room:
 /// the longest-idle connection (a kept-alive one between requests, or one that has sent
-/// nothing yet) is asked to close ([`connections`]), and the new one is served as soon as it
-/// has. A connection with a request under way is never closed for room; if every connection
-/// is busy, the new one waits for a slot (and those behind it in the kernel's queue).
+/// nothing yet; idle for at least [`connections::IDLE_GRACE`]) is asked to close
+/// ([`connections`]), and the new one is served as soon as it has. With none idle, the connection whose request head has been arriving the longest, past
+/// [`connections::SLOW_HEAD`], is cut instead. A request that reached the handler is never
+/// closed for room; if every connection is busy so, or with a young head, the new one waits
+/// for a slot (and those behind it in the kernel's queue).
 async fn accept_loop(
     listener: &TcpListener,
     http: watch::Receiver<http1::Builder>,
@@ -323,7 +341,7 @@ async fn accept_loop(
     stop: impl Future<Output = ()>,
 ) -> JoinSet<()> {
     let permits = Arc::new(Semaphore::new(max_connections));
-    let live = Arc::new(Live::default());
+    let live = Arc::new(Live::new(connections::IDLE_GRACE, connections::SLOW_HEAD));
     let origin = Instant::now();
     let mut connections = JoinSet::new();
     tokio::pin!(stop);
@@ -386,10 +404,15 @@ async fn accept_loop(
                     log_connection_end(conn.await);
                 }
                 _ = tracked.close.notified() => {
-                    tracing::debug!(%peer, "closing the longest-idle connection to make room");
-                    // Idle: closed at once; a request that began meanwhile is answered first.
-                    conn.as_mut().graceful_shutdown();
-                    log_connection_end(conn.await);
+                    if tracked.is_to_be_cut() {
+                        // A head arriving for over SLOW_HEAD: dropped (hyper would wait for it).
+                        tracing::debug!(%peer, "cutting a stalled request head to make room");
+                    } else {
+                        tracing::debug!(%peer, "closing the longest-idle connection to make room");
+                        // Idle: closed at once; a request that began meanwhile is answered first.
+                        conn.as_mut().graceful_shutdown();
+                        log_connection_end(conn.await);
+                    }
                 }
             }
             drop(registration);
@@ -402,7 +425,7 @@ async fn accept_loop(
 /// None only if the semaphore is closed (it never is).
 async fn make_room(permits: &Arc<Semaphore>, live: &Live) -> Option<OwnedSemaphorePermit> {
     loop {
-        live.close_longest_idle();
+        live.close_one();
         match tokio::time::timeout(ROOM_RETRY, permits.clone().acquire_owned()).await {
             Ok(Ok(permit)) => return Some(permit),
             Ok(Err(_)) => return None,

@@ -4,11 +4,18 @@
 //!
 //! A connection is *idle* when no request is being answered on it and not one byte has arrived
 //! since its last answer (or since it was accepted): a kept-alive connection between requests,
-//! or one that has not begun its first. Closing one is asked of hyper with
+//! or one that has not begun its first. One idle for less than [`IDLE_GRACE`] is left alone:
+//! its client has just connected or just had its answer, and is likely sending. Closing one
+//! is asked of hyper with
 //! `graceful_shutdown`, which closes an idle connection at once and lets one that is in fact
-//! mid-request (a head that arrived after the choice) finish its answer first. A connection
-//! whose client has sent any part of a request is never chosen; the header deadline
-//! (`header_timeout_secs`) is what ends a client that trickles its head.
+//! mid-request (a head that arrived after the choice) finish its answer first.
+//!
+//! A connection whose client has sent part of a request head is never chosen while it is
+//! young; once its head has been arriving for [`SLOW_HEAD`] without reaching the handler, it is
+//! *stalled*, and when no connection is idle the one stalled longest is cut (dropped: hyper's
+//! graceful close would wait for the head). So clients that trickle their heads cannot hold
+//! every slot until the header deadline (`header_timeout_secs`, which still ends each of them)
+//! and starve the webhooks behind them. A request that reached the handler is never cut.
 
 use std::collections::HashMap;
 use std::io;
@@ -16,16 +23,27 @@ use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+/// How long a connection must have been idle before it may be closed to make room: a client
+/// that connected or had its answer a moment ago is about to send (closing it then would cut
+/// the request it is writing).
+pub(super) const IDLE_GRACE: Duration = Duration::from_millis(250);
+
+/// How long a request head may be arriving before its connection may be cut to make room
+/// (when none is idle). An honest client sends its head in one go, in milliseconds.
+pub(super) const SLOW_HEAD: Duration = Duration::from_secs(1);
+
 /// Every open connection of one listener, by the order it was accepted in.
-#[derive(Default)]
 pub(super) struct Live {
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Tracked>>>,
+    /// [`IDLE_GRACE`] and [`SLOW_HEAD`], in microseconds (shorter in unit tests).
+    idle_grace_us: u64,
+    slow_head_us: u64,
 }
 
 /// What the accept loop knows of one connection.
@@ -39,16 +57,39 @@ pub(super) struct Tracked {
     busy: AtomicBool,
     /// When it last became idle (accepted, or answered), in microseconds since `origin`.
     idle_since_us: AtomicU64,
+    /// When the first bytes after the last answer arrived, in microseconds since `origin`.
+    head_since_us: AtomicU64,
     origin: Instant,
     /// Asked to close (once); the connection task listens.
     pub(super) close: Notify,
     closing: AtomicBool,
+    /// Chosen as a stalled head: to be cut, not closed gracefully.
+    cut: AtomicBool,
 }
 
 impl Tracked {
     fn is_idle(&self) -> bool {
         !self.busy.load(Ordering::Acquire)
             && self.reads.load(Ordering::Acquire) == self.answered.load(Ordering::Acquire)
+    }
+
+    /// Part of a request head has arrived, and the request has not reached the handler.
+    fn is_mid_head(&self) -> bool {
+        !self.busy.load(Ordering::Acquire)
+            && self.reads.load(Ordering::Acquire) != self.answered.load(Ordering::Acquire)
+    }
+
+    /// Since when its head has been arriving, if it has been for `slow_us` or longer.
+    fn stalled_since(&self, now_us: u64, slow_us: u64) -> Option<u64> {
+        let since = self.head_since_us.load(Ordering::Acquire);
+        (self.is_mid_head() && now_us.saturating_sub(since) >= slow_us).then_some(since)
+    }
+
+    /// It was chosen as a stalled head and still is one: the connection task drops it rather
+    /// than waiting for the head. (Checked by that task, which alone polls the connection, so
+    /// the answer cannot change under it.)
+    pub(super) fn is_to_be_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire) && self.is_mid_head()
     }
 
     fn mark_idle(&self) {
@@ -92,6 +133,16 @@ impl Drop for Registration {
 }
 
 impl Live {
+    pub(super) fn new(idle_grace: Duration, slow_head: Duration) -> Live {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        Live {
+            next_id: AtomicU64::new(0),
+            open: Mutex::default(),
+            idle_grace_us: us(idle_grace),
+            slow_head_us: us(slow_head),
+        }
+    }
+
     /// Registers a connection just accepted (idle from now).
     pub(super) fn register(self: &Arc<Self>, origin: Instant) -> Registration {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
@@ -100,9 +151,11 @@ impl Live {
             answered: AtomicU64::new(0),
             busy: AtomicBool::new(false),
             idle_since_us: AtomicU64::new(0),
+            head_since_us: AtomicU64::new(0),
             origin,
             close: Notify::new(),
             closing: AtomicBool::new(false),
+            cut: AtomicBool::new(false),
         });
         tracked.mark_idle();
         self.open
@@ -116,21 +169,38 @@ impl Live {
         }
     }
 
-    /// Asks the connection idle the longest (and not yet asked) to close; false if none is idle.
-    pub(super) fn close_longest_idle(&self) -> bool {
+    /// Asks one connection to close to make room: the one idle the longest (past the idle
+    /// grace), else the one whose head has been stalled the longest (past the slow-head
+    /// bound), never one already asked. False if none is either (yet).
+    pub(super) fn close_one(&self) -> bool {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let oldest = open
-            .values()
-            .filter(|t| !t.closing.load(Ordering::Acquire) && t.is_idle())
-            .min_by_key(|t| t.idle_since_us.load(Ordering::Acquire));
-        match oldest {
-            Some(tracked) => {
-                tracked.closing.store(true, Ordering::Release);
-                tracked.close.notify_one();
-                true
+        let candidates = || open.values().filter(|t| !t.closing.load(Ordering::Acquire));
+        let idle = candidates()
+            .filter(|t| t.is_idle())
+            .map(|t| (t.idle_since_us.load(Ordering::Acquire), t))
+            .filter(|(since, t)| micros(t.origin).saturating_sub(*since) >= self.idle_grace_us)
+            .min_by_key(|(since, _)| *since)
+            .map(|(_, t)| t);
+        let chosen = match idle {
+            Some(tracked) => tracked,
+            None => {
+                let stalled = candidates()
+                    .filter_map(|t| {
+                        Some((t.stalled_since(micros(t.origin), self.slow_head_us)?, t))
+                    })
+                    .min_by_key(|(since, _)| *since);
+                match stalled {
+                    Some((_, tracked)) => {
+                        tracked.cut.store(true, Ordering::Release);
+                        tracked
+                    }
+                    None => return false,
+                }
             }
-            None => false,
-        }
+        };
+        chosen.closing.store(true, Ordering::Release);
+        chosen.close.notify_one();
+        true
     }
 }
 
@@ -149,7 +219,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
         let before = buf.filled().len();
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
         if buf.filled().len() > before {
-            self.tracked.reads.fetch_add(1, Ordering::AcqRel);
+            let tracked = &self.tracked;
+            let earlier = tracked.reads.fetch_add(1, Ordering::AcqRel);
+            if earlier == tracked.answered.load(Ordering::Acquire) {
+                // The first bytes of a new request.
+                tracked
+                    .head_since_us
+                    .store(micros(tracked.origin), Ordering::Release);
+            }
         }
         polled
     }
@@ -191,7 +268,7 @@ mod tests {
 
     #[test]
     fn the_longest_idle_connection_is_chosen_and_busy_ones_never() {
-        let live = Arc::new(Live::default());
+        let live = Arc::new(Live::new(Duration::ZERO, SLOW_HEAD));
         let origin = Instant::now();
         let first = live.register(origin);
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -200,15 +277,73 @@ mod tests {
         // The first is answering a request; the second has begun sending one.
         first.tracked.begin();
         second.tracked.reads.fetch_add(1, Ordering::AcqRel);
-        assert!(live.close_longest_idle());
+        assert!(live.close_one());
         assert!(third.tracked.closing.load(Ordering::Acquire));
         // Nothing else is idle; once the first is answered, it is.
-        assert!(!live.close_longest_idle());
+        assert!(!live.close_one());
         first.tracked.end();
-        assert!(live.close_longest_idle());
+        assert!(live.close_one());
         assert!(first.tracked.closing.load(Ordering::Acquire));
         assert!(!second.tracked.closing.load(Ordering::Acquire));
         drop(second);
         assert_eq!(live.open.lock().unwrap().len(), 2);
+    }
+
+    /// The first bytes of a request arrive on `tracked`, as `Counted` counts them.
+    fn head_begins(tracked: &Tracked) {
+        tracked.reads.fetch_add(1, Ordering::AcqRel);
+        tracked
+            .head_since_us
+            .store(micros(tracked.origin), Ordering::Release);
+    }
+
+    #[test]
+    fn with_none_idle_the_head_stalled_longest_is_cut_and_a_young_or_handled_one_never() {
+        let live = Arc::new(Live::new(Duration::ZERO, Duration::from_millis(30)));
+        let origin = Instant::now();
+        let handled = live.register(origin);
+        let older = live.register(origin);
+        let newer = live.register(origin);
+        handled.tracked.begin();
+        head_begins(&older.tracked);
+        std::thread::sleep(Duration::from_millis(5));
+        head_begins(&newer.tracked);
+        // Nothing idle, and no head has been arriving for the bound yet.
+        assert!(!live.close_one());
+        std::thread::sleep(Duration::from_millis(40));
+        let young = live.register(origin);
+        head_begins(&young.tracked);
+        assert!(live.close_one());
+        assert!(older.tracked.closing.load(Ordering::Acquire));
+        assert!(older.tracked.is_to_be_cut());
+        assert!(live.close_one());
+        assert!(newer.tracked.is_to_be_cut());
+        // The young head and the request in the handler are left alone.
+        assert!(!live.close_one());
+        assert!(!young.tracked.closing.load(Ordering::Acquire));
+        assert!(!handled.tracked.closing.load(Ordering::Acquire));
+        // An idle connection goes before any stalled head, and gracefully.
+        std::thread::sleep(Duration::from_millis(40));
+        handled.tracked.end();
+        assert!(live.close_one());
+        assert!(handled.tracked.closing.load(Ordering::Acquire));
+        assert!(!handled.tracked.is_to_be_cut());
+        assert!(live.close_one());
+        assert!(young.tracked.is_to_be_cut());
+    }
+
+    #[test]
+    fn a_connection_idle_for_less_than_the_grace_is_left_alone() {
+        let live = Arc::new(Live::new(Duration::from_millis(30), SLOW_HEAD));
+        let origin = Instant::now();
+        let fresh = live.register(origin);
+        assert!(!live.close_one(), "just connected");
+        std::thread::sleep(Duration::from_millis(40));
+        fresh.tracked.begin();
+        fresh.tracked.end();
+        assert!(!live.close_one(), "just answered");
+        std::thread::sleep(Duration::from_millis(40));
+        assert!(live.close_one());
+        assert!(fresh.tracked.closing.load(Ordering::Acquire));
     }
 }

@@ -8,6 +8,7 @@
 mod backup;
 mod cli;
 mod commit_order;
+mod crowds;
 mod disk_full;
 mod forwarding;
 mod hostile;
