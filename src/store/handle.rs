@@ -167,10 +167,10 @@ where
         let Work {
             f, reply, health, ..
         } = *self;
-        let result = f(conn);
+        let result = f(conn).map_err(|e| StoreError::on(conn, e));
         let ok = result.is_ok();
         let finish: Finish = Box::new(move |committed| {
-            let answer = committed.and_then(|()| result.map_err(StoreError::from));
+            let answer = committed.and(result);
             if let Some(health) = health {
                 health.record(answer.as_ref().map(drop));
             }

@@ -59,6 +59,35 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+impl StoreError {
+    /// `e`, just returned on `conn`, with the operating system's error behind it when SQLite
+    /// reports an I/O failure: SQLite says "disk I/O error" alike for a file system gone
+    /// read-only (EROFS), a failing card (EIO) and more, and only the errno tells them apart.
+    pub(crate) fn on(conn: &rusqlite::Connection, e: rusqlite::Error) -> StoreError {
+        use rusqlite::ErrorCode::{CannotOpen, SystemIoFailure};
+        // The two codes for which SQLite records the errno (sqlite3SystemError): for another,
+        // what it holds may be an older failure's.
+        let io = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, SystemIoFailure | CannotOpen)
+        );
+        // SAFETY: the handle is valid while `conn` is borrowed, and sqlite3_system_errno only
+        // reads the errno SQLite kept from its last failed system call on it.
+        let errno = if io {
+            unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
+        } else {
+            0
+        };
+        if errno == 0 {
+            return e.into();
+        }
+        StoreError::Sqlite(format!(
+            "{e} ({})",
+            std::io::Error::from_raw_os_error(errno)
+        ))
+    }
+}
+
 /// Where an event is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

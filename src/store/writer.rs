@@ -159,7 +159,7 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
 /// holds the COMMIT back).
 fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, delay: Option<Duration>) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        let err = StoreError::from(e);
+        let err = StoreError::on(conn, e);
         for job in batch.drain(..) {
             job.abort(err.clone());
         }
@@ -208,7 +208,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, delay: Option<
     if let Some(delay) = delay {
         std::thread::sleep(delay);
     }
-    let result = exec(conn, "COMMIT").map_err(StoreError::from);
+    let result = exec(conn, "COMMIT").map_err(|e| StoreError::on(conn, e));
     if result.is_err() {
         // COMMIT failed: make sure nothing of the batch survives, then report to everyone.
         let _ = exec(conn, "ROLLBACK");
