@@ -176,7 +176,10 @@ mod tests {
             .map(Result::unwrap)
             .collect();
         let plan = plan.join("; ");
-        assert!(plan.contains("SEARCH a USING INTEGER PRIMARY KEY"), "{plan}");
+        assert!(
+            plan.contains("SEARCH a USING INTEGER PRIMARY KEY"),
+            "{plan}"
+        );
         assert!(!plan.contains("SCAN e"), "{plan}");
     }
 
@@ -184,8 +187,11 @@ mod tests {
     fn alert_state_is_kept_apart_from_other_meta_rows() {
         let (_dir, db) = temp_db();
         let conn = &db.conn;
-        conn.execute("INSERT INTO meta (key, value) VALUES ('ready_probe_at', 1)", [])
-            .unwrap();
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('ready_probe_at', 1)",
+            [],
+        )
+        .unwrap();
         let rows = vec![
             ("alerts:dead:a".to_string(), "{\"count\":1}".to_string()),
             ("ready_probe_at".to_string(), "2".to_string()),
@@ -197,9 +203,11 @@ mod tests {
             [("alerts:dead:a".to_string(), "{}".to_string())]
         );
         let probe: i64 = conn
-            .query_row("SELECT value FROM meta WHERE key = 'ready_probe_at'", [], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'ready_probe_at'",
+                [],
+                |r| r.get(0),
+            )
             .unwrap();
         assert_eq!(probe, 1);
         row(&db, "a", "k", Status::Stored, 0);
