@@ -178,6 +178,7 @@ pub async fn serve_with(
     )
     .await?;
     let pruner = Pruner::start(config.storage.clone(), store.clone(), signal.clone());
+    let alert_settings = crate::alerts::settings_at_start(config.alerts.as_ref(), &endpoints);
     let alerts = config.alerts.as_ref().map(|settings| {
         Alerts::start(
             settings,
@@ -208,6 +209,7 @@ pub async fn serve_with(
         metrics: metrics.clone(),
         http: http_settings,
         set_log_level: options.set_log_level,
+        alert_settings,
     };
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());

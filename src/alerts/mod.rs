@@ -96,6 +96,17 @@ impl Alerts {
     }
 }
 
+/// What the alerts task takes at start (`[alerts]` and each endpoint's `quiet_after`), as a
+/// text to compare a reloaded file's with: a change needs a restart. Never logged (a command's
+/// arguments may hold a token).
+pub fn settings_at_start(alerts: Option<&config::Alerts>, endpoints: &[Arc<Endpoint>]) -> String {
+    let quiet: Vec<_> = endpoints
+        .iter()
+        .filter_map(|e| Some((e.name.as_str(), e.quiet_after?)))
+        .collect();
+    format!("{alerts:?} {quiet:?}")
+}
+
 /// A quarter of the shortest duration that matters, within [`MIN_TICK`]..[`MAX_TICK`].
 pub fn tick_for(every: Duration, quiet_after: impl Iterator<Item = Duration>) -> Duration {
     let shortest = quiet_after.fold(every, Duration::min);

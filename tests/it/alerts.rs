@@ -405,3 +405,52 @@ async fn deliveries_that_keep_taking_over_five_seconds_alert() {
     assert_eq!(alert["count"], 3);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_that_changes_the_alerts_says_they_need_a_restart() {
+    use portaria::config::{Config, Source};
+    use portaria::server::{Listeners, Options, Reloaded};
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let db = w.join("portaria.db");
+    let path = w.join("portaria.toml");
+    let text = base_config(&db, &alerts_table(w, "1h"), "");
+    std::fs::write(&path, &text).unwrap();
+    let config = Config::parse(&text, Source::File(path.clone())).unwrap();
+    let listeners = Listeners::bind(&config.server).await.unwrap();
+    let admin = listeners.admin.as_ref().unwrap().local_addr().unwrap();
+    let (trigger, requests) = portaria::server::reload_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = Options {
+        reload: Some(requests),
+        set_log_level: None,
+    };
+    let task = tokio::spawn(portaria::server::serve_with(
+        config,
+        listeners,
+        async {
+            let _ = stopped.await;
+        },
+        options,
+    ));
+    eventually(Duration::from_secs(20), "the server is up", || {
+        std::net::TcpStream::connect(admin).is_ok()
+    })
+    .await;
+    let restart_needed = |reloaded: Reloaded| match reloaded {
+        Reloaded::Applied { restart_needed } => restart_needed,
+        other => panic!("not applied: {other:?}"),
+    };
+    let same = restart_needed(trigger.reload().await.unwrap());
+    assert!(same.is_empty(), "{same:?}");
+    std::fs::write(
+        &path,
+        base_config(&db, &alerts_table(w, "1h"), "quiet_after = \"1h\""),
+    )
+    .unwrap();
+    let changed = restart_needed(trigger.reload().await.unwrap());
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(changed[0].contains("[alerts] or an endpoint's quiet_after changed"));
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
