@@ -50,6 +50,12 @@ const STORE_BOUND: Duration = Duration::from_secs(5);
 /// read) may take longer on a large file.
 const LOAD_BOUND: Duration = Duration::from_secs(30);
 
+/// The cursor moves with every recorded attempt; saved alone (with no alert state to save
+/// beside it) at most this often, to spare the SD card a write per tick. A restart then scans
+/// again from an older cursor: that range held no dead event, or the alert state saved with
+/// it would have carried the cursor past it, so nothing is announced twice.
+const CURSOR_SAVE_EVERY: Duration = Duration::from_secs(600);
+
 /// The `meta` key of the dead-event cursor (an `attempts.id`).
 const CURSOR_KEY: &str = "alerts:cursor:dead";
 
@@ -83,6 +89,7 @@ impl Alerts {
             metrics,
             cursor: None,
             cursor_dirty: false,
+            cursor_saved_at: tokio::time::Instant::now(),
             store_failing: false,
         };
         Alerts {
@@ -142,6 +149,7 @@ struct Task {
     /// never starts again from the first one.
     cursor: Option<i64>,
     cursor_dirty: bool,
+    cursor_saved_at: tokio::time::Instant,
     /// The last store call failed: said once, not every tick.
     store_failing: bool,
 }
@@ -229,20 +237,27 @@ impl Task {
         }
     }
 
-    /// Saves what changed (clocks, summaries and the cursor, in one transaction).
+    /// Saves what changed (clocks, summaries and the cursor, in one transaction), as delivery
+    /// bookkeeping: no fsync of its own, durable with the next intake commit. A power cut that
+    /// loses it sends an alert again, never loses one: the cursor goes back with it.
     async fn save(&mut self) {
-        if !self.book.is_dirty() && !self.cursor_dirty {
+        let cursor_due = self.cursor_dirty
+            && (self.book.is_dirty() || self.cursor_saved_at.elapsed() >= CURSOR_SAVE_EVERY);
+        if !self.book.is_dirty() && !cursor_due {
             return;
         }
         let mut rows = self.book.changed_rows();
-        if let (true, Some(cursor)) = (self.cursor_dirty, self.cursor) {
+        if let (true, Some(cursor)) = (cursor_due, self.cursor) {
             rows.push((CURSOR_KEY.to_string(), cursor.to_string()));
         }
         match timeout(STORE_BOUND, self.store.save_alert_state(rows)).await {
             Ok(Ok(())) => {
                 self.store_ok();
                 self.book.saved();
-                self.cursor_dirty = false;
+                if cursor_due {
+                    self.cursor_dirty = false;
+                    self.cursor_saved_at = tokio::time::Instant::now();
+                }
             }
             Ok(Err(e)) => self.store_failed("saving the alert state", &e),
             Err(_) => self.store_failed("saving the alert state", &timed_out()),

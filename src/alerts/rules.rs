@@ -105,10 +105,15 @@ impl Book {
 
     /// A level that is above its line now (duplicates): the summary says how far, replacing
     /// what it said before.
+    /// Unchanged, it changes nothing (and is not saved again).
     pub fn level(&mut self, kind: Kind, endpoint: &str, count: u64, out_of: u64, now_ms: i64) {
-        let state = self.entry(kind, endpoint);
-        let since_ms = state.pending.as_ref().map_or(now_ms, |p| p.since_ms);
-        state.pending = Some(Pending {
+        let key = (kind, endpoint.to_string());
+        let pending = self.states.get(&key).and_then(|s| s.pending.as_ref());
+        if pending.is_some_and(|p| (p.count, p.out_of) == (count, Some(out_of))) {
+            return;
+        }
+        let since_ms = pending.map_or(now_ms, |p| p.since_ms);
+        self.entry(kind, endpoint).pending = Some(Pending {
             count,
             first: None,
             last: None,
@@ -260,7 +265,11 @@ mod tests {
     fn levels_replace_and_clear() {
         let mut book = Book::new(EVERY);
         book.level(Kind::Duplicates, "a", 2, 30, 0);
+        book.saved();
+        book.level(Kind::Duplicates, "a", 2, 30, S);
+        assert!(!book.is_dirty(), "the same level again is no change");
         book.level(Kind::Duplicates, "a", 3, 40, S);
+        assert!(book.is_dirty());
         let due = book.due(S);
         assert_eq!(kinds(&due), [(Kind::Duplicates, "a", 3)]);
         assert_eq!(due[0].pending.out_of, Some(40));

@@ -51,9 +51,11 @@ impl Store {
     }
 
     /// Saves these rows of the alerts task's state (keys under [`ALERT_KEY_PREFIX`]), all in
-    /// one transaction.
+    /// one transaction, committed like delivery bookkeeping: without an fsync of its own when
+    /// nothing else in the batch needs one.
     pub async fn save_alert_state(&self, rows: Vec<(String, String)>) -> Result<(), StoreError> {
-        self.run(move |conn| save_alert_state(conn, &rows)).await
+        self.run_bookkeeping(move |conn| save_alert_state(conn, &rows))
+            .await
     }
 }
 

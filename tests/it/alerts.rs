@@ -454,3 +454,76 @@ async fn a_reload_that_changes_the_alerts_says_they_need_a_restart() {
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+/// Whether `pid` is gone (or a zombie waiting for its reaper).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+fn pids(path: &Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hanging_alert_command_is_killed_with_its_group_at_its_timeout_and_at_shutdown() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let hang = w.join("hang.sh");
+    // It leaves a child of its own in its process group, and never finishes.
+    write_executable(
+        &hang,
+        format!(
+            "#!/bin/sh\ncat > /dev/null\nsleep 60 &\necho $! >> '{}/sleeps'\nwait\n",
+            w.display()
+        ),
+    );
+    let alerts = format!(
+        "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"1s\"\ntimeout_secs = 1\n",
+        hang.display()
+    );
+    let server = TestServer::start(&alerts, &dying_forward(w)).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let limit = Duration::from_secs(15);
+    let sleeps = w.join("sleeps");
+    eventually(limit, "a second try after the first timed out", || {
+        pids(&sleeps).len() >= 2
+    })
+    .await;
+    let first = pids(&sleeps)[0];
+    assert!(
+        gone(first),
+        "the first run's group was killed at its timeout"
+    );
+    // Intake is not held up by the hanging alert.
+    let started = Instant::now();
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(2)).await.status,
+        200
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // A stop while one runs: it does not wait for it, and kills it.
+    let stopping = Instant::now();
+    server.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the stop waited for the alert"
+    );
+    let running = pids(&sleeps);
+    eventually(limit, "every run's group killed", || {
+        running.iter().all(|&p| gone(p))
+    })
+    .await;
+}
