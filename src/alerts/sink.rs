@@ -121,18 +121,25 @@ impl Sink {
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::copy_from_slice(json)))
             .map_err(|e| format!("could not build the request: {e}"))?;
+        // Named without any user:password the URL may carry: this goes to the log.
+        let shown = format!(
+            "POST http://{}:{}{}",
+            url.host().unwrap_or_default(),
+            url.port_u16().unwrap_or(80),
+            url.path()
+        );
         let deadline = Instant::now() + self.timeout;
         let response = match timeout_at(deadline, self.client.request(request)).await {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(format!("POST {url}: {e}")),
-            Err(_) => return Err(format!("POST {url}: no answer within {:?}", self.timeout)),
+            Ok(Err(e)) => return Err(format!("{shown}: {e}")),
+            Err(_) => return Err(format!("{shown}: no answer within {:?}", self.timeout)),
         };
         let status = response.status();
         let _ = timeout_at(deadline, response.into_body().collect()).await;
         if status.is_success() {
             Ok(())
         } else {
-            Err(format!("POST {url}: HTTP {}", status.as_u16()))
+            Err(format!("{shown}: HTTP {}", status.as_u16()))
         }
     }
 }

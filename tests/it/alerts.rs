@@ -527,3 +527,30 @@ async fn a_hanging_alert_command_is_killed_with_its_group_at_its_timeout_and_at_
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_refusing_alert_url_is_tried_again_and_its_credentials_never_logged() {
+    let target = Target::start(vec![500, 200]).await;
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let alerts = format!(
+        "\n[alerts]\nurl = \"http://owner:hunter2@{}/alerts\"\nalert_every = \"1s\"\n",
+        target.addr
+    );
+    let config = process_config(w, &alerts, &dying_forward(w));
+    let server = serve(&config, &[]).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let limit = Duration::from_secs(15);
+    eventually(limit, "refused, then taken", || target.count() == 2).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(target.count(), 2, "taken once, not sent again");
+    let second: Value = serde_json::from_slice(&target.seen.lock().unwrap()[1].body).unwrap();
+    assert_eq!(second["kind"], "dead");
+    assert_eq!(second["count"], 1);
+    let log = server.log.lock().unwrap().clone();
+    assert!(log.contains("/alerts: HTTP 500"), "{log}");
+    assert!(!log.contains("hunter2"), "{log}");
+}
