@@ -134,6 +134,9 @@ has '-rwxr-xr-x' /usr/bin/portaria
 has '-rw-r--r--' /usr/lib/systemd/system/portaria.service
 has '-rw-r--r--' /usr/lib/sysusers.d/portaria.conf
 has '-rw-r-----' "$CONFIG"
+for alert in ntfy telegram sendmail; do
+    has '-rwxr-xr-x' "/usr/lib/portaria/alerts/$alert.sh"
+done
 for doc in copyright README.md README.packaging.md config.example.toml portaria.env.example \
     raspberry-pi.md tunnels.md cloudflared-config.yml; do
     has '-rw-r--r--' "/usr/share/doc/portaria/$doc"

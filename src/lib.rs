@@ -17,6 +17,8 @@
 //!   provider would.
 //! - [`metrics`] counts requests and deliveries; [`admin`] serves `/healthz`, `/readyz` and
 //!   `/metrics` on a second, loopback listener.
+//! - [`alerts`] tells the owner (an `[alerts]` command or URL) when events go dead, an endpoint
+//!   falls quiet, duplicates, storage errors or slow deliveries pile up.
 //! - [`logwriter`] takes log output off the request path.
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
@@ -26,6 +28,7 @@
 //!   ready, how its queue stands, that it stops, and (`WatchdogSec=`) that it is alive.
 
 pub mod admin;
+pub mod alerts;
 pub mod archive;
 pub mod cli;
 pub mod client_ip;

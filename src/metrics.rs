@@ -14,7 +14,7 @@
 //! "Observability").
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -27,6 +27,9 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::store::QueueStats;
+
+mod duplicate_window;
+pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
 
 /// The `Content-Type` of what [`Metrics::render`] writes (text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -69,6 +72,10 @@ const REQUEST_BUCKETS: [f64; 14] = [
 const DELIVERY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];
+
+/// A delivery attempt longer than this is slow (the same line as `forward::SLOW_DELIVERY`,
+/// which `server` checks at compile time); [`Metrics::facts`] counts them.
+pub const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 
 /// The window of the duplicate ratio and of its warning.
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(15 * 60);
@@ -142,6 +149,23 @@ struct EndpointSeries {
     deliveries: Vec<(&'static str, Counter)>,
     delivery_latency: Option<Histogram>,
     duplicates: Mutex<DuplicateWindow>,
+    /// Attempts over [`SLOW_DELIVERY`], for [`Metrics::facts`] (no series of its own).
+    slow: AtomicU64,
+}
+
+/// What the alerts task reads of one endpoint: running counts since its series were created
+/// (a reload that re-creates them starts `slow_deliveries` again) and the duplicate window now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointFacts {
+    pub endpoint: String,
+    /// Requests that stored a new event.
+    pub accepted: u64,
+    /// Requests answered 503 because the store failed or was too slow.
+    pub storage_errors: u64,
+    pub slow_deliveries: u64,
+    /// Duplicates and verified webhooks over the last 15 minutes.
+    pub window_duplicates: u64,
+    pub window_received: u64,
 }
 
 impl Metrics {
@@ -364,6 +388,39 @@ impl Metrics {
         if let Some(histogram) = &series.delivery_latency {
             histogram.observe(elapsed.as_secs_f64());
         }
+        if elapsed > SLOW_DELIVERY {
+            series.slow.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The counts the alerts task watches, for every configured endpoint.
+    pub fn facts(&self) -> Vec<EndpointFacts> {
+        let now = self.now_secs();
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = |s: &EndpointSeries, label: &str| {
+            s.requests
+                .iter()
+                .find(|(l, _)| *l == label)
+                .map_or(0, |(_, c)| c.get())
+        };
+        endpoints
+            .values()
+            .map(|s| {
+                let window = s.duplicates.lock().unwrap_or_else(PoisonError::into_inner);
+                let (window_duplicates, window_received) = window.counts(now);
+                EndpointFacts {
+                    endpoint: s.name.clone(),
+                    accepted: count(s, ACCEPTED),
+                    storage_errors: count(s, "storage_error"),
+                    slow_deliveries: s.slow.load(Ordering::Relaxed),
+                    window_duplicates,
+                    window_received,
+                }
+            })
+            .collect()
     }
 
     /// The text of one scrape. `queue` is what the database said, or None if it could not be
@@ -455,6 +512,7 @@ impl Families {
             delivery_latency: forwards
                 .then(|| self.delivery_latency.get_or_create_owned(&label(name))),
             duplicates: Mutex::default(),
+            slow: AtomicU64::new(0),
         }
     }
 }
@@ -473,162 +531,9 @@ fn delivery_histogram() -> Histogram {
     Histogram::new(DELIVERY_BUCKETS)
 }
 
-/// Duplicates among verified webhooks over the last 15 minutes, in one-minute buckets, and
-/// when the last warning was given. Pure: the caller passes the time (seconds on any
-/// monotonic clock), so tests need no clock.
-#[derive(Debug, Default)]
-pub struct DuplicateWindow {
-    /// Minute `m` lives in slot `m % 15`; a slot still holding an older minute is reset when
-    /// its minute comes round again, and ignored when counting.
-    slots: [Slot; WINDOW_MINUTES as usize],
-    last_warning: Option<u64>,
-}
-
-const WINDOW_MINUTES: u64 = DUPLICATE_WINDOW.as_secs() / 60;
-
-#[derive(Debug, Default, Clone, Copy)]
-struct Slot {
-    minute: u64,
-    received: u64,
-    duplicates: u64,
-}
-
-/// What the warning says: the counts over the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DuplicateAlert {
-    pub duplicates: u64,
-    pub received: u64,
-}
-
-impl DuplicateWindow {
-    /// Records one verified webhook at `now_secs`. Returns an alert when duplicates are now
-    /// above 5 % of a window of at least [`DUPLICATE_MIN_SAMPLE`] webhooks and no alert was
-    /// given in the 15 minutes before.
-    pub fn record(&mut self, now_secs: u64, duplicate: bool) -> Option<DuplicateAlert> {
-        let minute = now_secs / 60;
-        let slot = &mut self.slots[(minute % WINDOW_MINUTES) as usize];
-        if slot.minute != minute {
-            *slot = Slot {
-                minute,
-                ..Slot::default()
-            };
-        }
-        slot.received += 1;
-        slot.duplicates += u64::from(duplicate);
-
-        let (duplicates, received) = self.counts(now_secs);
-        let above = received >= DUPLICATE_MIN_SAMPLE
-            && duplicates * 100 > received * DUPLICATE_WARN_PERCENT;
-        let quiet = self
-            .last_warning
-            .is_none_or(|at| now_secs >= at + DUPLICATE_WINDOW.as_secs());
-        if above && quiet {
-            self.last_warning = Some(now_secs);
-            return Some(DuplicateAlert {
-                duplicates,
-                received,
-            });
-        }
-        None
-    }
-
-    /// (duplicates, received) over the 15 minutes up to `now_secs`.
-    pub fn counts(&self, now_secs: u64) -> (u64, u64) {
-        let minute = now_secs / 60;
-        self.slots
-            .iter()
-            .filter(|s| s.minute <= minute && minute - s.minute < WINDOW_MINUTES)
-            .fold((0, 0), |(d, r), s| (d + s.duplicates, r + s.received))
-    }
-
-    /// Duplicates over received in the window; 0 when nothing was received.
-    pub fn ratio(&self, now_secs: u64) -> f64 {
-        match self.counts(now_secs) {
-            (_, 0) => 0.0,
-            (duplicates, received) => duplicates as f64 / received as f64,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MIN: u64 = 60;
-
-    fn feed(
-        w: &mut DuplicateWindow,
-        at: u64,
-        received: u64,
-        duplicates: u64,
-    ) -> Vec<DuplicateAlert> {
-        (0..received)
-            .filter_map(|i| w.record(at, i < duplicates))
-            .collect()
-    }
-
-    #[test]
-    fn exactly_five_percent_is_not_above_it() {
-        let mut w = DuplicateWindow::default();
-        // The 5 duplicates come first, so the ratio passes 5 % on the way; record them last.
-        assert!(feed(&mut w, 0, 95, 0).is_empty());
-        assert!(feed(&mut w, 10, 5, 5).is_empty());
-        assert_eq!(w.counts(10), (5, 100));
-        assert_eq!(w.ratio(10), 0.05);
-        let alerts = feed(&mut w, 20, 1, 1);
-        assert_eq!(
-            alerts,
-            vec![DuplicateAlert {
-                duplicates: 6,
-                received: 101
-            }]
-        );
-    }
-
-    #[test]
-    fn a_handful_of_webhooks_never_warns() {
-        let mut w = DuplicateWindow::default();
-        assert!(
-            feed(&mut w, 0, 19, 10).is_empty(),
-            "19 webhooks are too few to judge"
-        );
-        assert_eq!(feed(&mut w, 1, 1, 1).len(), 1, "the 20th makes a sample");
-    }
-
-    #[test]
-    fn at_most_one_warning_per_window() {
-        let mut w = DuplicateWindow::default();
-        assert_eq!(
-            feed(&mut w, 100, 20, 5).len(),
-            1,
-            "warns once, not for every duplicate"
-        );
-        assert!(feed(&mut w, 100 + 5 * MIN, 10, 5).is_empty());
-        assert!(feed(&mut w, 100 + 15 * MIN - 1, 10, 5).is_empty());
-        let again = feed(&mut w, 100 + 15 * MIN, 20, 5);
-        assert_eq!(again.len(), 1, "a new window may warn again");
-    }
-
-    #[test]
-    fn old_minutes_leave_the_window() {
-        let mut w = DuplicateWindow::default();
-        feed(&mut w, 0, 10, 10);
-        assert_eq!(w.counts(14 * MIN + 59), (10, 10));
-        assert_eq!(w.counts(15 * MIN), (0, 0), "15 minutes later they are gone");
-        assert_eq!(w.ratio(15 * MIN), 0.0);
-        // A slot reused by a later minute does not add the old minute's counts.
-        feed(&mut w, 15 * MIN, 20, 0);
-        assert_eq!(w.counts(15 * MIN), (0, 20));
-        assert!(feed(&mut w, 16 * MIN, 1, 0).is_empty(), "no duplicates now");
-    }
-
-    #[test]
-    fn a_burst_after_a_quiet_hour_warns() {
-        let mut w = DuplicateWindow::default();
-        feed(&mut w, 0, 100, 0);
-        assert_eq!(feed(&mut w, 60 * MIN, 20, 2).len(), 1);
-        assert_eq!(w.counts(60 * MIN), (2, 20));
-    }
 
     /// `pagarme` forwards, `github` does not.
     const ENDPOINTS: [Series<'static>; 2] = [
@@ -779,5 +684,31 @@ mod tests {
         assert!(!text.contains("portaria_events_pending{"), "{text}");
         assert!(!text.contains("portaria_events_dead{"), "{text}");
         assert!(text.contains("portaria_requests_total{"), "{text}");
+    }
+
+    #[test]
+    fn facts_count_what_the_alerts_watch() {
+        let metrics = Metrics::new(ENDPOINTS);
+        let fact = |m: &Metrics| {
+            m.facts()
+                .into_iter()
+                .find(|f| f.endpoint == "pagarme")
+                .unwrap()
+        };
+        assert_eq!(fact(&metrics).accepted, 0);
+        let ms = Duration::from_millis(1);
+        metrics.request(Some("pagarme"), ACCEPTED, ms);
+        metrics.request(Some("pagarme"), DUPLICATE, ms);
+        metrics.request(Some("pagarme"), "storage_error", ms);
+        metrics.delivery("pagarme", "delivered", SLOW_DELIVERY);
+        metrics.delivery("pagarme", "failed", SLOW_DELIVERY + ms);
+        let f = fact(&metrics);
+        assert_eq!(
+            (f.accepted, f.storage_errors, f.slow_deliveries),
+            (1, 1, 1),
+            "{f:?}"
+        );
+        assert_eq!((f.window_duplicates, f.window_received), (1, 2));
+        assert_eq!(metrics.facts().len(), 2, "one per configured endpoint");
     }
 }

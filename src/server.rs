@@ -2,7 +2,7 @@
 //! `max_connections` at once, the longest-idle closed to make room at the cap, each with
 //! header and body deadlines), hands each request to
 //! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
-//! worker and the pruner at a safe point and closes the database.
+//! worker, the pruner and the alerts task at a safe point and closes the database.
 //!
 //! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz` and `/metrics`
 //! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
@@ -32,6 +32,7 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
 
 use crate::admin::Admin;
+use crate::alerts::Alerts;
 use crate::client_ip::ConnectionInfo;
 use crate::config::{Config, Endpoint, Server};
 use crate::forward::Worker;
@@ -61,6 +62,10 @@ pub struct Options {
     /// How a reload changes the log level; None leaves logging alone.
     pub set_log_level: Option<SetLogLevel>,
 }
+
+// The alerts count slow deliveries by the line the worker logs them by.
+const _: () =
+    assert!(crate::forward::SLOW_DELIVERY.as_millis() == crate::metrics::SLOW_DELIVERY.as_millis());
 
 /// How long requests in flight get to finish after shutdown begins.
 pub const DRAIN_GRACE: Duration = Duration::from_secs(10);
@@ -189,6 +194,17 @@ pub async fn serve_with(
     )
     .await?;
     let pruner = Pruner::start(config.storage.clone(), store.clone(), signal.clone());
+    let alert_settings = crate::alerts::settings_at_start(config.alerts.as_ref(), &endpoints);
+    let alerts = config.alerts.as_ref().map(|settings| {
+        Alerts::start(
+            settings,
+            &endpoints,
+            hidden_env.clone(),
+            store.clone(),
+            metrics.clone(),
+            signal.clone(),
+        )
+    });
     let intake = Arc::new(intake);
     // `/readyz` asks for room for one body of the limit in force; a reload changes it.
     let max_body_bytes = Arc::new(AtomicUsize::new(config.server.max_body_bytes));
@@ -209,6 +225,7 @@ pub async fn serve_with(
         metrics: metrics.clone(),
         http: http_settings,
         set_log_level: options.set_log_level,
+        alert_settings,
     };
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
@@ -273,6 +290,9 @@ pub async fn serve_with(
     tokio::join!(drain(connections), admin_stopped);
     reloader.worker.stop().await;
     reloader.pruner.stop().await;
+    if let Some(alerts) = alerts {
+        alerts.stop().await;
+    }
     tokio::task::spawn_blocking(move || store.close())
         .await
         .ok();

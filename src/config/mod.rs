@@ -16,6 +16,7 @@
 //! (which never echo a secret) in `toml_error`. A `secret_file` may name a systemd
 //! credential (`credential:NAME`): `credentials`.
 
+mod alerts;
 mod credentials;
 mod dedup_window;
 mod ip_range;
@@ -34,6 +35,7 @@ use std::time::Duration;
 use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
+pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
 pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;
@@ -76,6 +78,8 @@ pub struct Config {
     pub storage: Storage,
     pub endpoints: Vec<Endpoint>,
     pub log: Log,
+    /// `[alerts]`: None when the file has no such table (no alerts are sent).
+    pub alerts: Option<Alerts>,
     /// Things worth saying that do not stop the start (a secret file others can read). Logged
     /// by `serve` once logging is set up, since the level comes from this very file.
     pub warnings: Vec<String>,
@@ -165,6 +169,8 @@ pub struct Endpoint {
     pub forward: Option<Forward>,
     /// Only clients in these ranges may deliver (403 otherwise); None: any address.
     pub allow_ips: Option<Vec<IpRange>>,
+    /// Alert when no webhook came for this long (an endpoint that has received one); None: off.
+    pub quiet_after: Option<Duration>,
 }
 
 /// Where and how an endpoint's events are delivered.
@@ -244,6 +250,14 @@ impl Config {
         let storage = v.storage(raw.storage);
         let endpoints = v.endpoints(raw.endpoints);
         let log = v.log(raw.log);
+        let alerts = v.alerts(raw.alerts);
+        if alerts.is_none() && endpoints.iter().any(|e| e.quiet_after.is_some()) {
+            v.warnings.push(
+                "endpoint quiet_after: there is no [alerts] table to send the alert to, so it \
+                 has no effect"
+                    .into(),
+            );
+        }
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
         }
@@ -254,6 +268,7 @@ impl Config {
                 storage,
                 endpoints,
                 log,
+                alerts,
                 warnings: v.warnings,
                 secret_variables: v.secret_variables,
             }),

@@ -20,6 +20,17 @@ pub(super) struct RawConfig {
     pub(super) endpoints: Vec<Spanned<RawEndpoint>>,
     #[serde(default)]
     pub(super) log: RawLog,
+    pub(super) alerts: Option<RawAlerts>,
+}
+
+/// `[alerts]`: where alerts to the owner go and how often.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAlerts {
+    pub(super) command: Option<Vec<String>>,
+    pub(super) url: Option<String>,
+    pub(super) alert_every: Option<String>,
+    pub(super) timeout_secs: Option<u64>,
 }
 
 #[derive(Deserialize, Default)]
@@ -82,6 +93,8 @@ pub(super) struct RawEndpoint {
     pub(super) concurrency: Option<usize>,
     /// Only clients in these address ranges may deliver.
     pub(super) allow_ips: Option<Vec<String>>,
+    /// Alert when no webhook came for this long (`[alerts]`).
+    pub(super) quiet_after: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

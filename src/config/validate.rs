@@ -306,6 +306,7 @@ impl Validator<'_> {
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
         let forward = self.forward(at, raw.forward, raw.retry, raw.concurrency);
         let allow_ips = self.allow_ips(at, raw.allow_ips);
+        let quiet_after = self.quiet_after(at, raw.quiet_after.as_deref());
         if self.problems.len() != before {
             return None;
         }
@@ -317,6 +318,7 @@ impl Validator<'_> {
             dedup_window,
             forward,
             allow_ips,
+            quiet_after,
         })
     }
 

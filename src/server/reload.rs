@@ -105,6 +105,8 @@ pub(super) struct Reloader {
     /// The accept loops' connection settings (the header timeout).
     pub http: watch::Sender<http1::Builder>,
     pub set_log_level: Option<SetLogLevel>,
+    /// [`crate::alerts::settings_at_start`] of the config the alerts task started with.
+    pub alert_settings: String,
 }
 
 impl Reloader {
@@ -205,6 +207,16 @@ impl Reloader {
         config.storage.path = self.storage.path.clone();
 
         let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
+        let mut restart_needed = restart_needed;
+        if crate::alerts::settings_at_start(config.alerts.as_ref(), &endpoints)
+            != self.alert_settings
+        {
+            restart_needed.push(
+                "[alerts] or an endpoint's quiet_after changed, which needs a restart (the \
+                 alerts task takes them at start); the old ones stay in force until then"
+                    .to_string(),
+            );
+        }
         // Series first, so the first request to a new endpoint is counted in its own.
         self.metrics.configure(endpoints.iter().map(|e| Series {
             endpoint: &e.name,

@@ -14,11 +14,13 @@
 //! By consumer: `intake.rs` (the dedup barrier), `queue.rs` (the forwarding worker's claims and
 //! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
 //! archive restore), `observe.rs` (the admin listener's probe and figures), `backup.rs`
-//! (`portaria backup`'s consistent copy).
+//! (`portaria backup`'s consistent copy), `alerts.rs` (dead events since a cursor, the alerts
+//! task's state in `meta`).
 //!
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
+mod alerts;
 mod backup;
 mod checkpoint;
 mod db;
@@ -34,6 +36,7 @@ mod writer;
 #[cfg(test)]
 mod fixtures;
 
+pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};
 pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter};

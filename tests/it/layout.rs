@@ -124,6 +124,16 @@ fn the_dependency_rules_hold() {
         !deps("forward").contains("ingest"),
         "forward imports ingest"
     );
+    // The alerts task reads facts (metrics, store) and tells the owner; it starts nothing else.
+    only(
+        "alerts",
+        &["config", "store", "metrics", "time", "shutdown", "panics"],
+    );
+    for (m, d) in &graph {
+        if d.contains("alerts") {
+            assert_eq!(m, "server", "{m} imports alerts: only server starts it");
+        }
+    }
     // `server` is the one composition root (and `cli`, which starts it).
     for part in ["ingest", "forward", "admin", "prune"] {
         for (m, d) in &graph {

@@ -5,6 +5,8 @@
 // Test code: a failed unwrap is a failed test (production code denies both, Cargo.toml).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod alert_scripts;
+mod alerts;
 mod backup;
 mod cli;
 mod commit_order;

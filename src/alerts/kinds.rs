@@ -1,0 +1,236 @@
+//! The kinds of alert, and what one alert says: the short JSON an alert command reads on its
+//! stdin (or a URL receives), with a sentence a human can act on.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::rules::Pending;
+use crate::time::rfc3339;
+
+/// What an alert is about. Each (kind, endpoint) is rate-limited on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    /// Events went dead: every delivery attempt failed.
+    Dead,
+    /// An endpoint that has received webhooks received none for its `quiet_after`.
+    Quiet,
+    /// Over 5 % of the verified webhooks of the last 15 minutes were duplicates.
+    Duplicates,
+    /// Storage errors made portaria answer 503.
+    Storage,
+    /// Deliveries keep taking longer than 5 s.
+    Slow,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Dead,
+        Kind::Quiet,
+        Kind::Duplicates,
+        Kind::Storage,
+        Kind::Slow,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Dead => "dead",
+            Kind::Quiet => "quiet",
+            Kind::Duplicates => "duplicates",
+            Kind::Storage => "storage",
+            Kind::Slow => "slow",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == text)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One alert, as the command or URL receives it (one JSON object).
+#[derive(Debug, Clone, Serialize)]
+pub struct Alert {
+    pub kind: &'static str,
+    pub endpoint: String,
+    /// Always null until events have routes.
+    pub route: Option<String>,
+    /// How many times it happened since the last alert of this kind and endpoint.
+    pub count: u64,
+    /// The events it concerns, when it concerns stored events (dead ones).
+    pub first_event_id: Option<i64>,
+    pub last_event_id: Option<i64>,
+    pub message: String,
+    /// When the alert was sent (RFC 3339, UTC).
+    pub time: String,
+}
+
+impl Alert {
+    /// The alert summarising `pending`. `quiet_after` is the endpoint's, for a quiet alert.
+    pub fn new(
+        kind: Kind,
+        endpoint: &str,
+        pending: &Pending,
+        quiet_after: Option<Duration>,
+        now_ms: i64,
+    ) -> Alert {
+        Alert {
+            kind: kind.as_str(),
+            endpoint: endpoint.to_string(),
+            route: None,
+            count: pending.count,
+            first_event_id: pending.first,
+            last_event_id: pending.last,
+            message: sentence(kind, endpoint, pending, quiet_after),
+            time: rfc3339(now_ms),
+        }
+    }
+
+    /// The JSON text, one line, no trailing newline.
+    pub fn to_json(&self) -> Vec<u8> {
+        // Serialising plain strings and integers cannot fail.
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+fn sentence(kind: Kind, endpoint: &str, p: &Pending, quiet_after: Option<Duration>) -> String {
+    let n = p.count;
+    let plural = |one: &'static str, many: &'static str| if n == 1 { one } else { many };
+    match kind {
+        Kind::Dead => {
+            let ids = match (p.first, p.last) {
+                (Some(a), Some(b)) if a != b => format!(" (ids {a} to {b})"),
+                (Some(a), _) => format!(" (id {a})"),
+                _ => String::new(),
+            };
+            format!(
+                "{n} {} of endpoint {endpoint} went dead{ids}: every delivery attempt failed. \
+                 See `portaria events list --status dead --endpoint {endpoint}`; replay with \
+                 `portaria events replay --dead --endpoint {endpoint}`.",
+                plural("event", "events")
+            )
+        }
+        Kind::Quiet => format!(
+            "endpoint {endpoint} has received no webhook for {} (since {}): is the gateway \
+             still sending, the tunnel up, the URL registered?",
+            quiet_after.map_or_else(|| "a while".to_string(), human),
+            rfc3339(p.since_ms)
+        ),
+        Kind::Duplicates => format!(
+            "{n} of the last {} verified webhooks to endpoint {endpoint} (15 minutes) were \
+             duplicates, over 5 %: the gateway is redelivering; are answers slow or lost on the \
+             way back?",
+            p.out_of.unwrap_or(n)
+        ),
+        Kind::Storage => format!(
+            "portaria answered 503 to {n} {} of endpoint {endpoint} because the database could \
+             not store {} (disk full, I/O error or too slow); the gateway retries, but check the \
+             disk and /readyz.",
+            plural("webhook", "webhooks"),
+            plural("it", "them")
+        ),
+        Kind::Slow => format!(
+            "{n} {} of endpoint {endpoint} took longer than 5 s since {}: the target is slow; \
+             events wait behind it.",
+            plural("delivery", "deliveries"),
+            rfc3339(p.since_ms)
+        ),
+    }
+}
+
+/// `6h`, `30m`, `2s`, `250ms`: the config's own style.
+pub fn human(d: Duration) -> String {
+    let (secs, ms) = (d.as_secs(), d.subsec_millis());
+    match (secs, ms) {
+        (0, ms) => format!("{ms}ms"),
+        (s, 0) if s % 86_400 == 0 => format!("{}d", s / 86_400),
+        (s, 0) if s % 3600 == 0 => format!("{}h", s / 3600),
+        (s, 0) if s % 60 == 0 => format!("{}m", s / 60),
+        (s, 0) => format!("{s}s"),
+        _ => format!("{}ms", d.as_millis()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(count: u64, first: Option<i64>, last: Option<i64>) -> Pending {
+        Pending {
+            count,
+            first,
+            last,
+            since_ms: 0,
+            out_of: None,
+        }
+    }
+
+    #[test]
+    fn an_alert_is_one_json_object_with_every_field() {
+        let alert = Alert::new(
+            Kind::Dead,
+            "pagarme",
+            &pending(2, Some(7), Some(9)),
+            None,
+            0,
+        );
+        let value: serde_json::Value = serde_json::from_slice(&alert.to_json()).unwrap();
+        assert_eq!(value["kind"], "dead");
+        assert_eq!(value["endpoint"], "pagarme");
+        assert!(value["route"].is_null());
+        assert_eq!(value["count"], 2);
+        assert_eq!(value["first_event_id"], 7);
+        assert_eq!(value["last_event_id"], 9);
+        assert_eq!(value["time"], "1970-01-01T00:00:00.000Z");
+        let message = value["message"].as_str().unwrap();
+        assert!(message.starts_with("2 events of endpoint pagarme went dead (ids 7 to 9)"));
+        assert!(!alert.to_json().contains(&b'\n'), "one line");
+    }
+
+    #[test]
+    fn sentences_name_what_happened() {
+        let one = Alert::new(Kind::Dead, "a", &pending(1, Some(3), Some(3)), None, 0);
+        assert!(
+            one.message
+                .starts_with("1 event of endpoint a went dead (id 3)")
+        );
+        let quiet = Alert::new(
+            Kind::Quiet,
+            "a",
+            &pending(1, None, None),
+            Some(Duration::from_secs(6 * 3600)),
+            0,
+        );
+        assert!(
+            quiet.message.contains("no webhook for 6h"),
+            "{}",
+            quiet.message
+        );
+        let mut dup = pending(3, None, None);
+        dup.out_of = Some(40);
+        let dup = Alert::new(Kind::Duplicates, "a", &dup, None, 0);
+        assert!(
+            dup.message.starts_with("3 of the last 40"),
+            "{}",
+            dup.message
+        );
+        let storage = Alert::new(Kind::Storage, "a", &pending(2, None, None), None, 0);
+        assert!(storage.message.contains("503 to 2 webhooks"));
+        let slow = Alert::new(Kind::Slow, "a", &pending(3, None, None), None, 0);
+        assert!(
+            slow.message
+                .starts_with("3 deliveries of endpoint a took longer than 5 s")
+        );
+        for kind in Kind::ALL {
+            assert_eq!(Kind::parse(kind.as_str()), Some(kind));
+        }
+        assert_eq!(human(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(human(Duration::from_secs(120)), "2m");
+    }
+}

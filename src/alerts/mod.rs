@@ -1,0 +1,305 @@
+//! Alerts to the owner: [`Alerts`], the background task that tells a human when something
+//! needs them, through the `[alerts]` command and/or URL (`sink`).
+//!
+//! Each tick it reads the facts ([`Metrics::facts`]: storage errors, slow deliveries, the
+//! duplicate window, webhooks accepted; [`Store::dead_after`]: events that went dead), turns
+//! what changed into occurrences (`watch`), and sends what the rate limit lets through
+//! (`rules`: at most one alert per kind and endpoint per `alert_every`, summarising what
+//! happened meanwhile). Its state (each key's clock and summary, the dead-event cursor) is
+//! saved in the store's `meta` table after every change, so a restart neither repeats an
+//! alert nor forgets one: a dead event found at start that was never announced is announced
+//! once. An alert that could not be sent is logged and tried again at the next tick; the task
+//! never holds up intake or delivery, and a stuck store does not stop the storage alert.
+//!
+//! The kinds and what one alert says: `kinds`.
+
+mod kinds;
+mod rules;
+mod sink;
+mod watch;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+use tokio::time::{MissedTickBehavior, timeout};
+
+use crate::config::{self, Endpoint};
+use crate::metrics::Metrics;
+use crate::shutdown::Shutdown;
+use crate::store::{Store, StoreError};
+use crate::time::now_ms;
+
+pub use kinds::{Alert, Kind};
+use rules::Book;
+use sink::Sink;
+use watch::Watch;
+
+/// The longest tick; shorter when `alert_every` or a `quiet_after` is short (tests).
+pub const MAX_TICK: Duration = Duration::from_secs(10);
+
+/// The shortest tick, whatever the durations.
+pub const MIN_TICK: Duration = Duration::from_millis(100);
+
+/// How long one store call of a tick may take before the tick goes on without it: a stuck
+/// store must not hold up the storage alert.
+const STORE_BOUND: Duration = Duration::from_secs(5);
+
+/// The first read of the saved state (and of the endpoints that have events, a whole-table
+/// read) may take longer on a large file.
+const LOAD_BOUND: Duration = Duration::from_secs(30);
+
+/// The cursor moves with every recorded attempt; saved alone (with no alert state to save
+/// beside it) at most this often, to spare the SD card a write per tick. A restart then scans
+/// again from an older cursor: that range held no dead event, or the alert state saved with
+/// it would have carried the cursor past it, so nothing is announced twice.
+const CURSOR_SAVE_EVERY: Duration = Duration::from_secs(600);
+
+/// The `meta` key of the dead-event cursor (an `attempts.id`).
+const CURSOR_KEY: &str = "alerts:cursor:dead";
+
+/// The running alerts task.
+pub struct Alerts {
+    task: JoinHandle<()>,
+}
+
+impl Alerts {
+    /// Starts the task. `hidden_env`: the variables the alert command must not see.
+    /// `alert_every`, the command, the URL and each endpoint's `quiet_after` are fixed at start.
+    pub fn start(
+        config: &config::Alerts,
+        endpoints: &[Arc<Endpoint>],
+        hidden_env: Vec<String>,
+        store: Store,
+        metrics: Arc<Metrics>,
+        shutdown: Shutdown,
+    ) -> Alerts {
+        let quiet_after: HashMap<String, Duration> = endpoints
+            .iter()
+            .filter_map(|e| Some((e.name.clone(), e.quiet_after?)))
+            .collect();
+        let tick = tick_for(config.every, quiet_after.values().copied());
+        let task = Task {
+            book: Book::new(config.every),
+            watch: Watch::new(quiet_after.clone(), Vec::new(), now_ms()),
+            quiet_after,
+            sink: Sink::new(config, hidden_env),
+            store,
+            metrics,
+            cursor: None,
+            cursor_dirty: false,
+            cursor_saved_at: tokio::time::Instant::now(),
+            store_failing: false,
+        };
+        Alerts {
+            task: tokio::spawn(crate::panics::named("alerts", run(task, tick, shutdown))),
+        }
+    }
+
+    /// Waits for the task to end (it ends at the shutdown signal).
+    pub async fn stop(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// What the alerts task takes at start (`[alerts]` and each endpoint's `quiet_after`), as a
+/// text to compare a reloaded file's with: a change needs a restart. Never logged (a command's
+/// arguments may hold a token).
+pub fn settings_at_start(alerts: Option<&config::Alerts>, endpoints: &[Arc<Endpoint>]) -> String {
+    let quiet: Vec<_> = endpoints
+        .iter()
+        .filter_map(|e| Some((e.name.as_str(), e.quiet_after?)))
+        .collect();
+    format!("{alerts:?} {quiet:?}")
+}
+
+/// A quarter of the shortest duration that matters, within [`MIN_TICK`]..[`MAX_TICK`].
+pub fn tick_for(every: Duration, quiet_after: impl Iterator<Item = Duration>) -> Duration {
+    let shortest = quiet_after.fold(every, Duration::min);
+    (shortest / 4).clamp(MIN_TICK, MAX_TICK)
+}
+
+async fn run(mut task: Task, tick: Duration, mut shutdown: Shutdown) {
+    let mut ticks = tokio::time::interval(tick);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.fired() => return,
+            _ = ticks.tick() => {}
+        }
+        // A tick cut off by shutdown sends nothing more; an alert command running then is
+        // killed with its group, and the alert, not marked sent, goes out after the restart.
+        tokio::select! {
+            _ = shutdown.fired() => return,
+            _ = task.tick() => {}
+        }
+    }
+}
+
+/// The task's own state.
+struct Task {
+    book: Book,
+    watch: Watch,
+    quiet_after: HashMap<String, Duration>,
+    sink: Sink,
+    store: Store,
+    metrics: Arc<Metrics>,
+    /// None until the saved state is loaded: no dead event is looked for before, so a restart
+    /// never starts again from the first one.
+    cursor: Option<i64>,
+    cursor_dirty: bool,
+    cursor_saved_at: tokio::time::Instant,
+    /// The last store call failed: said once, not every tick.
+    store_failing: bool,
+}
+
+impl Task {
+    async fn tick(&mut self) {
+        if self.cursor.is_none() {
+            self.load().await;
+        }
+        let now = now_ms();
+        self.watch.fold(&self.metrics.facts(), &mut self.book, now);
+        if let Some(cursor) = self.cursor {
+            match timeout(STORE_BOUND, self.store.dead_after(cursor)).await {
+                Ok(Ok(batch)) => {
+                    self.store_ok();
+                    for dead in &batch.events {
+                        self.book
+                            .note(Kind::Dead, &dead.endpoint, 1, Some(dead.id), now);
+                    }
+                    if batch.cursor != cursor {
+                        self.cursor = Some(batch.cursor);
+                        self.cursor_dirty = true;
+                    }
+                }
+                Ok(Err(e)) => self.store_failed("reading dead events", &e),
+                Err(_) => self.store_failed("reading dead events", &timed_out()),
+            }
+        }
+        self.send_due(now).await;
+        self.save().await;
+    }
+
+    /// The saved clocks, summaries and cursor, and which endpoints have received events.
+    async fn load(&mut self) {
+        let state = match timeout(LOAD_BOUND, self.store.alert_state()).await {
+            Ok(Ok(rows)) => rows,
+            Ok(Err(e)) => return self.store_failed("loading the alert state", &e),
+            Err(_) => return self.store_failed("loading the alert state", &timed_out()),
+        };
+        let mut cursor = 0;
+        for (key, value) in &state {
+            if key == CURSOR_KEY {
+                cursor = value.parse().unwrap_or(0);
+            } else if !self.book.load(key, value) {
+                tracing::debug!(key, "an alert state row that is not understood; ignored");
+            }
+        }
+        if !self.quiet_after.is_empty() {
+            match timeout(LOAD_BOUND, self.store.endpoints_with_events()).await {
+                Ok(Ok(names)) => self.watch.received_before(names),
+                Ok(Err(e)) => self.store_failed("reading which endpoints have events", &e),
+                Err(_) => self.store_failed("reading which endpoints have events", &timed_out()),
+            }
+        }
+        self.store_ok();
+        self.cursor = Some(cursor);
+    }
+
+    /// Sends what is due, oldest key first; stops at the first failure (the sink is likely
+    /// down for all of them) and leaves the rest for the next tick.
+    async fn send_due(&mut self, now: i64) {
+        for due in self.book.due(now) {
+            let quiet_after = self.quiet_after.get(&due.endpoint).copied();
+            let alert = Alert::new(due.kind, &due.endpoint, &due.pending, quiet_after, now);
+            match self.sink.send(&alert.to_json()).await {
+                Ok(()) => {
+                    tracing::info!(
+                        kind = alert.kind,
+                        endpoint = alert.endpoint,
+                        count = alert.count,
+                        "alert sent"
+                    );
+                    self.book.sent(due.kind, &due.endpoint, now);
+                }
+                Err(why) => {
+                    tracing::warn!(
+                        kind = alert.kind,
+                        endpoint = alert.endpoint,
+                        error = why,
+                        "alert not sent; trying again at the next tick"
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Saves what changed (clocks, summaries and the cursor, in one transaction), as delivery
+    /// bookkeeping: no fsync of its own, durable with the next intake commit. A power cut that
+    /// loses it sends an alert again, never loses one: the cursor goes back with it.
+    async fn save(&mut self) {
+        let cursor_due = self.cursor_dirty
+            && (self.book.is_dirty() || self.cursor_saved_at.elapsed() >= CURSOR_SAVE_EVERY);
+        if !self.book.is_dirty() && !cursor_due {
+            return;
+        }
+        let mut rows = self.book.changed_rows();
+        if let (true, Some(cursor)) = (cursor_due, self.cursor) {
+            rows.push((CURSOR_KEY.to_string(), cursor.to_string()));
+        }
+        match timeout(STORE_BOUND, self.store.save_alert_state(rows)).await {
+            Ok(Ok(())) => {
+                self.store_ok();
+                self.book.saved();
+                if cursor_due {
+                    self.cursor_dirty = false;
+                    self.cursor_saved_at = tokio::time::Instant::now();
+                }
+            }
+            Ok(Err(e)) => self.store_failed("saving the alert state", &e),
+            Err(_) => self.store_failed("saving the alert state", &timed_out()),
+        }
+    }
+
+    fn store_failed(&mut self, what: &str, e: &StoreError) {
+        if matches!(e, StoreError::Closed) || std::mem::replace(&mut self.store_failing, true) {
+            return;
+        }
+        tracing::warn!(error = %e, "alerts: {what} failed; trying again at the next tick");
+    }
+
+    fn store_ok(&mut self) {
+        self.store_failing = false;
+    }
+}
+
+fn timed_out() -> StoreError {
+    StoreError::Sqlite(format!("no answer within {STORE_BOUND:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tick_follows_the_shortest_duration() {
+        let hour = Duration::from_secs(3600);
+        assert_eq!(tick_for(hour, std::iter::empty()), MAX_TICK);
+        let two = Duration::from_secs(2);
+        assert_eq!(
+            tick_for(two, std::iter::empty()),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            tick_for(hour, [two, hour].into_iter()),
+            Duration::from_millis(500)
+        );
+        assert_eq!(
+            tick_for(Duration::from_millis(10), std::iter::empty()),
+            MIN_TICK
+        );
+    }
+}

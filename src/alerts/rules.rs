@@ -1,0 +1,315 @@
+//! The rate limit, as pure bookkeeping: what happened since the last alert of each (kind,
+//! endpoint), and whether an alert is due. No clock and no I/O: the caller passes the time.
+//!
+//! The rule, exactly: occurrences are summed into the key's [`Pending`] summary (count, first
+//! and last event id, since when). A key with something pending is due when it has never
+//! alerted, or its last alert was sent at least `alert_every` ago; sending it empties the
+//! summary and restarts the clock. So the first dead event alerts at once; more dead events
+//! within `alert_every` wait, and are then announced together, once, with their count. An alert
+//! that could not be sent stays pending (and the clock is not restarted), so it is tried again.
+//! `slow` is due only once [`SLOW_MIN`] slow deliveries are pending, and a smaller count older
+//! than `alert_every` is dropped: one slow delivery is a blip, three within the period are
+//! deliveries that *keep* taking long.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::kinds::Kind;
+use crate::store::ALERT_KEY_PREFIX;
+
+/// Slow deliveries pending before a `slow` alert is due.
+pub const SLOW_MIN: u64 = 3;
+
+/// What happened since the last alert of one (kind, endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub count: u64,
+    pub first: Option<i64>,
+    pub last: Option<i64>,
+    /// When the first of them happened (for `quiet`: the last webhook before the silence).
+    pub since_ms: i64,
+    /// For `duplicates`: the verified webhooks of the window the count is out of.
+    pub out_of: Option<u64>,
+}
+
+/// One key's state, saved in `meta` as JSON so that a restart neither repeats nor forgets.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct State {
+    pub sent_at_ms: Option<i64>,
+    pub pending: Option<Pending>,
+}
+
+type Key = (Kind, String);
+
+/// Every key's state, and which changed since they were last saved.
+#[derive(Debug)]
+pub struct Book {
+    every_ms: i64,
+    states: BTreeMap<Key, State>,
+    dirty: BTreeSet<Key>,
+}
+
+/// An alert to send now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Due {
+    pub kind: Kind,
+    pub endpoint: String,
+    pub pending: Pending,
+}
+
+impl Book {
+    pub fn new(every: Duration) -> Book {
+        Book {
+            every_ms: every.as_millis().try_into().unwrap_or(i64::MAX),
+            states: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+        }
+    }
+
+    /// Takes one saved `meta` row (`alerts:<kind>:<endpoint>`); false if it is not one. A key
+    /// already in the book (noted before the state could be read) keeps what it has.
+    pub fn load(&mut self, key: &str, value: &str) -> bool {
+        let Some((kind, endpoint)) = parse_key(key) else {
+            return false;
+        };
+        match serde_json::from_str::<State>(value) {
+            Ok(state) => {
+                self.states
+                    .entry((kind, endpoint.to_string()))
+                    .or_insert(state);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// `count` more occurrences, about event `id` when there is one.
+    pub fn note(&mut self, kind: Kind, endpoint: &str, count: u64, id: Option<i64>, now_ms: i64) {
+        if count == 0 {
+            return;
+        }
+        let state = self.entry(kind, endpoint);
+        let p = state.pending.get_or_insert(Pending {
+            count: 0,
+            first: id,
+            last: id,
+            since_ms: now_ms,
+            out_of: None,
+        });
+        p.count += count;
+        p.first = p.first.or(id);
+        p.last = id.or(p.last);
+    }
+
+    /// A level that is above its line now (duplicates): the summary says how far, replacing
+    /// what it said before.
+    /// Unchanged, it changes nothing (and is not saved again).
+    pub fn level(&mut self, kind: Kind, endpoint: &str, count: u64, out_of: u64, now_ms: i64) {
+        let key = (kind, endpoint.to_string());
+        let pending = self.states.get(&key).and_then(|s| s.pending.as_ref());
+        if pending.is_some_and(|p| (p.count, p.out_of) == (count, Some(out_of))) {
+            return;
+        }
+        let since_ms = pending.map_or(now_ms, |p| p.since_ms);
+        self.entry(kind, endpoint).pending = Some(Pending {
+            count,
+            first: None,
+            last: None,
+            since_ms,
+            out_of: Some(out_of),
+        });
+    }
+
+    /// What is pending is no longer true (the level fell back, the endpoint received again).
+    pub fn clear(&mut self, kind: Kind, endpoint: &str) {
+        let key = (kind, endpoint.to_string());
+        if let Some(state) = self.states.get_mut(&key)
+            && state.pending.take().is_some()
+        {
+            self.dirty.insert(key);
+        }
+    }
+
+    /// The alerts due at `now_ms`, oldest key first.
+    pub fn due(&mut self, now_ms: i64) -> Vec<Due> {
+        let every = self.every_ms;
+        let mut expired = Vec::new();
+        let mut out = Vec::new();
+        for ((kind, endpoint), state) in &self.states {
+            let Some(p) = &state.pending else { continue };
+            if *kind == Kind::Slow && p.count < SLOW_MIN {
+                if now_ms.saturating_sub(p.since_ms) > every {
+                    expired.push((*kind, endpoint.clone()));
+                }
+                continue;
+            }
+            let quiet_long_enough = state
+                .sent_at_ms
+                .is_none_or(|at| now_ms >= at.saturating_add(every));
+            if p.count > 0 && quiet_long_enough {
+                out.push(Due {
+                    kind: *kind,
+                    endpoint: endpoint.clone(),
+                    pending: p.clone(),
+                });
+            }
+        }
+        for (kind, endpoint) in expired {
+            self.clear(kind, &endpoint);
+        }
+        out
+    }
+
+    /// The alert of this key went out at `now_ms`.
+    pub fn sent(&mut self, kind: Kind, endpoint: &str, now_ms: i64) {
+        let state = self.entry(kind, endpoint);
+        state.sent_at_ms = Some(now_ms);
+        state.pending = None;
+    }
+
+    /// Whether anything changed since the last [`Book::saved`].
+    pub fn is_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// The `meta` rows of every key that changed.
+    pub fn changed_rows(&self) -> Vec<(String, String)> {
+        self.dirty
+            .iter()
+            .filter_map(|key| {
+                let state = self.states.get(key)?;
+                let value = serde_json::to_string(state).ok()?;
+                Some((state_key(key.0, &key.1), value))
+            })
+            .collect()
+    }
+
+    /// The rows of [`Book::changed_rows`] were saved.
+    pub fn saved(&mut self) {
+        self.dirty.clear();
+    }
+
+    #[cfg(test)]
+    pub fn state(&self, kind: Kind, endpoint: &str) -> Option<&State> {
+        self.states.get(&(kind, endpoint.to_string()))
+    }
+
+    fn entry(&mut self, kind: Kind, endpoint: &str) -> &mut State {
+        let key = (kind, endpoint.to_string());
+        self.dirty.insert(key.clone());
+        self.states.entry(key).or_default()
+    }
+}
+
+/// `alerts:dead:pagarme`. Endpoint names hold no `:` (config allows letters, digits, `-_.`).
+pub fn state_key(kind: Kind, endpoint: &str) -> String {
+    format!("{ALERT_KEY_PREFIX}{kind}:{endpoint}")
+}
+
+fn parse_key(key: &str) -> Option<(Kind, &str)> {
+    let (kind, endpoint) = key.strip_prefix(ALERT_KEY_PREFIX)?.split_once(':')?;
+    Some((Kind::parse(kind)?, endpoint))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVERY: Duration = Duration::from_secs(60);
+    const S: i64 = 1000;
+
+    fn kinds(due: &[Due]) -> Vec<(Kind, &str, u64)> {
+        due.iter()
+            .map(|d| (d.kind, d.endpoint.as_str(), d.pending.count))
+            .collect()
+    }
+
+    #[test]
+    fn the_first_alerts_at_once_and_the_rest_wait_for_one_summary() {
+        let mut book = Book::new(EVERY);
+        assert!(book.due(0).is_empty());
+        book.note(Kind::Dead, "a", 1, Some(5), 0);
+        let due = book.due(0);
+        assert_eq!(kinds(&due), [(Kind::Dead, "a", 1)]);
+        book.sent(Kind::Dead, "a", 0);
+        book.note(Kind::Dead, "a", 1, Some(8), 10 * S);
+        book.note(Kind::Dead, "a", 1, Some(6), 20 * S);
+        // Another endpoint has its own clock.
+        book.note(Kind::Dead, "b", 1, Some(7), 20 * S);
+        assert_eq!(kinds(&book.due(59 * S)), [(Kind::Dead, "b", 1)]);
+        book.sent(Kind::Dead, "b", 59 * S);
+        let due = book.due(60 * S);
+        assert_eq!(kinds(&due), [(Kind::Dead, "a", 2)]);
+        assert_eq!(
+            (due[0].pending.first, due[0].pending.last),
+            (Some(8), Some(6))
+        );
+        assert_eq!(due[0].pending.since_ms, 10 * S);
+        book.sent(Kind::Dead, "a", 60 * S);
+        assert!(book.due(200 * S).is_empty(), "nothing new, nothing sent");
+    }
+
+    #[test]
+    fn an_alert_not_sent_stays_due() {
+        let mut book = Book::new(EVERY);
+        book.note(Kind::Storage, "a", 3, None, 0);
+        assert_eq!(book.due(0).len(), 1);
+        assert_eq!(book.due(S).len(), 1, "still due: never sent");
+        book.note(Kind::Storage, "a", 1, None, 2 * S);
+        assert_eq!(kinds(&book.due(3 * S)), [(Kind::Storage, "a", 4)]);
+    }
+
+    #[test]
+    fn levels_replace_and_clear() {
+        let mut book = Book::new(EVERY);
+        book.level(Kind::Duplicates, "a", 2, 30, 0);
+        book.saved();
+        book.level(Kind::Duplicates, "a", 2, 30, S);
+        assert!(!book.is_dirty(), "the same level again is no change");
+        book.level(Kind::Duplicates, "a", 3, 40, S);
+        assert!(book.is_dirty());
+        let due = book.due(S);
+        assert_eq!(kinds(&due), [(Kind::Duplicates, "a", 3)]);
+        assert_eq!(due[0].pending.out_of, Some(40));
+        book.clear(Kind::Duplicates, "a");
+        assert!(book.due(S).is_empty());
+    }
+
+    #[test]
+    fn slow_needs_several_within_the_period() {
+        let mut book = Book::new(EVERY);
+        book.note(Kind::Slow, "a", 2, None, 0);
+        assert!(book.due(S).is_empty(), "two are not yet 'keep'");
+        assert!(book.due(61 * S).is_empty());
+        assert!(
+            book.state(Kind::Slow, "a").unwrap().pending.is_none(),
+            "dropped"
+        );
+        book.note(Kind::Slow, "a", 2, None, 70 * S);
+        book.note(Kind::Slow, "a", 1, None, 80 * S);
+        assert_eq!(kinds(&book.due(80 * S)), [(Kind::Slow, "a", 3)]);
+    }
+
+    #[test]
+    fn state_survives_a_save_and_load() {
+        let mut book = Book::new(EVERY);
+        book.note(Kind::Dead, "a", 1, Some(1), 0);
+        book.sent(Kind::Dead, "a", 0);
+        book.note(Kind::Dead, "a", 1, Some(2), S);
+        let rows = book.changed_rows();
+        assert_eq!(rows.len(), 1);
+        assert_eq!(rows[0].0, "alerts:dead:a");
+        book.saved();
+        assert!(!book.is_dirty());
+        let mut again = Book::new(EVERY);
+        assert!(again.load(&rows[0].0, &rows[0].1));
+        assert!(!again.load("alerts:cursor", "1"));
+        assert!(!again.load("alerts:nonsense:a", "{}"));
+        assert!(again.due(30 * S).is_empty(), "the clock was saved too");
+        let due = again.due(60 * S);
+        assert_eq!(kinds(&due), [(Kind::Dead, "a", 1)]);
+        assert_eq!(due[0].pending.first, Some(2));
+    }
+}

@@ -1,0 +1,221 @@
+//! From facts to occurrences: what changed in [`Metrics::facts`](crate::metrics::Metrics::facts)
+//! since the last tick (storage errors, slow deliveries, the duplicate ratio, webhooks
+//! received) becomes `note`s and `level`s in the [`Book`]. Pure: the caller passes the time.
+//!
+//! `quiet`: an endpoint "usually receives events" once it has received one, ever (a stored
+//! event at start-up counts) or since the start. It is quiet when nothing was accepted for its
+//! `quiet_after`, counted from its last accepted webhook or from the start, whichever is later
+//! (portaria being down is not the gateway's silence). One silence is announced once; the next
+//! webhook ends it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use super::kinds::Kind;
+use super::rules::Book;
+use crate::metrics::{DUPLICATE_MIN_SAMPLE, DUPLICATE_WARN_PERCENT, EndpointFacts};
+
+/// What the last tick saw of each endpoint.
+#[derive(Debug)]
+pub struct Watch {
+    quiet_after: HashMap<String, Duration>,
+    started_ms: i64,
+    /// Endpoints with a stored event when the server started.
+    received_before: Vec<String>,
+    seen: HashMap<String, Seen>,
+}
+
+#[derive(Debug, Default)]
+struct Seen {
+    accepted: u64,
+    storage_errors: u64,
+    slow_deliveries: u64,
+    /// The last accepted webhook, or the start.
+    last_activity_ms: i64,
+    received: bool,
+    /// This silence has been noted.
+    announced: bool,
+}
+
+impl Watch {
+    pub fn new(
+        quiet_after: HashMap<String, Duration>,
+        received_before: Vec<String>,
+        started_ms: i64,
+    ) -> Watch {
+        Watch {
+            quiet_after,
+            started_ms,
+            received_before,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The endpoints with a stored event at start-up (read once the store answers).
+    pub fn received_before(&mut self, names: Vec<String>) {
+        for (name, seen) in &mut self.seen {
+            seen.received |= names.contains(name);
+        }
+        self.received_before = names;
+    }
+
+    /// Folds one tick's facts into `book`.
+    pub fn fold(&mut self, facts: &[EndpointFacts], book: &mut Book, now_ms: i64) {
+        for f in facts {
+            let name = f.endpoint.as_str();
+            let seen = self.seen.entry(f.endpoint.clone()).or_insert_with(|| Seen {
+                last_activity_ms: self.started_ms,
+                received: self.received_before.iter().any(|e| e == name),
+                ..Seen::default()
+            });
+            book.note(
+                Kind::Storage,
+                name,
+                growth(&mut seen.storage_errors, f.storage_errors),
+                None,
+                now_ms,
+            );
+            book.note(
+                Kind::Slow,
+                name,
+                growth(&mut seen.slow_deliveries, f.slow_deliveries),
+                None,
+                now_ms,
+            );
+            if f.window_received >= DUPLICATE_MIN_SAMPLE
+                && f.window_duplicates * 100 > f.window_received * DUPLICATE_WARN_PERCENT
+            {
+                book.level(
+                    Kind::Duplicates,
+                    name,
+                    f.window_duplicates,
+                    f.window_received,
+                    now_ms,
+                );
+            } else {
+                book.clear(Kind::Duplicates, name);
+            }
+            if growth(&mut seen.accepted, f.accepted) > 0 {
+                seen.last_activity_ms = now_ms;
+                seen.received = true;
+                seen.announced = false;
+                book.clear(Kind::Quiet, name);
+            } else if let Some(after) = self.quiet_after.get(name) {
+                let silent_ms = now_ms.saturating_sub(seen.last_activity_ms);
+                if seen.received && !seen.announced && silent_ms as u128 >= after.as_millis() {
+                    seen.announced = true;
+                    // Since the last webhook: that is when the silence began.
+                    book.note(Kind::Quiet, name, 1, None, seen.last_activity_ms);
+                }
+            }
+        }
+    }
+}
+
+/// How much a running count grew since `last` (all of it if it started again, as a reload
+/// that re-creates an endpoint's series does), remembering the new value.
+fn growth(last: &mut u64, now: u64) -> u64 {
+    let grew = if now >= *last { now - *last } else { now };
+    *last = now;
+    grew
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1000;
+
+    fn facts(endpoint: &str) -> EndpointFacts {
+        EndpointFacts {
+            endpoint: endpoint.into(),
+            accepted: 0,
+            storage_errors: 0,
+            slow_deliveries: 0,
+            window_duplicates: 0,
+            window_received: 0,
+        }
+    }
+
+    fn pending(book: &mut Book, now: i64) -> Vec<(Kind, String, u64)> {
+        book.due(now)
+            .into_iter()
+            .map(|d| (d.kind, d.endpoint, d.pending.count))
+            .collect()
+    }
+
+    #[test]
+    fn counts_that_grew_become_occurrences() {
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut book = Book::new(Duration::from_secs(60));
+        let mut f = facts("a");
+        watch.fold(std::slice::from_ref(&f), &mut book, 0);
+        assert!(pending(&mut book, 0).is_empty());
+        f.storage_errors = 2;
+        f.slow_deliveries = 3;
+        watch.fold(std::slice::from_ref(&f), &mut book, S);
+        assert_eq!(
+            pending(&mut book, S),
+            [
+                (Kind::Storage, "a".to_string(), 2),
+                (Kind::Slow, "a".to_string(), 3)
+            ]
+        );
+        // Unchanged counts add nothing; a count that started again adds all of it.
+        book.sent(Kind::Storage, "a", S);
+        book.sent(Kind::Slow, "a", S);
+        watch.fold(std::slice::from_ref(&f), &mut book, 100 * S);
+        assert!(pending(&mut book, 100 * S).is_empty());
+        f.storage_errors = 1;
+        watch.fold(std::slice::from_ref(&f), &mut book, 101 * S);
+        assert_eq!(
+            pending(&mut book, 101 * S),
+            [(Kind::Storage, "a".to_string(), 1)]
+        );
+    }
+
+    #[test]
+    fn duplicates_alert_over_five_percent_of_enough_webhooks() {
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut book = Book::new(Duration::from_secs(60));
+        let mut f = facts("a");
+        (f.window_duplicates, f.window_received) = (1, 20);
+        watch.fold(std::slice::from_ref(&f), &mut book, 0);
+        assert!(pending(&mut book, 0).is_empty(), "exactly 5 %");
+        (f.window_duplicates, f.window_received) = (2, 10);
+        watch.fold(std::slice::from_ref(&f), &mut book, 0);
+        assert!(pending(&mut book, 0).is_empty(), "too few to say");
+        (f.window_duplicates, f.window_received) = (2, 21);
+        watch.fold(std::slice::from_ref(&f), &mut book, 0);
+        assert_eq!(pending(&mut book, 0), [(Kind::Duplicates, "a".into(), 2)]);
+    }
+
+    #[test]
+    fn a_silence_is_announced_once_and_only_for_an_endpoint_that_received() {
+        let after = Duration::from_secs(10);
+        let quiet = HashMap::from([("a".to_string(), after), ("b".to_string(), after)]);
+        // `a` has stored events from before the start; `b` never received anything.
+        let mut watch = Watch::new(quiet, vec!["a".to_string()], 0);
+        let mut book = Book::new(Duration::from_secs(1));
+        let (mut a, b) = (facts("a"), facts("b"));
+        let tick = |w: &mut Watch, book: &mut Book, a: &EndpointFacts, now| {
+            w.fold(&[a.clone(), b.clone()], book, now);
+            pending(book, now)
+        };
+        assert!(tick(&mut watch, &mut book, &a, 9 * S).is_empty());
+        assert_eq!(
+            tick(&mut watch, &mut book, &a, 10 * S),
+            [(Kind::Quiet, "a".into(), 1)],
+            "quiet since the start; b never received, so its silence says nothing"
+        );
+        book.sent(Kind::Quiet, "a", 10 * S);
+        assert!(tick(&mut watch, &mut book, &a, 100 * S).is_empty(), "once");
+        a.accepted = 1;
+        assert!(tick(&mut watch, &mut book, &a, 101 * S).is_empty());
+        assert_eq!(
+            tick(&mut watch, &mut book, &a, 111 * S),
+            [(Kind::Quiet, "a".into(), 1)],
+            "a new silence after a webhook"
+        );
+    }
+}

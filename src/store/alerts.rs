@@ -1,0 +1,221 @@
+//! What the alerts task asks of the database: the events that went dead since it last looked,
+//! the endpoints that have received anything, and its own state, kept in `meta` under keys
+//! starting with `alerts:` (no table of its own: the schema is not changed for it).
+//!
+//! "Since it last looked" is a cursor on `attempts.id`, not on `events.id`: an event goes dead
+//! with its last attempt, and attempt ids grow in the order attempts are recorded, whatever the
+//! order events arrived in (an old event with a long schedule dies after a young one) and also
+//! when a replayed event dies a second time.
+
+use rusqlite::{Connection, params};
+
+use super::{Store, StoreError};
+
+/// An event whose last attempt, recorded after the cursor, left it dead.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadEvent {
+    pub id: i64,
+    pub endpoint: String,
+    /// Always None until events have routes.
+    pub route: Option<String>,
+}
+
+/// The dead events after a cursor, and the cursor to ask with next time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadBatch {
+    /// In the order they went dead.
+    pub events: Vec<DeadEvent>,
+    pub cursor: i64,
+}
+
+/// The prefix of every `meta` key the alerts task owns.
+pub const ALERT_KEY_PREFIX: &str = "alerts:";
+
+impl Store {
+    /// Events that went dead with an attempt recorded after `cursor` (0: ever), and the new
+    /// cursor (the newest attempt id now).
+    pub async fn dead_after(&self, cursor: i64) -> Result<DeadBatch, StoreError> {
+        self.run(move |conn| dead_after(conn, cursor)).await
+    }
+
+    /// Every endpoint name that has a stored event: the ones that "usually receive events"
+    /// when the server starts. Reads the whole table once (there is no index on the endpoint
+    /// alone), so it is asked at start-up only.
+    pub async fn endpoints_with_events(&self) -> Result<Vec<String>, StoreError> {
+        self.run(endpoints_with_events).await
+    }
+
+    /// The alerts task's saved state: every `meta` row under [`ALERT_KEY_PREFIX`].
+    pub async fn alert_state(&self) -> Result<Vec<(String, String)>, StoreError> {
+        self.run(alert_state).await
+    }
+
+    /// Saves these rows of the alerts task's state (keys under [`ALERT_KEY_PREFIX`]), all in
+    /// one transaction, committed like delivery bookkeeping: without an fsync of its own when
+    /// nothing else in the batch needs one.
+    pub async fn save_alert_state(&self, rows: Vec<(String, String)>) -> Result<(), StoreError> {
+        self.run_bookkeeping(move |conn| save_alert_state(conn, &rows))
+            .await
+    }
+}
+
+/// The attempts after the cursor (a range of the primary key), each kept only if it is its
+/// event's newest and the event is dead now.
+const DEAD_AFTER: &str = "SELECT e.id, e.endpoint FROM attempts AS a \
+     JOIN events AS e ON e.id = a.event_id \
+     WHERE a.id > ?1 AND e.status = 'dead' \
+       AND a.id = (SELECT max(id) FROM attempts WHERE event_id = e.id) \
+     ORDER BY a.id";
+
+/// The next cursor. If pruning ever removed the newest attempts, ids may be handed out again
+/// below an old cursor: the cursor then comes down with them, so no new attempt is skipped.
+const NEWEST_ATTEMPT: &str = "SELECT coalesce(max(id), 0) FROM attempts";
+
+fn dead_after(conn: &Connection, cursor: i64) -> rusqlite::Result<DeadBatch> {
+    let mut stmt = conn.prepare_cached(DEAD_AFTER)?;
+    let events = stmt
+        .query_map(params![cursor], |r| {
+            Ok(DeadEvent {
+                id: r.get(0)?,
+                endpoint: r.get(1)?,
+                route: None,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    let cursor = conn.query_row(NEWEST_ATTEMPT, [], |r| r.get(0))?;
+    Ok(DeadBatch { events, cursor })
+}
+
+const ENDPOINTS_WITH_EVENTS: &str = "SELECT DISTINCT endpoint FROM events";
+
+fn endpoints_with_events(conn: &Connection) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(ENDPOINTS_WITH_EVENTS)?;
+    stmt.query_map([], |r| r.get(0))?.collect()
+}
+
+/// A range of the primary key: `alerts:` up to `alerts;` (`;` follows `:`).
+const ALERT_STATE: &str =
+    "SELECT key, value FROM meta WHERE key >= 'alerts:' AND key < 'alerts;' ORDER BY key";
+
+fn alert_state(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
+    let mut stmt = conn.prepare_cached(ALERT_STATE)?;
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect()
+}
+
+const SAVE_ALERT_STATE: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+     ON CONFLICT (key) DO UPDATE SET value = excluded.value";
+
+fn save_alert_state(conn: &Connection, rows: &[(String, String)]) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached(SAVE_ALERT_STATE)?;
+    for (key, value) in rows {
+        // Only the task's own keys: the readiness probe's row and the like are not its to touch.
+        if key.starts_with(ALERT_KEY_PREFIX) {
+            stmt.execute(params![key, value])?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Status;
+    use super::super::fixtures::{row, temp_db};
+    use super::*;
+
+    fn attempt(conn: &Connection, event: i64) {
+        conn.execute(
+            "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome) \
+             VALUES (?1, 2, 0, 5, 'failed')",
+            [event],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn dead_events_are_found_once_in_the_order_they_died() {
+        let (_dir, db) = temp_db();
+        let conn = &db.conn;
+        let old = row(&db, "a", "old", Status::Pending, 1);
+        let young = row(&db, "b", "young", Status::Dead, 0);
+        row(&db, "a", "fine", Status::Delivered, 0);
+        let first = dead_after(conn, 0).unwrap();
+        assert_eq!(
+            first.events,
+            [DeadEvent {
+                id: young,
+                endpoint: "b".into(),
+                route: None
+            }]
+        );
+        assert_eq!(dead_after(conn, first.cursor).unwrap().events, []);
+        // The older event dies later, with a newer attempt: found although its id is lower.
+        attempt(conn, old);
+        conn.execute("UPDATE events SET status = 'dead' WHERE id = ?1", [old])
+            .unwrap();
+        let second = dead_after(conn, first.cursor).unwrap();
+        assert_eq!(second.events.len(), 1);
+        assert_eq!(second.events[0].id, old);
+        // Replayed, then dead again: found again.
+        attempt(conn, young);
+        let third = dead_after(conn, second.cursor).unwrap();
+        assert_eq!(third.events[0].id, young);
+        // Pruned away to nothing: the cursor comes down, so new ids are not skipped.
+        conn.execute("DELETE FROM events", []).unwrap();
+        assert_eq!(dead_after(conn, third.cursor).unwrap().cursor, 0);
+    }
+
+    #[test]
+    fn the_dead_query_walks_the_attempts_from_the_cursor() {
+        let (_dir, db) = temp_db();
+        let mut stmt = db
+            .conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {DEAD_AFTER}"))
+            .unwrap();
+        let plan: Vec<String> = stmt
+            .query_map([1], |r| r.get(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let plan = plan.join("; ");
+        assert!(
+            plan.contains("SEARCH a USING INTEGER PRIMARY KEY"),
+            "{plan}"
+        );
+        assert!(!plan.contains("SCAN e"), "{plan}");
+    }
+
+    #[test]
+    fn alert_state_is_kept_apart_from_other_meta_rows() {
+        let (_dir, db) = temp_db();
+        let conn = &db.conn;
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES ('ready_probe_at', 1)",
+            [],
+        )
+        .unwrap();
+        let rows = vec![
+            ("alerts:dead:a".to_string(), "{\"count\":1}".to_string()),
+            ("ready_probe_at".to_string(), "2".to_string()),
+        ];
+        save_alert_state(conn, &rows).unwrap();
+        save_alert_state(conn, &[("alerts:dead:a".into(), "{}".into())]).unwrap();
+        assert_eq!(
+            alert_state(conn).unwrap(),
+            [("alerts:dead:a".to_string(), "{}".to_string())]
+        );
+        let probe: i64 = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'ready_probe_at'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(probe, 1);
+        row(&db, "a", "k", Status::Stored, 0);
+        row(&db, "b", "k", Status::Stored, 0);
+        let mut names = endpoints_with_events(conn).unwrap();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+    }
+}

@@ -1,0 +1,556 @@
+//! Alerts to the owner, with real parts: the real server (in-process, or the binary where a
+//! restart, a kill or a fault hook is involved), a real alert command that records its stdin,
+//! a real HTTP listener for the URL sink and the contrib scripts, short durations.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::*;
+
+/// An alert command in `dir` that appends its stdin to `dir/alerts.jsonl` and its
+/// environment to `dir/alert-env`; while `dir/fail` exists it says why on stderr and exits 3.
+fn alert_command(dir: &Path) -> PathBuf {
+    let path = dir.join("alert.sh");
+    write_executable(
+        &path,
+        format!(
+            "#!/bin/sh\nD='{}'\n\
+             if [ -e \"$D/fail\" ]; then echo 'the alert service said no' >&2; exit 3; fi\n\
+             cat >> \"$D/alerts.jsonl\"\nenv > \"$D/alert-env\"\n",
+            dir.display()
+        ),
+    );
+    path
+}
+
+/// `[alerts]` with the recording command (put where `server_extra` goes: after `[server]`).
+fn alerts_table(dir: &Path, every: &str) -> String {
+    format!(
+        "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"{every}\"\n",
+        alert_command(dir).display()
+    )
+}
+
+fn alerts(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("alerts.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each alert is one JSON line"))
+        .collect()
+}
+
+fn of_kind(dir: &Path, kind: &str) -> Vec<Value> {
+    alerts(dir)
+        .into_iter()
+        .filter(|a| a["kind"] == kind)
+        .collect()
+}
+
+/// A pagarme forward to a command that always fails, with one quick retry: dead in ~50 ms.
+fn dying_forward(dir: &Path) -> String {
+    let fail = dir.join("fail-forward.sh");
+    write_executable(&fail, "#!/bin/sh\ncat > /dev/null\nexit 1\n");
+    format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"50ms\"]\n",
+        fail.display()
+    )
+}
+
+fn dead_ids(db: &Path) -> Vec<i64> {
+    let conn = open_db(db);
+    let mut stmt = conn
+        .prepare("SELECT id FROM events WHERE status = 'dead' ORDER BY id")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_dead_event_alerts_at_once_and_later_ones_wait_for_one_summary() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "3s"), &dying_forward(w)).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let limit = Duration::from_secs(10);
+    eventually(limit, "the first dead alert", || {
+        of_kind(w, "dead").len() == 1
+    })
+    .await;
+    let first_sent = Instant::now();
+    let first = &of_kind(w, "dead")[0];
+    let id1 = dead_ids(&server.db)[0];
+    assert_eq!(first["endpoint"], "pagarme");
+    assert_eq!(first["count"], 1);
+    assert_eq!(first["first_event_id"], id1);
+    assert_eq!(first["last_event_id"], id1);
+    assert!(first["route"].is_null());
+    let message = first["message"].as_str().unwrap();
+    assert!(message.contains("went dead"), "{message}");
+    assert!(first["time"].as_str().unwrap().ends_with('Z'));
+
+    for n in [2, 3] {
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    eventually(limit, "three dead events", || {
+        dead_ids(&server.db).len() == 3
+    })
+    .await;
+    // Give the task a few ticks (750 ms each): still within the 3 s since the first alert.
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(
+        first_sent.elapsed() < Duration::from_millis(2900),
+        "the machine is too slow"
+    );
+    assert_eq!(alerts(w).len(), 1, "no second alert within alert_every");
+
+    eventually(limit, "the summary alert", || of_kind(w, "dead").len() == 2).await;
+    // Seen a little after it was sent (the command ran, the file was polled): some slack.
+    assert!(
+        first_sent.elapsed() >= Duration::from_millis(2500),
+        "not before alert_every"
+    );
+    let ids = dead_ids(&server.db);
+    let summary = &of_kind(w, "dead")[1];
+    assert_eq!(summary["count"], 2, "{summary}");
+    assert_eq!(summary["first_event_id"], ids[1]);
+    assert_eq!(summary["last_event_id"], ids[2]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(alerts(w).len(), 2, "nothing new, nothing sent");
+    server.stop().await;
+}
+
+fn process_config(dir: &Path, alerts: &str, extra: &str) -> PathBuf {
+    let text = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "off"
+{alerts}
+
+[storage]
+path = "{db}"
+
+[[endpoint]]
+path = "/webhooks/pagarme"
+provider = "pagarme"
+secret_env = "PORTARIA_TEST_ALERT_SECRET"
+{extra}
+"#,
+        db = dir.join("portaria.db").display()
+    );
+    let path = dir.join("portaria.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+async fn serve(config: &Path, env: &[(&str, &str)]) -> Process {
+    let mut command = portaria();
+    command
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("PORTARIA_TEST_ALERT_SECRET", PAGARME_SECRET);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    Process::spawn_command(command).await
+}
+
+/// The saved state of the dead alerts of pagarme says nothing is pending.
+fn dead_alert_saved(db: &Path) -> bool {
+    open_db(db)
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'alerts:dead:pagarme'",
+            [],
+            |r| r.get::<_, String>(0),
+        )
+        .is_ok_and(|v| v.contains("\"pending\":null"))
+}
+
+#[tokio::test]
+async fn a_restart_never_announces_a_dead_event_twice_and_announces_an_unannounced_one() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let db = w.join("portaria.db");
+    let limit = Duration::from_secs(20);
+    // An event goes dead while no alerts are configured.
+    let config = process_config(w, "", &dying_forward(w));
+    let mut first = serve(&config, &[]).await;
+    assert_eq!(post_pagarme(first.addr, &payment_body(1)).await.status, 200);
+    eventually(limit, "a dead event", || dead_ids(&db).len() == 1).await;
+    first.signal(libc::SIGTERM);
+    first.wait(limit).await;
+
+    // Started with alerts: the dead event found at start is announced, once.
+    let config = process_config(w, &alerts_table(w, "2s"), &dying_forward(w));
+    let second = serve(&config, &[]).await;
+    eventually(limit, "the dead found at start", || alerts(w).len() == 1).await;
+    assert_eq!(alerts(w)[0]["first_event_id"], dead_ids(&db)[0]);
+    eventually(limit, "the alert state saved", || dead_alert_saved(&db)).await;
+    // The command ran without the secret's variable.
+    let env = std::fs::read_to_string(w.join("alert-env")).unwrap();
+    assert!(!env.contains("PORTARIA_TEST_ALERT_SECRET"), "{env}");
+    assert!(!env.contains(PAGARME_SECRET));
+    second.signal(libc::SIGKILL);
+    drop(second);
+
+    let third = serve(&config, &[]).await;
+    // Several ticks (500 ms) and more than alert_every: nothing to repeat.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(alerts(w).len(), 1, "announced twice after a kill");
+    // A new dead event is still announced.
+    assert_eq!(post_pagarme(third.addr, &payment_body(2)).await.status, 200);
+    eventually(limit, "the new dead alert", || alerts(w).len() == 2).await;
+    let ids = dead_ids(&db);
+    assert_eq!(alerts(w)[1]["first_event_id"], ids[1]);
+    assert_eq!(alerts(w)[1]["count"], 1);
+}
+
+#[tokio::test]
+async fn a_failing_alert_command_is_retried_and_breaks_nothing() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let limit = Duration::from_secs(20);
+    std::fs::write(w.join("fail"), "").unwrap();
+    let config = process_config(w, &alerts_table(w, "1s"), &dying_forward(w));
+    let server = serve(&config, &[]).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let said = |p: &Process, what: &str| p.log.lock().unwrap().contains(what);
+    eventually(limit, "the failure logged", || {
+        said(&server, "alert not sent; trying again at the next tick")
+    })
+    .await;
+    assert!(said(&server, "the alert service said no"), "stderr quoted");
+    // Intake and delivery go on: more webhooks are accepted and die as their schedule says.
+    for n in 2..5 {
+        let started = Instant::now();
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+        assert!(started.elapsed() < Duration::from_secs(2));
+    }
+    let db = w.join("portaria.db");
+    eventually(limit, "all four dead", || dead_ids(&db).len() == 4).await;
+    assert!(alerts(w).is_empty());
+    // The service is back: the next tick sends what was pending, once.
+    std::fs::remove_file(w.join("fail")).unwrap();
+    eventually(limit, "the retried alert", || !alerts(w).is_empty()).await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let dead = of_kind(w, "dead");
+    let total: u64 = dead.iter().map(|a| a["count"].as_u64().unwrap()).sum();
+    assert_eq!(
+        total, 4,
+        "every dead event announced exactly once: {dead:?}"
+    );
+    assert_eq!(dead[0]["first_event_id"], dead_ids(&db)[0]);
+}
+
+#[tokio::test]
+async fn a_quiet_endpoint_alerts_through_the_url_once_per_silence() {
+    let target = Target::start(vec![200]).await;
+    let alerts_url = format!(
+        "\n[alerts]\nurl = \"http://{}/alerts\"\nalert_every = \"1s\"\n",
+        target.addr
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    // pagarme and github both have quiet_after; github never receives, so it never alerts.
+    let text = base_config(&db, &alerts_url, "quiet_after = \"1s\"").replace(
+        &format!("secret = \"{GITHUB_SECRET}\"\n"),
+        &format!("secret = \"{GITHUB_SECRET}\"\nquiet_after = \"1s\"\n"),
+    );
+    let server = TestServer::start_with(dir, db, &text).await;
+    let quiet = |t: &Target| {
+        t.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| serde_json::from_slice::<Value>(&r.body).unwrap())
+            .filter(|a| a["kind"] == "quiet")
+            .collect::<Vec<_>>()
+    };
+    let started = Instant::now();
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let limit = Duration::from_secs(10);
+    eventually(limit, "the quiet alert", || quiet(&target).len() == 1).await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "not before quiet_after"
+    );
+    let alert = &quiet(&target)[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert!(
+        alert["message"]
+            .as_str()
+            .unwrap()
+            .contains("no webhook for 1s"),
+        "{alert}"
+    );
+    let content_type = target.seen.lock().unwrap()[0].headers["content-type"].clone();
+    assert_eq!(content_type, "application/json");
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        quiet(&target).len(),
+        1,
+        "one silence, one alert; github never received"
+    );
+    // A webhook ends the silence; the next one is announced again.
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(2)).await.status,
+        200
+    );
+    eventually(limit, "the second silence", || quiet(&target).len() == 2).await;
+    assert_eq!(quiet(&target)[1]["endpoint"], "pagarme");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn duplicates_over_five_percent_alert() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "1h"), "").await;
+    for n in 0..20 {
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(of_kind(w, "duplicates").is_empty());
+    // The gateway redelivers two of them: 2 of 22.
+    for n in [3, 4] {
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    // alert_every = 1h: the tick is the longest, 10 s.
+    let limit = Duration::from_secs(20);
+    eventually(limit, "the duplicates alert", || {
+        of_kind(w, "duplicates").len() == 1
+    })
+    .await;
+    let alert = &of_kind(w, "duplicates")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 2);
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("2 of the last 22 verified webhooks"),
+        "{message}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn storage_errors_answered_503_alert() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let config = process_config(w, &alerts_table(w, "1s"), "");
+    // Every fsync'd commit takes 6 s: intake gives up at 5 s and answers 503.
+    let server = serve(&config, &[("PORTARIA_TEST_COMMIT_DELAY_MS", "6000")]).await;
+    let reply = post_pagarme(server.addr, &payment_body(1)).await;
+    assert_eq!(reply.status, 503);
+    let limit = Duration::from_secs(30);
+    eventually(limit, "the storage alert", || {
+        !of_kind(w, "storage").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "storage")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 1);
+    assert!(alert["first_event_id"].is_null(), "no event was stored");
+    assert!(
+        alert["message"].as_str().unwrap().contains("503"),
+        "{alert}"
+    );
+}
+
+#[tokio::test]
+async fn deliveries_that_keep_taking_over_five_seconds_alert() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let slow = w.join("slow.sh");
+    write_executable(&slow, "#!/bin/sh\ncat > /dev/null\nsleep 5.3\n");
+    let forward = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 20 }}\nconcurrency = 3\n",
+        slow.display()
+    );
+    let server = TestServer::start(&alerts_table(w, "4s"), &forward).await;
+    for n in 0..3 {
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    let limit = Duration::from_secs(20);
+    eventually(limit, "the slow alert", || !of_kind(w, "slow").is_empty()).await;
+    let alert = &of_kind(w, "slow")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 3);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_reload_that_changes_the_alerts_says_they_need_a_restart() {
+    use portaria::config::{Config, Source};
+    use portaria::server::{Listeners, Options, Reloaded};
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let db = w.join("portaria.db");
+    let path = w.join("portaria.toml");
+    let text = base_config(&db, &alerts_table(w, "1h"), "");
+    std::fs::write(&path, &text).unwrap();
+    let config = Config::parse(&text, Source::File(path.clone())).unwrap();
+    let listeners = Listeners::bind(&config.server).await.unwrap();
+    let admin = listeners.admin.as_ref().unwrap().local_addr().unwrap();
+    let (trigger, requests) = portaria::server::reload_channel();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let options = Options {
+        reload: Some(requests),
+        set_log_level: None,
+    };
+    let task = tokio::spawn(portaria::server::serve_with(
+        config,
+        listeners,
+        async {
+            let _ = stopped.await;
+        },
+        options,
+    ));
+    eventually(Duration::from_secs(20), "the server is up", || {
+        std::net::TcpStream::connect(admin).is_ok()
+    })
+    .await;
+    let restart_needed = |reloaded: Reloaded| match reloaded {
+        Reloaded::Applied { restart_needed } => restart_needed,
+        other => panic!("not applied: {other:?}"),
+    };
+    let same = restart_needed(trigger.reload().await.unwrap());
+    assert!(same.is_empty(), "{same:?}");
+    std::fs::write(
+        &path,
+        base_config(&db, &alerts_table(w, "1h"), "quiet_after = \"1h\""),
+    )
+    .unwrap();
+    let changed = restart_needed(trigger.reload().await.unwrap());
+    assert_eq!(changed.len(), 1, "{changed:?}");
+    assert!(changed[0].contains("[alerts] or an endpoint's quiet_after changed"));
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
+
+/// Whether `pid` is gone (or a zombie waiting for its reaper).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |stat| {
+        stat.rsplit(')')
+            .next()
+            .unwrap()
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+fn pids(path: &Path) -> Vec<i32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_hanging_alert_command_is_killed_with_its_group_at_its_timeout_and_at_shutdown() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let hang = w.join("hang.sh");
+    // It leaves a child of its own in its process group, and never finishes.
+    write_executable(
+        &hang,
+        format!(
+            "#!/bin/sh\ncat > /dev/null\nsleep 60 &\necho $! >> '{}/sleeps'\nwait\n",
+            w.display()
+        ),
+    );
+    let alerts = format!(
+        "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"1s\"\ntimeout_secs = 1\n",
+        hang.display()
+    );
+    let server = TestServer::start(&alerts, &dying_forward(w)).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let limit = Duration::from_secs(15);
+    let sleeps = w.join("sleeps");
+    eventually(limit, "a second try after the first timed out", || {
+        pids(&sleeps).len() >= 2
+    })
+    .await;
+    let first = pids(&sleeps)[0];
+    assert!(
+        gone(first),
+        "the first run's group was killed at its timeout"
+    );
+    // Intake is not held up by the hanging alert.
+    let started = Instant::now();
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(2)).await.status,
+        200
+    );
+    assert!(started.elapsed() < Duration::from_secs(1));
+    // A stop while one runs: it does not wait for it, and kills it.
+    let stopping = Instant::now();
+    server.stop().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "the stop waited for the alert"
+    );
+    let running = pids(&sleeps);
+    eventually(limit, "every run's group killed", || {
+        running.iter().all(|&p| gone(p))
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_refusing_alert_url_is_tried_again_and_its_credentials_never_logged() {
+    let target = Target::start(vec![500, 200]).await;
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let alerts = format!(
+        "\n[alerts]\nurl = \"http://owner:hunter2@{}/alerts\"\nalert_every = \"1s\"\n",
+        target.addr
+    );
+    let config = process_config(w, &alerts, &dying_forward(w));
+    let server = serve(&config, &[]).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let limit = Duration::from_secs(15);
+    eventually(limit, "refused, then taken", || target.count() == 2).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(target.count(), 2, "taken once, not sent again");
+    let second: Value = serde_json::from_slice(&target.seen.lock().unwrap()[1].body).unwrap();
+    assert_eq!(second["kind"], "dead");
+    assert_eq!(second["count"], 1);
+    let log = server.log.lock().unwrap().clone();
+    assert!(log.contains("/alerts: HTTP 500"), "{log}");
+    assert!(!log.contains("hunter2"), "{log}");
+}
