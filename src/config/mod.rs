@@ -23,6 +23,7 @@ mod public_keys;
 mod raw;
 mod real_ip;
 mod secrets;
+mod tls;
 mod toml_error;
 mod validate;
 
@@ -38,6 +39,7 @@ pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;
 pub use real_ip::{RealIp, RealIpHeader};
+pub use tls::{ClientCertRule, Tls, TlsFiles};
 use toml_error::toml_message;
 use validate::Validator;
 pub use validate::parse_duration;
@@ -135,6 +137,8 @@ pub struct Server {
     pub admin_listen: Option<SocketAddr>,
     /// Whose header names the client (`real_ip_header`, `trusted_proxies`); None: the TCP peer.
     pub real_ip: Option<RealIp>,
+    /// HTTPS on the webhook listener (`[server] tls`); None: plain HTTP (behind a tunnel).
+    pub tls: Option<Tls>,
 }
 
 #[derive(Debug, Clone)]
@@ -165,6 +169,8 @@ pub struct Endpoint {
     pub forward: Option<Forward>,
     /// Only clients in these ranges may deliver (403 otherwise); None: any address.
     pub allow_ips: Option<Vec<IpRange>>,
+    /// Only requests on a connection with a verified client certificate (403 otherwise).
+    pub client_cert: Option<ClientCertRule>,
 }
 
 /// Where and how an endpoint's events are delivered.
@@ -246,6 +252,7 @@ impl Config {
         let log = v.log(raw.log);
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
+            v.check_client_cert_rules(server.tls.as_ref(), &endpoints);
         }
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
