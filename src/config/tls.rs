@@ -229,3 +229,97 @@ impl Validator<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Config, Source};
+    use super::*;
+
+    /// A config in `dir` with `tls` as its `[server] tls` and `endpoint` as its one endpoint.
+    fn parse(dir: &Path, tls: &str, endpoint: &str, secrets: Secrets) -> Result<Config, String> {
+        let text = format!(
+            "[server]\ntls = {tls}\n[storage]\npath = \"p.db\"\n[[endpoint]]\npath = \"/efi/pix\"\n\
+             provider = \"efi\"\n{endpoint}\n"
+        );
+        Config::parse_with(&text, Source::File(dir.join("portaria.toml")), secrets)
+            .map_err(|e| e.to_string())
+    }
+
+    fn write_pair(dir: &Path) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+        std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+        std::fs::write(dir.join("ca.pem"), cert.pem()).unwrap();
+    }
+
+    const PAIR: &str = r#"{ cert_file = "cert.pem", key_file = "key.pem" }"#;
+    const WITH_CA: &str =
+        r#"{ cert_file = "cert.pem", key_file = "key.pem", client_ca_file = "ca.pem" }"#;
+
+    #[test]
+    fn the_files_follow_the_config_and_are_read_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path());
+        let config = parse(dir.path(), PAIR, "secret = \"s\"", Secrets::Load).unwrap();
+        let tls = config.server.tls.unwrap();
+        assert_eq!(tls.files.cert_file, dir.path().join("cert.pem"));
+        assert!(tls.loaded.is_some());
+        // A key that is not the certificate's: a config error naming both keys.
+        let other = rcgen::KeyPair::generate().unwrap();
+        std::fs::write(dir.path().join("key.pem"), other.serialize_pem()).unwrap();
+        let err = parse(dir.path(), PAIR, "secret = \"s\"", Secrets::Load).unwrap_err();
+        assert!(err.contains("server.tls.cert_file and key_file"), "{err}");
+        assert!(!err.contains("PRIVATE KEY"), "{err}");
+        // Not read at all when secrets are skipped (the commands that only read the database).
+        std::fs::remove_file(dir.path().join("key.pem")).unwrap();
+        let config = parse(dir.path(), PAIR, "secret = \"s\"", Secrets::Skip).unwrap();
+        assert!(config.server.tls.unwrap().loaded.is_none());
+        let err = parse(dir.path(), PAIR, "secret = \"s\"", Secrets::Load).unwrap_err();
+        assert!(
+            err.contains("server.tls.key_file: no private key read from"),
+            "{err}"
+        );
+        let err = parse(
+            dir.path(),
+            r#"{ cert_file = "cert.pem" }"#,
+            "",
+            Secrets::Load,
+        );
+        assert!(err.unwrap_err().contains("server.tls.key_file: missing"));
+    }
+
+    #[test]
+    fn a_required_client_certificate_needs_a_client_ca_and_is_efis_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        write_pair(dir.path());
+        let load = |tls, endpoint| parse(dir.path(), tls, endpoint, Secrets::Load);
+        // Efí's mTLS mode: no secret, the certificate is the credential.
+        let config = load(WITH_CA, "require_client_cert = true").unwrap();
+        let rule = config.endpoints[0].client_cert.clone().unwrap();
+        assert_eq!(rule, ClientCertRule { subject: None });
+        let err = load(PAIR, "require_client_cert = true").unwrap_err();
+        assert!(
+            err.contains("require_client_cert needs [server] tls with a client_ca_file"),
+            "{err}"
+        );
+        // Without the requirement, Efí needs its `?hmac=` secret.
+        let err = load(WITH_CA, "").unwrap_err();
+        assert!(err.contains("no secret"), "{err}");
+        let err = load(
+            WITH_CA,
+            "require_client_cert = false\nclient_cert_subject = \"a\"",
+        );
+        assert!(
+            err.unwrap_err()
+                .contains("client_cert_subject: set with require_client_cert = false")
+        );
+        // A subject implies the requirement; it matches the CN or a DNS SAN, in any case.
+        let config = load(WITH_CA, "client_cert_subject = \"Pix.Example\"").unwrap();
+        let rule = config.endpoints[0].client_cert.clone().unwrap();
+        assert!(rule.admits(["other", "pix.example"].into_iter()));
+        assert!(!rule.admits(["pix.example.evil"].into_iter()));
+        assert!(!rule.admits(std::iter::empty()));
+    }
+}
