@@ -2,11 +2,12 @@
 # bench/tls.sh: intake throughput over HTTPS next to plain HTTP (issue 16), same load, same
 # machine, each run checked by bench/check.py as in bench/run.sh.
 #
-#   bench/tls.sh            10,000 requests per run, concurrency 32, 20 % duplicates, 1 % bad
-#   REQUESTS=3000 bench/tls.sh
+#   bench/tls.sh            20,000 requests per run, concurrency 32, 20 % duplicates, 1 % bad
+#   REQUESTS=3000 ROUNDS=1 bench/tls.sh
 #
-# Two fresh portarias, one after the other: `[server] tls` off, then on (a CA and a P-256
-# server certificate made here with the openssl binary). loadgen opens every keep-alive
+# ROUNDS (3) rounds of two fresh portarias, one after the other: `[server] tls` off, then on
+# (a CA and a P-256 server certificate made here with the openssl binary); the figures are
+# the medians over the rounds, since one noisy moment on a shared machine moves one run a lot. loadgen opens every keep-alive
 # connection before the clock starts, so each connection's TLS handshake happens once, outside
 # the measured time; the figure is the cost of TLS on the requests themselves. Writes
 # bench/results/tls.json. Exits non-zero on a correctness miss, never on speed.
@@ -15,7 +16,8 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
-REQUESTS=${REQUESTS:-10000}
+REQUESTS=${REQUESTS:-20000}
+ROUNDS=${ROUNDS:-3}
 CONCURRENCY=32
 SECRET=bench-pagarme-secret
 ENDPOINT_PATH=/webhooks/pagarme
@@ -44,9 +46,9 @@ printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' >"$WORK/ext.
 openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" \
     -CAcreateserial -days 2 -extfile "$WORK/ext.cnf" -out "$WORK/server.pem" 2>/dev/null
 
-# run MODE (plain | tls): one fresh portaria, one loadgen run, one check.
+# run MODE LABEL (MODE: plain | tls): one fresh portaria, one loadgen run, one check.
 run() {
-    local mode=$1 d="$WORK/$1" tls="" scheme=http ca=()
+    local mode=$1 label=$2 d="$WORK/$2" tls="" scheme=http ca=()
     mkdir -p "$d"
     if [[ $mode == tls ]]; then
         tls="tls = { cert_file = \"$WORK/server.pem\", key_file = \"$WORK/server.key\" }"
@@ -77,27 +79,34 @@ TOML
         sleep 0.1
     done
     [[ -n $addr ]] || { cat "$d/portaria.log" >&2; exit 1; }
-    "$ROOT/target/release/loadgen" --label "$mode" --url "$scheme://$addr$ENDPOINT_PATH" "${ca[@]}" \
+    "$ROOT/target/release/loadgen" --label "$label" --url "$scheme://$addr$ENDPOINT_PATH" "${ca[@]}" \
         --secret "$SECRET" --provider pagarme --requests "$REQUESTS" --concurrency "$CONCURRENCY" \
         --dup-ratio 0.2 --bad-sig-ratio 0.01 --max-secs 60 --timeout-secs 10 \
-        --json-out "$WORK/$mode.json" --acked-out "$d/acked.txt" --bad-out "$d/bad.txt" >/dev/null
+        --json-out "$WORK/$label.json" --acked-out "$d/acked.txt" --bad-out "$d/bad.txt" >/dev/null
     kill -TERM "$pid"
     wait "$pid" || true
-    python3 "$ROOT/bench/check.py" intake "$d/portaria.db" "$WORK/$mode.json" "$d/acked.txt" \
-        "$d/bad.txt" "$WORK/check-$mode.json" || MISSES=$((MISSES + 1))
+    python3 "$ROOT/bench/check.py" intake "$d/portaria.db" "$WORK/$label.json" "$d/acked.txt" \
+        "$d/bad.txt" "$WORK/check-$label.json" || MISSES=$((MISSES + 1))
 }
 
-run plain
-run tls
-python3 - "$WORK" "$ROOT/bench/results/tls.json" <<'PY'
-import json, sys, os, platform
-work, out = sys.argv[1], sys.argv[2]
-runs = {m: json.load(open(f"{work}/{m}.json")) for m in ("plain", "tls")}
+for round in $(seq "$ROUNDS"); do
+    run plain "plain-$round"
+    run tls "tls-$round"
+done
+python3 - "$WORK" "$ROUNDS" "$REQUESTS" "$ROOT/bench/results/tls.json" <<'PY'
+import json, os, platform, statistics, sys
+work, rounds, requests, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-result = {"machine": f"{os.cpu_count()} cores, {cpu}, Linux {platform.release()}", "runs": {}}
-for mode, r in runs.items():
-    result["runs"][mode] = {k: r.get(k) for k in ("throughput_rps", "latency_ms", "requests", "connections_opened")}
-    print(f"{mode:>5}: {r.get('throughput_rps', 0):8.0f} req/s  p99 {r.get('latency_ms', {}).get('p99')} ms", file=sys.stderr)
+result = {"machine": f"{os.cpu_count()} cores, {cpu}, Linux {platform.release()}",
+          "requests_per_run": requests, "rounds": rounds, "modes": {}}
+for mode in ("plain", "tls"):
+    runs = [json.load(open(f"{work}/{mode}-{r}.json")) for r in range(1, rounds + 1)]
+    rps = [r["throughput_rps"] for r in runs]
+    p99 = [r["latency_ms"]["p99"] for r in runs]
+    result["modes"][mode] = {"throughput_rps_median": statistics.median(rps), "throughput_rps": rps,
+                             "p99_ms_median": statistics.median(p99), "p99_ms": p99}
+    print(f"{mode:>5}: median {statistics.median(rps):8.0f} req/s (runs {', '.join(f'{x:.0f}' for x in rps)}), "
+          f"median p99 {statistics.median(p99)} ms", file=sys.stderr)
 json.dump(result, open(out, "w"), indent=2)
 PY
 [[ $MISSES -eq 0 ]]

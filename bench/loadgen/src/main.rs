@@ -106,7 +106,10 @@ struct Target {
     host: HeaderValue,
     path: String,
     /// https://: the TLS client and the name the certificate must carry.
-    tls: Option<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>)>,
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
 }
 
 /// One event's request, ready to send many times.
@@ -268,7 +271,13 @@ fn parse_target(url: &str, ca: Option<&Path>) -> Result<Target, String> {
 fn tls_client(
     ca: &Path,
     host: &str,
-) -> Result<(tokio_rustls::TlsConnector, rustls::pki_types::ServerName<'static>), String> {
+) -> Result<
+    (
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    ),
+    String,
+> {
     use rustls::pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
