@@ -405,12 +405,18 @@ async fn accept_loop(
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let _permit = permit;
+            let tracked = registration.tracked.clone();
+            let stream = Counted {
+                inner: stream,
+                tracked: tracked.clone(),
+            };
             let Some(certificates) = tls else {
                 let conn = ConnectionInfo::plain(peer);
                 serve_connection(stream, conn, &settings, handler, &registration, signal).await;
                 return;
             };
-            // The handshake, unless the connection is asked to make room first (it is idle).
+            // The handshake, unless the connection is asked to make room first (it has sent
+            // nothing yet, or has been closed for room after a handshake that never came).
             let handshake = certificates.handshake(stream, settings.handshake);
             let close = registration.tracked.close.notified();
             let (stream, client_cert) = tokio::select! {
@@ -423,6 +429,7 @@ async fn accept_loop(
                 },
                 _ = close => return,
             };
+            tracked.settled();
             let conn = ConnectionInfo {
                 peer,
                 client_cert: client_cert.map(Arc::new),
@@ -434,7 +441,8 @@ async fn accept_loop(
 }
 
 /// Serves the requests of one connection (after its TLS handshake, on HTTPS) until it
-/// closes, shutdown drains it, or it is asked to make room while idle.
+/// closes, shutdown drains it, or it is asked to make room while idle. `stream` counts its
+/// reads into `registration` (wrapped in [`Counted`], under TLS if any).
 async fn serve_connection<S>(
     stream: S,
     conn: ConnectionInfo,
@@ -459,11 +467,9 @@ async fn serve_connection<S>(
             Ok::<_, std::convert::Infallible>(response)
         }
     });
-    let io = Counted {
-        inner: stream,
-        tracked: tracked.clone(),
-    };
-    let conn = settings.http.serve_connection(TokioIo::new(io), service);
+    let conn = settings
+        .http
+        .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     tokio::select! {
         result = conn.as_mut() => log_connection_end(result),

@@ -8,7 +8,9 @@
 //! `graceful_shutdown`, which closes an idle connection at once and lets one that is in fact
 //! mid-request (a head that arrived after the choice) finish its answer first. A connection
 //! whose client has sent any part of a request is never chosen; the header deadline
-//! (`header_timeout_secs`) is what ends a client that trickles its head.
+//! (`header_timeout_secs`) is what ends a client that trickles its head. On HTTPS the bytes
+//! counted are the TLS records: a connection mid-handshake is busy like one mid-head, and one
+//! whose handshake is done and that has sent nothing since is idle (`Tracked::settled`).
 
 use std::collections::HashMap;
 use std::io;
@@ -59,6 +61,13 @@ impl Tracked {
     /// A request reached the handler.
     pub(super) fn begin(&self) {
         self.busy.store(true, Ordering::Release);
+    }
+
+    /// What was read so far was not a request (a TLS handshake): idle again from now.
+    pub(super) fn settled(&self) {
+        self.answered
+            .store(self.reads.load(Ordering::Acquire), Ordering::Release);
+        self.mark_idle();
     }
 
     /// Its answer was handed to hyper.
@@ -210,5 +219,17 @@ mod tests {
         assert!(!second.tracked.closing.load(Ordering::Acquire));
         drop(second);
         assert_eq!(live.open.lock().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn a_connection_mid_handshake_is_busy_and_idle_once_it_is_done() {
+        let live = Arc::new(Live::default());
+        let tls = live.register(Instant::now());
+        // Handshake records arrived: not to be closed for room.
+        tls.tracked.reads.fetch_add(2, Ordering::AcqRel);
+        assert!(!live.close_longest_idle());
+        // Handshake done, no request yet: idle.
+        tls.tracked.settled();
+        assert!(live.close_longest_idle());
     }
 }

@@ -355,11 +355,31 @@ async fn efi_first_calls_without_a_certificate_then_with_it() {
     let stored: String = server.one("SELECT client_cert FROM events");
     assert_eq!(stored, format!("CN={EFI_CLIENT}; DNS={EFI_CLIENT}"));
     // A retry of the same webhook is a duplicate: no second event, no second effect.
-    let again = https_post(server.addr, with_cert, "/efi/pix", &body)
+    let again = https_post(server.addr, with_cert.clone(), "/efi/pix", &body)
         .await
         .unwrap();
     assert_eq!(again.status, 200);
     assert_eq!(server.count_rows(), 1);
+    // Two webhooks sharing their first Pix but not the second are two events; the second
+    // one's items in another order is a resend of it.
+    let batch = |ids: [&str; 2]| {
+        format!(
+            r#"{{"pix":[{{"endToEndId":"{}"}},{{"endToEndId":"{}"}}]}}"#,
+            ids[0], ids[1]
+        )
+    };
+    for (ids, events) in [(["EA", "EB"], 2), (["EA", "EC"], 3), (["EC", "EA"], 3)] {
+        let sent = https_post(
+            server.addr,
+            with_cert.clone(),
+            "/efi/pix",
+            batch(ids).as_bytes(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(sent.status, 200, "{sent:?}");
+        assert_eq!(server.count_rows(), events, "after {ids:?}");
+    }
     let dir = server.stop().await;
     let shown = ok_stdout(&run_cli(
         &["events", "show", "1"],
@@ -535,4 +555,36 @@ async fn sighup_reloads_the_certificate_and_refuses_a_bad_one() {
     })
     .await;
     assert_eq!(served_cert(server.addr, &pki).await, renewed);
+}
+
+#[tokio::test]
+async fn at_the_cap_a_connection_silent_since_its_handshake_makes_room() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::write(dir.path());
+    let text = tls_config(dir.path()).replace(
+        "header_timeout_secs = 1",
+        "header_timeout_secs = 30\nmax_connections = 1",
+    );
+    let db = dir.path().join("portaria.db");
+    let server = TestServer::start_with(dir, db, &text).await;
+    // The one slot: a client that shook hands and then said nothing.
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let silent = TlsConnector::from(pki.client(BOTH, None))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    // A second client is served at once (the silent one is closed for it), not after the
+    // 30 s header deadline.
+    let target = format!("/efi-hmac?hmac={EFI_SECRET}");
+    let served = tokio::time::timeout(
+        Duration::from_secs(5),
+        https_post(server.addr, pki.client(BOTH, None), &target, &pix("E7")),
+    )
+    .await
+    .expect("served within 5 s")
+    .unwrap();
+    assert_eq!(served.status, 200);
+    drop(silent);
+    server.stop().await;
 }
