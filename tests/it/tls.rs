@@ -588,3 +588,33 @@ async fn at_the_cap_a_connection_silent_since_its_handshake_makes_room() {
     drop(silent);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_certificate_and_key_may_be_systemd_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::write(dir.path());
+    let creds = dir.path().join("credentials");
+    std::fs::create_dir(&creds).unwrap();
+    std::fs::rename(dir.path().join("server.pem"), creds.join("tls-cert")).unwrap();
+    std::fs::rename(dir.path().join("server.key"), creds.join("tls-key")).unwrap();
+    let path = dir.path().join("portaria.toml");
+    let text = tls_config(dir.path()).replace(
+        r#"cert_file = "server.pem", key_file = "server.key""#,
+        r#"cert_file = "credential:tls-cert", key_file = "credential:tls-key""#,
+    );
+    assert!(text.contains("credential:tls-key"));
+    std::fs::write(&path, text).unwrap();
+    let mut serve = portaria();
+    serve.args(["serve", "--config"]).arg(&path);
+    serve.env("CREDENTIALS_DIRECTORY", &creds);
+    let server = Process::spawn_command(serve).await;
+    assert_eq!(served_cert(server.addr, &pki).await, pki.server_der);
+    // Without the directory, `check` names the credential and the variable.
+    let out = run_cli(&["check"], &path);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("server.tls.cert_file: credential `tls-cert`"),
+        "{err}"
+    );
+}
