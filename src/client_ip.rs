@@ -1,17 +1,65 @@
 //! The client address of a request: the TCP peer, or, when the peer is a trusted proxy (the
 //! tunnel on this machine) and `[server] real_ip_header` is set, the address that header names.
 //! Logs and `allow_ips` use it. A header from any other peer is ignored: anyone can send one.
+//! With mutual TLS, the connection also carries the client certificate the TLS layer
+//! verified ([`ClientCert`]).
 
+use std::fmt;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use http::HeaderMap;
 
 use crate::config::{RealIp, RealIpHeader};
 
 /// What the server knows of one connection, handed to the webhook handler with each request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionInfo {
     pub peer: SocketAddr,
+    /// The client certificate verified in the TLS handshake against `client_ca_file`; None
+    /// on plain HTTP and on a TLS connection that presented none.
+    pub client_cert: Option<Arc<ClientCert>>,
+}
+
+impl ConnectionInfo {
+    /// A connection without a client certificate (plain HTTP, or TLS without one).
+    pub fn plain(peer: SocketAddr) -> ConnectionInfo {
+        ConnectionInfo {
+            peer,
+            client_cert: None,
+        }
+    }
+}
+
+/// The names of a verified client certificate: what `client_cert_subject` is matched
+/// against, and what `events.client_cert` stores.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCert {
+    /// The subject's common name (the last CN, if several), when it is text.
+    pub common_name: Option<String>,
+    /// The DNS names of the subject alternative name extension.
+    pub dns_names: Vec<String>,
+}
+
+impl ClientCert {
+    /// The CN, then the DNS SANs.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.common_name
+            .iter()
+            .chain(&self.dns_names)
+            .map(String::as_str)
+    }
+}
+
+/// `CN=pix.example.com; DNS=pix.example.com,alt.example.com`: the stored form.
+impl fmt::Display for ClientCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CN={}", self.common_name.as_deref().unwrap_or(""))?;
+        if !self.dns_names.is_empty() {
+            write!(f, "; DNS={}", self.dns_names.join(","))?;
+        }
+        Ok(())
+    }
 }
 
 /// The client's address (IPv4-mapped addresses in their IPv4 form). A trusted peer's header

@@ -9,6 +9,8 @@
 //!   thread, running an intake insert).
 //! - `PORTARIA_TEST_COMMIT_DELAY_MS`: the writer sleeps this long before each COMMIT of a batch
 //!   that needs an fsync (every intake insert), to show that no answer leaves before it.
+//! - `PORTARIA_TEST_TLS_CHECK_MS`: how often the TLS files' modification times are looked at
+//!   (once a minute otherwise), so a test sees a renewal in well under a minute.
 
 use std::time::Duration;
 
@@ -43,5 +45,20 @@ pub fn commit_delay() -> Option<Duration> {
 
 #[cfg(not(debug_assertions))]
 pub fn commit_delay() -> Option<Duration> {
+    None
+}
+
+/// How often to look at the TLS files, if a test asks for other than once a minute.
+#[cfg(debug_assertions)]
+pub fn tls_check_every() -> Option<Duration> {
+    let ms: u64 = std::env::var("PORTARIA_TEST_TLS_CHECK_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms.max(10)))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn tls_check_every() -> Option<Duration> {
     None
 }

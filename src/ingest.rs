@@ -1,5 +1,5 @@
-//! The request pipeline, in the order of the mission: route, check the method and the client
-//! address (`allow_ips`), limit the body, verify the signature on the raw bytes, derive the
+//! The request pipeline, in the order of the mission: route, check the method, the client
+//! address (`allow_ips`) and the client certificate (`require_client_cert`), limit the body, verify the signature on the raw bytes, derive the
 //! dedup key, store durably, and only then answer.
 //!
 //! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
@@ -51,6 +51,10 @@ pub enum Outcome {
     MethodNotAllowed,
     /// The client address is outside the endpoint's `allow_ips`: refused before the body.
     Forbidden,
+    /// The endpoint requires a verified client certificate (mutual TLS) and the connection
+    /// presented none, or one whose names do not match `client_cert_subject`: 403, before
+    /// the body.
+    NoClientCert,
     TooLarge,
     BodyTimeout,
     BadSignature(String),
@@ -78,6 +82,7 @@ impl Outcome {
             Outcome::StorageError(_) => "storage_error",
             Outcome::Handshake(_) => "handshake",
             Outcome::Forbidden => "forbidden",
+            Outcome::NoClientCert => "client_cert",
         }
     }
 
@@ -87,7 +92,7 @@ impl Outcome {
             Outcome::Accepted(_) | Outcome::Duplicate(_) | Outcome::Handshake(_) => StatusCode::OK,
             Outcome::NotFound => StatusCode::NOT_FOUND,
             Outcome::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            Outcome::Forbidden => StatusCode::FORBIDDEN,
+            Outcome::Forbidden | Outcome::NoClientCert => StatusCode::FORBIDDEN,
             Outcome::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Outcome::BadSignature(_) | Outcome::StaleTimestamp => StatusCode::UNAUTHORIZED,
@@ -117,6 +122,9 @@ impl Outcome {
             Outcome::MethodNotAllowed => error_json("webhooks are delivered with POST"),
             Outcome::Forbidden => {
                 error_json("this endpoint does not accept webhooks from this address")
+            }
+            Outcome::NoClientCert => {
+                error_json("this endpoint requires a client certificate its CA signed")
             }
             Outcome::TooLarge => error_json(&format!("body larger than {max_body_bytes} bytes")),
             Outcome::BodyTimeout => error_json("the body did not arrive in time"),
@@ -215,7 +223,7 @@ impl Intake {
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
         let endpoint = route(&routes.endpoints, req.uri()).cloned();
         let (outcome, meta) = match &endpoint {
-            Some(endpoint) => self.pipeline(&routes, endpoint, client, req).await,
+            Some(endpoint) => self.pipeline(&routes, endpoint, client, &conn, req).await,
             None => (Outcome::NotFound, EventMeta::default()),
         };
         let elapsed = started.elapsed();
@@ -234,6 +242,7 @@ impl Intake {
         routes: &Routes,
         endpoint: &Endpoint,
         client: IpAddr,
+        conn: &ConnectionInfo,
         req: Request<Incoming>,
     ) -> (Outcome, EventMeta) {
         let mut meta = EventMeta::default();
@@ -245,6 +254,15 @@ impl Intake {
             && !allowed.iter().any(|range| range.contains(client))
         {
             return (Outcome::Forbidden, meta);
+        }
+        if let Some(rule) = &endpoint.client_cert {
+            let admitted = conn
+                .client_cert
+                .as_deref()
+                .is_some_and(|cert| rule.admits(cert.names()));
+            if !admitted {
+                return (Outcome::NoClientCert, meta);
+            }
         }
         let (parts, body) = req.into_parts();
 
@@ -296,6 +314,7 @@ impl Intake {
             body,
             at_ms,
             dedup_since_ms: endpoint.dedup_window.map(|w| window_start(at_ms, w)),
+            client_cert: conn.client_cert.as_ref().map(|cert| cert.to_string()),
         };
         let forwards = endpoint.forward.is_some();
         let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, forwards);
@@ -532,6 +551,7 @@ mod tests {
             Outcome::Duplicate(0),
             Outcome::MethodNotAllowed,
             Outcome::Forbidden,
+            Outcome::NoClientCert,
             Outcome::TooLarge,
             Outcome::BodyTimeout,
             Outcome::BadSignature(String::new()),
@@ -549,6 +569,7 @@ mod tests {
                 | Outcome::Duplicate(_)
                 | Outcome::MethodNotAllowed
                 | Outcome::Forbidden
+                | Outcome::NoClientCert
                 | Outcome::TooLarge
                 | Outcome::BodyTimeout
                 | Outcome::BadSignature(_)

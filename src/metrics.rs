@@ -44,7 +44,7 @@ pub const DUPLICATE: &str = "duplicate";
 /// Every outcome label intake gives for a configured endpoint (`not_found` belongs to `-`
 /// alone). A label missing here still counts (its series is created on first use); listing it
 /// only makes the series exist at zero from the start.
-pub const REQUEST_OUTCOMES: [&str; 11] = [
+pub const REQUEST_OUTCOMES: [&str; 12] = [
     "accepted",
     "duplicate",
     "bad_signature",
@@ -56,6 +56,7 @@ pub const REQUEST_OUTCOMES: [&str; 11] = [
     "method_not_allowed",
     "handshake",
     "forbidden",
+    "client_cert",
 ];
 
 /// What one delivery attempt came to: `failed` will be retried, `dead` was the last try.

@@ -10,9 +10,14 @@
 //!
 //! [`serve_with`] also takes reload requests ([`Options::reload`]): `reload` re-reads the
 //! config file and swaps what can change while serving.
+//!
+//! With `[server] tls`, the webhook listener speaks HTTPS only: each connection's handshake
+//! (`tls`) comes first, under the header deadline, and the client certificate it verified
+//! travels with the connection's [`ConnectionInfo`]. The admin listener stays plain.
 
 mod connections;
 mod reload;
+mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -27,6 +32,7 @@ use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::JoinSet;
@@ -44,7 +50,8 @@ use crate::shutdown::{self, Shutdown};
 use crate::store::{Store, StoreError};
 use crate::watchdog::{self, Watchdog};
 
-use connections::{Counted, Live};
+use connections::{Counted, Live, Registration};
+use tls::Certificates;
 
 pub use reload::{ReloadRequests, ReloadTrigger, Reloaded, SetLogLevel};
 
@@ -157,6 +164,14 @@ pub async fn serve_with(
         webhooks: listener,
         admin: admin_listener,
     } = listeners.into();
+    // Before the store opens: a certificate that cannot be used stops the start.
+    let certificates = match &config.server.tls {
+        Some(tls) => Some(Certificates::new(tls).map_err(|why| {
+            tracing::error!("cannot serve HTTPS: {why}");
+            StoreError::Sqlite(format!("not started: server.tls: {why}"))
+        })?),
+        None => None,
+    };
     let path = config.storage.path.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&path))
         .await
@@ -226,7 +241,11 @@ pub async fn serve_with(
         http: http_settings,
         set_log_level: options.set_log_level,
         alert_settings,
+        certificates: certificates.clone(),
     };
+    let watching = certificates
+        .clone()
+        .map(|c| tokio::spawn(c.watch(signal.clone())));
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
     let admin = admin_listener.map(|listener| {
@@ -235,8 +254,11 @@ pub async fn serve_with(
         tokio::spawn(async move {
             let mut stop = signal.clone();
             let stop = async move { stop.fired().await };
-            let connections =
-                accept_loop(&listener, http, admin, ADMIN_MAX_CONNECTIONS, signal, stop).await;
+            let limits = Limits {
+                max_connections: ADMIN_MAX_CONNECTIONS,
+                tls: None,
+            };
+            let connections = accept_loop(&listener, http, admin, limits, signal, stop).await;
             drop(listener);
             drain(connections).await;
         })
@@ -245,7 +267,12 @@ pub async fn serve_with(
     if let Ok(addr) = listener.local_addr() {
         // One line with both addresses; tests read `addr=` from it.
         let admin = admin_addr.map_or_else(|| "off".to_string(), |a| a.to_string());
-        tracing::info!(%addr, %admin, "listening");
+        let scheme = if certificates.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        tracing::info!(%addr, %admin, scheme, "listening");
     }
     if let Some(addr) = admin_addr.filter(|a| !a.ip().is_loopback()) {
         tracing::warn!(
@@ -267,15 +294,11 @@ pub async fn serve_with(
     .await;
     let stop = heartbeat.answering(shutdown);
     let accepting = async {
-        let connections = accept_loop(
-            &listener,
-            http,
-            intake,
+        let limits = Limits {
             max_connections,
-            signal.clone(),
-            stop,
-        )
-        .await;
+            tls: certificates,
+        };
+        let connections = accept_loop(&listener, http, intake, limits, signal.clone(), stop).await;
         drop(listener);
         trigger.fire();
         connections
@@ -293,6 +316,9 @@ pub async fn serve_with(
     if let Some(alerts) = alerts {
         alerts.stop().await;
     }
+    if let Some(watching) = watching {
+        let _ = watching.await;
+    }
     tokio::task::spawn_blocking(move || store.close())
         .await
         .ok();
@@ -301,12 +327,31 @@ pub async fn serve_with(
     Ok(())
 }
 
-fn connection_settings(server: &Server) -> http1::Builder {
+/// What each new connection is served with; a reload sends new ones.
+#[derive(Clone)]
+struct ConnectionSettings {
+    http: http1::Builder,
+    /// The TLS handshake's deadline: the header timeout, so a client that opens a connection
+    /// and says nothing holds its slot no longer on HTTPS than on HTTP.
+    handshake: Duration,
+}
+
+fn connection_settings(server: &Server) -> ConnectionSettings {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(server.header_timeout)
         .keep_alive(true);
-    http
+    ConnectionSettings {
+        http,
+        handshake: server.header_timeout,
+    }
+}
+
+/// How one listener's connections are bounded and wrapped.
+struct Limits {
+    max_connections: usize,
+    /// HTTPS: the handshake comes first. None: plain HTTP.
+    tls: Option<Arc<Certificates>>,
 }
 
 /// What answers the requests of one listener: the webhook [`Intake`] or the [`Admin`] endpoints.
@@ -354,13 +399,13 @@ const ROOM_RETRY: Duration = Duration::from_millis(50);
 /// for a slot (and those behind it in the kernel's queue).
 async fn accept_loop(
     listener: &TcpListener,
-    http: watch::Receiver<http1::Builder>,
+    settings: watch::Receiver<ConnectionSettings>,
     handler: Arc<impl Handler>,
-    max_connections: usize,
+    limits: Limits,
     signal: Shutdown,
     stop: impl Future<Output = ()>,
 ) -> JoinSet<()> {
-    let permits = Arc::new(Semaphore::new(max_connections));
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
     let live = Arc::new(Live::new(connections::IDLE_GRACE, connections::SLOW_HEAD));
     let origin = Instant::now();
     let mut connections = JoinSet::new();
@@ -389,56 +434,100 @@ async fn accept_loop(
             },
         };
         let _ = stream.set_nodelay(true);
-        let http = http.borrow().clone();
+        let settings = settings.borrow().clone();
         let handler = handler.clone();
-        let mut signal = signal.clone();
+        let signal = signal.clone();
+        let tls = limits.tls.clone();
         let registration = live.register(origin);
         // Reap finished connection tasks so the set does not grow.
         while connections.try_join_next().is_some() {}
         connections.spawn(async move {
             let _permit = permit;
             let tracked = registration.tracked.clone();
-            let conn = ConnectionInfo { peer };
-            let in_service = tracked.clone();
-            let service = service_fn(move |req| {
-                let handler = handler.clone();
-                let tracked = in_service.clone();
-                async move {
-                    tracked.begin();
-                    let response = handler.handle(req, conn).await;
-                    tracked.end();
-                    Ok::<_, std::convert::Infallible>(response)
-                }
-            });
-            let io = Counted {
+            let stream = Counted {
                 inner: stream,
                 tracked: tracked.clone(),
             };
-            let conn = http.serve_connection(TokioIo::new(io), service);
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => log_connection_end(result),
-                _ = signal.fired() => {
-                    // Finish the request in flight, then close instead of keeping alive.
-                    conn.as_mut().graceful_shutdown();
-                    log_connection_end(conn.await);
-                }
-                _ = tracked.close.notified() => {
-                    if tracked.is_to_be_cut() {
-                        // A head arriving for over SLOW_HEAD: dropped (hyper would wait for it).
-                        tracing::debug!(%peer, "cutting a stalled request head to make room");
-                    } else {
-                        tracing::debug!(%peer, "closing the longest-idle connection to make room");
-                        // Idle: closed at once; a request that began meanwhile is answered first.
-                        conn.as_mut().graceful_shutdown();
-                        log_connection_end(conn.await);
+            let Some(certificates) = tls else {
+                let conn = ConnectionInfo::plain(peer);
+                serve_connection(stream, conn, &settings, handler, &registration, signal).await;
+                return;
+            };
+            // The handshake, unless the connection is asked to make room first (it has sent
+            // nothing yet, or has been closed for room after a handshake that never came).
+            let handshake = certificates.handshake(stream, settings.handshake);
+            let close = registration.tracked.close.notified();
+            let (stream, client_cert) = tokio::select! {
+                done = handshake => match done {
+                    Ok(done) => done,
+                    Err(why) => {
+                        tracing::debug!(%peer, "{why}");
+                        return;
                     }
-                }
-            }
-            drop(registration);
+                },
+                _ = close => return,
+            };
+            tracked.settled();
+            let conn = ConnectionInfo {
+                peer,
+                client_cert: client_cert.map(Arc::new),
+            };
+            serve_connection(stream, conn, &settings, handler, &registration, signal).await;
         });
     }
     connections
+}
+
+/// Serves the requests of one connection (after its TLS handshake, on HTTPS) until it
+/// closes, shutdown drains it, or it is asked to make room while idle. `stream` counts its
+/// reads into `registration` (wrapped in [`Counted`], under TLS if any).
+async fn serve_connection<S>(
+    stream: S,
+    conn: ConnectionInfo,
+    settings: &ConnectionSettings,
+    handler: Arc<impl Handler>,
+    registration: &Registration,
+    mut signal: Shutdown,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let peer = conn.peer;
+    let tracked = registration.tracked.clone();
+    let in_service = tracked.clone();
+    let service = service_fn(move |req| {
+        let handler = handler.clone();
+        let tracked = in_service.clone();
+        let conn = conn.clone();
+        async move {
+            tracked.begin();
+            let response = handler.handle(req, conn).await;
+            tracked.end();
+            Ok::<_, std::convert::Infallible>(response)
+        }
+    });
+    let conn = settings
+        .http
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => log_connection_end(result),
+        _ = signal.fired() => {
+            // Finish the request in flight, then close instead of keeping alive.
+            conn.as_mut().graceful_shutdown();
+            log_connection_end(conn.await);
+        }
+        _ = tracked.close.notified() => {
+            if tracked.is_to_be_cut() {
+                // A head arriving for over SLOW_HEAD: dropped (hyper would wait for it).
+                tracing::debug!(%peer, "cutting a stalled request head to make room");
+            } else {
+                tracing::debug!(%peer, "closing the longest-idle connection to make room");
+                // Idle: closed at once; a request that began meanwhile is answered first.
+                conn.as_mut().graceful_shutdown();
+                log_connection_end(conn.await);
+            }
+        }
+    }
 }
 
 /// At the cap: asks idle connections to close, longest-idle first, until a slot is free.

@@ -50,7 +50,12 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
                     .map_or("/", |e| e.path.as_str());
                 closed_pipe_is_done(write_raw(&mut out, path, &event))
             }
-            Some(event) => closed_pipe_is_done(write_detail(&mut out, &event)),
+            Some(event) => {
+                let cert = db
+                    .client_cert(id)
+                    .map_err(|e| format!("cannot read event {id}: {e}"))?;
+                closed_pipe_is_done(write_detail(&mut out, &event, cert.as_deref()))
+            }
             None => return Err(format!("no event {id}")),
         },
         EventsCommand::Replay(args) => {
@@ -133,7 +138,13 @@ fn write_json(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<
     Ok(())
 }
 
-fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()> {
+/// `client_cert`: the verified client certificate's names, for an event that came over
+/// mutual TLS.
+fn write_detail(
+    out: &mut impl Write,
+    event: &EventDetail,
+    client_cert: Option<&str>,
+) -> std::io::Result<()> {
     let e = &event.summary;
     writeln!(out, "id:          {}", e.id)?;
     writeln!(out, "endpoint:    {}", e.endpoint)?;
@@ -146,6 +157,9 @@ fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()
     writeln!(out, "received at: {}", rfc3339(e.received_at_ms))?;
     writeln!(out, "status:      {}", e.status)?;
     writeln!(out, "attempts:    {}", e.attempts)?;
+    if let Some(cert) = client_cert {
+        writeln!(out, "client cert: {cert}")?;
+    }
     if let Some(next) = e.next_attempt_at_ms.filter(|_| e.status == Status::Pending) {
         writeln!(out, "next try:    {}", rfc3339(next))?;
     }

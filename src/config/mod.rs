@@ -24,6 +24,7 @@ mod public_keys;
 mod raw;
 mod real_ip;
 mod secrets;
+mod tls;
 mod toml_error;
 mod validate;
 
@@ -40,6 +41,7 @@ pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;
 pub use real_ip::{RealIp, RealIpHeader};
+pub use tls::{ClientCertRule, Tls, TlsFiles};
 use toml_error::toml_message;
 use validate::Validator;
 pub use validate::parse_duration;
@@ -139,6 +141,8 @@ pub struct Server {
     pub admin_listen: Option<SocketAddr>,
     /// Whose header names the client (`real_ip_header`, `trusted_proxies`); None: the TCP peer.
     pub real_ip: Option<RealIp>,
+    /// HTTPS on the webhook listener (`[server] tls`); None: plain HTTP (behind a tunnel).
+    pub tls: Option<Tls>,
 }
 
 #[derive(Debug, Clone)]
@@ -171,6 +175,8 @@ pub struct Endpoint {
     pub allow_ips: Option<Vec<IpRange>>,
     /// Alert when no webhook came for this long (an endpoint that has received one); None: off.
     pub quiet_after: Option<Duration>,
+    /// Only requests on a connection with a verified client certificate (403 otherwise).
+    pub client_cert: Option<ClientCertRule>,
 }
 
 /// Where and how an endpoint's events are delivered.
@@ -260,6 +266,7 @@ impl Config {
         }
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
+            v.check_client_cert_rules(server.tls.as_ref(), &endpoints);
         }
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {

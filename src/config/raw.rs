@@ -50,6 +50,16 @@ pub(super) struct RawServer {
     pub(super) admin_listen: Option<String>,
     pub(super) real_ip_header: Option<String>,
     pub(super) trusted_proxies: Option<Vec<String>>,
+    /// HTTPS on the webhook listener (`config::tls`).
+    pub(super) tls: Option<RawTls>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawTls {
+    pub(super) cert_file: Option<String>,
+    pub(super) key_file: Option<String>,
+    pub(super) client_ca_file: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -95,6 +105,10 @@ pub(super) struct RawEndpoint {
     pub(super) allow_ips: Option<Vec<String>>,
     /// Alert when no webhook came for this long (`[alerts]`).
     pub(super) quiet_after: Option<String>,
+    /// Only requests over a connection with a verified client certificate (mutual TLS).
+    pub(super) require_client_cert: Option<bool>,
+    /// The certificate's subject CN or a DNS SAN must be this.
+    pub(super) client_cert_subject: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -60,6 +60,7 @@ impl Validator<'_> {
         }
         let admin_listen = self.admin_listen(raw.admin_listen, listen);
         let real_ip = self.real_ip(raw.real_ip_header, raw.trusted_proxies);
+        let tls = self.tls(raw.tls);
         Some(Server {
             listen,
             admin_listen,
@@ -68,6 +69,7 @@ impl Validator<'_> {
             body_timeout: self.seconds("server.body_timeout_secs", raw.body_timeout_secs, 20),
             max_connections,
             real_ip,
+            tls,
         })
     }
 
@@ -247,7 +249,20 @@ impl Validator<'_> {
             secret_env: raw.secret_env,
             secret_file: raw.secret_file,
         };
-        let takes_secret = takes_secret(&provider);
+        let client_cert =
+            self.client_cert_rule(at, raw.require_client_cert, raw.client_cert_subject);
+        // Efí's mTLS mode: the client certificate is the credential, no `?hmac=` secret.
+        let by_certificate = provider == "efi"
+            && client_cert.is_some()
+            && [
+                given.secret.is_none(),
+                given.secret_env.is_none(),
+                given.secret_file.is_none(),
+            ]
+            .into_iter()
+            .all(|none| none)
+            && raw.secrets.is_none();
+        let takes_secret = takes_secret(&provider) && !by_certificate;
         let secrets = self.secrets(at, given, raw.secrets, takes_secret);
         // With no usable secret (`secrets` has reported why, so this endpoint is refused
         // below), or none loaded (`Secrets::Skip`), check the provider and its options with a
@@ -263,7 +278,9 @@ impl Validator<'_> {
             public_key: raw.public_key.as_deref(),
             jwks: jwks.as_deref(),
         };
-        let built = if stand_in {
+        let built = if by_certificate {
+            Verifier::by_client_certificate(&provider, &settings)
+        } else if stand_in {
             Verifier::without_secrets(&provider, &settings, raw.tolerance_secs)
         } else {
             Verifier::with_settings(&provider, &settings, &secrets, raw.tolerance_secs)
@@ -319,6 +336,7 @@ impl Validator<'_> {
             forward,
             allow_ips,
             quiet_after,
+            client_cert,
         })
     }
 

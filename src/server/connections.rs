@@ -16,6 +16,9 @@
 //! graceful close would wait for the head). So clients that trickle their heads cannot hold
 //! every slot until the header deadline (`header_timeout_secs`, which still ends each of them)
 //! and starve the webhooks behind them. A request that reached the handler is never cut.
+//! On HTTPS the bytes counted are the TLS records: a connection mid-handshake is busy like one
+//! mid-head (and stalled like one past [`SLOW_HEAD`]), and one whose handshake is done and that
+//! has sent nothing since is idle (`Tracked::settled`).
 
 use std::collections::HashMap;
 use std::io;
@@ -100,6 +103,13 @@ impl Tracked {
     /// A request reached the handler.
     pub(super) fn begin(&self) {
         self.busy.store(true, Ordering::Release);
+    }
+
+    /// What was read so far was not a request (a TLS handshake): idle again from now.
+    pub(super) fn settled(&self) {
+        self.answered
+            .store(self.reads.load(Ordering::Acquire), Ordering::Release);
+        self.mark_idle();
     }
 
     /// Its answer was handed to hyper.
@@ -345,5 +355,17 @@ mod tests {
         std::thread::sleep(Duration::from_millis(40));
         assert!(live.close_one());
         assert!(fresh.tracked.closing.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_connection_mid_handshake_is_busy_and_idle_once_it_is_done() {
+        let live = Arc::new(Live::new(Duration::ZERO, SLOW_HEAD));
+        let tls = live.register(Instant::now());
+        // Handshake records arrived: not to be closed for room.
+        tls.tracked.reads.fetch_add(2, Ordering::AcqRel);
+        assert!(!live.close_one());
+        // Handshake done, no request yet: idle.
+        tls.tracked.settled();
+        assert!(live.close_one());
     }
 }

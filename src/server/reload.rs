@@ -9,13 +9,16 @@
 //! - intake's endpoint table (paths, providers, secrets, dedup rules and windows) and body
 //!   limits, swapped whole: a request in flight keeps the table it started with;
 //! - `header_timeout_secs`, for connections accepted from now on;
+//! - the TLS certificate, key and client CA (`[server] tls`), read again: new connections
+//!   get the new certificate (a file that does not make one refuses the reload);
 //! - retention (`retention_days`, `dead_retention_days`, `archive_dir`): a pass runs by the
 //!   new values at once if they changed;
 //! - the log level (`[log] level`; `RUST_LOG`, when set, still wins).
 //!
 //! What is fixed at start ([`fixed_settings`]: the listen addresses, bound before anything
-//! else; the connection cap, a semaphore the open connections hold; the database path) keeps
-//! its old value, and the log says that it needs a restart. Queued events live in the
+//! else; HTTPS or plain HTTP on the webhook listener; the connection cap, a semaphore the
+//! open connections hold; the database path) keeps its old value, and the log says that it
+//! needs a restart. Queued events live in the
 //! database, not in the configuration: no reload changes their state.
 //!
 //! Secrets read from environment variables (`secret_env`) are read again too, but from the
@@ -25,7 +28,6 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use hyper::server::conn::http1;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::config::{Config, Endpoint, Server, Source, Storage};
@@ -103,10 +105,12 @@ pub(super) struct Reloader {
     pub pruner: Pruner,
     pub metrics: Arc<Metrics>,
     /// The accept loops' connection settings (the header timeout).
-    pub http: watch::Sender<http1::Builder>,
+    pub http: watch::Sender<super::ConnectionSettings>,
     pub set_log_level: Option<SetLogLevel>,
     /// [`crate::alerts::settings_at_start`] of the config the alerts task started with.
     pub alert_settings: String,
+    /// The webhook listener's certificate (`[server] tls`); None: plain HTTP.
+    pub certificates: Option<Arc<super::Certificates>>,
 }
 
 impl Reloader {
@@ -205,6 +209,11 @@ impl Reloader {
         config.server.admin_listen = self.server.admin_listen;
         config.server.max_connections = self.server.max_connections;
         config.storage.path = self.storage.path.clone();
+        // HTTPS or not is the listener's, fixed at start; the certificate itself is reloaded.
+        match (&self.certificates, &config.server.tls) {
+            (Some(certificates), Some(tls)) => certificates.replace(tls),
+            _ => config.server.tls = self.server.tls.clone(),
+        }
 
         let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
         let mut restart_needed = restart_needed;
@@ -289,6 +298,13 @@ pub fn fixed_settings(server: &Server, storage: &Storage, new: &Config) -> Vec<S
         server.max_connections.to_string(),
         new.server.max_connections.to_string(),
         "open connections hold the slots",
+    );
+    let scheme = |tls: bool| if tls { "tls" } else { "no tls" }.to_string();
+    check(
+        "server.tls",
+        scheme(server.tls.is_some()),
+        scheme(new.server.tls.is_some()),
+        "the listener speaks HTTPS or HTTP from its start",
     );
     check(
         "storage.path",

@@ -58,6 +58,18 @@ impl Db {
         Ok(event(&self.conn, id)?)
     }
 
+    /// The names of the verified client certificate the event came with (mutual TLS), for
+    /// `events show`; None without one (or no such event).
+    pub fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .flatten())
+    }
+
     /// Puts one event back to pending with a fresh schedule. Returns false if there is no
     /// such event or it is being delivered right now.
     pub fn replay(&mut self, id: i64, now_ms: i64) -> Result<bool, StoreError> {

@@ -75,6 +75,7 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         body: Bytes::from_static(b"{}"),
         received_at_ms: NOW,
         dedup_since_ms: None,
+        client_cert: None,
         forward: false,
     }
 }

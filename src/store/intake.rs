@@ -27,6 +27,8 @@ pub struct NewEvent {
     pub(super) dedup_since_ms: Option<i64>,
     /// Whether the endpoint forwards: decides `pending` or `stored`.
     pub(super) forward: bool,
+    /// The names of the verified client certificate (mutual TLS), if the connection had one.
+    pub(super) client_cert: Option<String>,
 }
 
 /// The request as received, and what it says it is: everything of an event that the store
@@ -45,6 +47,8 @@ pub struct Received {
     /// window): an earlier event with the same key is a duplicate only if it was received at
     /// or after this. None: the endpoint has no window, any earlier event with the key is.
     pub dedup_since_ms: Option<i64>,
+    /// The verified client certificate's names (`CN=..; DNS=..`), on a mutual-TLS connection.
+    pub client_cert: Option<String>,
 }
 
 impl NewEvent {
@@ -68,6 +72,7 @@ impl NewEvent {
             received_at_ms: received.at_ms,
             dedup_since_ms: received.dedup_since_ms,
             forward,
+            client_cert: received.client_cert,
         }
     }
 }
@@ -126,6 +131,9 @@ pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint.
 pub(super) const INSERT_PAYLOAD: &str =
     "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)";
+/// The client certificate of the event just inserted, in the same savepoint (on the page the
+/// insert already dirtied); only for events that came with one.
+const SET_CLIENT_CERT: &str = "UPDATE events SET client_cert = ?2 WHERE id = ?1";
 /// The row that made an insert a duplicate: with a window, a key may have several rows (one
 /// per window), so the newest one received at or after the window's start (?4).
 pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 \
@@ -157,6 +165,10 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         let id = conn.last_insert_rowid();
         conn.prepare_cached(INSERT_PAYLOAD)?
             .execute(params![id, e.headers, &e.body[..]])?;
+        if let Some(cert) = &e.client_cert {
+            conn.prepare_cached(SET_CLIENT_CERT)?
+                .execute(params![id, cert])?;
+        }
         return Ok(Inserted::New(id));
     }
     conn.prepare_cached(KNOWN)?

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// The schema of a new file.
 ///
@@ -67,6 +67,10 @@ CREATE TABLE meta (
     value
 ) WITHOUT ROWID;
 ";
+
+/// Version 4 adds the verified client certificate's names (mutual TLS) to the event, NULL
+/// for events that came without one. New files get it the same way, after `SCHEMA`.
+const V3_TO_V4: &str = "ALTER TABLE events ADD COLUMN client_cert TEXT;";
 
 /// Version 2 added what `/readyz` and `/metrics` need: `meta` holds facts about the file
 /// itself (the readiness probe rewrites one row); `events_dead` keeps the dead count an
@@ -264,6 +268,9 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
             }
         }
     }
+    if version < 4 {
+        tx.execute_batch(V3_TO_V4)?;
+    }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
 }
@@ -400,7 +407,9 @@ mod tests {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, SCHEMA_VERSION);
+        // Version 4's column is there, empty for the old rows.
+        assert_eq!(db.client_cert(7).unwrap(), None);
         let old = db.event(7).unwrap().unwrap();
         assert_eq!(
             (old.summary.status, old.body),

@@ -292,6 +292,31 @@ impl Verifier {
         })
     }
 
+    /// A verifier whose credential is the connection's verified client certificate (Efí's
+    /// mTLS mode, `efi::mtls_preset`): for an endpoint that requires one, which config
+    /// checks. Other providers have no such mode.
+    pub fn by_client_certificate(
+        provider: &str,
+        settings: &Settings<'_>,
+    ) -> Result<Verifier, String> {
+        if provider != "efi" {
+            return Err(format!(
+                "provider `{provider}` has no mutual-TLS mode: give its secret"
+            ));
+        }
+        if settings.query_param.is_some() {
+            return Err(
+                "`query_param` is for the `?hmac=` mode; the mTLS mode takes no secret".into(),
+            );
+        }
+        let preset = efi::mtls_preset();
+        Ok(Verifier {
+            tolerance_secs: preset.tolerance_secs,
+            preset,
+            keys: Vec::new(),
+        })
+    }
+
     /// Checks the signature on the raw body alone (no query string).
     pub fn verify(
         &self,

@@ -36,3 +36,4 @@ mod secrets_everywhere;
 mod support;
 mod target_down;
 mod task_panics;
+mod tls;

@@ -14,6 +14,10 @@
 //!   a request falls due counts its latency from the due time, not from when it got around to
 //!   sending, so a slow server cannot hide its queueing (no coordinated omission).
 //!
+//! `https://` URLs (portaria with `[server] tls`) take `--ca FILE`, the PEM the server's
+//! certificate chains to; each connection does its TLS handshake once, before the clock starts
+//! (or when it is reopened after an error), and then carries keep-alive requests.
+//!
 //! Output: a table on stderr, one JSON object on stdout (and in `--json-out`), the dedup keys
 //! of every unique event that earned a 2xx in `--acked-out`, and the keys of the bad-signature
 //! events in `--bad-out`, for the caller to check against the database.
@@ -44,9 +48,12 @@ use tokio::net::TcpStream;
     about = "Send signed payment webhooks at a receiver and measure it"
 )]
 struct Args {
-    /// Where to POST, e.g. http://127.0.0.1:8080/webhooks/pagarme (plain http only).
+    /// Where to POST, e.g. http://127.0.0.1:8080/webhooks/pagarme, or https:// with `--ca`.
     #[arg(long)]
     url: String,
+    /// For an https:// URL: the CA certificate (PEM) the server's certificate chains to.
+    #[arg(long)]
+    ca: Option<PathBuf>,
     /// Which preset's signature to send.
     #[arg(long, value_enum, default_value = "pagarme")]
     provider: Provider,
@@ -98,6 +105,11 @@ struct Target {
     /// The `Host` header.
     host: HeaderValue,
     path: String,
+    /// https://: the TLS client and the name the certificate must carry.
+    tls: Option<(
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    )>,
 }
 
 /// One event's request, ready to send many times.
@@ -160,11 +172,30 @@ impl Conn {
             .map_err(|e| format!("cannot connect to {}: {e}", target.addr))?;
         // Requests are small and written whole; Nagle would only add delay.
         let _ = stream.set_nodelay(true);
-        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("HTTP handshake with {} failed: {e}", target.addr))?;
-        // The connection task ends when the sender is dropped or the peer closes.
-        tokio::spawn(connection);
+        let failed = |e: hyper::Error| format!("HTTP handshake with {} failed: {e}", target.addr);
+        let sender = match &target.tls {
+            None => {
+                let (sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(failed)?;
+                // The connection task ends when the sender is dropped or the peer closes.
+                tokio::spawn(connection);
+                sender
+            }
+            Some((connector, name)) => {
+                let stream = connector
+                    .connect(name.clone(), stream)
+                    .await
+                    .map_err(|e| format!("TLS handshake with {} failed: {e}", target.addr))?;
+                let (sender, connection) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(failed)?;
+                tokio::spawn(connection);
+                sender
+            }
+        };
         self.opened += 1;
         Ok(self.sender.insert(sender))
     }
@@ -212,15 +243,18 @@ impl Conn {
     }
 }
 
-fn parse_target(url: &str) -> Result<Target, String> {
+fn parse_target(url: &str, ca: Option<&Path>) -> Result<Target, String> {
     let uri: http::Uri = url
         .parse()
         .map_err(|e| format!("`{url}` is not a URL: {e}"))?;
-    if uri.scheme_str() != Some("http") {
-        return Err(format!("`{url}` must be a plain http:// URL"));
-    }
     let host = uri.host().ok_or_else(|| format!("`{url}` has no host"))?;
-    let port = uri.port_u16().unwrap_or(80);
+    let (tls, default_port) = match (uri.scheme_str(), ca) {
+        (Some("http"), None) => (None, 80),
+        (Some("https"), Some(ca)) => (Some(tls_client(ca, host)?), 443),
+        (Some("https"), None) => return Err(format!("`{url}` is https: give --ca FILE")),
+        _ => return Err(format!("`{url}` must be http://, or https:// with --ca")),
+    };
+    let port = uri.port_u16().unwrap_or(default_port);
     let authority = format!("{host}:{port}");
     Ok(Target {
         host: HeaderValue::from_str(&authority)
@@ -229,7 +263,40 @@ fn parse_target(url: &str) -> Result<Target, String> {
         path: uri
             .path_and_query()
             .map_or("/".to_string(), |p| p.as_str().to_string()),
+        tls,
     })
+}
+
+/// A TLS client (TLS 1.2 and 1.3, the ring provider, as portaria's server) trusting `ca`.
+fn tls_client(
+    ca: &Path,
+    host: &str,
+) -> Result<
+    (
+        tokio_rustls::TlsConnector,
+        rustls::pki_types::ServerName<'static>,
+    ),
+    String,
+> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca)
+        .map_err(|e| format!("cannot read {}: {e}", ca.display()))?
+    {
+        let cert = cert.map_err(|e| format!("cannot read {}: {e}", ca.display()))?;
+        roots
+            .add(cert)
+            .map_err(|e| format!("{}: not a CA certificate: {e}", ca.display()))?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let name = rustls::pki_types::ServerName::try_from(host.to_string())
+        .map_err(|e| format!("`{host}` is not a server name: {e}"))?;
+    Ok((tokio_rustls::TlsConnector::from(Arc::new(config)), name))
 }
 
 /// Bodies and headers for every event of the plan: good ones first, then the spoiled ones.
@@ -343,7 +410,7 @@ async fn run(args: Args) -> Result<(), String> {
     if !positive(args.timeout_secs) || !positive(args.max_secs) {
         return Err("--timeout-secs and --max-secs must be positive".into());
     }
-    let target = parse_target(&args.url)?;
+    let target = parse_target(&args.url, args.ca.as_deref())?;
     let mut rng = Rng::new(args.seed);
     let plan = Plan::new(
         args.requests,
