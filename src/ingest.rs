@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
-use crate::store::{Inserted, NewEvent, Received, Store};
+use crate::store::{Inserted, NewDelivery, NewEvent, Received, Store};
 use crate::time::{unix_millis, unix_secs};
 use crate::verify::{self, Ack, Reply, VerifyError};
 
@@ -297,8 +297,13 @@ impl Intake {
             at_ms,
             dedup_since_ms: endpoint.dedup_window.map(|w| window_start(at_ms, w)),
         };
-        let forwards = endpoint.forward.is_some();
-        let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, forwards);
+        // The routes that take this event type, each with the event's ordering key there.
+        let routes: Vec<NewDelivery> = endpoint
+            .deliveries_for(meta.event_type.as_deref(), &parts.headers, &received.body)
+            .into_iter()
+            .map(|(route, order_key)| NewDelivery { route, order_key })
+            .collect();
+        let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, routes);
         let outcome =
             match tokio::time::timeout(STORE_DEADLINE, self.store.insert_event(event)).await {
                 Ok(Ok(Inserted::New(id))) => Outcome::Accepted(id),

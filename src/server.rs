@@ -151,7 +151,7 @@ pub async fn serve_with(
     let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
     let metrics = Arc::new(Metrics::new(endpoints.iter().map(|e| Series {
         endpoint: &e.name,
-        forwards: e.forward.is_some(),
+        forwards: e.forwards(),
     })));
     let intake = Intake::new(
         &endpoints,

@@ -56,21 +56,29 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
         EventsCommand::Replay(args) => {
             if let Some(id) = args.id {
                 if !db
-                    .replay(id, now)
+                    .replay(id, args.route.as_deref(), now)
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
                 {
+                    let which = match &args.route {
+                        Some(route) => format!(", it never went to route `{route}`"),
+                        None => String::new(),
+                    };
                     return Err(format!(
-                        "cannot replay event {id}: no such event, it is being delivered right now, \
-                         or its endpoint does not forward"
+                        "cannot replay event {id}: no such event, it is being delivered right now{which}, \
+                         or no route took it"
                     ));
                 }
+                let to = match &args.route {
+                    Some(route) => format!(" for route `{route}`"),
+                    None => String::new(),
+                };
                 writeln!(
                     out,
-                    "event {id} is pending again; the running server delivers it within seconds"
+                    "event {id} is pending again{to}; the running server delivers it within seconds"
                 )
             } else {
                 let n = db
-                    .replay_dead(args.endpoint.as_deref(), now)
+                    .replay_dead(args.endpoint.as_deref(), args.route.as_deref(), now)
                     .map_err(|e| format!("cannot replay dead events: {e}"))?;
                 writeln!(out, "{n} dead event(s) pending again")
             }
@@ -149,11 +157,34 @@ fn write_detail(out: &mut impl Write, event: &EventDetail) -> std::io::Result<()
     if let Some(next) = e.next_attempt_at_ms.filter(|_| e.status == Status::Pending) {
         writeln!(out, "next try:    {}", rfc3339(next))?;
     }
+    for r in &event.routes {
+        let next = r
+            .next_attempt_at_ms
+            .filter(|_| r.status == Status::Pending)
+            .map(|at| format!(", next try {}", rfc3339(at)))
+            .unwrap_or_default();
+        let key = r
+            .order_key
+            .as_deref()
+            .map(|k| format!(", order key {k}"))
+            .unwrap_or_default();
+        let error = r
+            .last_error
+            .as_deref()
+            .map(|err| format!(": {err}"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "route {}: {}, {} attempt(s){next}{key}{error}",
+            r.route, r.status, r.attempts
+        )?;
+    }
     for a in &event.attempts {
         writeln!(
             out,
-            "  attempt {} at {} ({} ms): {}{}",
+            "  attempt {} ({}) at {} ({} ms): {}{}",
             a.attempt,
+            a.route,
             rfc3339(a.started_at_ms),
             a.duration_ms,
             a.outcome,
@@ -218,6 +249,7 @@ mod tests {
             content_type: None,
             headers: headers.to_vec(),
             body: body.to_vec(),
+            routes: Vec::new(),
             attempts: Vec::new(),
         }
     }

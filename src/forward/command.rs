@@ -405,6 +405,7 @@ mod tests {
         Delivery {
             event_id: 42,
             endpoint: "github".to_string(),
+            route: "default".to_string(),
             dedup_key: "gh:72d3162e-cc78-11e3-81ab-4c9367dc0958".to_string(),
             event_type: Some("push".to_string()),
             content_type: Some("application/json".to_string()),

@@ -296,6 +296,7 @@ mod tests {
         Delivery {
             event_id: 7,
             endpoint: "stripe".to_string(),
+            route: "default".to_string(),
             dedup_key: "stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy".to_string(),
             event_type: Some("invoice.paid".to_string()),
             content_type: Some("application/json; charset=utf-8".to_string()),

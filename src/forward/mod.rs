@@ -7,9 +7,12 @@
 //! `delivering` before its attempt starts, so a crash mid-attempt is found at the next start
 //! ([`crate::store::Store::recover`]) and the event goes out again.
 //!
-//! Each endpoint is a lane with its own concurrency. With `concurrency = 1` a lane delivers
-//! strictly in arrival order: the oldest unfinished event is the only candidate, so an event
-//! waiting for its retry holds back the ones behind it.
+//! Each route of an endpoint is a lane with its own target, schedule and concurrency, and its
+//! own delivery rows: a failing route holds back no other. With `concurrency = 1` and no
+//! `order_by`, a lane delivers strictly in arrival order: the oldest unfinished delivery is the
+//! only candidate, so one waiting for its retry holds back the ones behind it. With
+//! `order_by`, that holds per ordering key only ([`Order::ByKey`]): different keys go in
+//! parallel up to the concurrency, and an event without the key is a lane of its own.
 //!
 //! A reload replaces the lanes of the running worker ([`Worker::reconfigure`]) rather than
 //! stopping it and starting another: stopping would cut off slow deliveries after
@@ -34,10 +37,10 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::config::{Endpoint, Target};
+use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, Store, StoreError, Tried};
+use crate::store::{AfterAttempt, ClaimNext, Order, Store, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -62,7 +65,7 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// Where one endpoint's events go.
+/// Where one route's events go.
 enum Runner {
     Command(command::CommandTarget),
     /// Boxed: the HTTP client is much larger than a command line.
@@ -78,7 +81,7 @@ impl Runner {
     }
 }
 
-/// One endpoint's queue, as the worker loop sees it.
+/// One route's queue, as the worker loop sees it.
 struct Lane {
     /// What every delivery slot of this lane shares.
     shared: Arc<LaneShared>,
@@ -87,13 +90,14 @@ struct Lane {
     in_flight: usize,
 }
 
-/// What a delivery slot needs to run attempts for one endpoint.
+/// What a delivery slot needs to run attempts for one route.
 struct LaneShared {
     endpoint: String,
+    route: String,
     runner: Runner,
     retry: Box<[Duration]>,
-    /// Strict arrival order (`concurrency = 1`).
-    in_order: bool,
+    /// Which due deliveries may go (strict order, per key, any).
+    order: Order,
     store: Store,
     metrics: Arc<Metrics>,
     /// Set when a reload replaced or removed this lane: its slots finish the attempt they are
@@ -102,15 +106,16 @@ struct LaneShared {
 }
 
 impl Lane {
-    /// A lane for `endpoint` if it forwards; a command target runs with `hide_env` removed
+    /// The lane of one route of `endpoint`; a command target runs with `hide_env` removed
     /// from its environment.
     fn new(
         endpoint: &Endpoint,
+        route: &Route,
         hide_env: &[String],
         store: &Store,
         metrics: &Arc<Metrics>,
-    ) -> Option<Lane> {
-        let forward = endpoint.forward.as_ref()?;
+    ) -> Lane {
+        let forward = &route.forward;
         let runner = match &forward.target {
             Target::Command(argv) => Runner::Command(
                 command::CommandTarget::new(argv.clone(), forward.timeout)
@@ -122,19 +127,29 @@ impl Lane {
                 signing_key.clone(),
             ))),
         };
-        Some(Lane {
+        let order = match (&route.order_by, forward.concurrency) {
+            (Some(_), _) => Order::ByKey,
+            (None, 1) => Order::Strict,
+            (None, _) => Order::Any,
+        };
+        Lane {
             shared: Arc::new(LaneShared {
                 endpoint: endpoint.name.clone(),
+                route: route.name.clone(),
                 runner,
                 retry: forward.retry.clone().into(),
-                in_order: forward.concurrency == 1,
+                order,
                 store: store.clone(),
                 metrics: metrics.clone(),
                 retired: AtomicBool::new(false),
             }),
             concurrency: forward.concurrency,
             in_flight: 0,
-        })
+        }
+    }
+
+    fn is(&self, endpoint: &str, route: &str) -> bool {
+        self.shared.endpoint == endpoint && self.shared.route == route
     }
 
     fn free(&self) -> usize {
@@ -158,7 +173,7 @@ fn replace_lanes(lanes: &mut Vec<Lane>, new: Vec<Lane>) {
     for lane in new {
         match lanes
             .iter_mut()
-            .find(|l| l.shared.endpoint == lane.shared.endpoint)
+            .find(|l| l.is(&lane.shared.endpoint, &lane.shared.route))
         {
             Some(old) => {
                 old.shared = lane.shared;
@@ -221,20 +236,26 @@ impl Worker {
     ) -> Result<(), StoreError> {
         let lanes: Vec<Lane> = endpoints
             .iter()
-            .filter_map(|endpoint| Lane::new(endpoint, hide_env, &self.store, &self.metrics))
+            .flat_map(|endpoint| {
+                endpoint
+                    .routes
+                    .iter()
+                    .map(|route| Lane::new(endpoint, route, hide_env, &self.store, &self.metrics))
+            })
             .collect();
-        // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
-        // forwards, would wait forever unnoticed (pruning never takes unfinished events). A
-        // failing check (the database locked by another process) must not keep the new lanes
-        // out: it is reported after they are in place.
-        let unfinished = self.store.unfinished_by_endpoint().await;
-        for (endpoint, waiting) in unfinished.iter().flatten() {
-            if !lanes.iter().any(|lane| &lane.shared.endpoint == endpoint) {
+        // Deliveries accepted for a route that is now gone (or whose endpoint is) would wait
+        // forever unnoticed (pruning never takes unfinished events). A failing check (the
+        // database locked by another process) must not keep the new lanes out: it is reported
+        // after they are in place.
+        let unfinished = self.store.unfinished_by_route().await;
+        for (endpoint, route, waiting) in unfinished.iter().flatten() {
+            if !lanes.iter().any(|lane| lane.is(endpoint, route)) {
                 tracing::warn!(
                     endpoint,
+                    route,
                     waiting,
-                    "events are waiting for delivery, but this endpoint has no forward target now; \
-                     they wait until it has one again"
+                    "events are waiting for delivery, but this route has no forward target now \
+                     (it or its endpoint left the config); they wait until it is back"
                 );
             }
         }
@@ -357,9 +378,16 @@ async fn start_due(
         if lane.free() == 0 {
             continue;
         }
-        let (name, in_order) = (lane.shared.endpoint.clone(), lane.shared.in_order);
+        let (endpoint, route) = (lane.shared.endpoint.clone(), lane.shared.route.clone());
+        let order = lane.shared.order;
         let claimed = store
-            .claim_due(name.clone(), lane.free(), in_order, now_ms())
+            .claim_due(
+                endpoint.clone(),
+                route.clone(),
+                lane.free(),
+                order,
+                now_ms(),
+            )
             .await?;
         if !claimed.is_empty() {
             crate::fault::panic_if("panic-worker");
@@ -374,7 +402,7 @@ async fn start_due(
             }));
         }
         if lane.free() > 0
-            && let Some(due) = store.next_due(name, in_order).await?
+            && let Some(due) = store.next_due(endpoint, route, order).await?
         {
             wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
         }
@@ -392,7 +420,8 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         let retired = lane.retired.load(Ordering::Relaxed);
         let then = (!shutdown.is_fired() && !retired).then(|| ClaimNext {
             endpoint: lane.endpoint.clone(),
-            in_order: lane.in_order,
+            route: lane.route.clone(),
+            order: lane.order,
             now_ms: now_ms(),
         });
         // The outcome must reach the database; until it does, the event stays `delivering`
@@ -401,13 +430,19 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         let next = loop {
             let recorded = lane
                 .store
-                .record_attempt(delivery.event_id, attempt, after.clone(), then.clone())
+                .record_attempt(
+                    delivery.event_id,
+                    delivery.route.clone(),
+                    attempt,
+                    after.clone(),
+                    then.clone(),
+                )
                 .await;
             match recorded {
                 Ok(next) => break next,
                 Err(StoreError::Closed) => return,
                 Err(e) => {
-                    tracing::error!(event_id = delivery.event_id, error = %e, "cannot record a delivery attempt; retrying");
+                    tracing::error!(event_id = delivery.event_id, route = %delivery.route, error = %e, "cannot record a delivery attempt; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
@@ -454,11 +489,13 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
     let error = after.error().unwrap_or("");
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     let (event_id, endpoint, attempt) = (d.event_id, d.endpoint.as_str(), d.attempt);
+    let route = d.route.as_str();
     if elapsed > SLOW_DELIVERY {
         tracing::warn!(
             event_id,
             endpoint,
             attempt,
+            route,
             latency_ms,
             "slow delivery (over 5 s)"
         );
@@ -469,6 +506,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
                 event_id,
                 endpoint,
                 attempt,
+                route,
                 latency_ms,
                 outcome = after.label(),
                 "delivery"
@@ -478,6 +516,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
             event_id,
             endpoint,
             attempt,
+            route,
             latency_ms,
             outcome = after.label(),
             retry_in_ms = at_ms - now_ms(),
@@ -488,6 +527,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
             event_id,
             endpoint,
             attempt,
+            route,
             latency_ms,
             outcome = after.label(),
             error,
@@ -549,6 +589,7 @@ mod tests {
         let d = Delivery {
             event_id: 7,
             endpoint: "pagarme".into(),
+            route: "default".into(),
             dedup_key: "k".into(),
             event_type: None,
             content_type: None,

@@ -208,7 +208,7 @@ impl Reloader {
         // Series first, so the first request to a new endpoint is counted in its own.
         self.metrics.configure(endpoints.iter().map(|e| Series {
             endpoint: &e.name,
-            forwards: e.forward.is_some(),
+            forwards: e.forwards(),
         }));
         if let Err(e) = self
             .worker
@@ -239,7 +239,7 @@ impl Reloader {
         tracing::info!(
             config = %self.source,
             endpoints = endpoints.len(),
-            forwarding = endpoints.iter().filter(|e| e.forward.is_some()).count(),
+            forwarding = endpoints.iter().filter(|e| e.forwards()).count(),
             "configuration reloaded"
         );
         restart_needed

@@ -70,7 +70,7 @@ fn status_of(server: &TestServer, id: i64) -> (String, u32) {
     server
         .db()
         .query_row(
-            "SELECT status, attempts FROM events WHERE id = ?1",
+            "SELECT status, attempts FROM deliveries WHERE event_id = ?1",
             [id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -470,7 +470,7 @@ async fn after_sigkill_a_restart_delivers_every_pending_and_interrupted_event() 
     let statuses: Vec<String> = {
         let conn = open_db(&db);
         let mut stmt = conn
-            .prepare("SELECT status FROM events ORDER BY id")
+            .prepare("SELECT status FROM deliveries ORDER BY event_id")
             .unwrap();
         stmt.query_map([], |r| r.get(0))
             .unwrap()

@@ -219,7 +219,7 @@ fn status_of(server: &TestServer, endpoint: &str) -> Option<(String, i64)> {
     server
         .db()
         .query_row(
-            "SELECT status, attempts FROM events WHERE endpoint = ?1",
+            "SELECT status, attempts FROM deliveries WHERE endpoint = ?1",
             [endpoint],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
