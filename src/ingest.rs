@@ -303,10 +303,17 @@ impl Intake {
             .into_iter()
             .map(|(route, order_key)| NewDelivery { route, order_key })
             .collect();
+        let unrouted = routes.is_empty() && endpoint.forwards();
         let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, routes);
         let outcome =
             match tokio::time::timeout(STORE_DEADLINE, self.store.insert_event(event)).await {
-                Ok(Ok(Inserted::New(id))) => Outcome::Accepted(id),
+                Ok(Ok(Inserted::New(id))) => {
+                    if unrouted {
+                        // No route takes this event type: stored only, and counted.
+                        self.metrics.unrouted(&endpoint.name);
+                    }
+                    Outcome::Accepted(id)
+                }
                 Ok(Ok(Inserted::Duplicate(id))) => Outcome::Duplicate(id),
                 Ok(Err(e)) => Outcome::StorageError(e.to_string()),
                 Err(_) => Outcome::StorageError(format!(

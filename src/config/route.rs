@@ -250,6 +250,89 @@ impl Validator<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::tests::{MINIMAL, parse, problems};
+
+    const ERP: &str = "[[endpoint.route]]\nname = \"erp\"\nevents = [\"order.paid\", \"charge.*\"]\n\
+        forward = { command = [\"/bin/true\"] }\nconcurrency = 4\norder_by = \"json:/data/id\"\n";
+    const AUDIT: &str = "[[endpoint.route]]\nname = \"audit\"\nforward = { url = \"http://127.0.0.1:3000/audit\" }\n";
+
+    #[test]
+    fn routes_parse_with_filters_order_and_their_own_settings() {
+        let config = parse(&format!("{MINIMAL}{ERP}{AUDIT}")).unwrap();
+        let routes = &config.endpoints[0].routes;
+        assert_eq!(routes.len(), 2);
+        let (erp, audit) = (&routes[0], &routes[1]);
+        assert_eq!((erp.name.as_str(), audit.name.as_str()), ("erp", "audit"));
+        assert_eq!(erp.forward.concurrency, 4);
+        assert_eq!(audit.forward.concurrency, 1);
+        assert!(erp.order_by.is_some() && audit.order_by.is_none());
+        assert!(erp.matches(Some("order.paid")) && erp.matches(Some("charge.refunded")));
+        assert!(!erp.matches(Some("order.created")) && !erp.matches(None));
+        assert!(audit.matches(None) && audit.matches(Some("anything")));
+        // The shorthand is one route, `default`, taking every event.
+        let shorthand = parse(&format!(
+            "{MINIMAL}forward = {{ command = [\"/bin/true\"] }}\n"
+        ))
+        .unwrap();
+        let [route] = shorthand.endpoints[0].routes.as_slice() else {
+            panic!("one route")
+        };
+        assert_eq!(route.name, SHORTHAND_ROUTE);
+        assert!(route.events.is_empty() && route.order_by.is_none());
+    }
+
+    #[test]
+    fn bad_routes_are_named_with_their_line() {
+        let twice = problems(&format!("{MINIMAL}{AUDIT}{AUDIT}"));
+        assert!(twice.contains("route[1] (line"), "{twice}");
+        assert!(
+            twice.contains("`audit` is used twice in this endpoint"),
+            "{twice}"
+        );
+        let both = problems(&format!(
+            "{MINIMAL}forward = {{ command = [\"/bin/true\"] }}\n{AUDIT}"
+        ));
+        assert!(both.contains("one-route shorthand"), "{both}");
+        let retry_too = problems(&format!("{MINIMAL}retry = [\"1s\"]\n{AUDIT}"));
+        assert!(retry_too.contains("one-route shorthand"), "{retry_too}");
+        let name = problems(&format!("{MINIMAL}{}", AUDIT.replace("audit", "a b")));
+        assert!(name.contains(".name: `a b` must be"), "{name}");
+        let glob = problems(&format!("{MINIMAL}{}", ERP.replace("charge.*", "charge.?")));
+        assert!(glob.contains(".events: `charge.?`"), "{glob}");
+        let empty = problems(&format!(
+            "{MINIMAL}{}",
+            ERP.replace("\"order.paid\", \"charge.*\"", "")
+        ));
+        assert!(empty.contains("an empty list matches nothing"), "{empty}");
+        let order = problems(&format!(
+            "{MINIMAL}{}",
+            ERP.replace("json:/data/id", "body-sha256")
+        ));
+        assert!(order.contains(".order_by: `body-sha256`"), "{order}");
+        let pointer = problems(&format!(
+            "{MINIMAL}{}",
+            ERP.replace("json:/data/id", "json:data")
+        ));
+        assert!(pointer.contains(".order_by:"), "{pointer}");
+        let no_forward = problems(&format!("{MINIMAL}[[endpoint.route]]\nname = \"x\"\n"));
+        assert!(
+            no_forward.contains("route[0] (line") && no_forward.contains(".forward: missing"),
+            "{no_forward}"
+        );
+        let no_name = problems(&format!(
+            "{MINIMAL}{}",
+            AUDIT.replace("name = \"audit\"\n", "")
+        ));
+        assert!(no_name.contains(".name: missing"), "{no_name}");
+        let bad_concurrency = problems(&format!(
+            "{MINIMAL}{}",
+            ERP.replace("concurrency = 4", "concurrency = 0")
+        ));
+        assert!(
+            bad_concurrency.contains("concurrency: must be between 1 and 64"),
+            "{bad_concurrency}"
+        );
+    }
 
     #[test]
     fn globs_match_with_star_as_any_run() {

@@ -315,10 +315,11 @@ async fn capture(stream: Option<impl AsyncRead + Unpin>, into: &mut Captured) {
 }
 
 /// `PORTARIA_*` variables describing the event. The parent environment is inherited too.
-fn delivery_env(d: &Delivery) -> [(&'static str, String); 7] {
+fn delivery_env(d: &Delivery) -> [(&'static str, String); 8] {
     [
         ("PORTARIA_EVENT_ID", d.event_id.to_string()),
         ("PORTARIA_ENDPOINT", env_value(&d.endpoint)),
+        ("PORTARIA_ROUTE", env_value(&d.route)),
         ("PORTARIA_DEDUP_KEY", env_value(&d.dedup_key)),
         (
             "PORTARIA_EVENT_TYPE",

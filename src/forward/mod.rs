@@ -476,7 +476,7 @@ async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt
     };
     log_attempt(delivery, &after, elapsed);
     lane.metrics
-        .delivery(&delivery.endpoint, after.label(), elapsed);
+        .delivery(&delivery.endpoint, &delivery.route, after.label(), elapsed);
     let tried = Tried {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),

@@ -206,10 +206,12 @@ impl Reloader {
 
         let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
         // Series first, so the first request to a new endpoint is counted in its own.
-        self.metrics.configure(endpoints.iter().map(|e| Series {
-            endpoint: &e.name,
-            forwards: e.forwards(),
-        }));
+        let routes = super::route_names(&endpoints);
+        self.metrics
+            .configure(endpoints.iter().zip(&routes).map(|(e, routes)| Series {
+                endpoint: &e.name,
+                routes,
+            }));
         if let Err(e) = self
             .worker
             .reconfigure(&endpoints, &config.secret_variables)

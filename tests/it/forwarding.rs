@@ -110,6 +110,7 @@ async fn a_command_gets_each_event_once_with_the_raw_body_and_metadata() {
     for expected in [
         "PORTARIA_EVENT_ID=1".to_string(),
         "PORTARIA_ENDPOINT=pagarme".to_string(),
+        "PORTARIA_ROUTE=default".to_string(),
         format!("PORTARIA_DEDUP_KEY={key}"),
         "PORTARIA_EVENT_TYPE=charge.paid".to_string(),
         "PORTARIA_ATTEMPT=1".to_string(),
@@ -187,6 +188,7 @@ async fn a_url_target_gets_the_headers_and_a_verifiable_standard_webhooks_signat
     assert_eq!(header("content-type").as_deref(), Some("application/json"));
     assert_eq!(header("portaria-event-id").as_deref(), Some("1"));
     assert_eq!(header("portaria-endpoint").as_deref(), Some("pagarme"));
+    assert_eq!(header("portaria-route").as_deref(), Some("default"));
     assert_eq!(
         header("portaria-event-type").as_deref(),
         Some("charge.paid")

@@ -26,6 +26,7 @@ mod receiver;
 mod reload;
 mod replay;
 mod retention;
+mod routes;
 mod sd_notify;
 mod secrets_everywhere;
 mod support;
