@@ -479,4 +479,65 @@ mod tests {
             Status::Delivered
         );
     }
+
+    #[test]
+    fn by_key_a_key_goes_one_at_a_time_and_a_keyless_delivery_alone() {
+        let (_dir, db) = temp_db();
+        let keyed = |key: Option<&str>| {
+            let id = row(&db, "e", &format!("k{key:?}{}", NOW), Status::Pending, 0);
+            db.conn
+                .execute(
+                    "UPDATE deliveries SET order_key = ?2, next_attempt_at = 0 WHERE event_id = ?1",
+                    params![id, key],
+                )
+                .unwrap();
+            id
+        };
+        let a1 = keyed(Some("A"));
+        let b1 = keyed(Some("B"));
+        let a2 = keyed(Some("A"));
+        let none1 = keyed(None);
+        let none2 = keyed(None);
+        let claim = || -> Vec<i64> {
+            claim_due(&db.conn, "e", "default", 10, Order::ByKey, NOW)
+                .unwrap()
+                .iter()
+                .map(|d| d.event_id)
+                .collect()
+        };
+        assert_eq!(
+            claim(),
+            [a1, b1, none1, none2],
+            "A's second waits for its first"
+        );
+        assert!(claim().is_empty(), "all heads are being delivered");
+        // A's head fails and waits for a retry: A's second still waits.
+        let tried = Tried {
+            attempt: 1,
+            started_at_ms: NOW,
+            duration_ms: 1,
+        };
+        let retry = AfterAttempt::RetryAt {
+            at_ms: NOW + 60_000,
+            error: "x".into(),
+        };
+        record_attempt(&db.conn, a1, "default", &tried, &retry).unwrap();
+        assert!(claim().is_empty());
+        assert_eq!(
+            next_due(&db.conn, "e", "default", Order::ByKey).unwrap(),
+            Some(NOW + 60_000)
+        );
+        record_attempt(&db.conn, a1, "default", &tried, &AfterAttempt::Delivered).unwrap();
+        assert!(
+            claim().is_empty(),
+            "a1 was pending, not delivering: the replay race rule"
+        );
+        db.conn
+            .execute(
+                "UPDATE deliveries SET status = 'delivered' WHERE event_id = ?1",
+                [a1],
+            )
+            .unwrap();
+        assert_eq!(claim(), [a2], "A's head done: its second goes");
+    }
 }

@@ -16,6 +16,7 @@ mod layout;
 mod locked;
 mod observability;
 mod oracle;
+mod ordering;
 mod partial_body;
 mod properties;
 mod providers_asym;
