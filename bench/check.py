@@ -24,6 +24,16 @@ import sys
 import time
 
 
+# Every delivery attempt: the failed and interrupted ones are rows of `attempts`; a delivered
+# one is recorded on its `deliveries` row (schema 4), which holds its duration.
+ALL_ATTEMPTS = (
+    "(SELECT started_at, duration_ms, outcome FROM attempts UNION ALL "
+    "SELECT finished_at - delivered_ms AS started_at, delivered_ms AS duration_ms, "
+    "'delivered' AS outcome FROM deliveries "
+    "WHERE status = 'delivered' AND delivered_ms IS NOT NULL)"
+)
+
+
 def read_lines(path):
     with open(path, encoding="ascii") as f:
         return [line.strip() for line in f if line.strip()]
@@ -190,7 +200,9 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
             )
 
     conn = connect(db)
-    spans = conn.execute("SELECT started_at, started_at + duration_ms FROM attempts").fetchall()
+    spans = conn.execute(
+        f"SELECT started_at, started_at + duration_ms FROM {ALL_ATTEMPTS}"
+    ).fetchall()
     failed_attempts = conn.execute(
         "SELECT count(*) FROM attempts WHERE outcome != 'delivered'"
     ).fetchone()[0]
@@ -199,7 +211,7 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
     ).fetchone()
     attempts = conn.execute(
         "SELECT count(*), avg(duration_ms), sum(outcome = 'delivered'), "
-        "min(started_at), max(started_at + duration_ms) FROM attempts"
+        f"min(started_at), max(started_at + duration_ms) FROM {ALL_ATTEMPTS}"
     ).fetchone()
     conn.close()
     # At least once allows a repeat only after an attempt that did not end delivered; with
@@ -307,7 +319,7 @@ def attempt_window(db, after_ms):
     conn = connect(db)
     row = conn.execute(
         "SELECT count(*), min(started_at), max(started_at + duration_ms), avg(duration_ms) "
-        "FROM attempts WHERE started_at >= ?",
+        f"FROM {ALL_ATTEMPTS} WHERE started_at >= ?",
         (after_ms,),
     ).fetchone()
     conn.close()

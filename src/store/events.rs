@@ -197,9 +197,14 @@ pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<R
 }
 
 pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
+    // The failed and interrupted attempts have rows; a delivered one is its delivery row.
     let mut stmt = conn.prepare_cached(
-        "SELECT attempt, started_at, duration_ms, outcome, error, route FROM attempts \
-         WHERE event_id = ?1 ORDER BY id",
+        "SELECT attempt, started_at, duration_ms, outcome, error, route, id FROM attempts \
+         WHERE event_id = ?1 \
+         UNION ALL SELECT attempts, finished_at - delivered_ms, delivered_ms, 'delivered', \
+           NULL, route, NULL FROM deliveries \
+         WHERE event_id = ?1 AND status = 'delivered' AND delivered_ms IS NOT NULL \
+         ORDER BY 2, 7",
     )?;
     stmt.query_map([event_id], |r| {
         Ok(Attempt {
@@ -217,10 +222,21 @@ pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec
 /// Puts the chosen deliveries back to pending, due now, and their events with them; returns
 /// how many events.
 fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
+    let (id, route, endpoint) = (only.id, only.route, only.endpoint);
+    // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
+    // its own first, so the history keeps it.
+    conn.execute(
+        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
+         SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, 'delivered' \
+         FROM deliveries WHERE status = 'delivered' AND delivered_ms IS NOT NULL \
+         AND ?1 = 0 AND (?2 IS NULL OR event_id = ?2) AND (?3 IS NULL OR endpoint = ?3) \
+         AND (?4 IS NULL OR route = ?4)",
+        params![only.dead, id, endpoint, route],
+    )?;
     let events: std::collections::BTreeSet<i64> = conn
         .prepare(
             "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, \
-             last_error = NULL, finished_at = NULL \
+             last_error = NULL, finished_at = NULL, delivered_ms = NULL \
              WHERE status != 'delivering' AND (?2 IS NULL OR event_id = ?2) \
              AND (?3 = 0 OR status = 'dead') AND (?4 IS NULL OR endpoint = ?4) \
              AND (?5 IS NULL OR route = ?5) RETURNING event_id",

@@ -227,20 +227,17 @@ pub(super) fn next_due_by_key() -> String {
     )
 }
 
-/// An event's status from its deliveries (?1 the event, ?2 now): pending while any is
-/// unfinished, then delivered if every one was, else dead.
+/// An event's status from its deliveries once the last one finished (?1 the event, ?2 now):
+/// delivered if every one was, else dead. While one is unfinished, the row (pending) is left
+/// as it is.
 pub(super) const ROLL_UP: &str = "UPDATE events SET \
      status = CASE \
-       WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 \
-                    AND status IN ('pending', 'delivering')) THEN 'pending' \
        WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND status = 'dead') \
             THEN 'dead' \
        ELSE 'delivered' END, \
-     finished_at = CASE \
-       WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 \
-                    AND status IN ('pending', 'delivering')) THEN NULL \
-       ELSE ?2 END \
-     WHERE id = ?1";
+     finished_at = ?2 \
+     WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 \
+       AND status IN ('pending', 'delivering'))";
 
 pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
     let interrupted: Vec<(i64, String, u32)> = conn
@@ -353,19 +350,26 @@ pub(super) fn record_attempt(
     attempt: &Tried,
     after: &AfterAttempt,
 ) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome, \
-         error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-    )?
-    .execute(params![
-        event_id,
-        route,
-        attempt.attempt,
-        attempt.started_at_ms,
-        attempt.duration_ms,
-        after.recorded_as(),
-        after.error()
-    ])?;
+    // A delivered attempt is recorded on the delivery row itself (`delivered_ms`); only the
+    // failed ones get a row of their own (and a delivered one whose row moved on meanwhile).
+    let insert_row = |conn: &Connection| -> rusqlite::Result<usize> {
+        conn.prepare_cached(
+            "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome, \
+             error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            event_id,
+            route,
+            attempt.attempt,
+            attempt.started_at_ms,
+            attempt.duration_ms,
+            after.recorded_as(),
+            after.error()
+        ])
+    };
+    if *after != AfterAttempt::Delivered {
+        insert_row(conn)?;
+    }
     let (status, next) = match after {
         AfterAttempt::Delivered => (Status::Delivered, None),
         AfterAttempt::RetryAt { at_ms, .. } => (Status::Pending, Some(*at_ms)),
@@ -376,7 +380,8 @@ pub(super) fn record_attempt(
     let moved = conn
         .prepare_cached(
             "UPDATE deliveries SET status = ?3, next_attempt_at = ?4, last_error = ?5, \
-             finished_at = CASE WHEN ?3 IN ('delivered', 'dead') THEN ?6 END \
+             finished_at = CASE WHEN ?3 IN ('delivered', 'dead') THEN ?6 END, \
+             delivered_ms = CASE WHEN ?3 = 'delivered' THEN ?7 END \
              WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
         )?
         .execute(params![
@@ -385,9 +390,16 @@ pub(super) fn record_attempt(
             status.as_str(),
             next,
             after.error(),
-            finished
+            finished,
+            attempt.duration_ms
         ])?;
-    // A retry leaves the event pending; a finished delivery may finish the event.
+    if moved == 0 && *after == AfterAttempt::Delivered {
+        // A replay (or a recovery elsewhere) won the race: the row is not ours to finish, but
+        // the attempt happened and its history keeps it.
+        insert_row(conn)?;
+    }
+    // A retry leaves the event pending; the last delivery to finish finishes the event (the
+    // roll-up is written only then: an unchanged row rewritten is a page written).
     if moved == 1 && next.is_none() {
         conn.prepare_cached(ROLL_UP)?
             .execute(params![event_id, finished])?;

@@ -68,7 +68,10 @@ CREATE TABLE meta (
 /// roll-up: `stored` when no route took the event, `pending` while any delivery is unfinished,
 /// then `delivered` when every one is, else `dead`. The queue and dead indexes are partial, so
 /// the worker's reads and `/metrics` stay small however many finished rows there are;
-/// `deliveries_order` finds the earlier unfinished deliveries of one ordering key.
+/// `deliveries_order` finds the earlier unfinished deliveries of one ordering key. A delivered
+/// attempt has no `attempts` row: the delivery row itself records it (`attempts`,
+/// `finished_at`, `delivered_ms`), one row less to write per delivered event; `attempts` holds
+/// the failed and interrupted ones.
 const DELIVERIES: &str = "
 CREATE TABLE deliveries (
     event_id        INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
@@ -80,6 +83,7 @@ CREATE TABLE deliveries (
     next_attempt_at INTEGER,            -- unix milliseconds, while pending
     last_error      TEXT,
     finished_at     INTEGER,            -- when it was delivered or went dead
+    delivered_ms    INTEGER,            -- the delivered attempt's duration: its only record
     order_key       TEXT,               -- the route's `order_by` value, if it has one
     PRIMARY KEY (event_id, route)
 ) WITHOUT ROWID;

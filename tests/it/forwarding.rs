@@ -77,14 +77,16 @@ fn status_of(server: &TestServer, id: i64) -> (String, u32) {
         .unwrap()
 }
 
+/// An event's attempts as `events show` lists them: the failed ones have rows of their own,
+/// the delivered one is recorded on its delivery row (schema 4).
 fn attempt_outcomes(server: &TestServer, id: i64) -> Vec<(String, Option<String>)> {
-    let conn = server.db();
-    let mut stmt = conn
-        .prepare("SELECT outcome, error FROM attempts WHERE event_id = ?1 ORDER BY id")
-        .unwrap();
-    stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))
+    let db = portaria::store::Db::open(&server.db).unwrap();
+    db.event(id)
         .unwrap()
-        .map(Result::unwrap)
+        .unwrap()
+        .attempts
+        .into_iter()
+        .map(|a| (a.outcome, a.error))
         .collect()
 }
 

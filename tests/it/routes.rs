@@ -233,14 +233,25 @@ async fn a_dead_route_is_replayed_alone_from_the_command_line() {
         .unwrap();
     assert_eq!(status, "delivered");
     assert_eq!(audit.count(), 2, "audit was not sent the event again");
-    let audit_attempts: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM attempts WHERE event_id = 1 AND route = 'audit'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    assert_eq!(audit_attempts, 1);
+    let history = portaria::store::Db::open(&db)
+        .unwrap()
+        .event(1)
+        .unwrap()
+        .unwrap()
+        .attempts;
+    let of = |route: &str| -> Vec<(u32, String)> {
+        history
+            .iter()
+            .filter(|a| a.route == route)
+            .map(|a| (a.attempt, a.outcome.clone()))
+            .collect()
+    };
+    assert_eq!(of("audit"), [(1, "delivered".to_string())]);
+    assert_eq!(
+        of("erp"),
+        [(1, "failed".to_string()), (1, "delivered".to_string())],
+        "the dead attempt, then the replay's"
+    );
     // Nothing dead is left for `--dead --route erp`.
     let none = ok_stdout(&run_cli(
         &[
