@@ -40,7 +40,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, Order, Store, StoreError, Tried};
+use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, Store, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -374,25 +374,27 @@ async fn start_due(
     slots: &mut JoinSet<()>,
 ) -> Result<Option<i64>, StoreError> {
     let mut wake_at: Option<i64> = None;
-    for (index, lane) in lanes.iter_mut().enumerate() {
-        if lane.free() == 0 {
-            continue;
-        }
-        let (endpoint, route) = (lane.shared.endpoint.clone(), lane.shared.route.clone());
-        let order = lane.shared.order;
-        let claimed = store
-            .claim_due(
-                endpoint.clone(),
-                route.clone(),
-                lane.free(),
-                order,
-                now_ms(),
-            )
-            .await?;
-        if !claimed.is_empty() {
+    // Every lane with room, in one round trip and one commit.
+    let with_room: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].free() > 0).collect();
+    if with_room.is_empty() {
+        return Ok(None);
+    }
+    let asks = with_room
+        .iter()
+        .map(|&i| LaneClaim {
+            endpoint: lanes[i].shared.endpoint.clone(),
+            route: lanes[i].shared.route.clone(),
+            limit: lanes[i].free(),
+            order: lanes[i].shared.order,
+        })
+        .collect();
+    let answers = store.claim_lanes(asks, now_ms()).await?;
+    for (index, claimed) in with_room.into_iter().zip(answers) {
+        let lane = &mut lanes[index];
+        if !claimed.deliveries.is_empty() {
             crate::fault::panic_if("panic-worker");
         }
-        for event in claimed {
+        for event in claimed.deliveries {
             lane.in_flight += 1;
             let slot = run_slot(lane.shared.clone(), event, shutdown.clone());
             let done = done.clone();
@@ -402,7 +404,7 @@ async fn start_due(
             }));
         }
         if lane.free() > 0
-            && let Some(due) = store.next_due(endpoint, route, order).await?
+            && let Some(due) = claimed.next_due
         {
             wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
         }

@@ -43,6 +43,23 @@ pub enum Order {
     ByKey,
 }
 
+/// One lane's share of [`Store::claim_lanes`]: claim up to `limit` of its due deliveries.
+#[derive(Debug, Clone)]
+pub struct LaneClaim {
+    pub endpoint: String,
+    pub route: String,
+    pub limit: usize,
+    pub order: Order,
+}
+
+/// What [`Store::claim_lanes`] found for one lane.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub deliveries: Vec<Delivery>,
+    /// When its next delivery is due, if it still has room after these (None: none waits).
+    pub next_due: Option<i64>,
+}
+
 /// After recording an attempt, claim the next due delivery of this lane.
 #[derive(Debug, Clone)]
 pub struct ClaimNext {
@@ -125,29 +142,33 @@ impl Store {
         .await
     }
 
-    /// Claims up to `limit` due deliveries of one lane, as `order` allows.
-    pub async fn claim_due(
+    /// Claims the due deliveries of several lanes in one transaction (the worker loop's round:
+    /// the deliveries of one event to its routes share pages, and so one commit), and says
+    /// when each lane with room left is next due.
+    pub async fn claim_lanes(
         &self,
-        endpoint: String,
-        route: String,
-        limit: usize,
-        order: Order,
+        lanes: Vec<LaneClaim>,
         now_ms: i64,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        self.run_bookkeeping(move |conn| claim_due(conn, &endpoint, &route, limit, order, now_ms))
-            .await
-    }
-
-    /// When the next delivery of a lane that `order` lets go becomes due, or None if none is
-    /// waiting.
-    pub async fn next_due(
-        &self,
-        endpoint: String,
-        route: String,
-        order: Order,
-    ) -> Result<Option<i64>, StoreError> {
-        self.run_bookkeeping(move |conn| next_due(conn, &endpoint, &route, order))
-            .await
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.run_bookkeeping(move |conn| {
+            lanes
+                .iter()
+                .map(|l| {
+                    let deliveries =
+                        claim_due(conn, &l.endpoint, &l.route, l.limit, l.order, now_ms)?;
+                    let next_due = if deliveries.len() < l.limit {
+                        next_due(conn, &l.endpoint, &l.route, l.order)?
+                    } else {
+                        None
+                    };
+                    Ok(Claimed {
+                        deliveries,
+                        next_due,
+                    })
+                })
+                .collect()
+        })
+        .await
     }
 
     /// Records one attempt and moves the delivery on; with `then`, claims the lane's next due

@@ -68,6 +68,8 @@ CREATE TABLE meta (
 /// roll-up: `stored` when no route took the event, `pending` while any delivery is unfinished,
 /// then `delivered` when every one is, else `dead`. The queue and dead indexes are partial, so
 /// the worker's reads and `/metrics` stay small however many finished rows there are;
+/// `status` comes after the due time in the queue index, so a claim (pending to delivering)
+/// rewrites its entry in place, on the same leaf, instead of moving it to another one;
 /// `deliveries_order` finds the earlier unfinished deliveries of one ordering key. A delivered
 /// attempt has no `attempts` row: the delivery row itself records it (`attempts`,
 /// `finished_at`, `delivered_ms`), one row less to write per delivered event; `attempts` holds
@@ -87,7 +89,7 @@ CREATE TABLE deliveries (
     order_key       TEXT,               -- the route's `order_by` value, if it has one
     PRIMARY KEY (event_id, route)
 ) WITHOUT ROWID;
-CREATE INDEX deliveries_queue ON deliveries (endpoint, route, status, next_attempt_at)
+CREATE INDEX deliveries_queue ON deliveries (endpoint, route, next_attempt_at, status)
     WHERE status IN ('pending', 'delivering');
 CREATE INDEX deliveries_dead ON deliveries (endpoint, route) WHERE status = 'dead';
 CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key)
