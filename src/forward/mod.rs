@@ -28,6 +28,7 @@
 
 pub mod command;
 pub mod http;
+pub mod rollup;
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -103,6 +104,8 @@ struct LaneShared {
     /// Set when a reload replaced or removed this lane: its slots finish the attempt they are
     /// running and then claim nothing more.
     retired: AtomicBool,
+    /// Events whose delivery here finished, for their roll-up status ([`rollup`]).
+    finished: mpsc::UnboundedSender<i64>,
 }
 
 impl Lane {
@@ -114,6 +117,7 @@ impl Lane {
         hide_env: &[String],
         store: &Store,
         metrics: &Arc<Metrics>,
+        finished: &mpsc::UnboundedSender<i64>,
     ) -> Lane {
         let forward = &route.forward;
         let runner = match &forward.target {
@@ -142,6 +146,7 @@ impl Lane {
                 store: store.clone(),
                 metrics: metrics.clone(),
                 retired: AtomicBool::new(false),
+                finished: finished.clone(),
             }),
             concurrency: forward.concurrency,
             in_flight: 0,
@@ -193,6 +198,8 @@ pub struct Worker {
     new_event: Arc<Notify>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
+    /// Writes the events' roll-up status in batches; stopped after the worker task.
+    rollup: rollup::RollUp,
 }
 
 impl Worker {
@@ -217,6 +224,7 @@ impl Worker {
         let mut worker = Worker {
             task: None,
             lanes: None,
+            rollup: rollup::RollUp::start(store.clone()),
             store,
             new_event,
             metrics,
@@ -234,13 +242,20 @@ impl Worker {
         endpoints: &[Arc<Endpoint>],
         hide_env: &[String],
     ) -> Result<(), StoreError> {
+        let finished = self.rollup.sender();
         let lanes: Vec<Lane> = endpoints
             .iter()
             .flat_map(|endpoint| {
-                endpoint
-                    .routes
-                    .iter()
-                    .map(|route| Lane::new(endpoint, route, hide_env, &self.store, &self.metrics))
+                endpoint.routes.iter().map(|route| {
+                    Lane::new(
+                        endpoint,
+                        route,
+                        hide_env,
+                        &self.store,
+                        &self.metrics,
+                        &finished,
+                    )
+                })
             })
             .collect();
         // Deliveries accepted for a route that is now gone (or whose endpoint is) would wait
@@ -281,6 +296,8 @@ impl Worker {
         if let Some(task) = self.task {
             let _ = task.await;
         }
+        // The slots (and their lanes' senders) are gone: the last roll-ups are written now.
+        self.rollup.stop().await;
     }
 }
 
@@ -450,6 +467,10 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
                 }
             }
         };
+        if matches!(after, AfterAttempt::Delivered | AfterAttempt::Dead { .. }) {
+            // The task outlives every slot (it is stopped after the worker).
+            let _ = lane.finished.send(delivery.event_id);
+        }
         match next {
             Some(claimed) => delivery = claimed,
             None => return,

@@ -131,12 +131,21 @@ struct Replay<'a> {
     route: Option<&'a str>,
 }
 
-/// An event's listed status: its roll-up, or `delivering` while one of its deliveries is.
+/// An event's listed status: its roll-up; for a pending event, what its deliveries say now
+/// (`delivering` while one of them is, and `delivered` or `dead` before the worker's batched
+/// roll-up has written it), so a listing never lags the deliveries.
 macro_rules! listed_status {
     () => {
-        "CASE WHEN events.status = 'pending' AND EXISTS (SELECT 1 FROM deliveries d \
-         WHERE d.event_id = events.id AND d.status = 'delivering') THEN 'delivering' \
-         ELSE events.status END"
+        "CASE WHEN events.status != 'pending' THEN events.status \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+           AND d.status = 'delivering') THEN 'delivering' \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+           AND d.status = 'pending') THEN 'pending' \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+           AND d.status = 'dead') THEN 'dead' \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id) \
+           THEN 'delivered' \
+         ELSE 'pending' END"
     };
 }
 

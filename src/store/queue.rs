@@ -197,6 +197,19 @@ impl Store {
         .await
     }
 
+    /// Writes these events' roll-up status, each whose deliveries are all finished (the
+    /// others are left pending), in one transaction.
+    pub async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
+        self.run_bookkeeping(move |conn| {
+            let mut roll_up = conn.prepare_cached(ROLL_UP)?;
+            for id in event_ids {
+                roll_up.execute([id])?;
+            }
+            Ok(())
+        })
+        .await
+    }
+
     /// SQLite's `data_version`: changes when another connection (say, `portaria events
     /// replay`) commits to the file.
     pub async fn data_version(&self) -> Result<i64, StoreError> {
@@ -248,17 +261,31 @@ pub(super) fn next_due_by_key() -> String {
     )
 }
 
-/// An event's status from its deliveries once the last one finished (?1 the event, ?2 now):
-/// delivered if every one was, else dead. While one is unfinished, the row (pending) is left
-/// as it is.
-pub(super) const ROLL_UP: &str = "UPDATE events SET \
-     status = CASE \
-       WHEN EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 AND status = 'dead') \
-            THEN 'dead' \
-       ELSE 'delivered' END, \
-     finished_at = ?2 \
-     WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM deliveries WHERE event_id = ?1 \
-       AND status IN ('pending', 'delivering'))";
+/// A pending event's status from its deliveries once the last one finished (the worker's
+/// roll-up, in batches: `forward::rollup`): delivered if every one was, else dead, finished
+/// when its last delivery was. While one is unfinished, the row is left as it is.
+macro_rules! roll_up {
+    ($which:literal) => {
+        concat!(
+            "UPDATE events SET \
+             status = CASE WHEN EXISTS (SELECT 1 FROM deliveries AS d \
+               WHERE d.event_id = events.id AND d.status = 'dead') THEN 'dead' \
+               ELSE 'delivered' END, \
+             finished_at = (SELECT max(d.finished_at) FROM deliveries AS d \
+               WHERE d.event_id = events.id) \
+             WHERE ",
+            $which,
+            " AND status = 'pending' \
+             AND EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = events.id) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = events.id \
+               AND d.status IN ('pending', 'delivering'))"
+        )
+    };
+}
+/// One event (?1).
+pub(super) const ROLL_UP: &str = roll_up!("id = ?1");
+/// Every event, at start-up: the batches a crash cut off (a walk of `events`, once).
+pub(super) const ROLL_UP_ALL: &str = roll_up!("1");
 
 pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
     let interrupted: Vec<(i64, String, u32)> = conn
@@ -277,6 +304,8 @@ pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize>
         record.execute(params![id, route, attempt, now_ms])?;
         requeue.execute(params![id, route, now_ms])?;
     }
+    // Roll-ups a stop cut off before they were written.
+    conn.execute(ROLL_UP_ALL, [])?;
     Ok(interrupted.len())
 }
 
@@ -419,12 +448,7 @@ pub(super) fn record_attempt(
         // the attempt happened and its history keeps it.
         insert_row(conn)?;
     }
-    // A retry leaves the event pending; the last delivery to finish finishes the event (the
-    // roll-up is written only then: an unchanged row rewritten is a page written).
-    if moved == 1 && next.is_none() {
-        conn.prepare_cached(ROLL_UP)?
-            .execute(params![event_id, finished])?;
-    }
+    // The event's roll-up status is the worker's to write, in batches (`Store::roll_up`).
     Ok(())
 }
 
@@ -507,10 +531,51 @@ mod tests {
         let id = row(&db, "b", "k", Status::Pending, 0);
         claim_due(&db.conn, "b", "default", 1, Order::Strict, NOW).unwrap();
         record_attempt(&db.conn, id, "default", &attempt, &AfterAttempt::Delivered).unwrap();
+        let delivery = &db.event(id).unwrap().unwrap().routes[0];
+        assert_eq!(delivery.status, Status::Delivered);
+        // The event follows with the worker's roll-up.
+        db.conn.execute(ROLL_UP, [id]).unwrap();
         assert_eq!(
             db.event(id).unwrap().unwrap().summary.status,
             Status::Delivered
         );
+    }
+
+    #[test]
+    fn the_roll_up_finishes_an_event_only_with_its_last_delivery() {
+        let (_dir, db) = temp_db();
+        let id = row(&db, "a", "k", Status::Pending, 0);
+        db.conn
+            .execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status, next_attempt_at) \
+                 VALUES (?1, 'audit', 'a', 'pending', 0)",
+                [id],
+            )
+            .unwrap();
+        let status = |db: &Db| db.event(id).unwrap().unwrap().summary.status;
+        let finish = |route: &str, status: &str| {
+            db.conn
+                .execute(
+                    "UPDATE deliveries SET status = ?3, finished_at = ?4 \
+                     WHERE event_id = ?1 AND route = ?2",
+                    params![id, route, status, NOW],
+                )
+                .unwrap();
+        };
+        finish("default", "dead");
+        db.conn.execute(ROLL_UP, [id]).unwrap();
+        assert_eq!(status(&db), Status::Pending, "audit is unfinished");
+        finish("audit", "delivered");
+        // A roll-up lost to a crash is written at the next start, by recovery.
+        recover(&db.conn, NOW).unwrap();
+        assert_eq!(status(&db), Status::Dead, "one route went dead");
+        let finished: Option<i64> = db
+            .conn
+            .query_row("SELECT finished_at FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(finished, Some(NOW));
     }
 
     #[test]

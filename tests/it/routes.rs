@@ -201,10 +201,15 @@ async fn a_dead_route_is_replayed_alone_from_the_command_line() {
         delivery_status(&conn, 2, "erp").as_deref() == Some("delivered") && audit.count() == 2
     })
     .await;
-    let status: String = conn
-        .query_row("SELECT status FROM events WHERE id = 1", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(status, "dead", "a dead route makes its event dead");
+    let event_status = || -> String {
+        conn.query_row("SELECT status FROM events WHERE id = 1", [], |r| r.get(0))
+            .unwrap()
+    };
+    // The roll-up follows its deliveries within a moment (written in batches).
+    eventually(WAIT, "a dead route makes its event dead", || {
+        event_status() == "dead"
+    })
+    .await;
     let shown = ok_stdout(&run_cli(&["events", "show", "1"], &config));
     assert!(
         shown.contains("route erp: dead, 1 attempt(s): exit status 3"),
@@ -228,10 +233,10 @@ async fn a_dead_route_is_replayed_alone_from_the_command_line() {
         delivery_status(&conn, 1, "erp").as_deref() == Some("delivered")
     })
     .await;
-    let status: String = conn
-        .query_row("SELECT status FROM events WHERE id = 1", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(status, "delivered");
+    eventually(WAIT, "the event delivered", || {
+        event_status() == "delivered"
+    })
+    .await;
     assert_eq!(audit.count(), 2, "audit was not sent the event again");
     let history = portaria::store::Db::open(&db)
         .unwrap()
