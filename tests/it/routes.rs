@@ -329,3 +329,29 @@ async fn deliveries_of_a_removed_route_stay_visible_and_are_warned_about_at_star
         "still listed as pending: {listed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_writes_the_roll_up_of_deliveries_just_finished() {
+    let work = tempfile::tempdir().unwrap();
+    let program = recorder(work.path(), "exit 0");
+    let route = format!(
+        "[[endpoint.route]]\nname = \"erp\"\nforward = {{ command = [\"{}\"] }}\n",
+        program.display()
+    );
+    let mut server = TestServer::start("", &route).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    let db = server.db();
+    eventually(WAIT, "delivered", || {
+        delivery_status(&db, 1, "erp").as_deref() == Some("delivered")
+    })
+    .await;
+    // Well within the roll-up's 250 ms batch: the stop must write it, not drop it.
+    server.shutdown().await;
+    let status: String = db
+        .query_row("SELECT status FROM events WHERE id = 1", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(status, "delivered");
+}
