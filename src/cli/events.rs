@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{EventsCommand, existing_database};
-use crate::store::{Db, EventDetail, EventSummary, ListFilter, Status};
+use crate::store::{Db, EventDetail, EventSummary, ListFilter, RouteState, Status};
 use crate::time::{now_ms, rfc3339};
 
 /// Runs `events list`, `events show` or `events replay`.
@@ -34,7 +34,12 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
                 .list(&filter)
                 .map_err(|e| format!("cannot list events: {e}"))?;
             closed_pipe_is_done(if args.json {
-                write_json(&mut out, &events)
+                let routes = events
+                    .iter()
+                    .map(|e| db.routes(e.id))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("cannot list events: {e}"))?;
+                write_json(&mut out, &events, &routes)
             } else {
                 write_table(&mut out, &events)
             })
@@ -120,7 +125,19 @@ fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result
     Ok(())
 }
 
-fn summary_json(e: &EventSummary) -> serde_json::Value {
+fn summary_json(e: &EventSummary, routes: &[RouteState]) -> serde_json::Value {
+    let routes: Vec<serde_json::Value> = routes
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "route": r.route,
+                "status": r.status.as_str(),
+                "attempts": r.attempts,
+                "next_attempt_at": r.next_attempt_at_ms.map(rfc3339),
+                "last_error": r.last_error,
+            })
+        })
+        .collect();
     serde_json::json!({
         "id": e.id,
         "endpoint": e.endpoint,
@@ -131,12 +148,17 @@ fn summary_json(e: &EventSummary) -> serde_json::Value {
         "attempts": e.attempts,
         "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
         "last_error": e.last_error,
+        "routes": routes,
     })
 }
 
-fn write_json(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
-    for e in events {
-        writeln!(out, "{}", summary_json(e))?;
+fn write_json(
+    out: &mut impl Write,
+    events: &[EventSummary],
+    routes: &[Vec<RouteState>],
+) -> std::io::Result<()> {
+    for (e, routes) in events.iter().zip(routes) {
+        writeln!(out, "{}", summary_json(e, routes))?;
     }
     Ok(())
 }

@@ -78,6 +78,11 @@ impl Db {
         Ok(event(&self.conn, id)?)
     }
 
+    /// An event's delivery to each route it matched (none for a stored event).
+    pub fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
+        Ok(routes(&self.conn, id)?)
+    }
+
     /// Puts one event's deliveries (to `route` only, if given) back to pending with a fresh
     /// schedule. Returns false if it has no such delivery that is not being delivered right
     /// now (a stored event has none).

@@ -210,6 +210,15 @@ async fn a_dead_route_is_replayed_alone_from_the_command_line() {
         event_status() == "dead"
     })
     .await;
+    let listed = ok_stdout(&run_cli(&["events", "list", "--json"], &config));
+    let first: serde_json::Value = serde_json::from_str(listed.lines().last().unwrap()).unwrap();
+    assert_eq!(first["id"], 1);
+    assert_eq!(first["status"], "dead");
+    assert_eq!(first["routes"][0]["route"], "audit");
+    assert_eq!(first["routes"][0]["status"], "delivered");
+    assert_eq!(first["routes"][1]["route"], "erp");
+    assert_eq!(first["routes"][1]["status"], "dead");
+    assert_eq!(first["routes"][1]["last_error"], "exit status 3");
     let shown = ok_stdout(&run_cli(&["events", "show", "1"], &config));
     assert!(
         shown.contains("route erp: dead, 1 attempt(s): exit status 3"),
