@@ -155,15 +155,21 @@ macro_rules! listed_status {
 }
 
 /// An event's summary columns, its deliveries rolled up (see [`EventSummary`]).
-pub(super) const SUMMARY: &str = concat!(
-    "events.id, events.endpoint, dedup_key, event_type, received_at, ",
-    listed_status!(),
-    ", (SELECT coalesce(sum(d.attempts), 0) FROM deliveries d WHERE d.event_id = events.id), \
-     (SELECT min(d.next_attempt_at) FROM deliveries d \
-       WHERE d.event_id = events.id AND d.status = 'pending'), \
-     (SELECT d.last_error FROM deliveries d \
-       WHERE d.event_id = events.id AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1)"
-);
+macro_rules! summary_columns {
+    () => {
+        concat!(
+            "events.id, events.endpoint, dedup_key, event_type, received_at, ",
+            listed_status!(),
+            ", (SELECT coalesce(sum(d.attempts), 0) FROM deliveries d \
+               WHERE d.event_id = events.id), \
+             (SELECT min(d.next_attempt_at) FROM deliveries d \
+               WHERE d.event_id = events.id AND d.status = 'pending'), \
+             (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
+               AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1)"
+        )
+    };
+}
+pub(super) const SUMMARY: &str = summary_columns!();
 
 pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     Ok(EventSummary {
@@ -270,14 +276,9 @@ fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result
 
 fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
     let mut stmt = conn.prepare_cached(concat!(
-        "SELECT events.id, events.endpoint, dedup_key, event_type, received_at, ",
-        listed_status!(),
-        ", (SELECT coalesce(sum(d.attempts), 0) FROM deliveries d WHERE d.event_id = events.id), \
-         (SELECT min(d.next_attempt_at) FROM deliveries d \
-           WHERE d.event_id = events.id AND d.status = 'pending'), \
-         (SELECT d.last_error FROM deliveries d \
-           WHERE d.event_id = events.id AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1) \
-         FROM events WHERE (?1 IS NULL OR endpoint = ?1) AND (?2 IS NULL OR ",
+        "SELECT ",
+        summary_columns!(),
+        " FROM events WHERE (?1 IS NULL OR endpoint = ?1) AND (?2 IS NULL OR ",
         listed_status!(),
         " = ?2) ORDER BY id DESC LIMIT ?3"
     ))?;
