@@ -11,6 +11,9 @@ Subcommands:
   intake    DB LOADGEN_JSON ACKED BAD OUT   every acked event stored once, nothing else stored
   delivered DB ACKED OUT [--wait S] [--seen-ids FILE | --seen-keys FILE]
             wait until every acked event is delivered, then check the target saw each one
+  routes    DB ACKED OUT --wait S --route NAME SEEN_FILE [--route NAME SEEN_FILE ...]
+            wait until every acked event is delivered, then check each route delivered each
+            event once (its `deliveries` row delivered, its command saw the id once)
   summary   WORK_DIR MODE RESULTS_JSON      the table and the results file
 """
 
@@ -19,6 +22,16 @@ import json
 import sqlite3
 import sys
 import time
+
+
+# Every delivery attempt: the failed and interrupted ones are rows of `attempts`; a delivered
+# one is recorded on its `deliveries` row (schema 4), which holds its duration.
+ALL_ATTEMPTS = (
+    "(SELECT started_at, duration_ms, outcome FROM attempts UNION ALL "
+    "SELECT finished_at - delivered_ms AS started_at, delivered_ms AS duration_ms, "
+    "'delivered' AS outcome FROM deliveries "
+    "WHERE status = 'delivered' AND delivered_ms IS NOT NULL)"
+)
 
 
 def read_lines(path):
@@ -187,7 +200,9 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
             )
 
     conn = connect(db)
-    spans = conn.execute("SELECT started_at, started_at + duration_ms FROM attempts").fetchall()
+    spans = conn.execute(
+        f"SELECT started_at, started_at + duration_ms FROM {ALL_ATTEMPTS}"
+    ).fetchall()
     failed_attempts = conn.execute(
         "SELECT count(*) FROM attempts WHERE outcome != 'delivered'"
     ).fetchone()[0]
@@ -196,7 +211,7 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
     ).fetchone()
     attempts = conn.execute(
         "SELECT count(*), avg(duration_ms), sum(outcome = 'delivered'), "
-        "min(started_at), max(started_at + duration_ms) FROM attempts"
+        f"min(started_at), max(started_at + duration_ms) FROM {ALL_ATTEMPTS}"
     ).fetchone()
     conn.close()
     # At least once allows a repeat only after an attempt that did not end delivered; with
@@ -224,6 +239,68 @@ def delivered(db, acked_path, out, wait_secs, seen_ids=None, seen_keys=None, pha
     return verdict(out, phase, misses, facts)
 
 
+def routes(db, acked_path, out, wait_secs, routes_seen, phase="routes"):
+    """Every acknowledged event delivered once per route it matched: each route's delivery
+    row is `delivered`, and that route's command saw the event's id exactly once (twice only
+    after a failed attempt of that route)."""
+    acked = set(read_lines(acked_path))
+    names = [name for name, _ in routes_seen]
+    misses = []
+    deadline = time.monotonic() + wait_secs
+    started = time.monotonic()
+    while True:
+        conn = connect(db)
+        rows = conn.execute("SELECT id, dedup_key, status FROM events").fetchall()
+        conn.close()
+        status_of = {key: status for _, key, status in rows}
+        waiting = [k for k in acked if status_of.get(k) != "delivered"]
+        if not waiting or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    waited = time.monotonic() - started
+    if waiting:
+        misses.append(f"{len(waiting)} acknowledged events not delivered after {wait_secs} s")
+    id_of = {key: str(event_id) for event_id, key, _ in rows}
+    conn = connect(db)
+    per_route = {}
+    for name, seen_path in routes_seen:
+        delivered = {
+            str(r[0])
+            for r in conn.execute(
+                "SELECT event_id FROM deliveries WHERE route = ? AND status = 'delivered'", (name,)
+            )
+        }
+        failed = conn.execute(
+            "SELECT count(*) FROM attempts WHERE route = ? AND outcome != 'delivered'", (name,)
+        ).fetchone()[0]
+        seen = [line.split()[0] for line in read_lines(seen_path)]
+        counts = {}
+        for event_id in seen:
+            counts[event_id] = counts.get(event_id, 0) + 1
+        not_delivered = sorted(k for k in acked if id_of.get(k) not in delivered)
+        unseen = sorted(k for k in acked if counts.get(id_of.get(k), 0) == 0)
+        twice = sorted(i for i, n in counts.items() if n > 1)
+        if not_delivered:
+            misses.append(f"route {name}: {len(not_delivered)} events without a delivered row")
+        if unseen:
+            misses.append(f"route {name}: the command never ran for {len(unseen)} events")
+        if twice and failed == 0:
+            misses.append(
+                f"route {name}: {len(twice)} events delivered twice with no failed attempt, "
+                f"e.g. {twice[:3]}"
+            )
+        per_route[name] = {"delivered_rows": len(delivered), "seen": len(seen), "failed": failed}
+    other = conn.execute(
+        "SELECT count(*) FROM deliveries WHERE route NOT IN (%s)" % ",".join("?" * len(names)),
+        names,
+    ).fetchone()[0]
+    conn.close()
+    if other:
+        misses.append(f"{other} deliveries to a route that is not configured")
+    facts = {"acked_unique": len(acked), "waited_secs": round(waited, 3), "routes": per_route}
+    return verdict(out, phase, misses, facts)
+
+
 def in_flight_histogram(spans):
     """Milliseconds spent with 0, 1, 2... attempts running, between the first attempt's start
     and the last one's end: shows whether the configured concurrency is actually used."""
@@ -242,7 +319,7 @@ def attempt_window(db, after_ms):
     conn = connect(db)
     row = conn.execute(
         "SELECT count(*), min(started_at), max(started_at + duration_ms), avg(duration_ms) "
-        "FROM attempts WHERE started_at >= ?",
+        f"FROM {ALL_ATTEMPTS} WHERE started_at >= ?",
         (after_ms,),
     ).fetchone()
     conn.close()
@@ -299,7 +376,8 @@ def summary(work, mode, results_path):
     ceilings = [ceiling] + [load_json(f"{work}/ceiling-{r}.json") or {} for r in (2, 3)
                             if load_json(f"{work}/ceiling-{r}.json") is not None]
     extra = [f"intake-{r}" for r in (2, 3) if load_json(f"{work}/check-intake-{r}.json")]
-    for name in ("intake", "paced", "command", "command-intake", "http", "http-intake", *extra):
+    for name in ("intake", "paced", "command", "command-intake", "routes", "routes-intake",
+                 "http", "http-intake", *extra):
         v = load_json(f"{work}/check-{name}.json")
         if v is not None:
             verdicts[name] = v
@@ -339,6 +417,11 @@ def summary(work, mode, results_path):
     wal = m.get("intake_wal_bytes", 0)
     per_event = written / accepted if written is not None and accepted else None
     per_event_bound = (written + wal) / accepted if written is not None and accepted else None
+    extra_route = None
+    if m.get("routes_delivered_events") and m.get("delivered_events") and \
+            "routes_total_write_bytes" in m and "command_total_write_bytes" in m:
+        extra_route = (m["routes_total_write_bytes"] / m["routes_delivered_events"]
+                       - m["command_total_write_bytes"] / m["delivered_events"])
     cpu_load = m.get("intake_cpu_ticks")
     idle_ticks = m.get("idle_cpu_ticks")
     idle_secs = m.get("idle_cpu_window_secs")
@@ -375,6 +458,14 @@ def summary(work, mode, results_path):
         ("  disk written per delivered event, KiB",
          fmt(m["delivery_write_bytes"] / m["delivered_events"] / 1024, 2)
          if m.get("delivered_events") else "n/a", "", None),
+        ("Disk written per delivered event, all in (1 command route), KiB",
+         fmt(m["command_total_write_bytes"] / m["delivered_events"] / 1024, 2)
+         if m.get("delivered_events") and "command_total_write_bytes" in m else "n/a", "<= 6",
+         None if not m.get("delivered_events") or "command_total_write_bytes" not in m
+         else m["command_total_write_bytes"] / m["delivered_events"] <= 6 * 1024),
+        ("  per extra route (2 command routes), KiB",
+         fmt(extra_route / 1024, 2) if extra_route is not None else "n/a", "<= 1.5",
+         None if extra_route is None else extra_route <= 1.5 * 1024),
         ("HTTP forward deliveries/s (4 lanes)", fmt(m.get("http_deliveries_per_sec"), 0), "", None),
         ("RSS at idle, MiB", fmt(m.get("idle_rss_kib", 0) / 1024, 1) if "idle_rss_kib" in m else "n/a",
          "< 6", m.get("idle_rss_kib", 1e12) < 6 * 1024),
@@ -463,6 +554,20 @@ def main(argv):
             seen_keys=opts.get("--seen-keys"),
             phase=opts.get("--phase", "delivery"),
         )
+    if command == "routes":
+        db, acked, out = args[:3]
+        rest = args[3:]
+        wait, routes_seen, i = 60.0, [], 0
+        while i < len(rest):
+            if rest[i] == "--wait":
+                wait, i = float(rest[i + 1]), i + 2
+            elif rest[i] == "--route":
+                routes_seen.append((rest[i + 1], rest[i + 2]))
+                i += 3
+            else:
+                print(f"check.py routes: unknown argument {rest[i]}", file=sys.stderr)
+                return 2
+        return routes(db, acked, out, wait, routes_seen)
     if command == "window":
         count, first, last, mean = attempt_window(args[0], int(args[1]))
         print(f"{count} {first or 0} {last or 0} {mean or 0}")

@@ -374,6 +374,7 @@ chmod +x "$D/on-event.sh"
 write_config "$D" "forward = { command = [\"$D/on-event.sh\"] }
 concurrency = $FORWARD_LANES"
 start_portaria "$D"
+COMMAND_IO0=$(write_bytes "$PORTARIA_PID")
 run_loadgen command-load "http://$ADDR$ENDPOINT_PATH" "$FORWARD_REQUESTS" \
     --acked-out "$D/acked.txt" --bad-out "$D/bad.txt"
 LOAD_END=$(now_ms)
@@ -382,6 +383,8 @@ check delivered "$D/portaria.db" "$D/acked.txt" "$WORK/check-command.json" \
     --wait "$DELIVERY_WAIT_SECS" --seen-ids "$D/seen.txt" --phase command
 # What delivering costs the disk (attempt rows, status changes), on top of intake's share.
 metric delivery_write_bytes "$(($(write_bytes "$PORTARIA_PID") - DELIVERY_IO0))"
+# And everything, intake included, from the first request to the last delivery.
+metric command_total_write_bytes "$(($(write_bytes "$PORTARIA_PID") - COMMAND_IO0))"
 metric delivered_events "$(wc -l <"$D/acked.txt")"
 check intake "$D/portaria.db" "$WORK/command-load.json" "$D/acked.txt" "$D/bad.txt" \
     "$WORK/check-command-intake.json"
@@ -402,6 +405,42 @@ print(f"command_deliveries_per_sec {rate:.3f}")
 print(f"command_baseline_per_sec {base_rate:.3f}")
 print(f"command_overhead_ms {overhead_ms:.4f}")
 EOF
+
+# ---- 5b. two command routes ----
+
+log "two command routes: $FORWARD_REQUESTS requests, each route $FORWARD_LANES deliveries at once"
+D="$WORK/routes"
+mkdir -p "$D"
+cat >"$D/on-event.sh" <<EOF
+#!/bin/sh
+# Written by bench/run.sh: note which event arrived, per route.
+HASH=\$(sha256sum | cut -c1-64)
+printf '%s %s %s\n' "\$PORTARIA_EVENT_ID" "\$PORTARIA_DEDUP_KEY" "\$HASH" >>"$D/seen.\$PORTARIA_ROUTE.txt"
+EOF
+chmod +x "$D/on-event.sh"
+: >"$D/seen.erp.txt"
+: >"$D/seen.audit.txt"
+write_config "$D" "[[endpoint.route]]
+name = \"erp\"
+events = [\"charge.*\"]
+forward = { command = [\"$D/on-event.sh\"] }
+concurrency = $FORWARD_LANES
+
+[[endpoint.route]]
+name = \"audit\"
+forward = { command = [\"$D/on-event.sh\"] }
+concurrency = $FORWARD_LANES"
+start_portaria "$D"
+ROUTES_IO0=$(write_bytes "$PORTARIA_PID")
+run_loadgen routes-load "http://$ADDR$ENDPOINT_PATH" "$FORWARD_REQUESTS" \
+    --acked-out "$D/acked.txt" --bad-out "$D/bad.txt"
+check routes "$D/portaria.db" "$D/acked.txt" "$WORK/check-routes.json" \
+    --wait "$DELIVERY_WAIT_SECS" --route erp "$D/seen.erp.txt" --route audit "$D/seen.audit.txt"
+metric routes_total_write_bytes "$(($(write_bytes "$PORTARIA_PID") - ROUTES_IO0))"
+metric routes_delivered_events "$(wc -l <"$D/acked.txt")"
+check intake "$D/portaria.db" "$WORK/routes-load.json" "$D/acked.txt" "$D/bad.txt" \
+    "$WORK/check-routes-intake.json"
+stop_portaria routes
 
 # ---- 6. forwarding to a local HTTP target ----
 

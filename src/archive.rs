@@ -30,7 +30,7 @@ use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::store::{Attempt, Db, EventDetail, EventSummary, Restored, Status};
+use crate::store::{Attempt, Db, EventDetail, EventSummary, NewDelivery, Restored, Status};
 use crate::time::rfc3339;
 
 /// The `v` of every line this version writes.
@@ -73,6 +73,13 @@ pub struct AttemptLine {
     /// `delivered`, `failed` or `interrupted`.
     pub outcome: String,
     pub error: Option<String>,
+    /// The route it was for (lines from before routes: the shorthand's).
+    #[serde(default = "shorthand_route")]
+    pub route: String,
+}
+
+fn shorthand_route() -> String {
+    crate::config::SHORTHAND_ROUTE.to_string()
 }
 
 /// How a byte field is written: as is when it is UTF-8, else standard base64 (with padding).
@@ -129,6 +136,7 @@ impl Line {
                     duration_ms: a.duration_ms,
                     outcome: a.outcome.clone(),
                     error: a.error.clone(),
+                    route: a.route.clone(),
                 })
                 .collect(),
             pruned_at: rfc3339(pruned_at_ms),
@@ -164,6 +172,7 @@ impl Line {
             headers: decode(self.headers, self.headers_encoding)
                 .map_err(|e| format!("headers: {e}"))?,
             body: decode(self.body, self.body_encoding).map_err(|e| format!("body: {e}"))?,
+            routes: Vec::new(),
             attempts: self
                 .attempt_log
                 .into_iter()
@@ -173,6 +182,7 @@ impl Line {
                     duration_ms: a.duration_ms,
                     outcome: a.outcome,
                     error: a.error,
+                    route: a.route,
                 })
                 .collect(),
         })
@@ -309,9 +319,21 @@ pub fn replay(
     let lines = read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut out = Replayed::default();
     let mut batch = Vec::with_capacity(RESTORE_BATCH);
+    // Where each event goes now: the routes of its endpoint that take its type.
+    let routes = |e: &EventDetail| -> Vec<NewDelivery> {
+        let Some(endpoint) = config.endpoint(&e.summary.endpoint) else {
+            return Vec::new();
+        };
+        let headers = crate::config::headers_from_blob(&e.headers);
+        endpoint
+            .deliveries_for(e.summary.event_type.as_deref(), &headers, &e.body)
+            .into_iter()
+            .map(|(route, order_key)| NewDelivery { route, order_key })
+            .collect()
+    };
     let mut flush = |batch: &mut Vec<EventDetail>, out: &mut Replayed| {
         let r = db
-            .restore(batch, now_ms)
+            .restore(batch, &routes, now_ms)
             .map_err(|e| format!("cannot restore events: {e}"))?;
         batch.clear();
         out.restored.inserted += r.inserted;
@@ -336,10 +358,7 @@ pub fn replay(
             out.other_endpoints += 1;
             continue;
         }
-        if config
-            .endpoint(endpoint)
-            .is_none_or(|e| e.forward.is_none())
-        {
+        if config.endpoint(endpoint).is_none_or(|e| !e.forwards()) {
             *out.skipped.entry(endpoint.clone()).or_default() += 1;
             continue;
         }
@@ -378,7 +397,9 @@ mod tests {
                 duration_ms: 12,
                 outcome: "failed".into(),
                 error: Some("exit status 7".into()),
+                route: "default".into(),
             }],
+            routes: Vec::new(),
         }
     }
 

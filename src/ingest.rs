@@ -23,7 +23,7 @@ use tokio::sync::Notify;
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
-use crate::store::{Inserted, NewEvent, Received, Store};
+use crate::store::{Inserted, NewDelivery, NewEvent, Received, Store};
 use crate::time::{unix_millis, unix_secs};
 use crate::verify::{self, Ack, Reply, VerifyError};
 
@@ -316,11 +316,23 @@ impl Intake {
             dedup_since_ms: endpoint.dedup_window.map(|w| window_start(at_ms, w)),
             client_cert: conn.client_cert.as_ref().map(|cert| cert.to_string()),
         };
-        let forwards = endpoint.forward.is_some();
-        let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, forwards);
+        // The routes that take this event type, each with the event's ordering key there.
+        let routes: Vec<NewDelivery> = endpoint
+            .deliveries_for(meta.event_type.as_deref(), &parts.headers, &received.body)
+            .into_iter()
+            .map(|(route, order_key)| NewDelivery { route, order_key })
+            .collect();
+        let unrouted = routes.is_empty() && endpoint.forwards();
+        let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, routes);
         let outcome =
             match tokio::time::timeout(STORE_DEADLINE, self.store.insert_event(event)).await {
-                Ok(Ok(Inserted::New(id))) => Outcome::Accepted(id),
+                Ok(Ok(Inserted::New(id))) => {
+                    if unrouted {
+                        // No route takes this event type: stored only, and counted.
+                        self.metrics.unrouted(&endpoint.name);
+                    }
+                    Outcome::Accepted(id)
+                }
                 Ok(Ok(Inserted::Duplicate(id))) => Outcome::Duplicate(id),
                 Ok(Err(e)) => Outcome::StorageError(e.to_string()),
                 Err(_) => Outcome::StorageError(format!(

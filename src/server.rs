@@ -185,10 +185,13 @@ pub async fn serve_with(
     // The one list of endpoints: intake routes by it, the worker makes a lane of each that
     // forwards, metrics creates their series.
     let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
-    let metrics = Arc::new(Metrics::new(endpoints.iter().map(|e| Series {
-        endpoint: &e.name,
-        forwards: e.forward.is_some(),
-    })));
+    let routes = route_names(&endpoints);
+    let metrics = Arc::new(Metrics::new(endpoints.iter().zip(&routes).map(
+        |(e, routes)| Series {
+            endpoint: &e.name,
+            routes,
+        },
+    )));
     let intake = Intake::new(
         &endpoints,
         &config.server,
@@ -555,4 +558,12 @@ async fn drain(mut connections: JoinSet<()>) {
         tracing::warn!("requests still in flight after the grace period; closing them");
         connections.abort_all();
     }
+}
+
+/// Each endpoint's route names, in order, for its metrics series.
+fn route_names(endpoints: &[Arc<Endpoint>]) -> Vec<Vec<&str>> {
+    endpoints
+        .iter()
+        .map(|e| e.routes.iter().map(|r| r.name.as_str()).collect())
+        .collect()
 }

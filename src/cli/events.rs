@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{EventsCommand, existing_database};
-use crate::store::{Db, EventDetail, EventSummary, ListFilter, Status};
+use crate::store::{Db, EventDetail, EventSummary, ListFilter, RouteState, Status};
 use crate::time::{now_ms, rfc3339};
 
 /// Runs `events list`, `events show` or `events replay`.
@@ -34,7 +34,12 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
                 .list(&filter)
                 .map_err(|e| format!("cannot list events: {e}"))?;
             closed_pipe_is_done(if args.json {
-                write_json(&mut out, &events)
+                let routes = events
+                    .iter()
+                    .map(|e| db.routes(e.id))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| format!("cannot list events: {e}"))?;
+                write_json(&mut out, &events, &routes)
             } else {
                 write_table(&mut out, &events)
             })
@@ -61,21 +66,29 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
         EventsCommand::Replay(args) => {
             if let Some(id) = args.id {
                 if !db
-                    .replay(id, now)
+                    .replay(id, args.route.as_deref(), now)
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
                 {
+                    let which = match &args.route {
+                        Some(route) => format!(", it never went to route `{route}`"),
+                        None => String::new(),
+                    };
                     return Err(format!(
-                        "cannot replay event {id}: no such event, it is being delivered right now, \
-                         or its endpoint does not forward"
+                        "cannot replay event {id}: no such event, it is being delivered right now{which}, \
+                         or no route took it"
                     ));
                 }
+                let to = match &args.route {
+                    Some(route) => format!(" for route `{route}`"),
+                    None => String::new(),
+                };
                 writeln!(
                     out,
-                    "event {id} is pending again; the running server delivers it within seconds"
+                    "event {id} is pending again{to}; the running server delivers it within seconds"
                 )
             } else {
                 let n = db
-                    .replay_dead(args.endpoint.as_deref(), now)
+                    .replay_dead(args.endpoint.as_deref(), args.route.as_deref(), now)
                     .map_err(|e| format!("cannot replay dead events: {e}"))?;
                 writeln!(out, "{n} dead event(s) pending again")
             }
@@ -117,7 +130,19 @@ fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result
     Ok(())
 }
 
-fn summary_json(e: &EventSummary) -> serde_json::Value {
+fn summary_json(e: &EventSummary, routes: &[RouteState]) -> serde_json::Value {
+    let routes: Vec<serde_json::Value> = routes
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "route": r.route,
+                "status": r.status.as_str(),
+                "attempts": r.attempts,
+                "next_attempt_at": r.next_attempt_at_ms.map(rfc3339),
+                "last_error": r.last_error,
+            })
+        })
+        .collect();
     serde_json::json!({
         "id": e.id,
         "endpoint": e.endpoint,
@@ -128,12 +153,17 @@ fn summary_json(e: &EventSummary) -> serde_json::Value {
         "attempts": e.attempts,
         "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
         "last_error": e.last_error,
+        "routes": routes,
     })
 }
 
-fn write_json(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {
-    for e in events {
-        writeln!(out, "{}", summary_json(e))?;
+fn write_json(
+    out: &mut impl Write,
+    events: &[EventSummary],
+    routes: &[Vec<RouteState>],
+) -> std::io::Result<()> {
+    for (e, routes) in events.iter().zip(routes) {
+        writeln!(out, "{}", summary_json(e, routes))?;
     }
     Ok(())
 }
@@ -163,11 +193,34 @@ fn write_detail(
     if let Some(next) = e.next_attempt_at_ms.filter(|_| e.status == Status::Pending) {
         writeln!(out, "next try:    {}", rfc3339(next))?;
     }
+    for r in &event.routes {
+        let next = r
+            .next_attempt_at_ms
+            .filter(|_| r.status == Status::Pending)
+            .map(|at| format!(", next try {}", rfc3339(at)))
+            .unwrap_or_default();
+        let key = r
+            .order_key
+            .as_deref()
+            .map(|k| format!(", order key {k}"))
+            .unwrap_or_default();
+        let error = r
+            .last_error
+            .as_deref()
+            .map(|err| format!(": {err}"))
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "route {}: {}, {} attempt(s){next}{key}{error}",
+            r.route, r.status, r.attempts
+        )?;
+    }
     for a in &event.attempts {
         writeln!(
             out,
-            "  attempt {} at {} ({} ms): {}{}",
+            "  attempt {} ({}) at {} ({} ms): {}{}",
             a.attempt,
+            a.route,
             rfc3339(a.started_at_ms),
             a.duration_ms,
             a.outcome,
@@ -232,6 +285,7 @@ mod tests {
             content_type: None,
             headers: headers.to_vec(),
             body: body.to_vec(),
+            routes: Vec::new(),
             attempts: Vec::new(),
         }
     }

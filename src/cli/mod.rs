@@ -159,13 +159,16 @@ struct ListArgs {
 #[derive(Args, Debug)]
 #[command(group = clap::ArgGroup::new("which").required(true).args(["id", "dead"]))]
 struct ReplayArgs {
-    /// The event to replay.
+    /// The event to replay (every route it went to, or --route's only).
     id: Option<i64>,
-    /// Replay every dead event (of --endpoint, if given).
+    /// Replay every dead delivery (of --endpoint and --route, if given).
     #[arg(long)]
     dead: bool,
     #[arg(long, requires = "dead")]
     endpoint: Option<String>,
+    /// Only the delivery to this route.
+    #[arg(long)]
+    route: Option<String>,
 }
 
 /// The binary's entry point.

@@ -207,7 +207,7 @@ pub fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
     }
     lines.push(format!(
         "handshake: no, an event: portaria stores it{}",
-        if endpoint.forward.is_some() {
+        if endpoint.forwards() {
             " and forwards it"
         } else {
             ""

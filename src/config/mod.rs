@@ -23,6 +23,7 @@ mod ip_range;
 mod public_keys;
 mod raw;
 mod real_ip;
+mod route;
 mod secrets;
 mod tls;
 mod toml_error;
@@ -41,6 +42,7 @@ pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;
 pub use real_ip::{RealIp, RealIpHeader};
+pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
 pub use tls::{ClientCertRule, Tls, TlsFiles};
 use toml_error::toml_message;
 use validate::Validator;
@@ -170,7 +172,9 @@ pub struct Endpoint {
     /// with the key that is still stored is a duplicate; events are pruned after the
     /// retention, so that is a window of `retention_days`.
     pub dedup_window: Option<Duration>,
-    pub forward: Option<Forward>,
+    /// Where its events go: the `[[endpoint.route]]` tables, or the one route
+    /// [`SHORTHAND_ROUTE`] of `forward` on the endpoint itself; empty: it only stores.
+    pub routes: Vec<Route>,
     /// Only clients in these ranges may deliver (403 otherwise); None: any address.
     pub allow_ips: Option<Vec<IpRange>>,
     /// Alert when no webhook came for this long (an endpoint that has received one); None: off.
@@ -179,7 +183,28 @@ pub struct Endpoint {
     pub client_cert: Option<ClientCertRule>,
 }
 
-/// Where and how an endpoint's events are delivered.
+impl Endpoint {
+    /// Whether any of its events are forwarded at all.
+    pub fn forwards(&self) -> bool {
+        !self.routes.is_empty()
+    }
+
+    /// The routes an event of this type goes to, each with the event's ordering key there.
+    pub fn deliveries_for(
+        &self,
+        event_type: Option<&str>,
+        headers: &http::HeaderMap,
+        body: &[u8],
+    ) -> Vec<(String, Option<String>)> {
+        self.routes
+            .iter()
+            .filter(|r| r.matches(event_type))
+            .map(|r| (r.name.clone(), r.order_key(headers, body)))
+            .collect()
+    }
+}
+
+/// Where and how one route's events are delivered.
 #[derive(Debug)]
 pub struct Forward {
     pub target: Target,

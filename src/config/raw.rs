@@ -101,6 +101,8 @@ pub(super) struct RawEndpoint {
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,
+    /// `[[endpoint.route]]`: several targets, each with its filter (instead of `forward`).
+    pub(super) route: Option<Vec<Spanned<RawRoute>>>,
     /// Only clients in these address ranges may deliver.
     pub(super) allow_ips: Option<Vec<String>>,
     /// Alert when no webhook came for this long (`[alerts]`).
@@ -134,6 +136,18 @@ impl OneOrMany {
             OneOrMany::Many(v) => v,
         }
     }
+}
+
+/// One `[[endpoint.route]]` table.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRoute {
+    pub(super) name: Option<String>,
+    pub(super) events: Option<Vec<String>>,
+    pub(super) forward: Option<RawForward>,
+    pub(super) retry: Option<Vec<String>>,
+    pub(super) concurrency: Option<usize>,
+    pub(super) order_by: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -175,7 +175,7 @@ impl Validator<'_> {
         Duration::from_secs(value.unwrap_or(default).max(1))
     }
 
-    fn line_of(&self, span: std::ops::Range<usize>) -> usize {
+    pub(super) fn line_of(&self, span: std::ops::Range<usize>) -> usize {
         line_of(self.text, span.start)
     }
 
@@ -304,6 +304,7 @@ impl Validator<'_> {
                 None
             }
         };
+        let routes = self.routes(at, raw.forward, raw.retry, raw.concurrency, raw.route);
         let dedup = match raw.dedup.map(|d| DedupRule::parse_list(&d.into_vec())) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {
@@ -321,7 +322,6 @@ impl Validator<'_> {
         }
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
-        let forward = self.forward(at, raw.forward, raw.retry, raw.concurrency);
         let allow_ips = self.allow_ips(at, raw.allow_ips);
         let quiet_after = self.quiet_after(at, raw.quiet_after.as_deref());
         if self.problems.len() != before {
@@ -333,14 +333,14 @@ impl Validator<'_> {
             verifier: verifier?,
             dedup: dedup?,
             dedup_window,
-            forward,
+            routes,
             allow_ips,
             quiet_after,
             client_cert,
         })
     }
 
-    fn forward(
+    pub(super) fn forward(
         &mut self,
         at: &str,
         raw: Option<RawForward>,
@@ -481,7 +481,7 @@ fn writable(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
 }
 
-fn valid_name(name: &str) -> bool {
+pub(super) fn valid_name(name: &str) -> bool {
     name.bytes()
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
@@ -541,7 +541,7 @@ mod tests {
             "name defaults to the last path segment"
         );
         assert_eq!(endpoint.dedup.to_string(), "header:x-github-delivery");
-        assert!(endpoint.forward.is_none());
+        assert!(endpoint.routes.is_empty());
     }
 
     #[test]
@@ -812,7 +812,7 @@ mod tests {
     fn forward_targets_are_validated() {
         let with = |forward: &str| format!("{MINIMAL}forward = {forward}\n");
         let config = parse(&with(r#"{ command = ["/bin/true"], timeout_secs = 5 }"#)).unwrap();
-        let forward = config.endpoints[0].forward.as_ref().unwrap();
+        let forward = &config.endpoints[0].routes[0].forward;
         assert!(matches!(&forward.target, Target::Command(argv) if argv == &["/bin/true"]));
         assert_eq!(forward.timeout, Duration::from_secs(5));
         // The default schedule, as the README and the example configs write it.
@@ -838,7 +838,7 @@ mod tests {
             .contains("whsec_")
         );
         let signed = parse(&with(r#"{ url = "http://127.0.0.1:1/x", secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" }"#)).unwrap();
-        let target = &signed.endpoints[0].forward.as_ref().unwrap().target;
+        let target = &signed.endpoints[0].routes[0].forward.target;
         assert!(matches!(
             target,
             Target::Url {
@@ -858,7 +858,7 @@ mod tests {
             "{MINIMAL}forward = {{ command = [\"/bin/true\"] }}\nretry = [\"50ms\", \"2s\", \"1h\"]\nconcurrency = 4\n"
         );
         let config = parse(&text).unwrap();
-        let forward = config.endpoints[0].forward.as_ref().unwrap();
+        let forward = &config.endpoints[0].routes[0].forward;
         assert_eq!(
             forward.retry,
             vec![

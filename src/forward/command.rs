@@ -315,10 +315,11 @@ async fn capture(stream: Option<impl AsyncRead + Unpin>, into: &mut Captured) {
 }
 
 /// `PORTARIA_*` variables describing the event. The parent environment is inherited too.
-fn delivery_env(d: &Delivery) -> [(&'static str, String); 7] {
+fn delivery_env(d: &Delivery) -> [(&'static str, String); 8] {
     [
         ("PORTARIA_EVENT_ID", d.event_id.to_string()),
         ("PORTARIA_ENDPOINT", env_value(&d.endpoint)),
+        ("PORTARIA_ROUTE", env_value(&d.route)),
         ("PORTARIA_DEDUP_KEY", env_value(&d.dedup_key)),
         (
             "PORTARIA_EVENT_TYPE",
@@ -405,6 +406,7 @@ mod tests {
         Delivery {
             event_id: 42,
             endpoint: "github".to_string(),
+            route: "default".to_string(),
             dedup_key: "gh:72d3162e-cc78-11e3-81ab-4c9367dc0958".to_string(),
             event_type: Some("push".to_string()),
             content_type: Some("application/json".to_string()),

@@ -45,6 +45,7 @@ const USER_AGENT_VALUE: &str = concat!("portaria/", env!("CARGO_PKG_VERSION"));
 static IDEMPOTENCY_KEY: HeaderName = HeaderName::from_static("idempotency-key");
 static EVENT_ID: HeaderName = HeaderName::from_static("portaria-event-id");
 static ENDPOINT: HeaderName = HeaderName::from_static("portaria-endpoint");
+static ROUTE: HeaderName = HeaderName::from_static("portaria-route");
 static EVENT_TYPE: HeaderName = HeaderName::from_static("portaria-event-type");
 static ATTEMPT: HeaderName = HeaderName::from_static("portaria-attempt");
 static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
@@ -138,6 +139,7 @@ impl HttpTarget {
         insert_encoded(&mut headers, &IDEMPOTENCY_KEY, &d.dedup_key);
         headers.insert(EVENT_ID.clone(), HeaderValue::from(d.event_id));
         insert_encoded(&mut headers, &ENDPOINT, &d.endpoint);
+        insert_encoded(&mut headers, &ROUTE, &d.route);
         if let Some(event_type) = &d.event_type {
             insert_encoded(&mut headers, &EVENT_TYPE, event_type);
         }
@@ -296,6 +298,7 @@ mod tests {
         Delivery {
             event_id: 7,
             endpoint: "stripe".to_string(),
+            route: "default".to_string(),
             dedup_key: "stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy".to_string(),
             event_type: Some("invoice.paid".to_string()),
             content_type: Some("application/json; charset=utf-8".to_string()),

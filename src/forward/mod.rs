@@ -7,9 +7,12 @@
 //! `delivering` before its attempt starts, so a crash mid-attempt is found at the next start
 //! ([`crate::store::Store::recover`]) and the event goes out again.
 //!
-//! Each endpoint is a lane with its own concurrency. With `concurrency = 1` a lane delivers
-//! strictly in arrival order: the oldest unfinished event is the only candidate, so an event
-//! waiting for its retry holds back the ones behind it.
+//! Each route of an endpoint is a lane with its own target, schedule and concurrency, and its
+//! own delivery rows: a failing route holds back no other. With `concurrency = 1` and no
+//! `order_by`, a lane delivers strictly in arrival order: the oldest unfinished delivery is the
+//! only candidate, so one waiting for its retry holds back the ones behind it. With
+//! `order_by`, that holds per ordering key only ([`Order::ByKey`]): different keys go in
+//! parallel up to the concurrency, and an event without the key is a lane of its own.
 //!
 //! A reload replaces the lanes of the running worker ([`Worker::reconfigure`]) rather than
 //! stopping it and starting another: stopping would cut off slow deliveries after
@@ -25,6 +28,7 @@
 
 pub mod command;
 pub mod http;
+pub mod rollup;
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -34,10 +38,10 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::config::{Endpoint, Target};
+use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, Store, StoreError, Tried};
+use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, Store, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -62,7 +66,7 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// Where one endpoint's events go.
+/// Where one route's events go.
 enum Runner {
     Command(command::CommandTarget),
     /// Boxed: the HTTP client is much larger than a command line.
@@ -78,7 +82,7 @@ impl Runner {
     }
 }
 
-/// One endpoint's queue, as the worker loop sees it.
+/// One route's queue, as the worker loop sees it.
 struct Lane {
     /// What every delivery slot of this lane shares.
     shared: Arc<LaneShared>,
@@ -87,30 +91,35 @@ struct Lane {
     in_flight: usize,
 }
 
-/// What a delivery slot needs to run attempts for one endpoint.
+/// What a delivery slot needs to run attempts for one route.
 struct LaneShared {
     endpoint: String,
+    route: String,
     runner: Runner,
     retry: Box<[Duration]>,
-    /// Strict arrival order (`concurrency = 1`).
-    in_order: bool,
+    /// Which due deliveries may go (strict order, per key, any).
+    order: Order,
     store: Store,
     metrics: Arc<Metrics>,
     /// Set when a reload replaced or removed this lane: its slots finish the attempt they are
     /// running and then claim nothing more.
     retired: AtomicBool,
+    /// Events whose delivery here finished, for their roll-up status ([`rollup`]).
+    finished: mpsc::UnboundedSender<i64>,
 }
 
 impl Lane {
-    /// A lane for `endpoint` if it forwards; a command target runs with `hide_env` removed
+    /// The lane of one route of `endpoint`; a command target runs with `hide_env` removed
     /// from its environment.
     fn new(
         endpoint: &Endpoint,
+        route: &Route,
         hide_env: &[String],
         store: &Store,
         metrics: &Arc<Metrics>,
-    ) -> Option<Lane> {
-        let forward = endpoint.forward.as_ref()?;
+        finished: &mpsc::UnboundedSender<i64>,
+    ) -> Lane {
+        let forward = &route.forward;
         let runner = match &forward.target {
             Target::Command(argv) => Runner::Command(
                 command::CommandTarget::new(argv.clone(), forward.timeout)
@@ -122,19 +131,30 @@ impl Lane {
                 signing_key.clone(),
             ))),
         };
-        Some(Lane {
+        let order = match (&route.order_by, forward.concurrency) {
+            (Some(_), _) => Order::ByKey,
+            (None, 1) => Order::Strict,
+            (None, _) => Order::Any,
+        };
+        Lane {
             shared: Arc::new(LaneShared {
                 endpoint: endpoint.name.clone(),
+                route: route.name.clone(),
                 runner,
                 retry: forward.retry.clone().into(),
-                in_order: forward.concurrency == 1,
+                order,
                 store: store.clone(),
                 metrics: metrics.clone(),
                 retired: AtomicBool::new(false),
+                finished: finished.clone(),
             }),
             concurrency: forward.concurrency,
             in_flight: 0,
-        })
+        }
+    }
+
+    fn is(&self, endpoint: &str, route: &str) -> bool {
+        self.shared.endpoint == endpoint && self.shared.route == route
     }
 
     fn free(&self) -> usize {
@@ -158,7 +178,7 @@ fn replace_lanes(lanes: &mut Vec<Lane>, new: Vec<Lane>) {
     for lane in new {
         match lanes
             .iter_mut()
-            .find(|l| l.shared.endpoint == lane.shared.endpoint)
+            .find(|l| l.is(&lane.shared.endpoint, &lane.shared.route))
         {
             Some(old) => {
                 old.shared = lane.shared;
@@ -178,6 +198,8 @@ pub struct Worker {
     new_event: Arc<Notify>,
     metrics: Arc<Metrics>,
     shutdown: Shutdown,
+    /// Writes the events' roll-up status in batches; stopped after the worker task.
+    rollup: rollup::RollUp,
 }
 
 impl Worker {
@@ -202,6 +224,7 @@ impl Worker {
         let mut worker = Worker {
             task: None,
             lanes: None,
+            rollup: rollup::RollUp::start(store.clone()),
             store,
             new_event,
             metrics,
@@ -219,22 +242,35 @@ impl Worker {
         endpoints: &[Arc<Endpoint>],
         hide_env: &[String],
     ) -> Result<(), StoreError> {
+        let finished = self.rollup.sender();
         let lanes: Vec<Lane> = endpoints
             .iter()
-            .filter_map(|endpoint| Lane::new(endpoint, hide_env, &self.store, &self.metrics))
+            .flat_map(|endpoint| {
+                endpoint.routes.iter().map(|route| {
+                    Lane::new(
+                        endpoint,
+                        route,
+                        hide_env,
+                        &self.store,
+                        &self.metrics,
+                        &finished,
+                    )
+                })
+            })
             .collect();
-        // Events accepted while an endpoint forwarded, whose endpoint is now gone or no longer
-        // forwards, would wait forever unnoticed (pruning never takes unfinished events). A
-        // failing check (the database locked by another process) must not keep the new lanes
-        // out: it is reported after they are in place.
-        let unfinished = self.store.unfinished_by_endpoint().await;
-        for (endpoint, waiting) in unfinished.iter().flatten() {
-            if !lanes.iter().any(|lane| &lane.shared.endpoint == endpoint) {
+        // Deliveries accepted for a route that is now gone (or whose endpoint is) would wait
+        // forever unnoticed (pruning never takes unfinished events). A failing check (the
+        // database locked by another process) must not keep the new lanes out: it is reported
+        // after they are in place.
+        let unfinished = self.store.unfinished_by_route().await;
+        for (endpoint, route, waiting) in unfinished.iter().flatten() {
+            if !lanes.iter().any(|lane| lane.is(endpoint, route)) {
                 tracing::warn!(
                     endpoint,
+                    route,
                     waiting,
-                    "events are waiting for delivery, but this endpoint has no forward target now; \
-                     they wait until it has one again"
+                    "events are waiting for delivery, but this route has no forward target now \
+                     (it or its endpoint left the config); they wait until it is back"
                 );
             }
         }
@@ -260,6 +296,8 @@ impl Worker {
         if let Some(task) = self.task {
             let _ = task.await;
         }
+        // The slots (and their lanes' senders) are gone: the last roll-ups are written now.
+        self.rollup.stop().await;
     }
 }
 
@@ -353,18 +391,27 @@ async fn start_due(
     slots: &mut JoinSet<()>,
 ) -> Result<Option<i64>, StoreError> {
     let mut wake_at: Option<i64> = None;
-    for (index, lane) in lanes.iter_mut().enumerate() {
-        if lane.free() == 0 {
-            continue;
-        }
-        let (name, in_order) = (lane.shared.endpoint.clone(), lane.shared.in_order);
-        let claimed = store
-            .claim_due(name.clone(), lane.free(), in_order, now_ms())
-            .await?;
-        if !claimed.is_empty() {
+    // Every lane with room, in one round trip and one commit.
+    let with_room: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].free() > 0).collect();
+    if with_room.is_empty() {
+        return Ok(None);
+    }
+    let asks = with_room
+        .iter()
+        .map(|&i| LaneClaim {
+            endpoint: lanes[i].shared.endpoint.clone(),
+            route: lanes[i].shared.route.clone(),
+            limit: lanes[i].free(),
+            order: lanes[i].shared.order,
+        })
+        .collect();
+    let answers = store.claim_lanes(asks, now_ms()).await?;
+    for (index, claimed) in with_room.into_iter().zip(answers) {
+        let lane = &mut lanes[index];
+        if !claimed.deliveries.is_empty() {
             crate::fault::panic_if("panic-worker");
         }
-        for event in claimed {
+        for event in claimed.deliveries {
             lane.in_flight += 1;
             let slot = run_slot(lane.shared.clone(), event, shutdown.clone());
             let done = done.clone();
@@ -374,7 +421,7 @@ async fn start_due(
             }));
         }
         if lane.free() > 0
-            && let Some(due) = store.next_due(name, in_order).await?
+            && let Some(due) = claimed.next_due
         {
             wake_at = Some(wake_at.map_or(due, |w| w.min(due)));
         }
@@ -392,7 +439,8 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         let retired = lane.retired.load(Ordering::Relaxed);
         let then = (!shutdown.is_fired() && !retired).then(|| ClaimNext {
             endpoint: lane.endpoint.clone(),
-            in_order: lane.in_order,
+            route: lane.route.clone(),
+            order: lane.order,
             now_ms: now_ms(),
         });
         // The outcome must reach the database; until it does, the event stays `delivering`
@@ -401,18 +449,28 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         let next = loop {
             let recorded = lane
                 .store
-                .record_attempt(delivery.event_id, attempt, after.clone(), then.clone())
+                .record_attempt(
+                    delivery.event_id,
+                    delivery.route.clone(),
+                    attempt,
+                    after.clone(),
+                    then.clone(),
+                )
                 .await;
             match recorded {
                 Ok(next) => break next,
                 Err(StoreError::Closed) => return,
                 Err(e) => {
-                    tracing::error!(event_id = delivery.event_id, error = %e, "cannot record a delivery attempt; retrying");
+                    tracing::error!(event_id = delivery.event_id, route = %delivery.route, error = %e, "cannot record a delivery attempt; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(10));
                 }
             }
         };
+        if matches!(after, AfterAttempt::Delivered | AfterAttempt::Dead { .. }) {
+            // The task outlives every slot (it is stopped after the worker).
+            let _ = lane.finished.send(delivery.event_id);
+        }
         match next {
             Some(claimed) => delivery = claimed,
             None => return,
@@ -441,7 +499,7 @@ async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt
     };
     log_attempt(delivery, &after, elapsed);
     lane.metrics
-        .delivery(&delivery.endpoint, after.label(), elapsed);
+        .delivery(&delivery.endpoint, &delivery.route, after.label(), elapsed);
     let tried = Tried {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),
@@ -454,11 +512,13 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
     let error = after.error().unwrap_or("");
     let latency_ms = elapsed.as_secs_f64() * 1000.0;
     let (event_id, endpoint, attempt) = (d.event_id, d.endpoint.as_str(), d.attempt);
+    let route = d.route.as_str();
     if elapsed > SLOW_DELIVERY {
         tracing::warn!(
             event_id,
             endpoint,
             attempt,
+            route,
             latency_ms,
             "slow delivery (over 5 s)"
         );
@@ -469,6 +529,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
                 event_id,
                 endpoint,
                 attempt,
+                route,
                 latency_ms,
                 outcome = after.label(),
                 "delivery"
@@ -478,6 +539,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
             event_id,
             endpoint,
             attempt,
+            route,
             latency_ms,
             outcome = after.label(),
             retry_in_ms = at_ms - now_ms(),
@@ -488,6 +550,7 @@ fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
             event_id,
             endpoint,
             attempt,
+            route,
             latency_ms,
             outcome = after.label(),
             error,
@@ -549,6 +612,7 @@ mod tests {
         let d = Delivery {
             event_id: 7,
             endpoint: "pagarme".into(),
+            route: "default".into(),
             dedup_key: "k".into(),
             event_type: None,
             content_type: None,

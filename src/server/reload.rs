@@ -227,10 +227,12 @@ impl Reloader {
             );
         }
         // Series first, so the first request to a new endpoint is counted in its own.
-        self.metrics.configure(endpoints.iter().map(|e| Series {
-            endpoint: &e.name,
-            forwards: e.forward.is_some(),
-        }));
+        let routes = super::route_names(&endpoints);
+        self.metrics
+            .configure(endpoints.iter().zip(&routes).map(|(e, routes)| Series {
+                endpoint: &e.name,
+                routes,
+            }));
         if let Err(e) = self
             .worker
             .reconfigure(&endpoints, &config.secret_variables)
@@ -260,7 +262,7 @@ impl Reloader {
         tracing::info!(
             config = %self.source,
             endpoints = endpoints.len(),
-            forwarding = endpoints.iter().filter(|e| e.forward.is_some()).count(),
+            forwarding = endpoints.iter().filter(|e| e.forwards()).count(),
             "configuration reloaded"
         );
         restart_needed

@@ -1,4 +1,4 @@
-//! What the alerts task asks of the database: the events that went dead since it last looked,
+//! What the alerts task asks of the database: the deliveries that went dead since it last looked,
 //! the endpoints that have received anything, and its own state, kept in `meta` under keys
 //! starting with `alerts:` (no table of its own: the schema is not changed for it).
 //!
@@ -16,7 +16,7 @@ use super::{Store, StoreError};
 pub struct DeadEvent {
     pub id: i64,
     pub endpoint: String,
-    /// Always None until events have routes.
+    /// The route whose delivery went dead.
     pub route: Option<String>,
 }
 
@@ -60,11 +60,13 @@ impl Store {
 }
 
 /// The attempts after the cursor (a range of the primary key), each kept only if it is its
-/// event's newest and the event is dead now.
-const DEAD_AFTER: &str = "SELECT e.id, e.endpoint FROM attempts AS a \
-     JOIN events AS e ON e.id = a.event_id \
-     WHERE a.id > ?1 AND e.status = 'dead' \
-       AND a.id = (SELECT max(id) FROM attempts WHERE event_id = e.id) \
+/// delivery's newest and that delivery is dead now (a delivery goes dead with a failed
+/// attempt, which always has its row).
+const DEAD_AFTER: &str = "SELECT d.event_id, d.endpoint, d.route FROM attempts AS a \
+     JOIN deliveries AS d ON d.event_id = a.event_id AND d.route = a.route \
+     WHERE a.id > ?1 AND d.status = 'dead' \
+       AND a.id = (SELECT max(id) FROM attempts \
+                   WHERE event_id = a.event_id AND route = a.route) \
      ORDER BY a.id";
 
 /// The next cursor. If pruning ever removed the newest attempts, ids may be handed out again
@@ -78,7 +80,7 @@ fn dead_after(conn: &Connection, cursor: i64) -> rusqlite::Result<DeadBatch> {
             Ok(DeadEvent {
                 id: r.get(0)?,
                 endpoint: r.get(1)?,
-                route: None,
+                route: Some(r.get(2)?),
             })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
@@ -145,14 +147,17 @@ mod tests {
             [DeadEvent {
                 id: young,
                 endpoint: "b".into(),
-                route: None
+                route: Some("default".into())
             }]
         );
         assert_eq!(dead_after(conn, first.cursor).unwrap().events, []);
         // The older event dies later, with a newer attempt: found although its id is lower.
         attempt(conn, old);
-        conn.execute("UPDATE events SET status = 'dead' WHERE id = ?1", [old])
-            .unwrap();
+        conn.execute(
+            "UPDATE deliveries SET status = 'dead' WHERE event_id = ?1",
+            [old],
+        )
+        .unwrap();
         let second = dead_after(conn, first.cursor).unwrap();
         assert_eq!(second.events.len(), 1);
         assert_eq!(second.events[0].id, old);
@@ -182,7 +187,7 @@ mod tests {
             plan.contains("SEARCH a USING INTEGER PRIMARY KEY"),
             "{plan}"
         );
-        assert!(!plan.contains("SCAN e"), "{plan}");
+        assert!(!plan.contains("SCAN d"), "{plan}");
     }
 
     #[test]

@@ -236,13 +236,14 @@ mod tests {
     use super::super::{Db, Status};
     use super::*;
 
-    /// Every row of the three tables, as text, in id order.
+    /// Every row of the four tables, as text, in id order.
     fn dump(conn: &Connection) -> Vec<String> {
         let mut out = Vec::new();
         for sql in [
             "SELECT * FROM events ORDER BY id",
             "SELECT * FROM payloads ORDER BY event_id",
             "SELECT * FROM attempts ORDER BY id",
+            "SELECT * FROM deliveries ORDER BY event_id, route",
         ] {
             let mut stmt = conn.prepare(sql).unwrap();
             let rows = stmt

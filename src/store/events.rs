@@ -1,12 +1,15 @@
 //! What the command line looks at and fixes: `events list`, `events show` and `events
-//! replay`. The row types here ([`EventSummary`], [`EventDetail`], [`Attempt`]) are also what
+//! replay` (per route). The row types here ([`EventSummary`], [`EventDetail`], [`RouteState`],
+//! [`Attempt`]) are also what
 //! pruning reads for the archive and what a restore puts back.
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::{Db, Status, StoreError, status_column};
 
-/// An event as listed: everything but the body and headers.
+/// An event as listed: everything but the body and headers. `status` is the roll-up of its
+/// deliveries (`delivering` while one of them is); `attempts` counts every route's,
+/// `next_attempt_at_ms` is the soonest of its waiting deliveries, `last_error` one of theirs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSummary {
     pub id: i64,
@@ -27,7 +30,22 @@ pub struct EventDetail {
     pub content_type: Option<String>,
     pub headers: Vec<u8>,
     pub body: Vec<u8>,
+    /// Its delivery to each route it matched.
+    pub routes: Vec<RouteState>,
     pub attempts: Vec<Attempt>,
+}
+
+/// One event's delivery to one route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteState {
+    pub route: String,
+    pub status: Status,
+    pub attempts: u32,
+    pub next_attempt_at_ms: Option<i64>,
+    pub last_error: Option<String>,
+    pub finished_at_ms: Option<i64>,
+    /// The route's `order_by` value for this event, if it has one.
+    pub order_key: Option<String>,
 }
 
 /// One recorded delivery attempt.
@@ -39,6 +57,8 @@ pub struct Attempt {
     /// `delivered`, `failed` or `interrupted`.
     pub outcome: String,
     pub error: Option<String>,
+    /// The route it was for.
+    pub route: String,
 }
 
 /// Filters for `events list`.
@@ -70,34 +90,98 @@ impl Db {
             .flatten())
     }
 
-    /// Puts one event back to pending with a fresh schedule. Returns false if there is no
-    /// such event or it is being delivered right now.
-    pub fn replay(&mut self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = replay(&tx, Some(id), None, None, now_ms)?;
-        tx.commit()?;
-        Ok(n == 1)
+    /// An event's delivery to each route it matched (none for a stored event).
+    pub fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
+        Ok(routes(&self.conn, id)?)
     }
 
-    /// Puts every dead event (of one endpoint, if given) back to pending.
+    /// Puts one event's deliveries (to `route` only, if given) back to pending with a fresh
+    /// schedule. Returns false if it has no such delivery that is not being delivered right
+    /// now (a stored event has none).
+    pub fn replay(
+        &mut self,
+        id: i64,
+        route: Option<&str>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let only = Replay {
+            id: Some(id),
+            route,
+            ..Replay::default()
+        };
+        Ok(self.replay_where(&only, now_ms)? == 1)
+    }
+
+    /// Puts every dead delivery (of one endpoint and route, if given) back to pending.
+    /// Returns how many events that touched.
     pub fn replay_dead(
         &mut self,
         endpoint: Option<&str>,
+        route: Option<&str>,
         now_ms: i64,
     ) -> Result<usize, StoreError> {
+        let only = Replay {
+            dead: true,
+            endpoint,
+            route,
+            ..Replay::default()
+        };
+        self.replay_where(&only, now_ms)
+    }
+
+    fn replay_where(&mut self, only: &Replay<'_>, now_ms: i64) -> Result<usize, StoreError> {
         let tx = self
             .conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = replay(&tx, None, Some(Status::Dead), endpoint, now_ms)?;
+        let n = replay(&tx, only, now_ms)?;
         tx.commit()?;
         Ok(n)
     }
 }
 
-pub(super) const SUMMARY: &str = "id, endpoint, dedup_key, event_type, received_at, status, attempts, \
-                       next_attempt_at, last_error";
+/// Which deliveries a replay puts back.
+#[derive(Default)]
+struct Replay<'a> {
+    id: Option<i64>,
+    dead: bool,
+    endpoint: Option<&'a str>,
+    route: Option<&'a str>,
+}
+
+/// An event's listed status: its roll-up; for a pending event, what its deliveries say now
+/// (`delivering` while one of them is, and `delivered` or `dead` before the worker's batched
+/// roll-up has written it), so a listing never lags the deliveries.
+macro_rules! listed_status {
+    () => {
+        "CASE WHEN events.status != 'pending' THEN events.status \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+           AND d.status = 'delivering') THEN 'delivering' \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+           AND d.status = 'pending') THEN 'pending' \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+           AND d.status = 'dead') THEN 'dead' \
+         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id) \
+           THEN 'delivered' \
+         ELSE 'pending' END"
+    };
+}
+
+/// An event's summary columns, its deliveries rolled up (see [`EventSummary`]).
+macro_rules! summary_columns {
+    () => {
+        concat!(
+            "events.id, events.endpoint, dedup_key, event_type, received_at, ",
+            listed_status!(),
+            ", (SELECT coalesce(sum(d.attempts), 0) FROM deliveries d \
+               WHERE d.event_id = events.id), \
+             (SELECT min(d.next_attempt_at) FROM deliveries d \
+               WHERE d.event_id = events.id AND d.status = 'pending'), \
+             (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
+               AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1)"
+        )
+    };
+}
+pub(super) const SUMMARY: &str = summary_columns!();
 
 pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     Ok(EventSummary {
@@ -120,14 +204,39 @@ pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
         content_type: r.get(9)?,
         headers: r.get(10)?,
         body: r.get(11)?,
+        routes: Vec::new(),
         attempts: Vec::new(),
     })
 }
 
-pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
+pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<RouteState>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT attempt, started_at, duration_ms, outcome, error FROM attempts \
-         WHERE event_id = ?1 ORDER BY id",
+        "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, order_key \
+         FROM deliveries WHERE event_id = ?1 ORDER BY route",
+    )?;
+    stmt.query_map([event_id], |r| {
+        Ok(RouteState {
+            route: r.get(0)?,
+            status: status_column(r, 1)?,
+            attempts: r.get(2)?,
+            next_attempt_at_ms: r.get(3)?,
+            last_error: r.get(4)?,
+            finished_at_ms: r.get(5)?,
+            order_key: r.get(6)?,
+        })
+    })?
+    .collect()
+}
+
+pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
+    // The failed and interrupted attempts have rows; a delivered one is its delivery row.
+    let mut stmt = conn.prepare_cached(
+        "SELECT attempt, started_at, duration_ms, outcome, error, route, id FROM attempts \
+         WHERE event_id = ?1 \
+         UNION ALL SELECT attempts, finished_at - delivered_ms, delivered_ms, 'delivered', \
+           NULL, route, NULL FROM deliveries \
+         WHERE event_id = ?1 AND status = 'delivered' AND delivered_ms IS NOT NULL \
+         ORDER BY 2, 7",
     )?;
     stmt.query_map([event_id], |r| {
         Ok(Attempt {
@@ -136,32 +245,54 @@ pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec
             duration_ms: r.get(2)?,
             outcome: r.get(3)?,
             error: r.get(4)?,
+            route: r.get(5)?,
         })
     })?
     .collect()
 }
 
-fn replay(
-    conn: &Connection,
-    id: Option<i64>,
-    status: Option<Status>,
-    endpoint: Option<&str>,
-    now_ms: i64,
-) -> rusqlite::Result<usize> {
+/// Puts the chosen deliveries back to pending, due now, and their events with them; returns
+/// how many events.
+fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
+    let (id, route, endpoint) = (only.id, only.route, only.endpoint);
+    // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
+    // its own first, so the history keeps it.
     conn.execute(
-        "UPDATE events SET status = 'pending', attempts = 0, next_attempt_at = ?1, \
-         last_error = NULL, finished_at = NULL \
-         WHERE status != 'delivering' AND status != 'stored' \
-         AND (?2 IS NULL OR id = ?2) AND (?3 IS NULL OR status = ?3) \
-         AND (?4 IS NULL OR endpoint = ?4)",
-        params![now_ms, id, status.map(Status::as_str), endpoint],
-    )
+        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
+         SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, 'delivered' \
+         FROM deliveries WHERE status = 'delivered' AND delivered_ms IS NOT NULL \
+         AND ?1 = 0 AND (?2 IS NULL OR event_id = ?2) AND (?3 IS NULL OR endpoint = ?3) \
+         AND (?4 IS NULL OR route = ?4)",
+        params![only.dead, id, endpoint, route],
+    )?;
+    let events: std::collections::BTreeSet<i64> = conn
+        .prepare(
+            "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, \
+             last_error = NULL, finished_at = NULL, delivered_ms = NULL \
+             WHERE status != 'delivering' AND (?2 IS NULL OR event_id = ?2) \
+             AND (?3 = 0 OR status = 'dead') AND (?4 IS NULL OR endpoint = ?4) \
+             AND (?5 IS NULL OR route = ?5) RETURNING event_id",
+        )?
+        .query_map(
+            params![now_ms, only.id, only.dead, only.endpoint, only.route],
+            |r| r.get(0),
+        )?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut reopen =
+        conn.prepare("UPDATE events SET status = 'pending', finished_at = NULL WHERE id = ?1")?;
+    for id in &events {
+        reopen.execute([id])?;
+    }
+    Ok(events.len())
 }
 
 fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SUMMARY} FROM events WHERE (?1 IS NULL OR endpoint = ?1) \
-         AND (?2 IS NULL OR status = ?2) ORDER BY id DESC LIMIT ?3"
+    let mut stmt = conn.prepare_cached(concat!(
+        "SELECT ",
+        summary_columns!(),
+        " FROM events WHERE (?1 IS NULL OR endpoint = ?1) AND (?2 IS NULL OR ",
+        listed_status!(),
+        " = ?2) ORDER BY id DESC LIMIT ?3"
     ))?;
     let limit = if f.limit == 0 { -1 } else { f.limit as i64 };
     stmt.query_map(
@@ -185,6 +316,7 @@ fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
     let Some(mut detail) = detail else {
         return Ok(None);
     };
+    detail.routes = routes(conn, id)?;
     detail.attempts = attempts(conn, id)?;
     Ok(Some(detail))
 }

@@ -15,7 +15,7 @@ pub(super) fn row(db: &Db, endpoint: &str, key: &str, status: Status, age_days: 
     db.conn
         .execute(
             "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
-             status, next_attempt_at) VALUES (?1, ?2, ?5, 2, ?3, ?4, ?3)",
+             status) VALUES (?1, ?2, ?5, 2, ?3, ?4)",
             params![
                 endpoint,
                 key,
@@ -26,6 +26,16 @@ pub(super) fn row(db: &Db, endpoint: &str, key: &str, status: Status, age_days: 
         )
         .unwrap();
     let id = db.conn.last_insert_rowid();
+    // Its one delivery, to the shorthand route, in the same state (a stored event has none).
+    if status != Status::Stored {
+        db.conn
+            .execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
+                 next_attempt_at) VALUES (?1, 'default', ?2, ?3, 1, ?4)",
+                params![id, endpoint, status.as_str(), NOW - age_days * DAY],
+            )
+            .unwrap();
+    }
     db.conn
         .execute(
             "INSERT INTO payloads (event_id, headers, body) VALUES (?1, x'', x'7b7d')",
@@ -76,6 +86,6 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         received_at_ms: NOW,
         dedup_since_ms: None,
         client_cert: None,
-        forward: false,
+        routes: Vec::new(),
     }
 }

@@ -25,10 +25,18 @@ pub struct NewEvent {
     pub(super) received_at_ms: i64,
     /// The start of the dedup window (see [`Received::dedup_since_ms`]).
     pub(super) dedup_since_ms: Option<i64>,
-    /// Whether the endpoint forwards: decides `pending` or `stored`.
-    pub(super) forward: bool,
     /// The names of the verified client certificate (mutual TLS), if the connection had one.
     pub(super) client_cert: Option<String>,
+    /// The routes it goes to, each a delivery row; none: it is `stored`.
+    pub(super) routes: Vec<NewDelivery>,
+}
+
+/// One route an event goes to, with its ordering key on that route (if the route orders by
+/// one and the event carries it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewDelivery {
+    pub route: String,
+    pub order_key: Option<String>,
 }
 
 /// The request as received, and what it says it is: everything of an event that the store
@@ -52,14 +60,13 @@ pub struct Received {
 }
 
 impl NewEvent {
-    /// An event of `endpoint` with this dedup key. `forward`: whether the endpoint forwards,
-    /// which decides `pending` or `stored`.
+    /// An event of `endpoint` with this dedup key, for `routes` (none: it is only stored).
     pub fn new(
         _proof: Verified,
         endpoint: &str,
         dedup_key: String,
         received: Received,
-        forward: bool,
+        routes: Vec<NewDelivery>,
     ) -> Self {
         NewEvent {
             endpoint: endpoint.to_string(),
@@ -71,7 +78,7 @@ impl NewEvent {
             body: received.body,
             received_at_ms: received.at_ms,
             dedup_since_ms: received.dedup_since_ms,
-            forward,
+            routes,
             client_cert: received.client_cert,
         }
     }
@@ -117,15 +124,15 @@ impl Store {
 }
 
 /// The dedup barrier, one statement: the row goes in only if no row of the same endpoint
-/// and key, received at or after the window's start (?10; [`NO_WINDOW`] when the endpoint has
+/// and key, received at or after the window's start (?9; [`NO_WINDOW`] when the endpoint has
 /// none), exists (found through the narrow `events_dedup` index, then the full key and the
 /// received time compared). A statement runs whole under SQLite's write lock, so no other
 /// insert, from this process or another, can come between the check and the insert.
 pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, \
-     dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
-     next_attempt_at) SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9 WHERE NOT EXISTS \
+     dedup_hash, event_type, content_type, payload_bytes, received_at, status) \
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS \
      (SELECT 1 FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2 \
-     AND received_at >= ?10)";
+     AND received_at >= ?9)";
 /// The window start that makes every earlier row of the key count: no window.
 pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint.
@@ -134,6 +141,9 @@ pub(super) const INSERT_PAYLOAD: &str =
 /// The client certificate of the event just inserted, in the same savepoint (on the page the
 /// insert already dirtied); only for events that came with one.
 const SET_CLIENT_CERT: &str = "UPDATE events SET client_cert = ?2 WHERE id = ?1";
+/// One delivery of the event just inserted, due at once.
+pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
+     status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
 /// The row that made an insert a duplicate: with a window, a key may have several rows (one
 /// per window), so the newest one received at or after the window's start (?4).
 pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 \
@@ -142,12 +152,11 @@ pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND 
 pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
     // Runs on the writer thread: a panic here is the writer's.
     crate::fault::panic_if("panic-writer");
-    let status = if e.forward {
-        Status::Pending
-    } else {
+    let status = if e.routes.is_empty() {
         Status::Stored
+    } else {
+        Status::Pending
     };
-    let next = e.forward.then_some(e.received_at_ms);
     let since = e.dedup_since_ms.unwrap_or(NO_WINDOW);
     let changed = conn.prepare_cached(INSERT_UNLESS_KNOWN)?.execute(params![
         e.endpoint,
@@ -158,7 +167,6 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         (e.headers.len() + e.body.len()) as i64,
         e.received_at_ms,
         status.as_str(),
-        next,
         since,
     ])?;
     if changed == 1 {
@@ -168,6 +176,16 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         if let Some(cert) = &e.client_cert {
             conn.prepare_cached(SET_CLIENT_CERT)?
                 .execute(params![id, cert])?;
+        }
+        let mut delivery = conn.prepare_cached(INSERT_DELIVERY)?;
+        for d in &e.routes {
+            delivery.execute(params![
+                id,
+                d.route,
+                e.endpoint,
+                e.received_at_ms,
+                d.order_key
+            ])?;
         }
         return Ok(Inserted::New(id));
     }
@@ -329,11 +347,11 @@ mod tests {
         for (query, args) in [
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", 0, 0],
+                params!["a", "k", 1, none, none, 0, 0, "stored", 0],
             ),
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", 0, NO_WINDOW],
+                params!["a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW],
             ),
             (KNOWN, params!["a", "k", 1, 0]),
             (KNOWN, params!["a", "k", 1, NO_WINDOW]),

@@ -39,11 +39,11 @@ mod fixtures;
 pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};
 pub use db::Db;
-pub use events::{Attempt, EventDetail, EventSummary, ListFilter};
+pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use handle::Store;
-pub use intake::{Inserted, NewEvent, Received, dedup_hash};
+pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
-pub use queue::{AfterAttempt, ClaimNext, Delivery, Tried};
+pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 
 /// Why the store could not do what was asked. Cloneable: one failed COMMIT is reported to

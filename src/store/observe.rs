@@ -153,14 +153,16 @@ fn probe_write(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
     Ok(())
 }
 
-/// The oldest pending event is found by the smallest id (ids grow with arrival), which the
-/// queue index covers; only that one row is read for its received time.
+/// Unfinished deliveries per endpoint (one per event and route). The oldest is found by the
+/// smallest event id (ids grow with arrival), which the queue index covers; only that one
+/// event row is read for its received time.
 const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
-     (SELECT endpoint, count(*) AS n, min(id) AS first FROM events \
+     (SELECT endpoint, count(*) AS n, min(event_id) AS first FROM deliveries \
       WHERE status IN ('pending', 'delivering') GROUP BY endpoint) AS q \
      JOIN events AS e ON e.id = q.first";
 
-const DEAD: &str = "SELECT endpoint, count(*) FROM events WHERE status = 'dead' GROUP BY endpoint";
+const DEAD: &str =
+    "SELECT endpoint, count(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint";
 
 fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
     let mut out: Vec<QueueStats> = Vec::new();
@@ -215,6 +217,14 @@ mod tests {
             ],
         )
         .unwrap();
+        if status != "stored" {
+            conn.execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status) \
+                 VALUES (last_insert_rowid(), 'default', ?1, ?2)",
+                params![endpoint, status],
+            )
+            .unwrap();
+        }
     }
 
     #[test]
@@ -261,19 +271,22 @@ mod tests {
                 .join("\n")
         };
         let pending = plan(PENDING);
-        assert!(pending.contains("COVERING INDEX events_queue"), "{pending}");
+        assert!(
+            pending.contains("COVERING INDEX deliveries_queue"),
+            "{pending}"
+        );
         assert!(
             pending.contains("INTEGER PRIMARY KEY"),
             "one row by id: {pending}"
         );
         assert!(
-            !pending
-                .lines()
-                .any(|l| l.starts_with("SCAN events") && !l.contains("INDEX")),
+            !pending.lines().any(|l| (l.starts_with("SCAN events")
+                || l.starts_with("SCAN deliveries"))
+                && !l.contains("INDEX")),
             "never the whole table: {pending}"
         );
         let dead = plan(DEAD);
-        assert!(dead.contains("COVERING INDEX events_dead"), "{dead}");
+        assert!(dead.contains("COVERING INDEX deliveries_dead"), "{dead}");
     }
 
     #[test]

@@ -1,37 +1,71 @@
-//! The forwarding worker's side of the queue: claim due events (marking them `delivering`
-//! before any attempt starts), record an attempt and move the event on, recover attempts cut
-//! off by a crash, and say when the next event is due.
+//! The forwarding worker's side of the queue: claim due deliveries (marking them `delivering`
+//! before any attempt starts), record an attempt and move the delivery (and its event's
+//! roll-up status) on, recover attempts cut off by a crash, and say when the next one is due.
+//! A lane is one (endpoint, route); its deliveries are rows of `deliveries`.
 //!
 //! Each query repeats `status IN ('pending', 'delivering')`, the WHERE of the partial index
-//! `events_queue`: SQLite uses a partial index only for a query that states its condition, and
-//! without it these would walk every event of the endpoint (a test below checks every plan).
+//! `deliveries_queue`: SQLite uses a partial index only for a query that states its condition,
+//! and without it these would walk every delivery of the route (a test below checks every
+//! plan).
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Status, Store, StoreError};
 
-/// An event claimed for one delivery attempt (its status is now `delivering`): everything the
+/// A delivery claimed for one attempt (its status is now `delivering`): everything the
 /// attempt hands to the target.
 #[derive(Debug, Clone)]
 pub struct Delivery {
     pub event_id: i64,
     pub endpoint: String,
+    /// The route this delivery is for.
+    pub route: String,
     pub dedup_key: String,
     pub event_type: Option<String>,
     pub content_type: Option<String>,
     pub received_at_ms: i64,
-    /// 1-based number of this attempt.
+    /// 1-based number of this attempt (of this route).
     pub attempt: u32,
     pub body: Bytes,
 }
 
-/// After recording an attempt, claim the next due event of this lane.
+/// Which of a lane's due deliveries may go now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Order {
+    /// Any due delivery (`concurrency` > 1 without `order_by`).
+    Any,
+    /// Only the oldest unfinished delivery: strict arrival order (`concurrency = 1` without
+    /// `order_by`).
+    Strict,
+    /// Per ordering key: a delivery goes only when no older one of its key is unfinished; a
+    /// delivery without a key is a lane of its own (`order_by`).
+    ByKey,
+}
+
+/// One lane's share of [`Store::claim_lanes`]: claim up to `limit` of its due deliveries.
+#[derive(Debug, Clone)]
+pub struct LaneClaim {
+    pub endpoint: String,
+    pub route: String,
+    pub limit: usize,
+    pub order: Order,
+}
+
+/// What [`Store::claim_lanes`] found for one lane.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub deliveries: Vec<Delivery>,
+    /// When its next delivery is due, if it still has room after these (None: none waits).
+    pub next_due: Option<i64>,
+}
+
+/// After recording an attempt, claim the next due delivery of this lane.
 #[derive(Debug, Clone)]
 pub struct ClaimNext {
     pub endpoint: String,
-    /// Only the oldest unfinished event is a candidate (see [`Store::claim_due`]).
-    pub in_order: bool,
+    pub route: String,
+    pub order: Order,
     pub now_ms: i64,
 }
 
@@ -45,9 +79,9 @@ pub struct Tried {
     pub duration_ms: i64,
 }
 
-/// What an attempt came to, and so what happens to its event: the one vocabulary of an
+/// What an attempt came to, and so what happens to its delivery: the one vocabulary of an
 /// attempt's result between the worker and the database (the attempt row's `outcome` column
-/// and the event's status both follow from it).
+/// and the delivery's status both follow from it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AfterAttempt {
     Delivered,
@@ -91,61 +125,87 @@ impl AfterAttempt {
 
 impl Store {
     /// At start-up: attempts that were running when the process died go back to pending, due
-    /// now, and are recorded as interrupted. Returns how many.
+    /// now, and are recorded as interrupted. Returns how many deliveries.
     pub async fn recover(&self, now_ms: i64) -> Result<usize, StoreError> {
         self.run_bookkeeping(move |conn| recover(conn, now_ms))
             .await
     }
 
-    /// Unfinished (pending or delivering) events per endpoint, for the start-up check that
-    /// every such event still has a forward target to go to.
-    pub async fn unfinished_by_endpoint(&self) -> Result<Vec<(String, i64)>, StoreError> {
+    /// Unfinished (pending or delivering) deliveries per (endpoint, route), for the start-up
+    /// check that every such delivery still has a route to go to.
+    pub async fn unfinished_by_route(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
         self.run_bookkeeping(|conn| {
-            conn.prepare(UNFINISHED_BY_ENDPOINT)?
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+            conn.prepare(UNFINISHED_BY_ROUTE)?
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
                 .collect()
         })
         .await
     }
 
-    /// Claims up to `limit` due events of `endpoint` for delivery. With `in_order`, only the
-    /// oldest unfinished event is a candidate, so one endpoint's events go out in arrival order.
-    pub async fn claim_due(
+    /// Claims the due deliveries of several lanes in one transaction (the worker loop's round:
+    /// the deliveries of one event to its routes share pages, and so one commit), and says
+    /// when each lane with room left is next due.
+    pub async fn claim_lanes(
         &self,
-        endpoint: String,
-        limit: usize,
-        in_order: bool,
+        lanes: Vec<LaneClaim>,
         now_ms: i64,
-    ) -> Result<Vec<Delivery>, StoreError> {
-        self.run_bookkeeping(move |conn| claim_due(conn, &endpoint, limit, in_order, now_ms))
-            .await
+    ) -> Result<Vec<Claimed>, StoreError> {
+        self.run_bookkeeping(move |conn| {
+            lanes
+                .iter()
+                .map(|l| {
+                    let deliveries =
+                        claim_due(conn, &l.endpoint, &l.route, l.limit, l.order, now_ms)?;
+                    let next_due = if deliveries.len() < l.limit {
+                        next_due(conn, &l.endpoint, &l.route, l.order)?
+                    } else {
+                        None
+                    };
+                    Ok(Claimed {
+                        deliveries,
+                        next_due,
+                    })
+                })
+                .collect()
+        })
+        .await
     }
 
-    /// When the next event of `endpoint` becomes due (with `in_order`, only the head of the
-    /// line counts), or None if none is waiting.
-    pub async fn next_due(
-        &self,
-        endpoint: String,
-        in_order: bool,
-    ) -> Result<Option<i64>, StoreError> {
-        self.run_bookkeeping(move |conn| next_due(conn, &endpoint, in_order))
-            .await
-    }
-
-    /// Records one attempt and moves the event on; with `then`, claims the lane's next due
-    /// event in the same transaction, so a busy lane costs one commit per delivery.
+    /// Records one attempt and moves the delivery on; with `then`, claims the lane's next due
+    /// delivery in the same transaction, so a busy lane costs one commit per delivery.
     pub async fn record_attempt(
         &self,
         event_id: i64,
+        route: String,
         attempt: Tried,
         after: AfterAttempt,
         then: Option<ClaimNext>,
     ) -> Result<Option<Delivery>, StoreError> {
         self.run_bookkeeping(move |conn| {
-            record_attempt(conn, event_id, &attempt, &after)?;
+            record_attempt(conn, event_id, &route, &attempt, &after)?;
             let Some(next) = then else { return Ok(None) };
-            let mut claimed = claim_due(conn, &next.endpoint, 1, next.in_order, next.now_ms)?;
+            let mut claimed = claim_due(
+                conn,
+                &next.endpoint,
+                &next.route,
+                1,
+                next.order,
+                next.now_ms,
+            )?;
             Ok(claimed.pop())
+        })
+        .await
+    }
+
+    /// Writes these events' roll-up status, each whose deliveries are all finished (the
+    /// others are left pending), in one transaction.
+    pub async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
+        self.run_bookkeeping(move |conn| {
+            let mut roll_up = conn.prepare_cached(ROLL_UP)?;
+            for id in event_ids {
+                roll_up.execute([id])?;
+            }
+            Ok(())
         })
         .await
     }
@@ -158,78 +218,143 @@ impl Store {
     }
 }
 
-/// The delivering events, at start-up.
-pub(super) const INTERRUPTED: &str = "SELECT id, attempts FROM events \
+/// The delivering deliveries, at start-up.
+pub(super) const INTERRUPTED: &str = "SELECT event_id, route, attempts FROM deliveries \
      WHERE status IN ('pending', 'delivering') AND status = 'delivering'";
-/// The oldest unfinished event of an endpoint (the head of an in-order lane).
-pub(super) const HEAD: &str = "SELECT id, status, next_attempt_at FROM events \
-     WHERE endpoint = ?1 AND status IN ('pending', 'delivering') ORDER BY id LIMIT 1";
-/// Due events of an endpoint, soonest first.
-pub(super) const DUE: &str = "SELECT id FROM events \
-     WHERE endpoint = ?1 AND status IN ('pending', 'delivering') AND status = 'pending' \
-     AND next_attempt_at <= ?2 ORDER BY next_attempt_at, id LIMIT ?3";
-/// Unfinished events per endpoint.
-pub(super) const UNFINISHED_BY_ENDPOINT: &str = "SELECT endpoint, count(*) FROM events \
-     WHERE status IN ('pending', 'delivering') GROUP BY endpoint";
-/// When the next pending event of an endpoint is due.
-pub(super) const NEXT_DUE: &str = "SELECT min(next_attempt_at) FROM events \
-     WHERE endpoint = ?1 AND status IN ('pending', 'delivering') AND status = 'pending'";
+/// The oldest unfinished delivery of a lane (the head of a strict lane).
+pub(super) const HEAD: &str = "SELECT event_id, status, next_attempt_at FROM deliveries \
+     WHERE endpoint = ?1 AND route = ?2 AND status IN ('pending', 'delivering') \
+     ORDER BY event_id LIMIT 1";
+/// Due deliveries of a lane, soonest first.
+pub(super) const DUE: &str = "SELECT event_id FROM deliveries \
+     WHERE endpoint = ?1 AND route = ?2 AND status IN ('pending', 'delivering') \
+     AND status = 'pending' AND next_attempt_at <= ?3 ORDER BY next_attempt_at, event_id \
+     LIMIT ?4";
+/// A delivery with no older unfinished one of its ordering key (none: its own lane).
+const KEY_HEAD: &str = "(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries AS o \
+     WHERE o.endpoint = ?1 AND o.route = ?2 AND o.status IN ('pending', 'delivering') \
+     AND o.order_key IS NOT NULL AND o.order_key = d.order_key AND o.event_id < d.event_id))";
+/// When the next pending delivery of a lane is due.
+pub(super) const NEXT_DUE: &str = "SELECT min(next_attempt_at) FROM deliveries \
+     WHERE endpoint = ?1 AND route = ?2 AND status IN ('pending', 'delivering') \
+     AND status = 'pending'";
+/// Unfinished deliveries per lane.
+pub(super) const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
+     WHERE status IN ('pending', 'delivering') GROUP BY endpoint, route";
+
+/// Due deliveries of a lane whose key lets them go, soonest first.
+pub(super) fn due_by_key() -> String {
+    format!(
+        "SELECT d.event_id FROM deliveries AS d \
+         WHERE d.endpoint = ?1 AND d.route = ?2 AND d.status IN ('pending', 'delivering') \
+         AND d.status = 'pending' AND d.next_attempt_at <= ?3 AND {KEY_HEAD} \
+         ORDER BY d.next_attempt_at, d.event_id LIMIT ?4"
+    )
+}
+
+/// When the soonest delivery of a lane whose key lets it go is due.
+pub(super) fn next_due_by_key() -> String {
+    format!(
+        "SELECT min(d.next_attempt_at) FROM deliveries AS d \
+         WHERE d.endpoint = ?1 AND d.route = ?2 AND d.status IN ('pending', 'delivering') \
+         AND d.status = 'pending' AND {KEY_HEAD}"
+    )
+}
+
+/// A pending event's status from its deliveries once the last one finished (the worker's
+/// roll-up, in batches: `forward::rollup`): delivered if every one was, else dead, finished
+/// when its last delivery was. While one is unfinished, the row is left as it is.
+macro_rules! roll_up {
+    ($which:literal) => {
+        concat!(
+            "UPDATE events SET \
+             status = CASE WHEN EXISTS (SELECT 1 FROM deliveries AS d \
+               WHERE d.event_id = events.id AND d.status = 'dead') THEN 'dead' \
+               ELSE 'delivered' END, \
+             finished_at = (SELECT max(d.finished_at) FROM deliveries AS d \
+               WHERE d.event_id = events.id) \
+             WHERE ",
+            $which,
+            " AND status = 'pending' \
+             AND EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = events.id) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries AS d WHERE d.event_id = events.id \
+               AND d.status IN ('pending', 'delivering'))"
+        )
+    };
+}
+/// One event (?1).
+pub(super) const ROLL_UP: &str = roll_up!("id = ?1");
+/// Every event, at start-up: the batches a crash cut off (a walk of `events`, once).
+pub(super) const ROLL_UP_ALL: &str = roll_up!("1");
 
 pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
-    let interrupted: Vec<(i64, u32)> = conn
+    let interrupted: Vec<(i64, String, u32)> = conn
         .prepare(INTERRUPTED)?
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<rusqlite::Result<_>>()?;
     let mut record = conn.prepare(
-        "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, error) \
-         VALUES (?1, ?2, ?3, 0, 'interrupted', 'portaria stopped during this attempt')",
+        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome, \
+         error) VALUES (?1, ?2, ?3, ?4, 0, 'interrupted', 'portaria stopped during this attempt')",
     )?;
-    let mut requeue =
-        conn.prepare("UPDATE events SET status = 'pending', next_attempt_at = ?2 WHERE id = ?1")?;
-    for (id, attempt) in &interrupted {
-        record.execute(params![id, attempt, now_ms])?;
-        requeue.execute(params![id, now_ms])?;
+    let mut requeue = conn.prepare(
+        "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3 \
+         WHERE event_id = ?1 AND route = ?2",
+    )?;
+    for (id, route, attempt) in &interrupted {
+        record.execute(params![id, route, attempt, now_ms])?;
+        requeue.execute(params![id, route, now_ms])?;
     }
+    // Roll-ups a stop cut off before they were written.
+    conn.execute(ROLL_UP_ALL, [])?;
     Ok(interrupted.len())
 }
 
 pub(super) fn claim_due(
     conn: &Connection,
     endpoint: &str,
+    route: &str,
     limit: usize,
-    in_order: bool,
+    order: Order,
     now_ms: i64,
 ) -> rusqlite::Result<Vec<Delivery>> {
-    let ids: Vec<i64> = if in_order {
-        // The head of the line: the oldest event not yet finished. If it is not due (or is
+    let ids: Vec<i64> = match order {
+        // The head of the line: the oldest delivery not yet finished. If it is not due (or is
         // being delivered), nothing behind it may go first.
-        match waiting_head(conn, endpoint)? {
+        Order::Strict => match waiting_head(conn, endpoint, route)? {
             Some((id, due)) if due <= now_ms => vec![id],
             _ => Vec::new(),
-        }
-    } else {
-        let mut due = conn.prepare_cached(DUE)?;
-        due.query_map(params![endpoint, now_ms, limit as i64], |r| r.get(0))?
-            .collect::<rusqlite::Result<_>>()?
+        },
+        Order::Any => conn
+            .prepare_cached(DUE)?
+            .query_map(params![endpoint, route, now_ms, limit as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?,
+        Order::ByKey => conn
+            .prepare_cached(&due_by_key())?
+            .query_map(params![endpoint, route, now_ms, limit as i64], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?,
     };
     let mut claim = conn.prepare_cached(
-        "UPDATE events SET status = 'delivering', attempts = attempts + 1 WHERE id = ?1 \
-         RETURNING id, endpoint, dedup_key, event_type, content_type, received_at, attempts",
+        "UPDATE deliveries SET status = 'delivering', attempts = attempts + 1 \
+         WHERE event_id = ?1 AND route = ?2 RETURNING attempts",
     )?;
-    let mut body = conn.prepare_cached("SELECT body FROM payloads WHERE event_id = ?1")?;
+    let mut event = conn.prepare_cached(
+        "SELECT dedup_key, event_type, content_type, received_at, body \
+         FROM events JOIN payloads ON event_id = id WHERE id = ?1",
+    )?;
     ids.into_iter()
         .map(|id| {
-            let body = Bytes::from(body.query_row([id], |r| r.get::<_, Vec<u8>>(0))?);
-            claim.query_row([id], |r| {
+            let attempt: u32 = claim.query_row(params![id, route], |r| r.get(0))?;
+            event.query_row([id], |r| {
                 Ok(Delivery {
-                    event_id: r.get(0)?,
-                    endpoint: r.get(1)?,
-                    dedup_key: r.get(2)?,
-                    event_type: r.get(3)?,
-                    content_type: r.get(4)?,
-                    received_at_ms: r.get(5)?,
-                    attempt: r.get(6)?,
-                    body,
+                    event_id: id,
+                    endpoint: endpoint.to_string(),
+                    route: route.to_string(),
+                    dedup_key: r.get(0)?,
+                    event_type: r.get(1)?,
+                    content_type: r.get(2)?,
+                    received_at_ms: r.get(3)?,
+                    attempt,
+                    body: Bytes::from(r.get::<_, Vec<u8>>(4)?),
                 })
             })
         })
@@ -239,22 +364,31 @@ pub(super) fn claim_due(
 pub(super) fn next_due(
     conn: &Connection,
     endpoint: &str,
-    in_order: bool,
+    route: &str,
+    order: Order,
 ) -> rusqlite::Result<Option<i64>> {
-    if in_order {
-        return Ok(waiting_head(conn, endpoint)?.map(|(_, due)| due));
+    match order {
+        Order::Strict => Ok(waiting_head(conn, endpoint, route)?.map(|(_, due)| due)),
+        Order::Any => conn
+            .prepare_cached(NEXT_DUE)?
+            .query_row([endpoint, route], |r| r.get(0)),
+        Order::ByKey => conn
+            .prepare_cached(&next_due_by_key())?
+            .query_row([endpoint, route], |r| r.get(0)),
     }
-    let mut next = conn.prepare_cached(NEXT_DUE)?;
-    next.query_row([endpoint], |r| r.get(0))
 }
 
-/// The head of an in-order lane with when it is due, if it is waiting (pending) rather than
-/// being delivered. A pending event without a due time (none should exist) counts as due
+/// The head of a strict lane with when it is due, if it is waiting (pending) rather than
+/// being delivered. A pending delivery without a due time (none should exist) counts as due
 /// now, so it can never stall its lane.
-fn waiting_head(conn: &Connection, endpoint: &str) -> rusqlite::Result<Option<(i64, i64)>> {
+fn waiting_head(
+    conn: &Connection,
+    endpoint: &str,
+    route: &str,
+) -> rusqlite::Result<Option<(i64, i64)>> {
     let mut head = conn.prepare_cached(HEAD)?;
     let row: Option<(i64, String, Option<i64>)> = head
-        .query_row([endpoint], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .query_row([endpoint, route], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
         .optional()?;
     Ok(row.and_then(|(id, status, due)| (status == "pending").then_some((id, due.unwrap_or(0)))))
 }
@@ -262,40 +396,59 @@ fn waiting_head(conn: &Connection, endpoint: &str) -> rusqlite::Result<Option<(i
 pub(super) fn record_attempt(
     conn: &Connection,
     event_id: i64,
+    route: &str,
     attempt: &Tried,
     after: &AfterAttempt,
 ) -> rusqlite::Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome, error) \
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?
-    .execute(params![
-        event_id,
-        attempt.attempt,
-        attempt.started_at_ms,
-        attempt.duration_ms,
-        after.recorded_as(),
-        after.error()
-    ])?;
+    // A delivered attempt is recorded on the delivery row itself (`delivered_ms`); only the
+    // failed ones get a row of their own (and a delivered one whose row moved on meanwhile).
+    let insert_row = |conn: &Connection| -> rusqlite::Result<usize> {
+        conn.prepare_cached(
+            "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome, \
+             error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?
+        .execute(params![
+            event_id,
+            route,
+            attempt.attempt,
+            attempt.started_at_ms,
+            attempt.duration_ms,
+            after.recorded_as(),
+            after.error()
+        ])
+    };
+    if *after != AfterAttempt::Delivered {
+        insert_row(conn)?;
+    }
     let (status, next) = match after {
         AfterAttempt::Delivered => (Status::Delivered, None),
         AfterAttempt::RetryAt { at_ms, .. } => (Status::Pending, Some(*at_ms)),
         AfterAttempt::Dead { .. } => (Status::Dead, None),
     };
     let finished = attempt.started_at_ms + attempt.duration_ms;
-    // Only an event still marked delivering moves on: a replay that raced this attempt wins.
-    conn.prepare_cached(
-        "UPDATE events SET status = ?2, next_attempt_at = ?3, last_error = ?4, \
-         finished_at = CASE WHEN ?2 IN ('delivered', 'dead') THEN ?5 END \
-         WHERE id = ?1 AND status = 'delivering'",
-    )?
-    .execute(params![
-        event_id,
-        status.as_str(),
-        next,
-        after.error(),
-        finished
-    ])?;
+    // Only a delivery still marked delivering moves on: a replay that raced this attempt wins.
+    let moved = conn
+        .prepare_cached(
+            "UPDATE deliveries SET status = ?3, next_attempt_at = ?4, last_error = ?5, \
+             finished_at = CASE WHEN ?3 IN ('delivered', 'dead') THEN ?6 END, \
+             delivered_ms = CASE WHEN ?3 = 'delivered' THEN ?7 END \
+             WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
+        )?
+        .execute(params![
+            event_id,
+            route,
+            status.as_str(),
+            next,
+            after.error(),
+            finished,
+            attempt.duration_ms
+        ])?;
+    if moved == 0 && *after == AfterAttempt::Delivered {
+        // A replay (or a recovery elsewhere) won the race: the row is not ours to finish, but
+        // the attempt happened and its history keeps it.
+        insert_row(conn)?;
+    }
+    // The event's roll-up status is the worker's to write, in batches (`Store::roll_up`).
     Ok(())
 }
 
@@ -310,12 +463,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = Db::open(&dir.path().join("p.db")).unwrap();
         let none: &[&dyn rusqlite::ToSql] = &[];
+        let (due_by_key, next_due_by_key) = (due_by_key(), next_due_by_key());
         for (name, query, args) in [
             ("interrupted", INTERRUPTED, none),
-            ("head", HEAD, params!["e"]),
-            ("due", DUE, params!["e", 0, 1]),
-            ("next due", NEXT_DUE, params!["e"]),
-            ("unfinished", UNFINISHED_BY_ENDPOINT, none),
+            ("head", HEAD, params!["e", "r"]),
+            ("due", DUE, params!["e", "r", 0, 1]),
+            ("due by key", &due_by_key, params!["e", "r", 0, 1]),
+            ("next due", NEXT_DUE, params!["e", "r"]),
+            ("next due by key", &next_due_by_key, params!["e", "r"]),
+            ("unfinished", UNFINISHED_BY_ROUTE, none),
         ] {
             let mut stmt = db
                 .conn
@@ -327,12 +483,14 @@ mod tests {
                 .map(Result::unwrap)
                 .collect();
             let plan = plan.join("; ");
-            assert!(plan.contains("events_queue"), "{name}: {plan}");
-            // Walking the partial index is fine (it holds only unfinished events); walking the
-            // table or the dedup index is not.
-            let walks_all = plan
-                .split("; ")
-                .any(|step| step.starts_with("SCAN events") && !step.contains("events_queue"));
+            assert!(plan.contains("deliveries_queue"), "{name}: {plan}");
+            // Walking a partial index is fine (it holds only unfinished deliveries); walking
+            // the table is not.
+            let walks_all = plan.split("; ").any(|step| {
+                step.starts_with("SCAN")
+                    && !step.contains("deliveries_queue")
+                    && !step.contains("deliveries_order")
+            });
             assert!(!walks_all && !plan.contains("autoindex"), "{name}: {plan}");
         }
     }
@@ -341,7 +499,7 @@ mod tests {
     fn an_attempt_moves_on_only_an_event_still_delivering() {
         let (_dir, db) = temp_db();
         let id = row(&db, "a", "k", Status::Pending, 0);
-        let claimed = claim_due(&db.conn, "a", 1, true, NOW).unwrap();
+        let claimed = claim_due(&db.conn, "a", "default", 1, Order::Strict, NOW).unwrap();
         assert_eq!(claimed.len(), 1);
         assert_eq!(
             claimed[0].body,
@@ -351,14 +509,17 @@ mod tests {
         // Meanwhile something else put the event back in the queue (a restart's recovery
         // in another process, say): the attempt's outcome is recorded, its status is not.
         db.conn
-            .execute("UPDATE events SET status = 'pending' WHERE id = ?1", [id])
+            .execute(
+                "UPDATE deliveries SET status = 'pending' WHERE event_id = ?1",
+                [id],
+            )
             .unwrap();
         let attempt = Tried {
             attempt: 1,
             started_at_ms: NOW,
             duration_ms: 5,
         };
-        record_attempt(&db.conn, id, &attempt, &AfterAttempt::Delivered).unwrap();
+        record_attempt(&db.conn, id, "default", &attempt, &AfterAttempt::Delivered).unwrap();
         let event = db.event(id).unwrap().unwrap();
         assert_eq!(event.summary.status, Status::Pending);
         assert_eq!(
@@ -368,11 +529,113 @@ mod tests {
         );
         // Still delivering: it moves on.
         let id = row(&db, "b", "k", Status::Pending, 0);
-        claim_due(&db.conn, "b", 1, true, NOW).unwrap();
-        record_attempt(&db.conn, id, &attempt, &AfterAttempt::Delivered).unwrap();
+        claim_due(&db.conn, "b", "default", 1, Order::Strict, NOW).unwrap();
+        record_attempt(&db.conn, id, "default", &attempt, &AfterAttempt::Delivered).unwrap();
+        let delivery = &db.event(id).unwrap().unwrap().routes[0];
+        assert_eq!(delivery.status, Status::Delivered);
+        // The event follows with the worker's roll-up.
+        db.conn.execute(ROLL_UP, [id]).unwrap();
         assert_eq!(
             db.event(id).unwrap().unwrap().summary.status,
             Status::Delivered
         );
+    }
+
+    #[test]
+    fn the_roll_up_finishes_an_event_only_with_its_last_delivery() {
+        let (_dir, db) = temp_db();
+        let id = row(&db, "a", "k", Status::Pending, 0);
+        db.conn
+            .execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status, next_attempt_at) \
+                 VALUES (?1, 'audit', 'a', 'pending', 0)",
+                [id],
+            )
+            .unwrap();
+        let status = |db: &Db| db.event(id).unwrap().unwrap().summary.status;
+        let finish = |route: &str, status: &str| {
+            db.conn
+                .execute(
+                    "UPDATE deliveries SET status = ?3, finished_at = ?4 \
+                     WHERE event_id = ?1 AND route = ?2",
+                    params![id, route, status, NOW],
+                )
+                .unwrap();
+        };
+        finish("default", "dead");
+        db.conn.execute(ROLL_UP, [id]).unwrap();
+        assert_eq!(status(&db), Status::Pending, "audit is unfinished");
+        finish("audit", "delivered");
+        // A roll-up lost to a crash is written at the next start, by recovery.
+        recover(&db.conn, NOW).unwrap();
+        assert_eq!(status(&db), Status::Dead, "one route went dead");
+        let finished: Option<i64> = db
+            .conn
+            .query_row("SELECT finished_at FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(finished, Some(NOW));
+    }
+
+    #[test]
+    fn by_key_a_key_goes_one_at_a_time_and_a_keyless_delivery_alone() {
+        let (_dir, db) = temp_db();
+        let keyed = |key: Option<&str>| {
+            let id = row(&db, "e", &format!("k{key:?}{}", NOW), Status::Pending, 0);
+            db.conn
+                .execute(
+                    "UPDATE deliveries SET order_key = ?2, next_attempt_at = 0 WHERE event_id = ?1",
+                    params![id, key],
+                )
+                .unwrap();
+            id
+        };
+        let a1 = keyed(Some("A"));
+        let b1 = keyed(Some("B"));
+        let a2 = keyed(Some("A"));
+        let none1 = keyed(None);
+        let none2 = keyed(None);
+        let claim = || -> Vec<i64> {
+            claim_due(&db.conn, "e", "default", 10, Order::ByKey, NOW)
+                .unwrap()
+                .iter()
+                .map(|d| d.event_id)
+                .collect()
+        };
+        assert_eq!(
+            claim(),
+            [a1, b1, none1, none2],
+            "A's second waits for its first"
+        );
+        assert!(claim().is_empty(), "all heads are being delivered");
+        // A's head fails and waits for a retry: A's second still waits.
+        let tried = Tried {
+            attempt: 1,
+            started_at_ms: NOW,
+            duration_ms: 1,
+        };
+        let retry = AfterAttempt::RetryAt {
+            at_ms: NOW + 60_000,
+            error: "x".into(),
+        };
+        record_attempt(&db.conn, a1, "default", &tried, &retry).unwrap();
+        assert!(claim().is_empty());
+        assert_eq!(
+            next_due(&db.conn, "e", "default", Order::ByKey).unwrap(),
+            Some(NOW + 60_000)
+        );
+        record_attempt(&db.conn, a1, "default", &tried, &AfterAttempt::Delivered).unwrap();
+        assert!(
+            claim().is_empty(),
+            "a1 was pending, not delivering: the replay race rule"
+        );
+        db.conn
+            .execute(
+                "UPDATE deliveries SET status = 'delivered' WHERE event_id = ?1",
+                [a1],
+            )
+            .unwrap();
+        assert_eq!(claim(), [a2], "A's head done: its second goes");
     }
 }

@@ -10,7 +10,9 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::events::{EventDetail, SUMMARY, attempts, detail};
-use super::intake::{INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, NO_WINDOW, dedup_hash};
+use super::intake::{
+    INSERT_DELIVERY, INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, NO_WINDOW, NewDelivery, dedup_hash,
+};
 use super::{Db, Status, Store, StoreError, schema, status_column};
 
 /// Which events pruning may remove: delivered and stored ones received before
@@ -133,8 +135,14 @@ impl Db {
     /// is pending or delivering, all are left alone; otherwise only the newest finished one
     /// goes back to pending. These events were verified when first received; the caller
     /// checks that their endpoint still forwards.
-    pub fn restore(&mut self, events: &[EventDetail], now_ms: i64) -> Result<Restored, StoreError> {
-        self.write(|conn| restore(conn, events, now_ms))
+    /// `routes` says where each event goes now (the current config's matching routes).
+    pub fn restore(
+        &mut self,
+        events: &[EventDetail],
+        routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
+        now_ms: i64,
+    ) -> Result<Restored, StoreError> {
+        self.write(|conn| restore(conn, events, routes, now_ms))
     }
 }
 
@@ -292,26 +300,40 @@ pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
 /// `+status` keeps `status` out of index choice, so both lookups go through `events_dedup`
 /// (with the ORDER BY, SQLite 3.40 would otherwise read every finished row of the endpoint
 /// through `events_queue`).
-const RESET_FINISHED: &str = "UPDATE events SET status = 'pending', attempts = 0, \
-     next_attempt_at = ?3, last_error = NULL, finished_at = NULL \
+const RESET_FINISHED: &str = "UPDATE events SET status = ?3, finished_at = NULL \
      WHERE id = (SELECT id FROM events \
        WHERE dedup_hash = ?4 AND endpoint = ?1 AND dedup_key = ?2 \
        AND +status IN ('delivered', 'dead', 'stored') \
        AND NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?4 AND endpoint = ?1 \
          AND dedup_key = ?2 AND +status IN ('pending', 'delivering')) \
-       ORDER BY received_at DESC, id DESC LIMIT 1)";
+       ORDER BY received_at DESC, id DESC LIMIT 1) RETURNING id";
 
 pub(super) fn restore(
     conn: &Connection,
     events: &[EventDetail],
+    routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
     now_ms: i64,
 ) -> rusqlite::Result<Restored> {
     let mut insert = conn.prepare_cached(INSERT_UNLESS_KNOWN)?;
     let mut reset = conn.prepare_cached(RESET_FINISHED)?;
+    let mut forget = conn.prepare_cached("DELETE FROM deliveries WHERE event_id = ?1")?;
+    let mut deliver = conn.prepare_cached(INSERT_DELIVERY)?;
     let mut out = Restored::default();
     for e in events {
         let s = &e.summary;
         let hash = dedup_hash(&s.endpoint, &s.dedup_key);
+        let routes = routes(e);
+        let status = if routes.is_empty() {
+            Status::Stored
+        } else {
+            Status::Pending
+        };
+        let mut deliver_to = |id: i64| -> rusqlite::Result<()> {
+            for d in &routes {
+                deliver.execute(params![id, d.route, s.endpoint, now_ms, d.order_key])?;
+            }
+            Ok(())
+        };
         let inserted = insert.execute(params![
             s.endpoint,
             s.dedup_key,
@@ -320,16 +342,25 @@ pub(super) fn restore(
             e.content_type,
             (e.headers.len() + e.body.len()) as i64,
             s.received_at_ms,
-            Status::Pending.as_str(),
-            now_ms,
+            status.as_str(),
             NO_WINDOW,
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
             conn.prepare_cached(INSERT_PAYLOAD)?
                 .execute(params![id, e.headers, e.body])?;
+            deliver_to(id)?;
             out.inserted += 1;
-        } else if reset.execute(params![s.endpoint, s.dedup_key, now_ms, hash])? == 1 {
+        } else if let Some(id) = reset
+            .query_row(
+                params![s.endpoint, s.dedup_key, status.as_str(), hash],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()?
+        {
+            // Its old deliveries (finished, all of them) give way to the current routes'.
+            forget.execute([id])?;
+            deliver_to(id)?;
             out.reset += 1;
         } else {
             out.already_queued += 1;
@@ -396,7 +427,7 @@ mod tests {
         let batch = prunable(&db.conn, &CUTOFFS, 500, u64::MAX).unwrap();
         assert_eq!(batch.len(), 2);
         assert_eq!(batch[1].attempts.len(), 1, "read with its attempts");
-        assert!(db.replay(b, NOW).unwrap());
+        assert!(db.replay(b, None, NOW).unwrap());
         let removed = delete_pruned(&db.conn, &CUTOFFS, &[a, b]).unwrap();
         assert_eq!(removed.len(), 1);
         assert_eq!(ids(&db), [b]);
@@ -412,6 +443,14 @@ mod tests {
         assert_eq!(prunable(&db.conn, &CUTOFFS, 500, 1).unwrap().len(), 1);
         assert_eq!(prunable(&db.conn, &CUTOFFS, 500, 5).unwrap().len(), 3);
         assert_eq!(prunable(&db.conn, &CUTOFFS, 2, u64::MAX).unwrap().len(), 2);
+    }
+
+    /// Where a restored event goes in these tests: the shorthand route.
+    fn to_default(_: &EventDetail) -> Vec<NewDelivery> {
+        vec![NewDelivery {
+            route: "default".into(),
+            order_key: None,
+        }]
     }
 
     #[test]
@@ -434,10 +473,11 @@ mod tests {
             content_type: None,
             headers: b"x: y\r\n".to_vec(),
             body: b"{}".to_vec(),
+            routes: Vec::new(),
             attempts: Vec::new(),
         };
         let events = [archived("gone"), archived("delivered"), archived("pending")];
-        let restored = db.restore(&events, NOW).unwrap();
+        let restored = db.restore(&events, &to_default, NOW).unwrap();
         assert_eq!(
             restored,
             Restored {
@@ -446,7 +486,7 @@ mod tests {
                 already_queued: 1
             }
         );
-        let again = db.restore(&events, NOW).unwrap();
+        let again = db.restore(&events, &to_default, NOW).unwrap();
         assert_eq!(again.already_queued, 3, "all pending now: left alone");
         assert_eq!(ids(&db).len(), 3);
         let new = db
@@ -497,11 +537,12 @@ mod tests {
             content_type: None,
             headers: Vec::new(),
             body: b"{}".to_vec(),
+            routes: Vec::new(),
             attempts: Vec::new(),
         };
         let events = std::slice::from_ref(&archived);
         let status = |db: &Db, id| db.event(id).unwrap().unwrap().summary.status;
-        let restored = db.restore(events, NOW).unwrap();
+        let restored = db.restore(events, &to_default, NOW).unwrap();
         assert_eq!(
             restored,
             Restored {
@@ -512,7 +553,10 @@ mod tests {
         assert_eq!(status(&db, newer), Status::Pending, "the newest row");
         assert_eq!(status(&db, older), Status::Delivered, "only one row");
         // One of its rows is on its way: none is reset again, and no row is added.
-        assert_eq!(db.restore(events, NOW).unwrap().already_queued, 1);
+        assert_eq!(
+            db.restore(events, &to_default, NOW).unwrap().already_queued,
+            1
+        );
         assert_eq!(status(&db, older), Status::Delivered);
         assert_eq!(ids(&db), [older, newer]);
     }

@@ -36,12 +36,10 @@ CREATE TABLE events (
     content_type    TEXT,
     payload_bytes   INTEGER NOT NULL,   -- length of headers + body, for pruning reports
     received_at     INTEGER NOT NULL,   -- unix milliseconds
-    status          TEXT    NOT NULL
+    status          TEXT    NOT NULL    -- the roll-up of its deliveries (below)
         CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    next_attempt_at INTEGER,            -- unix milliseconds, while pending
-    last_error      TEXT,
-    finished_at     INTEGER             -- when it was delivered or went dead
+    finished_at     INTEGER,            -- when its last delivery finished
+    client_cert     TEXT                -- the verified TLS client certificate's subject
 );
 CREATE TABLE payloads (
     event_id        INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,
@@ -49,9 +47,6 @@ CREATE TABLE payloads (
     body            BLOB    NOT NULL    -- the raw bytes, exactly as received
 );
 CREATE INDEX events_dedup ON events (dedup_hash);
-CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
-    WHERE status IN ('pending', 'delivering');
-CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
 CREATE TABLE attempts (
     id          INTEGER PRIMARY KEY,
     event_id    INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
@@ -59,7 +54,8 @@ CREATE TABLE attempts (
     started_at  INTEGER NOT NULL,
     duration_ms INTEGER NOT NULL,
     outcome     TEXT    NOT NULL,       -- delivered, failed, interrupted
-    error       TEXT
+    error       TEXT,
+    route       TEXT    NOT NULL DEFAULT 'default'
 );
 CREATE INDEX attempts_event ON attempts (event_id);
 CREATE TABLE meta (
@@ -68,9 +64,56 @@ CREATE TABLE meta (
 ) WITHOUT ROWID;
 ";
 
-/// Version 4 adds the verified client certificate's names (mutual TLS) to the event, NULL
-/// for events that came without one. New files get it the same way, after `SCHEMA`.
-const V3_TO_V4: &str = "ALTER TABLE events ADD COLUMN client_cert TEXT;";
+/// The delivery state, one row per (event, route) (version 4). `events.status` is their
+/// roll-up: `stored` when no route took the event, `pending` while any delivery is unfinished,
+/// then `delivered` when every one is, else `dead`. The queue and dead indexes are partial, so
+/// the worker's reads and `/metrics` stay small however many finished rows there are;
+/// `status` comes after the due time in the queue index, so a claim (pending to delivering)
+/// rewrites its entry in place, on the same leaf, instead of moving it to another one;
+/// `deliveries_order` finds the earlier unfinished deliveries of one ordering key. A delivered
+/// attempt has no `attempts` row: the delivery row itself records it (`attempts`,
+/// `finished_at`, `delivered_ms`), one row less to write per delivered event; `attempts` holds
+/// the failed and interrupted ones.
+const DELIVERIES: &str = "
+CREATE TABLE deliveries (
+    event_id        INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    route           TEXT    NOT NULL,
+    endpoint        TEXT    NOT NULL,
+    status          TEXT    NOT NULL
+        CHECK (status IN ('pending', 'delivering', 'delivered', 'dead')),
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at INTEGER,            -- unix milliseconds, while pending
+    last_error      TEXT,
+    finished_at     INTEGER,            -- when it was delivered or went dead
+    delivered_ms    INTEGER,            -- the delivered attempt's duration: its only record
+    order_key       TEXT,               -- the route's `order_by` value, if it has one
+    PRIMARY KEY (event_id, route)
+) WITHOUT ROWID;
+CREATE INDEX deliveries_queue ON deliveries (endpoint, route, next_attempt_at, status)
+    WHERE status IN ('pending', 'delivering');
+CREATE INDEX deliveries_dead ON deliveries (endpoint, route) WHERE status = 'dead';
+CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key)
+    WHERE status IN ('pending', 'delivering') AND order_key IS NOT NULL;
+";
+
+/// Version 4 moved delivery state to `deliveries`, one row per (event, route): an event's
+/// state becomes the delivery of the one-route shorthand's route, `default` (a delivering one
+/// stays delivering, for [`super::Store::recover`]). `events` keeps its roll-up status and
+/// gains `client_cert`; each attempt names its route.
+const V3_TO_V4: &str = "
+INSERT INTO deliveries (event_id, route, endpoint, status, attempts, next_attempt_at,
+                        last_error, finished_at)
+    SELECT id, 'default', endpoint, status, attempts, next_attempt_at, last_error, finished_at
+    FROM events WHERE status != 'stored';
+UPDATE events SET status = 'pending' WHERE status = 'delivering';
+DROP INDEX events_queue;
+DROP INDEX events_dead;
+ALTER TABLE events DROP COLUMN attempts;
+ALTER TABLE events DROP COLUMN next_attempt_at;
+ALTER TABLE events DROP COLUMN last_error;
+ALTER TABLE events ADD COLUMN client_cert TEXT;
+ALTER TABLE attempts ADD COLUMN route TEXT NOT NULL DEFAULT 'default';
+";
 
 /// Version 2 added what `/readyz` and `/metrics` need: `meta` holds facts about the file
 /// itself (the readiness probe rewrites one row); `events_dead` keeps the dead count an
@@ -247,6 +290,7 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < 1 {
         tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(DELIVERIES)?;
     } else {
         if version < 2 {
             tx.execute_batch(V1_TO_V2)?;
@@ -267,9 +311,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
                 ));
             }
         }
-    }
-    if version < 4 {
-        tx.execute_batch(V3_TO_V4)?;
+        if version < 4 {
+            tx.execute_batch(DELIVERIES)?;
+            tx.execute_batch(V3_TO_V4)?;
+        }
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -434,7 +479,8 @@ mod tests {
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        assert_eq!(indexes, ["events_dead", "events_dedup", "events_queue"]);
+        // Since version 4 the queue and dead indexes are on `deliveries`.
+        assert_eq!(indexes, ["events_dedup"]);
         // The upgrade's own copy of the table definitions must not drift from a new file's.
         let (_fresh_dir, fresh) = temp_db();
         let shape = |conn: &Connection, pragma: &str| -> Vec<String> {
@@ -453,6 +499,9 @@ mod tests {
         for pragma in [
             "PRAGMA table_info(events)",
             "PRAGMA table_info(payloads)",
+            "PRAGMA table_info(attempts)",
+            "PRAGMA table_info(deliveries)",
+            "PRAGMA foreign_key_list(deliveries)",
             "PRAGMA foreign_key_list(payloads)",
             "PRAGMA foreign_key_list(attempts)",
             "PRAGMA index_info(events_dedup)",
@@ -477,5 +526,135 @@ mod tests {
             .query_row("SELECT count(*) FROM attempts", [], |r| r.get(0))
             .unwrap();
         assert_eq!(left, 1);
+    }
+
+    /// The whole schema of version 3, as released before routes.
+    const SCHEMA_V3: &str = "
+        CREATE TABLE events (
+            id INTEGER PRIMARY KEY, endpoint TEXT NOT NULL, dedup_key TEXT NOT NULL,
+            dedup_hash INTEGER NOT NULL, event_type TEXT, content_type TEXT,
+            payload_bytes INTEGER NOT NULL, received_at INTEGER NOT NULL,
+            status TEXT NOT NULL
+                CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
+            attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at INTEGER, last_error TEXT,
+            finished_at INTEGER);
+        CREATE TABLE payloads (
+            event_id INTEGER PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,
+            headers BLOB NOT NULL, body BLOB NOT NULL);
+        CREATE INDEX events_dedup ON events (dedup_hash);
+        CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
+            WHERE status IN ('pending', 'delivering');
+        CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
+        CREATE TABLE attempts (
+            id INTEGER PRIMARY KEY,
+            event_id INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+            attempt INTEGER NOT NULL, started_at INTEGER NOT NULL,
+            duration_ms INTEGER NOT NULL, outcome TEXT NOT NULL, error TEXT);
+        CREATE INDEX attempts_event ON attempts (event_id);
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+        PRAGMA user_version = 3;
+    ";
+
+    #[test]
+    fn a_version_3_file_moves_each_events_delivery_state_to_the_default_route() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let v3 = Connection::open(&path).unwrap();
+        v3.execute_batch(SCHEMA_V3).unwrap();
+        // One event in every state, with the columns each state has.
+        let states = [
+            (1, "pending", 2, Some(9_000), Some("exit status 1"), None),
+            (2, "delivering", 3, None, Some("exit status 2"), None),
+            (3, "delivered", 1, None, None, Some(5_000)),
+            (4, "dead", 6, None, Some("timed out"), Some(6_000)),
+            (5, "stored", 0, None, None, None),
+        ];
+        for (id, status, attempts, next, error, finished) in states {
+            let key = format!("k{id}");
+            v3.execute(
+                "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
+                 received_at, status, attempts, next_attempt_at, last_error, finished_at) \
+                 VALUES (?1, 'pagarme', ?2, ?3, 2, ?1, ?4, ?5, ?6, ?7, ?8)",
+                rusqlite::params![
+                    id,
+                    key,
+                    super::super::dedup_hash("pagarme", &key),
+                    status,
+                    attempts,
+                    next,
+                    error,
+                    finished
+                ],
+            )
+            .unwrap();
+            v3.execute(
+                "INSERT INTO payloads (event_id, headers, body) VALUES (?1, x'', x'7b7d')",
+                [id],
+            )
+            .unwrap();
+            for n in 1..=attempts {
+                v3.execute(
+                    "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome) \
+                     VALUES (?1, ?2, 0, 1, 'failed')",
+                    [id, n],
+                )
+                .unwrap();
+            }
+        }
+        drop(v3);
+        let refused = Db::open(&path).err().expect("refused").to_string();
+        assert!(refused.contains("schema version 3 is older"), "{refused}");
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        for (id, status, attempts, next, error, _) in states {
+            let event = db.event(id).unwrap().unwrap();
+            assert_eq!(
+                event.attempts.len(),
+                attempts as usize,
+                "event {id}: attempts kept"
+            );
+            assert!(event.attempts.iter().all(|a| a.route == "default"));
+            assert_eq!(event.summary.attempts, attempts as u32, "event {id}");
+            if status == "stored" {
+                assert!(event.routes.is_empty(), "a stored event has no delivery");
+                assert_eq!(event.summary.status, Status::Stored);
+                continue;
+            }
+            let [route] = event.routes.as_slice() else {
+                panic!("event {id}: {:?}", event.routes)
+            };
+            assert_eq!(route.route, "default");
+            assert_eq!(route.status.as_str(), status, "event {id}");
+            assert_eq!(route.attempts, attempts as u32);
+            assert_eq!(route.next_attempt_at_ms, next);
+            assert_eq!(route.last_error.as_deref(), error);
+            assert_eq!(
+                event.summary.status.as_str(),
+                status,
+                "event {id}: listed the same"
+            );
+        }
+        // The roll-up column itself: a delivering event is pending, its delivery delivering.
+        let rolled: String = db
+            .conn
+            .query_row("SELECT status FROM events WHERE id = 2", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rolled, "pending");
+        // The cut-off attempt is recovered per delivery, as before.
+        assert_eq!(super::super::queue::recover(&db.conn, 10_000).unwrap(), 1);
+        let recovered = db.event(2).unwrap().unwrap();
+        assert_eq!(recovered.routes[0].status, Status::Pending);
+        assert_eq!(recovered.attempts.last().unwrap().outcome, "interrupted");
+        // The barrier still holds the old keys, and TLS's column is there.
+        assert_eq!(
+            insert_event(&db.conn, &new_event("pagarme", "k4")).unwrap(),
+            Inserted::Duplicate(4)
+        );
+        let certs: i64 = db
+            .conn
+            .query_row("SELECT count(client_cert) FROM events", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(certs, 0);
     }
 }

@@ -540,8 +540,8 @@ fn a_listing_piped_into_a_reader_that_closes_early_exits_0_quietly() {
         let body: &[u8] = if n == 0 { &big_body } else { b"{}" };
         tx.execute(
             "INSERT INTO events (endpoint, dedup_key, event_type, content_type, payload_bytes, \
-             received_at, status, attempts, dedup_hash) \
-             VALUES ('pagarme', ?1, 'charge.paid', 'application/json', ?2, ?3, 'stored', 0, ?4)",
+             received_at, status, dedup_hash) \
+             VALUES ('pagarme', ?1, 'charge.paid', 'application/json', ?2, ?3, 'stored', ?4)",
             rusqlite::params![
                 key,
                 body.len() as i64,

@@ -193,7 +193,7 @@ pub fn age_rows(db: &Path, n: usize, days: i64) {
         let key = format!("old{i}");
         conn.execute(
             "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
-             status, attempts, finished_at) VALUES ('pagarme', ?1, ?2, 2, ?3, 'delivered', 1, ?3)",
+             status, finished_at) VALUES ('pagarme', ?1, ?2, 2, ?3, 'delivered', ?3)",
             rusqlite::params![key, portaria::store::dedup_hash("pagarme", &key), received],
         )
         .unwrap();

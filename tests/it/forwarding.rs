@@ -70,21 +70,23 @@ fn status_of(server: &TestServer, id: i64) -> (String, u32) {
     server
         .db()
         .query_row(
-            "SELECT status, attempts FROM events WHERE id = ?1",
+            "SELECT status, attempts FROM deliveries WHERE event_id = ?1",
             [id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap()
 }
 
+/// An event's attempts as `events show` lists them: the failed ones have rows of their own,
+/// the delivered one is recorded on its delivery row (schema 4).
 fn attempt_outcomes(server: &TestServer, id: i64) -> Vec<(String, Option<String>)> {
-    let conn = server.db();
-    let mut stmt = conn
-        .prepare("SELECT outcome, error FROM attempts WHERE event_id = ?1 ORDER BY id")
-        .unwrap();
-    stmt.query_map([id], |r| Ok((r.get(0)?, r.get(1)?)))
+    let db = portaria::store::Db::open(&server.db).unwrap();
+    db.event(id)
         .unwrap()
-        .map(Result::unwrap)
+        .unwrap()
+        .attempts
+        .into_iter()
+        .map(|a| (a.outcome, a.error))
         .collect()
 }
 
@@ -110,6 +112,7 @@ async fn a_command_gets_each_event_once_with_the_raw_body_and_metadata() {
     for expected in [
         "PORTARIA_EVENT_ID=1".to_string(),
         "PORTARIA_ENDPOINT=pagarme".to_string(),
+        "PORTARIA_ROUTE=default".to_string(),
         format!("PORTARIA_DEDUP_KEY={key}"),
         "PORTARIA_EVENT_TYPE=charge.paid".to_string(),
         "PORTARIA_ATTEMPT=1".to_string(),
@@ -187,6 +190,7 @@ async fn a_url_target_gets_the_headers_and_a_verifiable_standard_webhooks_signat
     assert_eq!(header("content-type").as_deref(), Some("application/json"));
     assert_eq!(header("portaria-event-id").as_deref(), Some("1"));
     assert_eq!(header("portaria-endpoint").as_deref(), Some("pagarme"));
+    assert_eq!(header("portaria-route").as_deref(), Some("default"));
     assert_eq!(
         header("portaria-event-type").as_deref(),
         Some("charge.paid")
@@ -470,7 +474,7 @@ async fn after_sigkill_a_restart_delivers_every_pending_and_interrupted_event() 
     let statuses: Vec<String> = {
         let conn = open_db(&db);
         let mut stmt = conn
-            .prepare("SELECT status FROM events ORDER BY id")
+            .prepare("SELECT status FROM deliveries ORDER BY event_id")
             .unwrap();
         stmt.query_map([], |r| r.get(0))
             .unwrap()

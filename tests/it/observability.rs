@@ -53,7 +53,12 @@ fn deliveries(scrape: &Scrape, endpoint: &str, outcome: &str) -> f64 {
     value(
         scrape,
         "portaria_deliveries_total",
-        &[("endpoint", endpoint), ("outcome", outcome)],
+        // The one-route shorthand's route.
+        &[
+            ("endpoint", endpoint),
+            ("route", "default"),
+            ("outcome", outcome),
+        ],
     )
 }
 
@@ -219,7 +224,7 @@ fn status_of(server: &TestServer, endpoint: &str) -> Option<(String, i64)> {
     server
         .db()
         .query_row(
-            "SELECT status, attempts FROM events WHERE endpoint = ?1",
+            "SELECT status, attempts FROM deliveries WHERE endpoint = ?1",
             [endpoint],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
@@ -276,7 +281,7 @@ async fn deliveries_and_the_queue_show_in_metrics() {
         value(
             &s,
             "portaria_delivery_duration_seconds_count",
-            &[("endpoint", endpoint)],
+            &[("endpoint", endpoint), ("route", "default")],
         )
     };
     assert_eq!(attempts("github"), 2.0);

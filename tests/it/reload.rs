@@ -102,15 +102,27 @@ impl Reloading {
         open_db(&self.db).query_row(sql, [], |r| r.get(0)).unwrap()
     }
 
+    /// Every attempt, event by event, as `events show` lists them (a delivered attempt is
+    /// recorded on its delivery row, the others in `attempts`: schema 4).
     fn attempts(&self) -> Vec<(i64, i64, String, Option<String>)> {
-        let db = open_db(&self.db);
-        let mut query = db
-            .prepare("SELECT event_id, attempt, outcome, error FROM attempts ORDER BY rowid")
-            .unwrap();
-        query
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
-            .unwrap()
-            .map(Result::unwrap)
+        let db = portaria::store::Db::open(&self.db).unwrap();
+        let ids: Vec<i64> = {
+            let conn = open_db(&self.db);
+            let mut query = conn.prepare("SELECT id FROM events ORDER BY id").unwrap();
+            query
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        ids.into_iter()
+            .flat_map(|id| {
+                let event = db.event(id).unwrap().unwrap();
+                event
+                    .attempts
+                    .into_iter()
+                    .map(move |a| (id, i64::from(a.attempt), a.outcome, a.error))
+            })
             .collect()
     }
 

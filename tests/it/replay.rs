@@ -166,6 +166,12 @@ async fn an_untimestamped_delivery_sent_again_is_a_duplicate_and_forwarded_once(
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(server.count_rows(), 2);
     assert_eq!(target.count(), 2, "a duplicate is never forwarded again");
+    // One delivered attempt each, recorded on the delivery row (schema 4), and no other.
     let attempts: i64 = server.one("SELECT count(*) FROM attempts");
-    assert_eq!(attempts, 2);
+    assert_eq!(attempts, 0);
+    let delivered: i64 = server.one(
+        "SELECT count(*) FROM deliveries WHERE status = 'delivered' AND attempts = 1 \
+         AND delivered_ms IS NOT NULL",
+    );
+    assert_eq!(delivered, 2);
 }

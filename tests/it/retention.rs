@@ -75,23 +75,41 @@ fn insert(
     let last_error = (status == "dead").then_some("exit status 7: payment service down");
     conn.execute(
         "INSERT INTO events (endpoint, dedup_key, event_type, content_type, payload_bytes, \
-         received_at, status, attempts, next_attempt_at, last_error, finished_at, dedup_hash) \
-         VALUES (?1, ?2, 'charge.paid', 'application/json', ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+         received_at, status, finished_at, dedup_hash) \
+         VALUES (?1, ?2, 'charge.paid', 'application/json', ?3, ?4, ?5, ?6, ?7)",
         params![
             endpoint,
             key,
             (headers.len() + body.len()) as i64,
             received,
-            status,
-            attempts,
-            (status == "pending").then_some(received),
-            last_error,
+            // The event's roll-up: a delivery under way leaves its event pending.
+            if status == "delivering" {
+                "pending"
+            } else {
+                status
+            },
             matches!(status, "delivered" | "dead").then_some(received + 1000),
             portaria::store::dedup_hash(endpoint, key),
         ],
     )
     .unwrap();
     let id = conn.last_insert_rowid();
+    if status != "stored" {
+        conn.execute(
+            "INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
+             next_attempt_at, last_error, finished_at) VALUES (?1, 'default', ?2, ?3, ?4, ?5, ?6, ?7)",
+            params![
+                id,
+                endpoint,
+                status,
+                attempts,
+                (status == "pending").then_some(received),
+                last_error,
+                matches!(status, "delivered" | "dead").then_some(received + 1000),
+            ],
+        )
+        .unwrap();
+    }
     conn.execute(
         "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)",
         params![id, headers, body],

@@ -89,12 +89,12 @@ pub const DUPLICATE_WARN_PERCENT: u64 = 5;
 /// among three webhooks is 33 %), so they never warn.
 pub const DUPLICATE_MIN_SAMPLE: u64 = 20;
 
-/// A configured endpoint, as metrics sees it: a label, and whether it forwards (only then
-/// does it get delivery series).
+/// A configured endpoint, as metrics sees it: a label, and the names of its routes (each
+/// gets delivery series; none: it does not forward).
 #[derive(Debug, Clone, Copy)]
 pub struct Series<'a> {
     pub endpoint: &'a str,
-    pub forwards: bool,
+    pub routes: &'a [&'a str],
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -105,6 +105,19 @@ struct EndpointLabel {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct OutcomeLabels {
     endpoint: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    endpoint: String,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteOutcomeLabels {
+    endpoint: String,
+    route: String,
     outcome: &'static str,
 }
 
@@ -136,19 +149,21 @@ pub struct Metrics {
 struct Families {
     requests: Family<OutcomeLabels, Counter>,
     request_latency: Family<EndpointLabel, Histogram>,
-    deliveries: Family<OutcomeLabels, Counter>,
-    delivery_latency: Family<EndpointLabel, Histogram>,
+    deliveries: Family<RouteOutcomeLabels, Counter>,
+    delivery_latency: Family<RouteLabels, Histogram>,
+    /// Accepted events of a forwarding endpoint that no route took (only stored).
+    unrouted: Family<EndpointLabel, Counter>,
 }
 
 /// Handles on one endpoint's series (clones share the value with the registered family).
 struct EndpointSeries {
     name: String,
-    forwards: bool,
     requests: Vec<(&'static str, Counter)>,
     request_latency: Histogram,
-    /// Empty for an endpoint that does not forward.
-    deliveries: Vec<(&'static str, Counter)>,
-    delivery_latency: Option<Histogram>,
+    /// One per route; empty for an endpoint that does not forward.
+    routes: Vec<RouteSeries>,
+    /// None for an endpoint that does not forward.
+    unrouted: Option<Counter>,
     duplicates: Mutex<DuplicateWindow>,
     /// Attempts over [`SLOW_DELIVERY`], for [`Metrics::facts`] (no series of its own).
     slow: AtomicU64,
@@ -169,6 +184,20 @@ pub struct EndpointFacts {
     pub window_received: u64,
 }
 
+/// Handles on one route's delivery series.
+struct RouteSeries {
+    name: String,
+    deliveries: Vec<(&'static str, Counter)>,
+    latency: Histogram,
+}
+
+impl EndpointSeries {
+    fn has_routes(&self, routes: &[&str]) -> bool {
+        self.routes.len() == routes.len()
+            && self.routes.iter().zip(routes).all(|(r, n)| r.name == *n)
+    }
+}
+
 impl Metrics {
     /// Creates every series of these endpoints, at zero. (The gauges are set by [`Metrics::render`]
     /// before each encoding, so they too exist from the first scrape.)
@@ -178,10 +207,10 @@ impl Metrics {
         let request_latency = Family::<EndpointLabel, Histogram>::new_with_constructor(
             request_histogram as fn() -> _,
         );
-        let deliveries = Family::<OutcomeLabels, Counter>::default();
-        let delivery_latency = Family::<EndpointLabel, Histogram>::new_with_constructor(
-            delivery_histogram as fn() -> _,
-        );
+        let deliveries = Family::<RouteOutcomeLabels, Counter>::default();
+        let delivery_latency =
+            Family::<RouteLabels, Histogram>::new_with_constructor(delivery_histogram as fn() -> _);
+        let unrouted = Family::<EndpointLabel, Counter>::default();
         let duplicate_ratio = Family::<EndpointLabel, FloatGauge>::default();
         let pending = Family::<EndpointLabel, Gauge>::default();
         let oldest_pending_age = Family::<EndpointLabel, FloatGauge>::default();
@@ -208,13 +237,18 @@ impl Metrics {
         );
         registry.register(
             "deliveries",
-            "Delivery attempts by outcome: delivered, failed (will be retried), dead (last try failed)",
+            "Delivery attempts by route and outcome: delivered, failed (will be retried), dead (last try failed)",
             deliveries.clone(),
         );
         registry.register(
             "delivery_duration_seconds",
-            "Time one delivery attempt took",
+            "Time one delivery attempt took, by route",
             delivery_latency.clone(),
+        );
+        registry.register(
+            "events_unrouted",
+            "Accepted events of a forwarding endpoint that matched no route's filter (stored only)",
+            unrouted.clone(),
         );
         registry.register(
             "events_pending",
@@ -238,11 +272,12 @@ impl Metrics {
             request_latency,
             deliveries,
             delivery_latency,
+            unrouted,
         };
         let metrics = Metrics {
             registry,
             endpoints: RwLock::default(),
-            unknown: families.series(UNKNOWN_ENDPOINT, &["not_found"], false),
+            unknown: families.series(UNKNOWN_ENDPOINT, &["not_found"], &[]),
             families,
             duplicate_ratio,
             pending,
@@ -267,11 +302,14 @@ impl Metrics {
         let mut old = std::mem::take(&mut *map);
         for e in endpoints {
             let series = match old.remove(e.endpoint) {
-                Some(kept) if kept.forwards == e.forwards => kept,
+                Some(kept) if kept.has_routes(e.routes) => kept,
                 previous => {
+                    if let Some(previous) = &previous {
+                        self.remove_delivery_series(previous);
+                    }
                     let fresh = self
                         .families
-                        .series(e.endpoint, &REQUEST_OUTCOMES, e.forwards);
+                        .series(e.endpoint, &REQUEST_OUTCOMES, e.routes);
                     if let Some(previous) = previous {
                         // Its request counters live on in the families; the duplicate window
                         // is carried over by hand.
@@ -282,9 +320,6 @@ impl Metrics {
                             .duplicates
                             .into_inner()
                             .unwrap_or_else(PoisonError::into_inner);
-                        if previous.forwards {
-                            self.remove_delivery_series(e.endpoint);
-                        }
                     }
                     fresh
                 }
@@ -304,18 +339,36 @@ impl Metrics {
             self.pending.remove(&labels);
             self.oldest_pending_age.remove(&labels);
             self.dead.remove(&labels);
-            self.remove_delivery_series(&name);
+            self.remove_delivery_series(&gone);
         }
     }
 
-    fn remove_delivery_series(&self, name: &str) {
-        for outcome in DELIVERY_OUTCOMES {
-            self.families.deliveries.remove(&OutcomeLabels {
-                endpoint: name.to_string(),
-                outcome,
-            });
+    /// Takes an endpoint's route series (and its unrouted count) out of the output.
+    fn remove_delivery_series(&self, series: &EndpointSeries) {
+        for route in &series.routes {
+            for outcome in DELIVERY_OUTCOMES {
+                self.families.deliveries.remove(&RouteOutcomeLabels {
+                    endpoint: series.name.clone(),
+                    route: route.name.clone(),
+                    outcome,
+                });
+            }
+            self.families
+                .delivery_latency
+                .remove(&route_labels(&series.name, &route.name));
         }
-        self.families.delivery_latency.remove(&label(name));
+        self.families.unrouted.remove(&label(&series.name));
+    }
+
+    /// Counts an accepted event of `endpoint` that no route took.
+    pub fn unrouted(&self, endpoint: &str) {
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(counter) = endpoints.get(endpoint).and_then(|s| s.unrouted.as_ref()) {
+            counter.inc();
+        }
     }
 
     /// Counts one answered request. `endpoint` is the name of the endpoint whose path it was
@@ -373,24 +426,27 @@ impl Metrics {
         }
     }
 
-    /// Counts one finished delivery attempt of `endpoint` (a configured name); `label` is one
-    /// of [`DELIVERY_OUTCOMES`].
-    pub fn delivery(&self, endpoint: &str, label: &'static str, elapsed: Duration) {
+    /// Counts one finished delivery attempt of `endpoint`'s `route` (configured names);
+    /// `label` is one of [`DELIVERY_OUTCOMES`].
+    pub fn delivery(&self, endpoint: &str, route: &str, label: &'static str, elapsed: Duration) {
         let endpoints = self
             .endpoints
             .read()
             .unwrap_or_else(PoisonError::into_inner);
-        let Some(series) = endpoints.get(endpoint) else {
+        let Some((series, slow)) = endpoints.get(endpoint).and_then(|e| {
+            e.routes
+                .iter()
+                .find(|r| r.name == route)
+                .map(|r| (r, &e.slow))
+        }) else {
             return;
         };
         if let Some((_, counter)) = series.deliveries.iter().find(|(l, _)| *l == label) {
             counter.inc();
         }
-        if let Some(histogram) = &series.delivery_latency {
-            histogram.observe(elapsed.as_secs_f64());
-        }
+        series.latency.observe(elapsed.as_secs_f64());
         if elapsed > SLOW_DELIVERY {
-            series.slow.fetch_add(1, Ordering::Relaxed);
+            slow.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -487,34 +543,53 @@ impl Metrics {
 impl Families {
     /// One endpoint's series, created at zero in the families (or the existing ones, if the
     /// families have them already).
-    fn series(&self, name: &str, outcomes: &[&'static str], forwards: bool) -> EndpointSeries {
-        let counters = |family: &Family<OutcomeLabels, Counter>, outcomes: &[&'static str]| {
-            outcomes
-                .iter()
-                .map(|&outcome| {
-                    let labels = OutcomeLabels {
-                        endpoint: name.to_string(),
-                        outcome,
-                    };
-                    (outcome, family.get_or_create_owned(&labels))
-                })
-                .collect()
-        };
+    fn series(&self, name: &str, outcomes: &[&'static str], routes: &[&str]) -> EndpointSeries {
+        let requests = outcomes
+            .iter()
+            .map(|&outcome| {
+                let labels = OutcomeLabels {
+                    endpoint: name.to_string(),
+                    outcome,
+                };
+                (outcome, self.requests.get_or_create_owned(&labels))
+            })
+            .collect();
+        let routes = routes
+            .iter()
+            .map(|&route| RouteSeries {
+                name: route.to_string(),
+                deliveries: DELIVERY_OUTCOMES
+                    .iter()
+                    .map(|&outcome| {
+                        let labels = RouteOutcomeLabels {
+                            endpoint: name.to_string(),
+                            route: route.to_string(),
+                            outcome,
+                        };
+                        (outcome, self.deliveries.get_or_create_owned(&labels))
+                    })
+                    .collect(),
+                latency: self
+                    .delivery_latency
+                    .get_or_create_owned(&route_labels(name, route)),
+            })
+            .collect::<Vec<_>>();
         EndpointSeries {
             name: name.to_string(),
-            forwards,
-            requests: counters(&self.requests, outcomes),
+            requests,
             request_latency: self.request_latency.get_or_create_owned(&label(name)),
-            deliveries: if forwards {
-                counters(&self.deliveries, &DELIVERY_OUTCOMES)
-            } else {
-                Vec::new()
-            },
-            delivery_latency: forwards
-                .then(|| self.delivery_latency.get_or_create_owned(&label(name))),
+            unrouted: (!routes.is_empty()).then(|| self.unrouted.get_or_create_owned(&label(name))),
+            routes,
             duplicates: Mutex::default(),
             slow: AtomicU64::new(0),
         }
+    }
+}
+
+fn route_labels(endpoint: &str, route: &str) -> RouteLabels {
+    RouteLabels {
+        endpoint: endpoint.to_string(),
+        route: route.to_string(),
     }
 }
 
@@ -540,11 +615,11 @@ mod tests {
     const ENDPOINTS: [Series<'static>; 2] = [
         Series {
             endpoint: "pagarme",
-            forwards: true,
+            routes: &["default"],
         },
         Series {
             endpoint: "github",
-            forwards: false,
+            routes: &[],
         },
     ];
 
@@ -561,13 +636,13 @@ mod tests {
             r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#,
             r#"portaria_requests_total{endpoint="github",outcome="bad_signature"}"#,
             r#"portaria_requests_total{endpoint="-",outcome="not_found"}"#,
-            r#"portaria_deliveries_total{endpoint="pagarme",outcome="dead"}"#,
+            r#"portaria_deliveries_total{endpoint="pagarme",route="default",outcome="dead"}"#,
             r#"portaria_events_pending{endpoint="github"}"#,
             r#"portaria_events_dead{endpoint="pagarme"}"#,
             r#"portaria_oldest_pending_age_seconds{endpoint="pagarme"}"#,
             r#"portaria_duplicate_ratio{endpoint="pagarme"}"#,
             r#"portaria_request_duration_seconds_count{endpoint="pagarme"}"#,
-            r#"portaria_delivery_duration_seconds_count{endpoint="pagarme"}"#,
+            r#"portaria_delivery_duration_seconds_count{endpoint="pagarme",route="default"}"#,
         ] {
             assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
         }
@@ -579,7 +654,7 @@ mod tests {
         metrics.request(Some("pagarme"), ACCEPTED, Duration::from_millis(3));
         metrics.request(Some("pagarme"), DUPLICATE, Duration::from_millis(2));
         metrics.request(None, "not_found", Duration::from_micros(40));
-        metrics.delivery("pagarme", "dead", Duration::from_millis(7));
+        metrics.delivery("pagarme", "default", "dead", Duration::from_millis(7));
         let queue = [QueueStats {
             endpoint: "pagarme".into(),
             pending: 2,
@@ -606,7 +681,7 @@ mod tests {
         );
         assert_eq!(get(r#"portaria_duplicate_ratio{endpoint="pagarme"}"#), 0.5);
         assert_eq!(
-            get(r#"portaria_deliveries_total{endpoint="pagarme",outcome="dead"}"#),
+            get(r#"portaria_deliveries_total{endpoint="pagarme",route="default",outcome="dead"}"#),
             1.0
         );
         assert_eq!(get(r#"portaria_events_pending{endpoint="pagarme"}"#), 2.0);
@@ -628,11 +703,11 @@ mod tests {
         metrics.configure([
             Series {
                 endpoint: "pagarme",
-                forwards: false,
+                routes: &[],
             },
             Series {
                 endpoint: "stripe",
-                forwards: true,
+                routes: &["default"],
             },
         ]);
         metrics.request(Some("pagarme"), ACCEPTED, Duration::from_millis(3));
@@ -643,7 +718,9 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(
-            get(r#"portaria_deliveries_total{endpoint="stripe",outcome="delivered"}"#),
+            get(
+                r#"portaria_deliveries_total{endpoint="stripe",route="default",outcome="delivered"}"#
+            ),
             Some(0.0)
         );
         assert_eq!(
@@ -672,7 +749,7 @@ mod tests {
     #[test]
     fn an_unreadable_queue_leaves_its_gauges_out_and_unknown_names_never_appear() {
         let metrics = Metrics::new(ENDPOINTS);
-        metrics.delivery("renamed-long-ago", "delivered", Duration::ZERO);
+        metrics.delivery("renamed-long-ago", "default", "delivered", Duration::ZERO);
         let queue = [QueueStats {
             endpoint: "renamed-long-ago".into(),
             pending: 1,
@@ -701,8 +778,8 @@ mod tests {
         metrics.request(Some("pagarme"), ACCEPTED, ms);
         metrics.request(Some("pagarme"), DUPLICATE, ms);
         metrics.request(Some("pagarme"), "storage_error", ms);
-        metrics.delivery("pagarme", "delivered", SLOW_DELIVERY);
-        metrics.delivery("pagarme", "failed", SLOW_DELIVERY + ms);
+        metrics.delivery("pagarme", "default", "delivered", SLOW_DELIVERY);
+        metrics.delivery("pagarme", "default", "failed", SLOW_DELIVERY + ms);
         let f = fact(&metrics);
         assert_eq!(
             (f.accepted, f.storage_errors, f.slow_deliveries),
