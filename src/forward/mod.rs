@@ -25,6 +25,7 @@
 
 pub mod command;
 pub mod http;
+pub mod pipe;
 
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
@@ -51,6 +52,9 @@ pub const EXTERNAL_CHECK: Duration = Duration::from_secs(2);
 /// A delivery that takes longer than this is logged as slow (README, "Observability").
 pub const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 
+/// The route a pipe handler's lines name until endpoints have routes of their own.
+pub const DEFAULT_ROUTE: &str = "default";
+
 /// One delivery attempt's input: the claimed event, as the store hands it over.
 pub use crate::store::Delivery;
 
@@ -67,6 +71,7 @@ enum Runner {
     Command(command::CommandTarget),
     /// Boxed: the HTTP client is much larger than a command line.
     Http(Box<http::HttpTarget>),
+    Pipe(pipe::PipeTarget),
 }
 
 impl Runner {
@@ -74,6 +79,14 @@ impl Runner {
         match self {
             Runner::Command(target) => target.deliver(d).await,
             Runner::Http(target) => target.deliver(d).await,
+            Runner::Pipe(target) => target.deliver(d, DEFAULT_ROUTE).await,
+        }
+    }
+
+    /// At shutdown, after the deliveries: a pipe handler is closed and waited for.
+    async fn close(&self) {
+        if let Runner::Pipe(target) = self {
+            target.close().await;
         }
     }
 }
@@ -121,6 +134,12 @@ impl Lane {
                 forward.timeout,
                 signing_key.clone(),
             ))),
+            Target::Pipe { argv } => Runner::Pipe(pipe::PipeTarget::start(
+                argv.clone(),
+                forward.timeout,
+                hide_env.to_vec(),
+                endpoint.name.clone(),
+            )),
         };
         Some(Lane {
             shared: Arc::new(LaneShared {
@@ -333,6 +352,9 @@ async fn run(
             deliveries.abort_all();
             while deliveries.join_next().await.is_some() {}
         }
+    }
+    for lane in &lanes {
+        lane.shared.runner.close().await;
     }
 }
 
@@ -554,6 +576,7 @@ mod tests {
             content_type: None,
             received_at_ms: 0,
             attempt: 1,
+            headers: bytes::Bytes::new(),
             body: bytes::Bytes::new(),
         };
         let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, SLOW_DELIVERY * 2));

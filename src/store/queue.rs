@@ -23,6 +23,8 @@ pub struct Delivery {
     pub received_at_ms: i64,
     /// 1-based number of this attempt.
     pub attempt: u32,
+    /// The request headers as stored (`name: value\r\n` each; credentials redacted).
+    pub headers: Bytes,
     pub body: Bytes,
 }
 
@@ -216,10 +218,16 @@ pub(super) fn claim_due(
         "UPDATE events SET status = 'delivering', attempts = attempts + 1 WHERE id = ?1 \
          RETURNING id, endpoint, dedup_key, event_type, content_type, received_at, attempts",
     )?;
-    let mut body = conn.prepare_cached("SELECT body FROM payloads WHERE event_id = ?1")?;
+    let mut payload =
+        conn.prepare_cached("SELECT headers, body FROM payloads WHERE event_id = ?1")?;
     ids.into_iter()
         .map(|id| {
-            let body = Bytes::from(body.query_row([id], |r| r.get::<_, Vec<u8>>(0))?);
+            let (headers, body) = payload.query_row([id], |r| {
+                Ok((
+                    Bytes::from(r.get::<_, Vec<u8>>(0)?),
+                    Bytes::from(r.get::<_, Vec<u8>>(1)?),
+                ))
+            })?;
             claim.query_row([id], |r| {
                 Ok(Delivery {
                     event_id: r.get(0)?,
@@ -229,6 +237,7 @@ pub(super) fn claim_due(
                     content_type: r.get(4)?,
                     received_at_ms: r.get(5)?,
                     attempt: r.get(6)?,
+                    headers,
                     body,
                 })
             })
