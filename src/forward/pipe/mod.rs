@@ -120,3 +120,301 @@ impl PipeTarget {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use std::path::Path;
+
+    fn delivery(id: i64) -> Delivery {
+        Delivery {
+            event_id: id,
+            endpoint: "pagarme".into(),
+            dedup_key: format!("k{id}"),
+            event_type: Some("charge.paid".into()),
+            content_type: None,
+            received_at_ms: 0,
+            attempt: 1,
+            headers: Bytes::new(),
+            body: Bytes::from_static(b"{}"),
+        }
+    }
+
+    /// A Python handler in `dir` (`D` is that directory in it) after the common prelude.
+    fn handler(dir: &Path, body: &str, timeout: Duration) -> PipeTarget {
+        let path = dir.join("handler.py");
+        let prelude = "import json, os, sys, time\nD = sys.argv[1]\n\
+                       def answer(o):\n    sys.stdout.write(json.dumps(o) + '\\n'); sys.stdout.flush()\n";
+        std::fs::write(&path, format!("{prelude}{body}\n")).unwrap();
+        let argv = vec![
+            "python3".to_string(),
+            path.to_string_lossy().into_owned(),
+            dir.to_string_lossy().into_owned(),
+        ];
+        PipeTarget::start(argv, timeout, vec![], "pagarme".into())
+    }
+
+    fn failure(outcome: Outcome) -> String {
+        match outcome {
+            Outcome::Failed(text) => text,
+            Outcome::Delivered => panic!("expected a failure, got Delivered"),
+        }
+    }
+
+    const SECONDS: Duration = Duration::from_secs(10);
+
+    #[tokio::test]
+    async fn answers_in_any_order_settle_their_own_events() {
+        let dir = tempfile::tempdir().unwrap();
+        // Reads three events, then answers them last first; the second one fails.
+        let target = handler(
+            dir.path(),
+            "got = [json.loads(sys.stdin.readline()) for _ in range(3)]\n\
+             for e in reversed(got):\n    \
+                 answer({'id': e['id'], 'ok': e['id'] != 2, 'error': 'erp said no'})\n\
+             for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})",
+            SECONDS,
+        );
+        let (one, two, three) = (delivery(1), delivery(2), delivery(3));
+        let (a, b, c) = tokio::join!(
+            target.deliver(&one, "default"),
+            target.deliver(&two, "default"),
+            target.deliver(&three, "default"),
+        );
+        assert_eq!(a, Outcome::Delivered);
+        assert_eq!(b, Outcome::Failed("handler: erp said no".into()));
+        assert_eq!(c, Outcome::Delivered);
+        // The same process goes on with the next one.
+        assert_eq!(
+            target.deliver(&delivery(4), "default").await,
+            Outcome::Delivered
+        );
+        target.close().await;
+    }
+
+    /// A handler that misbehaves once (`bad`, on its first run only), then answers properly.
+    fn once_then_fine(dir: &Path, bad: &str, timeout: Duration) -> PipeTarget {
+        handler(
+            dir,
+            &format!(
+                "first = not os.path.exists(D + '/ran')\n\
+                 open(D + '/ran', 'a').write(str(os.getpid()) + '\\n')\n\
+                 for line in sys.stdin:\n    \
+                     e = json.loads(line)\n    \
+                     if first:\n        {bad}\n    \
+                     answer({{'id': e['id'], 'ok': True}})"
+            ),
+            timeout,
+        )
+    }
+
+    fn runs(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("ran"))
+            .unwrap_or_default()
+            .lines()
+            .count()
+    }
+
+    #[tokio::test]
+    async fn garbage_on_stdout_fails_the_events_in_flight_and_restarts_the_handler() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = once_then_fine(dir.path(), "print('hello', flush=True)", SECONDS);
+        let why = failure(target.deliver(&delivery(1), "default").await);
+        assert!(
+            why.starts_with("pipe handler failed: the handler wrote a line that is not an answer")
+                && why.contains("hello"),
+            "{why}"
+        );
+        assert_eq!(
+            target.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
+        assert_eq!(runs(dir.path()), 2, "restarted once");
+        target.close().await;
+    }
+
+    #[tokio::test]
+    async fn an_answer_for_an_event_not_in_flight_is_garbage_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = once_then_fine(dir.path(), "answer({'id': 999, 'ok': True})", SECONDS);
+        let why = failure(target.deliver(&delivery(1), "default").await);
+        assert!(
+            why.contains("answered event 999, which it was not handling"),
+            "{why}"
+        );
+        assert_eq!(
+            target.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
+        target.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_handler_that_exits_fails_its_event_with_the_status_and_is_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = once_then_fine(dir.path(), "sys.exit(3)", SECONDS);
+        let why = failure(target.deliver(&delivery(1), "default").await);
+        assert_eq!(
+            why,
+            "pipe handler failed: the handler exited (exit status 3); killed and restarted"
+        );
+        assert_eq!(
+            target.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
+        assert_eq!(runs(dir.path()), 2);
+        target.close().await;
+    }
+
+    #[tokio::test]
+    async fn a_missed_timeout_kills_the_handler_and_its_group() {
+        let dir = tempfile::tempdir().unwrap();
+        // The first run starts a child of its own (same group) and never answers.
+        let target = once_then_fine(
+            dir.path(),
+            "import subprocess\n        \
+             p = subprocess.Popen(['sleep', '30'])\n        \
+             open(D + '/child', 'w').write(str(p.pid))\n        \
+             time.sleep(30)",
+            Duration::from_millis(500),
+        );
+        let started = std::time::Instant::now();
+        let why = failure(target.deliver(&delivery(7), "default").await);
+        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert_eq!(
+            why,
+            "pipe handler failed: the handler did not answer event 7 within 500ms; killed and restarted"
+        );
+        let child: i32 = std::fs::read_to_string(dir.path().join("child"))
+            .unwrap()
+            .parse()
+            .unwrap();
+        let gone = std::time::Instant::now() + Duration::from_secs(3);
+        // SAFETY: signal 0 only asks whether the process exists.
+        while unsafe { libc::kill(child, 0) } == 0 && !is_zombie(child) {
+            assert!(std::time::Instant::now() < gone, "the handler's child survived");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            target.deliver(&delivery(7), "default").await,
+            Outcome::Delivered
+        );
+        target.close().await;
+    }
+
+    fn is_zombie(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .unwrap_or(true)
+    }
+
+    #[tokio::test]
+    async fn a_program_that_cannot_start_fails_fast_naming_it() {
+        let target = PipeTarget::start(
+            vec!["/nonexistent/handler".into()],
+            SECONDS,
+            vec![],
+            "pagarme".into(),
+        );
+        let why = failure(target.deliver(&delivery(1), "default").await);
+        assert_eq!(
+            why,
+            "could not start /nonexistent/handler: No such file or directory"
+        );
+        target.close().await;
+    }
+
+    #[tokio::test]
+    async fn hidden_variables_do_not_reach_the_handler() {
+        assert!(std::env::var_os("HOME").is_some(), "the test needs HOME set");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("env.py");
+        std::fs::write(
+            &path,
+            "import json, os, sys\n\
+             for line in sys.stdin:\n    \
+                 seen = ('HOME' in os.environ, 'PATH' in os.environ)\n    \
+                 ok = seen == (False, True)\n    \
+                 print(json.dumps({'id': json.loads(line)['id'], 'ok': ok, 'error': str(seen)}), flush=True)\n",
+        )
+        .unwrap();
+        let argv = vec!["python3".into(), path.to_string_lossy().into_owned()];
+        let target = PipeTarget::start(argv, SECONDS, vec!["HOME".into()], "pagarme".into());
+        assert_eq!(
+            target.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
+        target.close().await;
+    }
+
+    #[tokio::test]
+    async fn close_gives_eof_first_then_sigterm_then_sigkill() {
+        let dir = tempfile::tempdir().unwrap();
+        // Polite: exits at EOF, and says so.
+        let polite = handler(
+            dir.path(),
+            "for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})\n\
+             open(D + '/eof', 'w').write('yes')",
+            SECONDS,
+        );
+        assert_eq!(polite.deliver(&delivery(1), "default").await, Outcome::Delivered);
+        let started = std::time::Instant::now();
+        polite.close().await;
+        assert!(started.elapsed() < CLOSE_GRACE, "{:?}", started.elapsed());
+        assert_eq!(std::fs::read_to_string(dir.path().join("eof")).unwrap(), "yes");
+
+        // Deaf to EOF and to SIGTERM: killed after two graces.
+        let dir = tempfile::tempdir().unwrap();
+        let stubborn = handler(
+            dir.path(),
+            "import signal\nsignal.signal(signal.SIGTERM, lambda *a: open(D + '/term', 'w').write('yes'))\n\
+             for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})\n\
+             while True:\n    time.sleep(0.05)",
+            SECONDS,
+        );
+        assert_eq!(stubborn.deliver(&delivery(1), "default").await, Outcome::Delivered);
+        let started = std::time::Instant::now();
+        stubborn.close().await;
+        let took = started.elapsed();
+        assert!(took >= CLOSE_GRACE * 2 && took < CLOSE_GRACE * 3, "{took:?}");
+        assert_eq!(std::fs::read_to_string(dir.path().join("term")).unwrap(), "yes");
+    }
+
+    #[tokio::test]
+    async fn stderr_goes_to_the_log_line_by_line_each_line_bounded() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Sink(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Sink {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let sink = Sink::default();
+        let writer = sink.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let dir = tempfile::tempdir().unwrap();
+        let target = handler(
+            dir.path(),
+            "sys.stderr.write('x' * 100000 + '\\nsecond line\\n'); sys.stderr.flush()\n\
+             for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})",
+            SECONDS,
+        );
+        assert_eq!(target.deliver(&delivery(1), "default").await, Outcome::Delivered);
+        target.close().await;
+        let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("second line"), "{log}");
+        let long = log.lines().find(|l| l.contains("xxxx")).unwrap();
+        assert!(long.len() < STDERR_LINE + 200, "{}", long.len());
+        assert!(long.contains("x …"), "{long}");
+    }
+}

@@ -252,8 +252,12 @@ impl Session {
         {
             self.reaped(status.ok());
         }
+        // Whatever was noticed first, an exit is the cause to report.
         match self.exited {
-            Some(status) => Ended::Broke(format!("{what} ({})", describe_status(status))),
+            Some(status) => Ended::Broke(format!(
+                "the handler exited ({})",
+                describe_status(status)
+            )),
             None => Ended::Broke(what.to_string()),
         }
     }
