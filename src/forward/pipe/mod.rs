@@ -167,12 +167,12 @@ mod tests {
     #[tokio::test]
     async fn answers_in_any_order_settle_their_own_events() {
         let dir = tempfile::tempdir().unwrap();
-        // Reads three events, then answers them last first; the second one fails.
+        // Reads three events, then answers them last first; the first one fails.
         let target = handler(
             dir.path(),
             "got = [json.loads(sys.stdin.readline()) for _ in range(3)]\n\
              for e in reversed(got):\n    \
-                 answer({'id': e['id'], 'ok': e['id'] != 2, 'error': 'erp said no'})\n\
+                 answer({'id': e['id'], 'ok': e['id'] != 1, 'error': 'erp said no'})\n\
              for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})",
             SECONDS,
         );
@@ -182,8 +182,8 @@ mod tests {
             target.deliver(&two, "default"),
             target.deliver(&three, "default"),
         );
-        assert_eq!(a, Outcome::Delivered);
-        assert_eq!(b, Outcome::Failed("handler: erp said no".into()));
+        assert_eq!(a, Outcome::Failed("handler: erp said no".into()));
+        assert_eq!(b, Outcome::Delivered);
         assert_eq!(c, Outcome::Delivered);
         // The same process goes on with the next one.
         assert_eq!(
