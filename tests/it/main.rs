@@ -17,6 +17,7 @@ mod locked;
 mod observability;
 mod oracle;
 mod partial_body;
+mod pipe;
 mod properties;
 mod providers_asym;
 mod providers_br;
