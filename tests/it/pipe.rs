@@ -163,7 +163,12 @@ async fn with_concurrency_several_events_are_in_flight_and_answered_out_of_order
     let handler = handler.display().to_string();
     let server = server_with_github_pipe(&["python3", &handler], "concurrency = 4").await;
     for n in 0..8 {
-        post_github(&server, &format!("d-{n}"), format!("{{\"n\":{n}}}").as_bytes()).await;
+        post_github(
+            &server,
+            &format!("d-{n}"),
+            format!("{{\"n\":{n}}}").as_bytes(),
+        )
+        .await;
     }
     eventually(WAIT, "all delivered", || all_delivered(&server, 8)).await;
     let batches = std::fs::read_to_string(work.path().join("batches")).unwrap();
@@ -215,7 +220,10 @@ async fn five_events_one_broken_attempt(bad: &str, timeout_secs: u64) -> (TestSe
     );
     let server = TestServer::start_with(dir, db, &text).await;
     for n in 0..5 {
-        assert_eq!(post_pagarme(server.addr, &payment_body(n)).await.status, 200);
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
     }
     eventually(WAIT, "all delivered", || all_delivered(&server, 5)).await;
     let runs = std::fs::read_to_string(work.path().join("ran")).unwrap();
@@ -224,7 +232,11 @@ async fn five_events_one_broken_attempt(bad: &str, timeout_secs: u64) -> (TestSe
     assert!(seen.contains("3 1\n") && seen.contains("3 2\n"), "{seen}");
     let mut attempts: Vec<u32> = statuses(&server).iter().map(|(_, a)| *a).collect();
     attempts.sort();
-    assert_eq!(attempts, [1, 1, 1, 1, 2], "only the broken attempt was retried");
+    assert_eq!(
+        attempts,
+        [1, 1, 1, 1, 2],
+        "only the broken attempt was retried"
+    );
     let errors = errors(&server);
     assert_eq!(errors.len(), 1, "{errors:?}");
     assert_eq!(errors[0].0, 3);
@@ -265,8 +277,10 @@ async fn a_missed_timeout_fails_the_event_and_restarts_the_handler() {
 
 fn alive(pid: i32) -> bool {
     // A zombie (exited, not yet reaped by whoever inherited it) runs nothing.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, r)| !r.trim_start().starts_with('Z')))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit_once(')')
+            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+    })
 }
 
 /// The real binary: the handler never sees the secret variables, dies when portaria is
@@ -324,7 +338,9 @@ retry = ["100ms"]
     let seen = || std::fs::read_to_string(dir.join("seen")).unwrap_or_default();
     let status_of = |id: i64| -> String {
         open_db(&dir.join("portaria.db"))
-            .query_row("SELECT status FROM events WHERE id = ?1", [id], |r| r.get(0))
+            .query_row("SELECT status FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
             .unwrap()
     };
 
@@ -345,9 +361,11 @@ retry = ["100ms"]
     assert!(alive(pid));
     first.signal(libc::SIGKILL);
     first.wait(WAIT).await;
-    eventually(Duration::from_secs(5), "the handler died with portaria", || {
-        !alive(pid)
-    })
+    eventually(
+        Duration::from_secs(5),
+        "the handler died with portaria",
+        || !alive(pid),
+    )
     .await;
     assert_eq!(status_of(2), "delivering", "held when portaria died");
 
@@ -359,9 +377,78 @@ retry = ["100ms"]
     assert_eq!(seen(), "1\n2\n2\n", "event 2 at least once, event 1 once");
     let env = std::fs::read_to_string(dir.join("env")).unwrap();
     assert_eq!(
-        env,
-        "['OTHER_TEST_SECRET_VISIBLE']\n['OTHER_TEST_SECRET_VISIBLE']\n",
+        env, "['OTHER_TEST_SECRET_VISIBLE']\n['OTHER_TEST_SECRET_VISIBLE']\n",
         "the config's secret variable is hidden, other variables are inherited"
     );
     drop(second);
+}
+
+/// The real binary: a reload closes the running handler (EOF) and the next delivery starts a
+/// new one; a graceful stop closes that one too, waiting for it (it takes 0.5 s after EOF),
+/// and portaria exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_and_a_stop_close_the_handler_with_eof() {
+    let work = tempfile::tempdir().unwrap();
+    let handler = python_handler(
+        work.path(),
+        "log = lambda what: open(D + '/life', 'a').write(what + ' ' + str(os.getpid()) + '\\n')\n\
+         log('start')\n\
+         for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})\n\
+         time.sleep(0.5)\n\
+         log('eof')",
+    );
+    let dir = work.path();
+    let config = dir.join("portaria.toml");
+    std::fs::write(
+        &config,
+        base_config(
+            &dir.join("portaria.db"),
+            "",
+            &format!(
+                "forward = {{ pipe = [\"python3\", \"{}\"] }}\n",
+                handler.display()
+            ),
+        ),
+    )
+    .unwrap();
+    let life = || std::fs::read_to_string(dir.join("life")).unwrap_or_default();
+    let delivered = |n: i64| {
+        open_db(&dir.join("portaria.db"))
+            .query_row(
+                "SELECT count(*) FROM events WHERE status = 'delivered'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == n
+    };
+    let mut server = Process::spawn(&config).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    eventually(WAIT, "event 1 delivered", || delivered(1)).await;
+    server.signal(libc::SIGHUP);
+    eventually(WAIT, "the first handler closed at the reload", || {
+        life().lines().filter(|l| l.starts_with("eof")).count() == 1
+    })
+    .await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(2)).await.status,
+        200
+    );
+    eventually(WAIT, "event 2 delivered", || delivered(2)).await;
+    server.signal(libc::SIGTERM);
+    assert_eq!(server.wait(WAIT).await.code(), Some(0));
+    let life = life();
+    let pids: Vec<&str> = life.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+    assert_eq!(pids.len(), 4, "{life}");
+    assert!(
+        pids[0] == pids[1] && pids[2] == pids[3] && pids[0] != pids[2],
+        "{life}"
+    );
+    assert!(
+        life.starts_with("start") && life.lines().nth(3).unwrap().starts_with("eof"),
+        "the second handler got EOF at the stop: {life}"
+    );
 }

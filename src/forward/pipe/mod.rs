@@ -281,7 +281,11 @@ mod tests {
         );
         let started = std::time::Instant::now();
         let why = failure(target.deliver(&delivery(7), "default").await);
-        assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
         assert_eq!(
             why,
             "pipe handler failed: the handler did not answer event 7 within 500ms; killed and restarted"
@@ -293,7 +297,10 @@ mod tests {
         let gone = std::time::Instant::now() + Duration::from_secs(3);
         // SAFETY: signal 0 only asks whether the process exists.
         while unsafe { libc::kill(child, 0) } == 0 && !is_zombie(child) {
-            assert!(std::time::Instant::now() < gone, "the handler's child survived");
+            assert!(
+                std::time::Instant::now() < gone,
+                "the handler's child survived"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert_eq!(
@@ -305,7 +312,10 @@ mod tests {
 
     fn is_zombie(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| s.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')))
+            .map(|s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
             .unwrap_or(true)
     }
 
@@ -327,7 +337,10 @@ mod tests {
 
     #[tokio::test]
     async fn hidden_variables_do_not_reach_the_handler() {
-        assert!(std::env::var_os("HOME").is_some(), "the test needs HOME set");
+        assert!(
+            std::env::var_os("HOME").is_some(),
+            "the test needs HOME set"
+        );
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("env.py");
         std::fs::write(
@@ -358,11 +371,17 @@ mod tests {
              open(D + '/eof', 'w').write('yes')",
             SECONDS,
         );
-        assert_eq!(polite.deliver(&delivery(1), "default").await, Outcome::Delivered);
+        assert_eq!(
+            polite.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
         let started = std::time::Instant::now();
         polite.close().await;
         assert!(started.elapsed() < CLOSE_GRACE, "{:?}", started.elapsed());
-        assert_eq!(std::fs::read_to_string(dir.path().join("eof")).unwrap(), "yes");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("eof")).unwrap(),
+            "yes"
+        );
 
         // Deaf to EOF and to SIGTERM: killed after two graces.
         let dir = tempfile::tempdir().unwrap();
@@ -373,12 +392,21 @@ mod tests {
              while True:\n    time.sleep(0.05)",
             SECONDS,
         );
-        assert_eq!(stubborn.deliver(&delivery(1), "default").await, Outcome::Delivered);
+        assert_eq!(
+            stubborn.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
         let started = std::time::Instant::now();
         stubborn.close().await;
         let took = started.elapsed();
-        assert!(took >= CLOSE_GRACE * 2 && took < CLOSE_GRACE * 3, "{took:?}");
-        assert_eq!(std::fs::read_to_string(dir.path().join("term")).unwrap(), "yes");
+        assert!(
+            took >= CLOSE_GRACE * 2 && took < CLOSE_GRACE * 3,
+            "{took:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("term")).unwrap(),
+            "yes"
+        );
     }
 
     #[tokio::test]
@@ -409,7 +437,10 @@ mod tests {
              for line in sys.stdin:\n    answer({'id': json.loads(line)['id'], 'ok': True})",
             SECONDS,
         );
-        assert_eq!(target.deliver(&delivery(1), "default").await, Outcome::Delivered);
+        assert_eq!(
+            target.deliver(&delivery(1), "default").await,
+            Outcome::Delivered
+        );
         target.close().await;
         let log = String::from_utf8(sink.0.lock().unwrap().clone()).unwrap();
         assert!(log.contains("second line"), "{log}");

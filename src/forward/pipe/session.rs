@@ -254,10 +254,9 @@ impl Session {
         }
         // Whatever was noticed first, an exit is the cause to report.
         match self.exited {
-            Some(status) => Ended::Broke(format!(
-                "the handler exited ({})",
-                describe_status(status)
-            )),
+            Some(status) => {
+                Ended::Broke(format!("the handler exited ({})", describe_status(status)))
+            }
             None => Ended::Broke(what.to_string()),
         }
     }
