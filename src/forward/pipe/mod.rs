@@ -97,10 +97,14 @@ impl PipeTarget {
     /// Hands `d` (on `route`) to the handler and waits for its answer, a failure of the
     /// handler, or the timeout. Every problem becomes [`Outcome::Failed`] with a short reason.
     pub async fn deliver(&self, d: &Delivery, route: &str) -> Outcome {
+        let line = match protocol::event_line(d, route) {
+            Ok(line) => line,
+            Err(why) => return Outcome::Failed(why),
+        };
         let (answer, answered) = oneshot::channel();
         let request = Request {
             id: d.event_id,
-            line: protocol::event_line(d, route),
+            line,
             answer,
         };
         if self.messages.send(Message::Deliver(request)).is_err() {

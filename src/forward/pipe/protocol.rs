@@ -33,7 +33,7 @@ struct EventLine<'a> {
 
 /// The line for `d` on `route`, newline included. The body is `body` when it is UTF-8 text,
 /// else `body_base64` (standard alphabet, padded); exactly one of them is present.
-pub fn event_line(d: &Delivery, route: &str) -> Vec<u8> {
+pub fn event_line(d: &Delivery, route: &str) -> Result<Vec<u8>, String> {
     let (body, body_base64) = match std::str::from_utf8(&d.body) {
         Ok(text) => (Some(text), None),
         Err(_) => (
@@ -53,11 +53,12 @@ pub fn event_line(d: &Delivery, route: &str) -> Vec<u8> {
         body,
         body_base64,
     };
-    // Serializing strings, integers and a map of strings cannot fail; an empty object would
-    // be answered as garbage, never silently dropped.
-    let mut out = serde_json::to_vec(&line).unwrap_or_else(|_| b"{}".to_vec());
+    // Strings, integers and a map with string keys: serde_json has no error for these, but
+    // should it ever, the attempt fails with it rather than the handler reading a bad line.
+    let mut out = serde_json::to_vec(&line)
+        .map_err(|e| format!("cannot write the event as a JSON line: {e}"))?;
     out.push(b'\n');
-    out
+    Ok(out)
 }
 
 /// The stored headers (`name: value\r\n` each) as an object: names as stored (lower case),
@@ -167,7 +168,7 @@ mod tests {
 
     #[test]
     fn an_event_is_one_line_with_every_field_and_a_text_body() {
-        let line = parsed(&event_line(&delivery(b"{\"a\":\n1}"), "erp"));
+        let line = parsed(&event_line(&delivery(b"{\"a\":\n1}"), "erp").unwrap());
         assert_eq!(
             line,
             serde_json::json!({
@@ -193,12 +194,12 @@ mod tests {
         let mut d = delivery(b"");
         d.body = Bytes::from_static(&[0xff, 0x00, 0x41]);
         d.event_type = None;
-        let line = parsed(&event_line(&d, "default"));
+        let line = parsed(&event_line(&d, "default").unwrap());
         assert_eq!(line["body_base64"], "/wBB");
         assert!(line.get("body").is_none(), "{line}");
         assert!(line["event_type"].is_null());
         // An empty body is text.
-        let line = parsed(&event_line(&delivery(b""), "default"));
+        let line = parsed(&event_line(&delivery(b""), "default").unwrap());
         assert_eq!(line["body"], "");
         assert!(line.get("body_base64").is_none());
     }
