@@ -272,6 +272,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_handler_killed_from_outside_fails_its_event_and_is_restarted() {
+        let dir = tempfile::tempdir().unwrap();
+        // The first run holds its event and waits to be killed (as by the OOM killer).
+        let target = once_then_fine(dir.path(), "time.sleep(30)", SECONDS);
+        let d = delivery(5);
+        let attempt = target.deliver(&d, "default");
+        let kill = async {
+            let pid: i32 = loop {
+                let ran = std::fs::read_to_string(dir.path().join("ran")).unwrap_or_default();
+                if let Ok(pid) = ran.trim().parse() {
+                    break pid;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            };
+            // SAFETY: a plain kill(2) of the handler this test started.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        };
+        let (outcome, ()) = tokio::join!(attempt, kill);
+        assert_eq!(
+            failure(outcome),
+            "pipe handler failed: the handler exited (killed by signal 9); killed and restarted"
+        );
+        assert_eq!(target.deliver(&d, "default").await, Outcome::Delivered);
+        target.close().await;
+    }
+
+    #[tokio::test]
     async fn a_missed_timeout_kills_the_handler_and_its_group() {
         let dir = tempfile::tempdir().unwrap();
         // The first run starts a child of its own (same group) and never answers.
