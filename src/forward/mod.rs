@@ -1,5 +1,5 @@
-//! The forwarding worker: delivers every stored event to its endpoint's command or URL, at
-//! least once, with retries, backoff and a dead-letter state.
+//! The forwarding worker: delivers every stored event to its endpoint's command, URL or pipe
+//! handler, at least once, with retries, backoff and a dead-letter state.
 //!
 //! It is mini-redis's purge loop with SQLite as the queue: claim what is due, start those
 //! deliveries, then sleep until the next event is due, a new event is committed, a delivery
