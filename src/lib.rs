@@ -9,7 +9,7 @@
 //!   store, answer; [`client_ip`] tells the client's address behind a trusted tunnel.
 //! - [`verify`] holds one file per provider's signature rules; [`dedup`] the dedup key rules.
 //! - [`store`] is the only module that speaks SQL; a single writer thread commits in groups.
-//! - [`forward`] is the background worker that delivers stored events to a command or URL.
+//! - [`forward`] is the background worker that delivers stored events to a command, URL or pipe handler.
 //! - [`prune`] removes finished events past their retention window, after [`archive`] has
 //!   written them to a daily compressed file when one is configured.
 //! - [`cli`] parses the command line and runs `serve`, `check`, `events`, `prune`, `archive`,

@@ -218,6 +218,10 @@ pub struct Forward {
 #[derive(Debug)]
 pub enum Target {
     Command(Vec<String>),
+    /// A program started once and kept running, fed one JSON line per event (`forward::pipe`).
+    Pipe {
+        argv: Vec<String>,
+    },
     Url {
         url: http::Uri,
         /// Standard Webhooks signing key for the forward, decoded from `whsec_...`.

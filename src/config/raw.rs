@@ -154,6 +154,7 @@ pub(super) struct RawRoute {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawForward {
     pub(super) command: Option<Vec<String>>,
+    pub(super) pipe: Option<Vec<String>>,
     pub(super) url: Option<String>,
     pub(super) timeout_secs: Option<u64>,
     pub(super) secret: Option<String>,

@@ -360,8 +360,8 @@ impl Validator<'_> {
             secret_file: raw.secret_file,
         };
         let secrets = self.secrets(&at, given, None, false);
-        let target = match (raw.command, raw.url) {
-            (Some(argv), None) => {
+        let target = match (raw.command, raw.pipe, raw.url) {
+            (Some(argv), None, None) => {
                 if argv.first().is_none_or(|program| program.is_empty()) {
                     self.problem(format!("{at}.command: give the program and its arguments, e.g. [\"/usr/local/bin/on-payment\"]"));
                 }
@@ -370,7 +370,16 @@ impl Validator<'_> {
                 }
                 Target::Command(argv)
             }
-            (None, Some(url)) => {
+            (None, Some(argv), None) => {
+                if argv.first().is_none_or(|program| program.is_empty()) {
+                    self.problem(format!("{at}.pipe: give the program and its arguments, e.g. [\"python3\", \"/srv/handler.py\"]"));
+                }
+                if !secrets.is_empty() {
+                    self.problem(format!("{at}: a forward secret signs URL forwards only"));
+                }
+                Target::Pipe { argv }
+            }
+            (None, None, Some(url)) => {
                 let parsed = match url.parse::<http::Uri>() {
                     Ok(uri) if uri.scheme_str() == Some("http") && uri.host().is_some() => {
                         Some(uri)
@@ -404,7 +413,7 @@ impl Validator<'_> {
                 }
             }
             _ => {
-                self.problem(format!("{at}: set exactly one of command or url"));
+                self.problem(format!("{at}: set exactly one of command, pipe or url"));
                 return None;
             }
         };
@@ -824,12 +833,33 @@ mod tests {
         assert_eq!(forward.concurrency, 1);
 
         assert!(problems(&with(r#"{ command = [] }"#)).contains("forward.command"));
+        let piped = parse(&with(
+            r#"{ pipe = ["python3", "/srv/handler.py"], timeout_secs = 7 }"#,
+        ))
+        .unwrap();
+        let forward = &piped.endpoints[0].routes[0].forward;
+        assert!(
+            matches!(&forward.target, Target::Pipe { argv } if argv == &["python3", "/srv/handler.py"])
+        );
+        assert_eq!(forward.timeout, Duration::from_secs(7));
+        assert!(problems(&with(r#"{ pipe = [] }"#)).contains("forward.pipe"));
+        assert!(problems(&with(r#"{ pipe = [""] }"#)).contains("forward.pipe"));
+        assert!(
+            problems(&with(r#"{ pipe = ["/bin/cat"], command = ["/bin/true"] }"#))
+                .contains("exactly one of command, pipe or url")
+        );
+        assert!(
+            problems(&with(
+                r#"{ pipe = ["/bin/cat"], secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" }"#
+            ))
+            .contains("signs URL forwards only")
+        );
         assert!(problems(&with(r#"{ url = "https://example.com/x" }"#)).contains("plain http://"));
         assert!(
             problems(&with(
                 r#"{ url = "http://127.0.0.1:1/x", command = ["/bin/true"] }"#
             ))
-            .contains("exactly one of command or url")
+            .contains("exactly one of command, pipe or url")
         );
         assert!(
             problems(&with(

@@ -90,9 +90,7 @@ impl CommandTarget {
             }
         };
         let mut command = Command::new(program);
-        for name in &self.hidden_env {
-            command.env_remove(name);
-        }
+        hide_env(&mut command, &self.hidden_env);
         command
             .args(args)
             .envs(delivery_env(d))
@@ -186,6 +184,14 @@ impl CommandTarget {
     }
 }
 
+/// Keeps `names` (the config's secret variables) out of the environment `command` inherits.
+/// The one way a forward program's environment is cleaned: shared with the pipe target.
+pub(super) fn hide_env(command: &mut Command, names: &[String]) {
+    for name in names {
+        command.env_remove(name);
+    }
+}
+
 /// How the wait for the program ended.
 enum Ended {
     Exited(io::Result<ExitStatus>),
@@ -194,32 +200,37 @@ enum Ended {
 
 /// Kills the child's process group when dropped while armed, so that a cancelled attempt
 /// (worker shutdown) cannot leave the program or its children running.
-struct GroupKill {
+pub(super) struct GroupKill {
     /// The group id, which equals the leader's pid because of `process_group(0)`.
     pgid: libc::pid_t,
     armed: bool,
 }
 
 impl GroupKill {
-    fn arm(pid: u32) -> Option<Self> {
+    pub(super) fn arm(pid: u32) -> Option<Self> {
         let pgid = libc::pid_t::try_from(pid).ok()?;
         // kill(0, ..) and kill(-1, ..) would hit our own group or every process we may signal.
         (pgid > 1).then_some(Self { pgid, armed: true })
     }
 
-    fn kill(&mut self) {
+    pub(super) fn kill(&mut self) {
+        self.signal(libc::SIGKILL);
+        self.armed = false;
+    }
+
+    /// Sends `signal` to the whole group, if still armed (the pipe target's SIGTERM).
+    pub(super) fn signal(&self, signal: libc::c_int) {
         if self.armed {
             // SAFETY: kill(2) takes plain integers and touches no memory of ours. `pgid > 1`
             // was checked in `arm`, so this targets exactly the child's group.
             // ESRCH (the group is already gone) is the desired state, so the result is unused.
             unsafe {
-                libc::kill(-self.pgid, libc::SIGKILL);
+                libc::kill(-self.pgid, signal);
             }
-            self.armed = false;
         }
     }
 
-    fn disarm(&mut self) {
+    pub(super) fn disarm(&mut self) {
         self.armed = false;
     }
 }
@@ -343,7 +354,7 @@ fn env_value(raw: &str) -> String {
     raw.replace('\0', "\u{FFFD}")
 }
 
-fn describe_status(status: ExitStatus) -> String {
+pub(super) fn describe_status(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
         (None, Some(signal)) if status.core_dumped() => {
@@ -384,7 +395,7 @@ pub(super) fn excerpt(bytes: &[u8], limit: usize) -> (String, bool) {
 }
 
 /// An I/O error's text without Rust's ` (os error N)` suffix, which adds nothing for a person.
-fn describe_io_error(e: &io::Error) -> String {
+pub(super) fn describe_io_error(e: &io::Error) -> String {
     let text = e.to_string();
     match e.raw_os_error() {
         Some(code) => text
@@ -412,6 +423,7 @@ mod tests {
             content_type: Some("application/json".to_string()),
             received_at_ms: 1_796_026_524_123,
             attempt: 3,
+            headers: bytes::Bytes::new(),
             body: body.into(),
         }
     }

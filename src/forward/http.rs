@@ -304,6 +304,7 @@ mod tests {
             content_type: Some("application/json; charset=utf-8".to_string()),
             received_at_ms: 1_796_026_524_123,
             attempt: 2,
+            headers: bytes::Bytes::new(),
             body: Bytes::from_static(b"{\"id\":\"evt_1\",\"amount\":1200}\n"),
         }
     }

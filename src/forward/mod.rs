@@ -1,5 +1,5 @@
-//! The forwarding worker: delivers every stored event to its endpoint's command or URL, at
-//! least once, with retries, backoff and a dead-letter state.
+//! The forwarding worker: delivers every stored event to its endpoint's command, URL or pipe
+//! handler, at least once, with retries, backoff and a dead-letter state.
 //!
 //! It is mini-redis's purge loop with SQLite as the queue: claim what is due, start those
 //! deliveries, then sleep until the next event is due, a new event is committed, a delivery
@@ -28,6 +28,7 @@
 
 pub mod command;
 pub mod http;
+pub mod pipe;
 pub mod rollup;
 
 use std::hash::{BuildHasher, RandomState};
@@ -71,6 +72,7 @@ enum Runner {
     Command(command::CommandTarget),
     /// Boxed: the HTTP client is much larger than a command line.
     Http(Box<http::HttpTarget>),
+    Pipe(pipe::PipeTarget),
 }
 
 impl Runner {
@@ -78,6 +80,14 @@ impl Runner {
         match self {
             Runner::Command(target) => target.deliver(d).await,
             Runner::Http(target) => target.deliver(d).await,
+            Runner::Pipe(target) => target.deliver(d, &d.route).await,
+        }
+    }
+
+    /// At shutdown, after the deliveries: a pipe handler is closed and waited for.
+    async fn close(&self) {
+        if let Runner::Pipe(target) = self {
+            target.close().await;
         }
     }
 }
@@ -130,6 +140,12 @@ impl Lane {
                 forward.timeout,
                 signing_key.clone(),
             ))),
+            Target::Pipe { argv } => Runner::Pipe(pipe::PipeTarget::start(
+                argv.clone(),
+                forward.timeout,
+                hide_env.to_vec(),
+                endpoint.name.clone(),
+            )),
         };
         let order = match (&route.order_by, forward.concurrency) {
             (Some(_), _) => Order::ByKey,
@@ -371,6 +387,9 @@ async fn run(
             deliveries.abort_all();
             while deliveries.join_next().await.is_some() {}
         }
+    }
+    for lane in &lanes {
+        lane.shared.runner.close().await;
     }
 }
 
@@ -618,6 +637,7 @@ mod tests {
             content_type: None,
             received_at_ms: 0,
             attempt: 1,
+            headers: bytes::Bytes::new(),
             body: bytes::Bytes::new(),
         };
         let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, SLOW_DELIVERY * 2));

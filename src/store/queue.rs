@@ -27,6 +27,8 @@ pub struct Delivery {
     pub received_at_ms: i64,
     /// 1-based number of this attempt (of this route).
     pub attempt: u32,
+    /// The request headers as stored (`name: value\r\n` each; credentials redacted).
+    pub headers: Bytes,
     pub body: Bytes,
 }
 
@@ -338,7 +340,7 @@ pub(super) fn claim_due(
          WHERE event_id = ?1 AND route = ?2 RETURNING attempts",
     )?;
     let mut event = conn.prepare_cached(
-        "SELECT dedup_key, event_type, content_type, received_at, body \
+        "SELECT dedup_key, event_type, content_type, received_at, headers, body \
          FROM events JOIN payloads ON event_id = id WHERE id = ?1",
     )?;
     ids.into_iter()
@@ -354,7 +356,8 @@ pub(super) fn claim_due(
                     content_type: r.get(2)?,
                     received_at_ms: r.get(3)?,
                     attempt,
-                    body: Bytes::from(r.get::<_, Vec<u8>>(4)?),
+                    headers: Bytes::from(r.get::<_, Vec<u8>>(4)?),
+                    body: Bytes::from(r.get::<_, Vec<u8>>(5)?),
                 })
             })
         })

@@ -21,6 +21,7 @@ mod observability;
 mod oracle;
 mod ordering;
 mod partial_body;
+mod pipe;
 mod properties;
 mod providers_asym;
 mod providers_br;

@@ -1,0 +1,242 @@
+//! The pipe protocol's two kinds of line: the event portaria writes to the handler's stdin,
+//! and the answer the handler writes to its stdout. Both are one JSON object on one line.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::forward::{Delivery, Outcome};
+
+/// How much of a handler's own error text an attempt's error keeps.
+const ERROR_LIMIT: usize = 2000;
+
+/// How much of a line that is not an answer the error quotes.
+const GARBAGE_QUOTE: usize = 200;
+
+/// One event, as the handler reads it.
+#[derive(Serialize)]
+struct EventLine<'a> {
+    id: i64,
+    endpoint: &'a str,
+    route: &'a str,
+    dedup_key: &'a str,
+    event_type: Option<&'a str>,
+    received_at: String,
+    attempt: u32,
+    headers: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_base64: Option<String>,
+}
+
+/// The line for `d` on `route`, newline included. The body is `body` when it is UTF-8 text,
+/// else `body_base64` (standard alphabet, padded); exactly one of them is present.
+pub fn event_line(d: &Delivery, route: &str) -> Result<Vec<u8>, String> {
+    let (body, body_base64) = match std::str::from_utf8(&d.body) {
+        Ok(text) => (Some(text), None),
+        Err(_) => (
+            None,
+            Some(base64::engine::general_purpose::STANDARD.encode(&d.body)),
+        ),
+    };
+    let line = EventLine {
+        id: d.event_id,
+        endpoint: &d.endpoint,
+        route,
+        dedup_key: &d.dedup_key,
+        event_type: d.event_type.as_deref(),
+        received_at: crate::time::rfc3339(d.received_at_ms),
+        attempt: d.attempt,
+        headers: headers(&d.headers),
+        body,
+        body_base64,
+    };
+    // Strings, integers and a map with string keys: serde_json has no error for these, but
+    // should it ever, the attempt fails with it rather than the handler reading a bad line.
+    let mut out = serde_json::to_vec(&line)
+        .map_err(|e| format!("cannot write the event as a JSON line: {e}"))?;
+    out.push(b'\n');
+    Ok(out)
+}
+
+/// The stored headers (`name: value\r\n` each) as an object: names as stored (lower case),
+/// values as text (invalid UTF-8 replaced), a repeated name's values joined with `, `.
+fn headers(raw: &[u8]) -> BTreeMap<String, String> {
+    let mut map: BTreeMap<String, String> = BTreeMap::new();
+    for line in raw.split(|b| *b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(colon) = line.iter().position(|b| *b == b':') else {
+            continue;
+        };
+        let (name, value) = line.split_at(colon);
+        let name = String::from_utf8_lossy(name).trim().to_string();
+        let value = String::from_utf8_lossy(value.get(1..).unwrap_or_default())
+            .trim()
+            .to_string();
+        if name.is_empty() {
+            continue;
+        }
+        map.entry(name)
+            .and_modify(|v| {
+                v.push_str(", ");
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    map
+}
+
+/// A line the handler wrote, read as an answer.
+#[derive(Deserialize)]
+struct AnswerLine {
+    id: i64,
+    ok: bool,
+    #[serde(default)]
+    error: Option<String>,
+}
+
+/// What one line of the handler's stdout says.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// The answer for event `id`.
+    For(i64, Outcome),
+    /// Not an answer: the handler is broken. The text says why, for the attempt's error.
+    Garbage(String),
+}
+
+/// Reads one line (without its newline). Fields other than `id`, `ok` and `error` are ignored.
+pub fn answer(line: &[u8]) -> Answer {
+    // serde reads a struct from an array too (`[7, true]`); an answer is an object.
+    let object = line.trim_ascii_start().starts_with(b"{");
+    let parsed = serde_json::from_slice::<AnswerLine>(line)
+        .ok()
+        .filter(|_| object);
+    match parsed.ok_or(()) {
+        Ok(AnswerLine { id, ok: true, .. }) => Answer::For(id, Outcome::Delivered),
+        Ok(AnswerLine {
+            id,
+            ok: false,
+            error,
+        }) => {
+            let error = error.unwrap_or_default();
+            let (text, cut) = crate::forward::command::excerpt(error.as_bytes(), ERROR_LIMIT);
+            let text = match (text.is_empty(), cut) {
+                (true, _) => "the handler answered ok: false".to_string(),
+                (false, false) => format!("handler: {text}"),
+                (false, true) => format!("handler: {text} …"),
+            };
+            Answer::For(id, Outcome::Failed(text))
+        }
+        Err(_) => {
+            let (text, cut) = crate::forward::command::excerpt(line, GARBAGE_QUOTE);
+            let more = if cut { " …" } else { "" };
+            Answer::Garbage(format!(
+                "the handler wrote a line that is not an answer ({{\"id\": N, \"ok\": true|false}}): {text}{more}"
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn delivery(body: &'static [u8]) -> Delivery {
+        Delivery {
+            event_id: 42,
+            endpoint: "pagarme".into(),
+            route: "default".into(),
+            dedup_key: "k:1".into(),
+            event_type: Some("charge.paid".into()),
+            content_type: Some("application/json".into()),
+            received_at_ms: 1_796_026_524_123,
+            attempt: 2,
+            headers: Bytes::from_static(
+                b"content-type: application/json\r\nx-tag: a\r\nx-tag: b\r\nx-bin: \xff\r\n",
+            ),
+            body: Bytes::from_static(body),
+        }
+    }
+
+    fn parsed(line: &[u8]) -> serde_json::Value {
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1, "one line");
+        serde_json::from_slice(line).unwrap()
+    }
+
+    #[test]
+    fn an_event_is_one_line_with_every_field_and_a_text_body() {
+        let line = parsed(&event_line(&delivery(b"{\"a\":\n1}"), "erp").unwrap());
+        assert_eq!(
+            line,
+            serde_json::json!({
+                "id": 42,
+                "endpoint": "pagarme",
+                "route": "erp",
+                "dedup_key": "k:1",
+                "event_type": "charge.paid",
+                "received_at": "2026-11-30T08:15:24.123Z",
+                "attempt": 2,
+                "headers": {
+                    "content-type": "application/json",
+                    "x-tag": "a, b",
+                    "x-bin": "\u{FFFD}",
+                },
+                "body": "{\"a\":\n1}",
+            })
+        );
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_goes_as_base64_only() {
+        let mut d = delivery(b"");
+        d.body = Bytes::from_static(&[0xff, 0x00, 0x41]);
+        d.event_type = None;
+        let line = parsed(&event_line(&d, "default").unwrap());
+        assert_eq!(line["body_base64"], "/wBB");
+        assert!(line.get("body").is_none(), "{line}");
+        assert!(line["event_type"].is_null());
+        // An empty body is text.
+        let line = parsed(&event_line(&delivery(b""), "default").unwrap());
+        assert_eq!(line["body"], "");
+        assert!(line.get("body_base64").is_none());
+    }
+
+    #[test]
+    fn answers_are_read_and_anything_else_is_garbage() {
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": true, "extra": 1}"#),
+            Answer::For(7, Outcome::Delivered)
+        );
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": false, "error": "erp down"}"#),
+            Answer::For(7, Outcome::Failed("handler: erp down".into()))
+        );
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": false}"#),
+            Answer::For(7, Outcome::Failed("the handler answered ok: false".into()))
+        );
+        let long = format!(
+            r#"{{"id": 7, "ok": false, "error": "{}"}}"#,
+            "e".repeat(5000)
+        );
+        let Answer::For(7, Outcome::Failed(text)) = answer(long.as_bytes()) else {
+            panic!("not a failure")
+        };
+        assert!(text.len() < 2100 && text.ends_with(" …"), "{}", text.len());
+        for garbage in [
+            &b"hello"[..],
+            br#"{"id": "7", "ok": true}"#,
+            br#"{"ok": true}"#,
+            br#"[7, true]"#,
+        ] {
+            let Answer::Garbage(why) = answer(garbage) else {
+                panic!("{garbage:?} read as an answer")
+            };
+            assert!(why.contains("not an answer"), "{why}");
+        }
+    }
+}
