@@ -29,7 +29,9 @@ use prometheus_client::registry::Registry;
 use crate::store::QueueStats;
 
 mod duplicate_window;
+mod facts;
 pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
+pub use facts::EndpointFacts;
 
 /// The `Content-Type` of what [`Metrics::render`] writes (text format 0.0.4).
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -167,21 +169,6 @@ struct EndpointSeries {
     duplicates: Mutex<DuplicateWindow>,
     /// Attempts over [`SLOW_DELIVERY`], for [`Metrics::facts`] (no series of its own).
     slow: AtomicU64,
-}
-
-/// What the alerts task reads of one endpoint: running counts since its series were created
-/// (a reload that re-creates them starts `slow_deliveries` again) and the duplicate window now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EndpointFacts {
-    pub endpoint: String,
-    /// Requests that stored a new event.
-    pub accepted: u64,
-    /// Requests answered 503 because the store failed or was too slow.
-    pub storage_errors: u64,
-    pub slow_deliveries: u64,
-    /// Duplicates and verified webhooks over the last 15 minutes.
-    pub window_duplicates: u64,
-    pub window_received: u64,
 }
 
 /// Handles on one route's delivery series.
@@ -448,36 +435,6 @@ impl Metrics {
         if elapsed > SLOW_DELIVERY {
             slow.fetch_add(1, Ordering::Relaxed);
         }
-    }
-
-    /// The counts the alerts task watches, for every configured endpoint.
-    pub fn facts(&self) -> Vec<EndpointFacts> {
-        let now = self.now_secs();
-        let endpoints = self
-            .endpoints
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        let count = |s: &EndpointSeries, label: &str| {
-            s.requests
-                .iter()
-                .find(|(l, _)| *l == label)
-                .map_or(0, |(_, c)| c.get())
-        };
-        endpoints
-            .values()
-            .map(|s| {
-                let window = s.duplicates.lock().unwrap_or_else(PoisonError::into_inner);
-                let (window_duplicates, window_received) = window.counts(now);
-                EndpointFacts {
-                    endpoint: s.name.clone(),
-                    accepted: count(s, ACCEPTED),
-                    storage_errors: count(s, "storage_error"),
-                    slow_deliveries: s.slow.load(Ordering::Relaxed),
-                    window_duplicates,
-                    window_received,
-                }
-            })
-            .collect()
     }
 
     /// The text of one scrape. `queue` is what the database said, or None if it could not be
@@ -762,31 +719,5 @@ mod tests {
         assert!(!text.contains("portaria_events_pending{"), "{text}");
         assert!(!text.contains("portaria_events_dead{"), "{text}");
         assert!(text.contains("portaria_requests_total{"), "{text}");
-    }
-
-    #[test]
-    fn facts_count_what_the_alerts_watch() {
-        let metrics = Metrics::new(ENDPOINTS);
-        let fact = |m: &Metrics| {
-            m.facts()
-                .into_iter()
-                .find(|f| f.endpoint == "pagarme")
-                .unwrap()
-        };
-        assert_eq!(fact(&metrics).accepted, 0);
-        let ms = Duration::from_millis(1);
-        metrics.request(Some("pagarme"), ACCEPTED, ms);
-        metrics.request(Some("pagarme"), DUPLICATE, ms);
-        metrics.request(Some("pagarme"), "storage_error", ms);
-        metrics.delivery("pagarme", "default", "delivered", SLOW_DELIVERY);
-        metrics.delivery("pagarme", "default", "failed", SLOW_DELIVERY + ms);
-        let f = fact(&metrics);
-        assert_eq!(
-            (f.accepted, f.storage_errors, f.slow_deliveries),
-            (1, 1, 1),
-            "{f:?}"
-        );
-        assert_eq!((f.window_duplicates, f.window_received), (1, 2));
-        assert_eq!(metrics.facts().len(), 2, "one per configured endpoint");
     }
 }

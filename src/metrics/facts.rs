@@ -1,0 +1,99 @@
+//! [`Metrics::facts`]: the running counts of each endpoint that the alerts task watches
+//! (accepted, storage errors, slow deliveries, the duplicate window), read from the same
+//! series `/metrics` shows; no series of their own but the slow-delivery count.
+
+use std::sync::PoisonError;
+use std::sync::atomic::Ordering;
+
+use super::{ACCEPTED, EndpointSeries, Metrics};
+
+/// What the alerts task reads of one endpoint: running counts since its series were created
+/// (a reload that re-creates them starts `slow_deliveries` again) and the duplicate window now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EndpointFacts {
+    pub endpoint: String,
+    /// Requests that stored a new event.
+    pub accepted: u64,
+    /// Requests answered 503 because the store failed or was too slow.
+    pub storage_errors: u64,
+    pub slow_deliveries: u64,
+    /// Duplicates and verified webhooks over the last 15 minutes.
+    pub window_duplicates: u64,
+    pub window_received: u64,
+}
+
+impl Metrics {
+    /// The counts the alerts task watches, for every configured endpoint.
+    pub fn facts(&self) -> Vec<EndpointFacts> {
+        let now = self.now_secs();
+        let endpoints = self
+            .endpoints
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        let count = |s: &EndpointSeries, label: &str| {
+            s.requests
+                .iter()
+                .find(|(l, _)| *l == label)
+                .map_or(0, |(_, c)| c.get())
+        };
+        endpoints
+            .values()
+            .map(|s| {
+                let window = s.duplicates.lock().unwrap_or_else(PoisonError::into_inner);
+                let (window_duplicates, window_received) = window.counts(now);
+                EndpointFacts {
+                    endpoint: s.name.clone(),
+                    accepted: count(s, ACCEPTED),
+                    storage_errors: count(s, "storage_error"),
+                    slow_deliveries: s.slow.load(Ordering::Relaxed),
+                    window_duplicates,
+                    window_received,
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{DUPLICATE, SLOW_DELIVERY, Series};
+    use super::*;
+    use std::time::Duration;
+
+    const ENDPOINTS: [Series<'static>; 2] = [
+        Series {
+            endpoint: "pagarme",
+            routes: &["default"],
+        },
+        Series {
+            endpoint: "github",
+            routes: &[],
+        },
+    ];
+
+    #[test]
+    fn facts_count_what_the_alerts_watch() {
+        let metrics = Metrics::new(ENDPOINTS);
+        let fact = |m: &Metrics| {
+            m.facts()
+                .into_iter()
+                .find(|f| f.endpoint == "pagarme")
+                .unwrap()
+        };
+        assert_eq!(fact(&metrics).accepted, 0);
+        let ms = Duration::from_millis(1);
+        metrics.request(Some("pagarme"), ACCEPTED, ms);
+        metrics.request(Some("pagarme"), DUPLICATE, ms);
+        metrics.request(Some("pagarme"), "storage_error", ms);
+        metrics.delivery("pagarme", "default", "delivered", SLOW_DELIVERY);
+        metrics.delivery("pagarme", "default", "failed", SLOW_DELIVERY + ms);
+        let f = fact(&metrics);
+        assert_eq!(
+            (f.accepted, f.storage_errors, f.slow_deliveries),
+            (1, 1, 1),
+            "{f:?}"
+        );
+        assert_eq!((f.window_duplicates, f.window_received), (1, 2));
+        assert_eq!(metrics.facts().len(), 2, "one per configured endpoint");
+    }
+}
