@@ -23,6 +23,7 @@ mod public_keys;
 mod raw;
 mod real_ip;
 mod secrets;
+mod status;
 mod toml_error;
 mod validate;
 
@@ -76,6 +77,8 @@ pub struct Config {
     pub storage: Storage,
     pub endpoints: Vec<Endpoint>,
     pub log: Log,
+    /// The status page on the admin listener: its token, if any (`[status]`).
+    pub status: StatusPage,
     /// Things worth saying that do not stop the start (a secret file others can read). Logged
     /// by `serve` once logging is set up, since the level comes from this very file.
     pub warnings: Vec<String>,
@@ -94,6 +97,14 @@ pub enum Secrets {
     /// the database (`events`, `prune`, `archive`), so an operator needs no gateway secret.
     /// The verifiers built then hold a placeholder that verifies nothing.
     Skip,
+}
+
+/// `[status]`: what the status page asks for. Without a token it serves only on a loopback
+/// admin listener (config refuses any other address without one).
+#[derive(Debug, Clone, Default)]
+pub struct StatusPage {
+    /// The admin token or password (`token_env`, `token_file`); `Secret` redacts in `Debug`.
+    pub token: Option<Secret>,
 }
 
 /// `[log]`: the level when `RUST_LOG` is not set.
@@ -244,6 +255,8 @@ impl Config {
         let storage = v.storage(raw.storage);
         let endpoints = v.endpoints(raw.endpoints);
         let log = v.log(raw.log);
+        let admin = server.as_ref().and_then(|s| s.admin_listen);
+        let status = v.status(raw.status, admin);
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
         }
@@ -254,6 +267,7 @@ impl Config {
                 storage,
                 endpoints,
                 log,
+                status,
                 warnings: v.warnings,
                 secret_variables: v.secret_variables,
             }),

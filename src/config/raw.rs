@@ -20,6 +20,16 @@ pub(super) struct RawConfig {
     pub(super) endpoints: Vec<Spanned<RawEndpoint>>,
     #[serde(default)]
     pub(super) log: RawLog,
+    #[serde(default)]
+    pub(super) status: RawStatus,
+}
+
+/// `[status]`: the status page's credential.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStatus {
+    pub(super) token_env: Option<String>,
+    pub(super) token_file: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
