@@ -37,7 +37,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, Store, StoreError, Tried};
+use crate::store::{AfterAttempt, ClaimNext, Counted, Store, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -442,6 +442,11 @@ async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt
     log_attempt(delivery, &after, elapsed);
     lane.metrics
         .delivery(&delivery.endpoint, after.label(), elapsed);
+    let counted = match after {
+        AfterAttempt::Delivered => Counted::Delivered,
+        AfterAttempt::RetryAt { .. } | AfterAttempt::Dead { .. } => Counted::Failed,
+    };
+    lane.store.count(&delivery.endpoint, counted, now_ms());
     let tried = Tried {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),

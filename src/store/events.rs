@@ -41,11 +41,18 @@ pub struct Attempt {
     pub error: Option<String>,
 }
 
-/// Filters for `events list`.
+/// Filters for `events list` and the status page: each one given narrows the list, newest
+/// (highest id) first.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub endpoint: Option<String>,
     pub status: Option<Status>,
+    pub event_type: Option<String>,
+    /// Text anywhere in the dedup key (for most providers, the event's or object's id).
+    pub text: Option<String>,
+    /// Only events with a smaller id: the cursor of the next page.
+    pub before: Option<i64>,
+    /// 0: no limit.
     pub limit: usize,
 }
 
@@ -129,7 +136,7 @@ pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec
     .collect()
 }
 
-fn replay(
+pub(super) fn replay(
     conn: &Connection,
     id: Option<i64>,
     status: Option<Status>,
@@ -146,20 +153,64 @@ fn replay(
     )
 }
 
-fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SUMMARY} FROM events WHERE (?1 IS NULL OR endpoint = ?1) \
-         AND (?2 IS NULL OR status = ?2) ORDER BY id DESC LIMIT ?3"
-    ))?;
-    let limit = if f.limit == 0 { -1 } else { f.limit as i64 };
-    stmt.query_map(
-        params![f.endpoint, f.status.map(Status::as_str), limit],
-        summary,
-    )?
-    .collect()
+/// Only the filters given become conditions, so each query can use the index it needs
+/// (query plans: `dashboard.rs`'s tests). Newest first: by id, or, for one endpoint, by
+/// received time (then id) along `events_endpoint`; the two differ only for events put back
+/// by `archive replay`, which get new ids. `before` is the id of the last row of the page
+/// before, in either order.
+pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
+    let (sql, args) = list_sql(f);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    stmt.query_map(rusqlite::params_from_iter(args), summary)?
+        .collect()
 }
 
-fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
+/// The statement [`list`] runs for `f`, and its arguments.
+pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = format!("SELECT {SUMMARY} FROM events WHERE 1");
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    // `condition` with its `?` numbered as the next argument.
+    let mut when = |condition: &str, value: rusqlite::types::Value| {
+        args.push(value);
+        let n = format!("?{}", args.len());
+        sql.push_str(" AND ");
+        sql.push_str(&condition.replace('?', &n));
+    };
+    if let Some(endpoint) = &f.endpoint {
+        when("endpoint = ?", endpoint.clone().into());
+    }
+    if let Some(status) = f.status {
+        when("status = ?", status.as_str().to_string().into());
+    }
+    if let Some(event_type) = &f.event_type {
+        when("event_type = ?", event_type.clone().into());
+    }
+    if let Some(text) = &f.text {
+        when("instr(dedup_key, ?) > 0", text.clone().into());
+    }
+    let by_endpoint = f.endpoint.is_some();
+    if let Some(before) = f.before {
+        if by_endpoint {
+            when(
+                "(received_at, id) < (SELECT received_at, id FROM events WHERE id = ?)",
+                before.into(),
+            );
+        } else {
+            when("id < ?", before.into());
+        }
+    }
+    let limit = if f.limit == 0 { -1 } else { f.limit as i64 };
+    args.push(limit.into());
+    let order = if by_endpoint {
+        "received_at DESC, id DESC"
+    } else {
+        "id DESC"
+    };
+    sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", args.len()));
+    (sql, args)
+}
+
+pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
     let detail = conn
         .query_row(
             &format!(

@@ -14,13 +14,16 @@
 //! By consumer: `intake.rs` (the dedup barrier), `queue.rs` (the forwarding worker's claims and
 //! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
 //! archive restore), `observe.rs` (the admin listener's probe and figures), `backup.rs`
-//! (`portaria backup`'s consistent copy).
+//! (`portaria backup`'s consistent copy), `counters.rs` (the hourly counters the writer folds
+//! in with its batches) and `dashboard.rs` (what the status page reads and replays).
 //!
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
 mod backup;
 mod checkpoint;
+mod counters;
+mod dashboard;
 mod db;
 mod events;
 mod handle;
@@ -35,6 +38,8 @@ mod writer;
 mod fixtures;
 
 pub use backup::{BackupError, Copied};
+pub use counters::{Counted, Rejection};
+pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
 pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter};
 pub use handle::Store;

@@ -162,7 +162,7 @@ const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
 
 const DEAD: &str = "SELECT endpoint, count(*) FROM events WHERE status = 'dead' GROUP BY endpoint";
 
-fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
+pub(super) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
     let mut out: Vec<QueueStats> = Vec::new();
     let mut pending = conn.prepare_cached(PENDING)?;
     let mut rows = pending.query([])?;

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 3;
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// The schema of a new file.
 ///
@@ -118,6 +118,29 @@ ALTER TABLE events_v3 RENAME TO events;
 CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
     WHERE status IN ('pending', 'delivering');
 CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
+";
+
+/// Version 4 added what the status page reads (`crate::store::dashboard`): `hourly`, small
+/// counters per endpoint and clock hour (received, duplicates, rejected by reason, delivery
+/// attempts), which the writer adds to with the batches it commits anyway (`counters.rs`);
+/// and `events_endpoint`, for the counts of an endpoint's recent events, its latest event and
+/// its events listed newest first. A new file gets the same statements after [`SCHEMA`].
+const V3_TO_V4: &str = "
+CREATE TABLE hourly (
+    endpoint        TEXT    NOT NULL,
+    hour            INTEGER NOT NULL,   -- unix milliseconds of the hour's start
+    received        INTEGER NOT NULL DEFAULT 0,
+    duplicate       INTEGER NOT NULL DEFAULT 0,
+    bad_signature   INTEGER NOT NULL DEFAULT 0,
+    stale_timestamp INTEGER NOT NULL DEFAULT 0,
+    too_large       INTEGER NOT NULL DEFAULT 0,
+    bad_request     INTEGER NOT NULL DEFAULT 0,
+    storage_error   INTEGER NOT NULL DEFAULT 0,
+    delivered       INTEGER NOT NULL DEFAULT 0,
+    failed          INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (endpoint, hour)
+) WITHOUT ROWID;
+CREATE INDEX events_endpoint ON events (endpoint, received_at);
 ";
 
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
@@ -243,6 +266,7 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version < 1 {
         tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(V3_TO_V4)?;
     } else {
         if version < 2 {
             tx.execute_batch(V1_TO_V2)?;
@@ -262,6 +286,9 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
                     )),
                 ));
             }
+        }
+        if version < 4 {
+            tx.execute_batch(V3_TO_V4)?;
         }
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
@@ -400,7 +427,17 @@ mod tests {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 3);
+        assert_eq!(version, SCHEMA_VERSION);
+        // Version 4's counters and index came with it.
+        let v4: i64 = db
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name IN ('hourly', 'events_endpoint')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v4, 2);
         let old = db.event(7).unwrap().unwrap();
         assert_eq!(
             (old.summary.status, old.body),
@@ -425,7 +462,15 @@ mod tests {
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        assert_eq!(indexes, ["events_dead", "events_dedup", "events_queue"]);
+        assert_eq!(
+            indexes,
+            [
+                "events_dead",
+                "events_dedup",
+                "events_endpoint",
+                "events_queue"
+            ]
+        );
         // The upgrade's own copy of the table definitions must not drift from a new file's.
         let (_fresh_dir, fresh) = temp_db();
         let shape = |conn: &Connection, pragma: &str| -> Vec<String> {
