@@ -40,6 +40,7 @@ use crate::metrics::{Metrics, Series};
 use crate::notify::{self, Notifier};
 use crate::prune::Pruner;
 use crate::shutdown::{self, Shutdown};
+use crate::status::StatusPage;
 use crate::store::{Store, StoreError};
 use crate::watchdog::{self, Watchdog};
 
@@ -167,7 +168,7 @@ pub async fn serve_with(
         &endpoints,
         &hidden_env,
         store.clone(),
-        new_event,
+        new_event.clone(),
         metrics.clone(),
         signal.clone(),
     )
@@ -196,8 +197,23 @@ pub async fn serve_with(
     };
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let admin = admin_listener.map(|listener| {
-        let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes));
+    let status = match &admin_listener {
+        Some(_) => Some(
+            StatusPage::new(
+                store.clone(),
+                new_event.clone(),
+                endpoints.iter().map(|e| e.name.clone()).collect(),
+                config.status.token.clone(),
+                admin_addr,
+            )
+            .map_err(|e| {
+                StoreError::Sqlite(format!("the status page has no random source: {e}"))
+            })?,
+        ),
+        None => None,
+    };
+    let admin = admin_listener.zip(status).map(|(listener, status)| {
+        let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes, status));
         let (http, signal) = (http.clone(), signal.clone());
         tokio::spawn(async move {
             let mut stop = signal.clone();

@@ -117,9 +117,22 @@ mod tests {
     fn an_admin_listener_off_loopback_needs_a_token() {
         let open = format!("[server]\nadmin_listen = \"0.0.0.0:9464\"\n{MINIMAL}");
         let err = parse(&open).unwrap_err();
-        assert!(err.contains("is not loopback, and no status page token"), "{err}");
-        assert!(parse(&format!("[server]\nadmin_listen = \"127.0.0.1:9464\"\n{MINIMAL}")).is_ok());
-        assert!(parse(&format!("[server]\nadmin_listen = \"[::1]:9464\"\n{MINIMAL}")).is_ok());
+        assert!(
+            err.contains("is not loopback, and no status page token"),
+            "{err}"
+        );
+        assert!(
+            parse(&format!(
+                "[server]\nadmin_listen = \"127.0.0.1:9464\"\n{MINIMAL}"
+            ))
+            .is_ok()
+        );
+        assert!(
+            parse(&format!(
+                "[server]\nadmin_listen = \"[::1]:9464\"\n{MINIMAL}"
+            ))
+            .is_ok()
+        );
         assert!(parse(&format!("[server]\nadmin_listen = \"off\"\n{MINIMAL}")).is_ok());
     }
 
@@ -148,6 +161,10 @@ mod tests {
         let text = format!("[status]\ntoken_env = \"A\"\ntoken_file = \"/x\"\n{MINIMAL}");
         assert!(parse(&text).unwrap_err().contains("not both"));
         let unset = format!("[status]\ntoken_env = \"PORTARIA_TEST_NEVER_SET_TOKEN\"\n{MINIMAL}");
-        assert!(parse(&unset).unwrap_err().contains("PORTARIA_TEST_NEVER_SET_TOKEN is not set"));
+        assert!(
+            parse(&unset)
+                .unwrap_err()
+                .contains("PORTARIA_TEST_NEVER_SET_TOKEN is not set")
+        );
     }
 }
