@@ -151,8 +151,11 @@ fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
         .filter_map(|pair| pair.trim().split_once('='))
 }
 
-/// The `Host` names a loopback address: `127.0.0.1`, `localhost`, `[::1]`, with any port.
+/// The one `Host` names a loopback address: `127.0.0.1`, `localhost`, `[::1]`, any port.
 fn loopback_host(headers: &HeaderMap) -> bool {
+    if headers.get_all(header::HOST).iter().count() != 1 {
+        return false;
+    }
     let Some(host) = header_str(headers, "host") else {
         return false;
     };

@@ -141,6 +141,9 @@ impl StatusPage {
                 Ok(id) => api::event(self, id).await,
                 Err(_) => not_found(true),
             },
+            (["events", _, "replay"] | ["replay-dead"] | ["logout"], true, _) => {
+                not_allowed("POST")
+            }
             (_, false, _) => not_allowed("GET, HEAD"),
             _ => not_found(api),
         }

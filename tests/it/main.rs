@@ -28,6 +28,7 @@ mod replay;
 mod retention;
 mod sd_notify;
 mod secrets_everywhere;
+mod status;
 mod support;
 mod target_down;
 mod task_panics;
