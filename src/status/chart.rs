@@ -9,10 +9,10 @@ use crate::time::rfc3339;
 
 const WIDTH: f64 = 960.0;
 const HEIGHT: f64 = 240.0;
-const LEFT: f64 = 44.0;
-const RIGHT: f64 = 8.0;
-const TOP: f64 = 10.0;
-const BOTTOM: f64 = 26.0;
+const LEFT: f64 = 4.0;
+const RIGHT: f64 = 4.0;
+const TOP: f64 = 6.0;
+const BOTTOM: f64 = 4.0;
 
 /// A series: its class (colour, in `style.css`), legend name and value.
 type Series = (&'static str, &'static str, fn(&HourCounts) -> u64);
@@ -48,28 +48,30 @@ pub fn svg(hours: &[HourCounts]) -> Markup {
         .join(", ");
     html! {
         figure.chart {
-            svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-labelledby="chart-t chart-d"
-                preserveAspectRatio="none" {
-                title #chart-t { "Requests and deliveries per hour, last " (hours.len()) " hours" }
-                desc #chart-d { "Totals: " (summary) "." }
-                line.axis x1=(LEFT) y1=(TOP + plot_h) x2=(WIDTH - RIGHT) y2=(TOP + plot_h) {}
-                line.axis x1=(LEFT) y1=(TOP) x2=(LEFT) y2=(TOP + plot_h) {}
-                line.grid x1=(LEFT) y1=(TOP) x2=(WIDTH - RIGHT) y2=(TOP) {}
-                text.label x=(LEFT - 6.0) y=(TOP + 4.0) text-anchor="end" { (max) }
-                text.label x=(LEFT - 6.0) y=(TOP + plot_h) text-anchor="end" { "0" }
-                @for (i, h) in hours.iter().enumerate() {
-                    @if i % 6 == 0 {
-                        text.label x=(x(i)) y=(HEIGHT - 8.0) text-anchor="middle" {
-                            (rfc3339(h.hour_ms).get(11..16).unwrap_or(""))
-                        }
+            // Stretched to the box's width and height (lines keep their width: CSS
+            // `vector-effect`), so the labels are HTML around it, never distorted text.
+            div.plot {
+                span.ymax aria-hidden="true" { (max) }
+                svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-labelledby="chart-t chart-d"
+                    preserveAspectRatio="none" {
+                    title #chart-t { "Requests and deliveries per hour, last " (hours.len()) " hours" }
+                    desc #chart-d { "Totals: " (summary) ". The highest hour: " (max) "." }
+                    line.grid x1="0" y1=(TOP) x2=(WIDTH) y2=(TOP) {}
+                    line.axis x1="0" y1=(TOP + plot_h) x2=(WIDTH) y2=(TOP + plot_h) {}
+                    @for (class, _, value) in SERIES {
+                        polyline class=(format!("series {class}")) fill="none" points=(
+                            hours.iter().enumerate()
+                                .map(|(i, h)| format!("{:.1},{:.1}", x(i), y(value(h))))
+                                .collect::<Vec<_>>().join(" ")
+                        ) {}
                     }
                 }
-                @for (class, _, value) in SERIES {
-                    polyline class=(format!("series {class}")) fill="none" points=(
-                        hours.iter().enumerate()
-                            .map(|(i, h)| format!("{:.1},{:.1}", x(i), y(value(h))))
-                            .collect::<Vec<_>>().join(" ")
-                    ) {}
+                div.hours aria-hidden="true" {
+                    @for (i, h) in hours.iter().enumerate() {
+                        @if i % 12 == 0 || i + 1 == hours.len() {
+                            span { (rfc3339(h.hour_ms).get(11..16).unwrap_or("")) }
+                        }
+                    }
                 }
             }
             figcaption {

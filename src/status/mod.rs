@@ -97,6 +97,8 @@ impl StatusPage {
         // What needs no login.
         match (segments.as_slice(), is_get) {
             (["style.css"], true) => return css(),
+            // Browsers ask for it on every page; none, and no 404 in their console.
+            (["favicon.ico"], true) => return respond(StatusCode::NO_CONTENT, "image/x-icon", ""),
             (["login"], true) => return self.login_page(None),
             (["login"], false) if method == Method::POST => return self.login(req).await,
             _ => {}
@@ -359,7 +361,9 @@ fn secure(headers: &mut HeaderMap) {
     );
     set(headers, "x-content-type-options", "nosniff");
     set(headers, "x-frame-options", "DENY");
-    set(headers, "referrer-policy", "no-referrer");
+    // Not `no-referrer`: with it, a browser sends `Origin: null` on the page's own forms,
+    // which the CSRF check refuses.
+    set(headers, "referrer-policy", "same-origin");
     set(headers, "cache-control", "no-store");
 }
 

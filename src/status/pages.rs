@@ -127,12 +127,17 @@ fn endpoint_card(chrome: &Chrome<'_>, e: &EndpointNow, now: i64) -> Markup {
                 dt { "Rejected, 24 h" }
                 dd {
                     (r.total())
-                    @if r.total() > 0 {
-                        span.small {
-                            " (bad signature " (r.bad_signature) ", stale timestamp " (r.stale_timestamp)
-                            ", too large " (r.too_large) ", bad request " (r.bad_request)
-                            ", storage error " (r.storage_error) ")"
-                        }
+                    @let reasons = [
+                        ("bad signature", r.bad_signature),
+                        ("stale timestamp", r.stale_timestamp),
+                        ("too large", r.too_large),
+                        ("bad request", r.bad_request),
+                        ("storage error", r.storage_error),
+                    ];
+                    @let given: Vec<String> = reasons.iter().filter(|(_, n)| *n > 0)
+                        .map(|(why, n)| format!("{why} {n}")).collect();
+                    @if !given.is_empty() {
+                        span.small { " (" (given.join(", ")) ")" }
                     }
                 }
                 dt { "Pending" } dd { a href=(events("pending")) { (e.pending) } }

@@ -6,6 +6,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backup;
+mod browser;
 mod cli;
 mod commit_order;
 mod disk_full;
