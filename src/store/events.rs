@@ -154,10 +154,11 @@ pub(super) fn replay(
 }
 
 /// Only the filters given become conditions, so each query can use the index it needs
-/// (query plans: `dashboard.rs`'s tests). Newest first: by id, or, for one endpoint, by
-/// received time (then id) along `events_endpoint`; the two differ only for events put back
-/// by `archive replay`, which get new ids. `before` is the id of the last row of the page
-/// before, in either order.
+/// (query plans: `dashboard.rs`'s tests). Newest first: by id, or, for one endpoint's events
+/// of any status, by received time (then id) along `events_endpoint`; the two orders differ
+/// only for events put back by `archive replay`, which get new ids. One endpoint's dead or
+/// waiting events come by id from their partial indexes (`events_dead`, `events_queue`),
+/// small however large `events` grows. `before` is the id of the last row of the page before.
 pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
     let (sql, args) = list_sql(f);
     let mut stmt = conn.prepare_cached(&sql)?;
@@ -188,7 +189,11 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
     if let Some(text) = &f.text {
         when("instr(dedup_key, ?) > 0", text.clone().into());
     }
-    let by_endpoint = f.endpoint.is_some();
+    let few = matches!(
+        f.status,
+        Some(Status::Dead | Status::Pending | Status::Delivering)
+    );
+    let by_endpoint = f.endpoint.is_some() && !few;
     if let Some(before) = f.before {
         if by_endpoint {
             when(
