@@ -4,7 +4,8 @@
 //! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
 //! worker and the pruner at a safe point and closes the database.
 //!
-//! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz` and `/metrics`
+//! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz`, `/metrics` and
+//! the status page
 //! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
 //! before anything is opened or started, so a busy port is a clear start-up error.
 //!
@@ -233,8 +234,9 @@ pub async fn serve_with(
     if let Some(addr) = admin_addr.filter(|a| !a.ip().is_loopback()) {
         tracing::warn!(
             %addr,
-            "the admin listener is not on loopback: /metrics and /readyz are open to that network; \
-             keep admin_listen on 127.0.0.1 unless a firewall guards it"
+            "the admin listener is not on loopback: /metrics and /readyz are open to that network \
+             (the status page asks for its token); keep admin_listen on 127.0.0.1 unless a \
+             firewall guards it"
         );
     }
     // READY=1 now: the listeners are bound, the database open and upgraded, the worker runs.
