@@ -167,3 +167,36 @@ pub fn error(status: StatusCode, message: &str) -> Answer {
         format!("{}\n", json!({ "error": message })),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EndpointNow;
+
+    fn with(dead: u64, oldest_pending_ms: Option<i64>) -> Overview {
+        Overview {
+            endpoints: vec![
+                EndpointNow {
+                    endpoint: "a".into(),
+                    dead,
+                    oldest_pending_ms,
+                    ..EndpointNow::default()
+                },
+                EndpointNow::default(),
+            ],
+            hours: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_banner_is_red_when_anything_is_dead_or_waited_over_15_minutes() {
+        let now = 100 * 60_000;
+        assert!(!Alert::of(&with(0, None), now).is_red());
+        assert!(!Alert::of(&with(0, Some(now - 15 * 60_000)), now).is_red());
+        let late = Alert::of(&with(0, Some(now - 15 * 60_000 - 1)), now);
+        assert!(late.is_red() && late.pending_too_long());
+        let dead = Alert::of(&with(2, None), now);
+        assert!(dead.is_red() && !dead.pending_too_long());
+        assert_eq!(dead.dead, 2);
+    }
+}
