@@ -541,3 +541,35 @@ async fn the_json_api_lists_filters_pages_and_counts() {
     assert_eq!(get(admin, "/events/999999", &[]).await.status, 404);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn rejected_counts_survive_a_restart() {
+    let server = TestServer::start("", "").await;
+    for _ in 0..2 {
+        let bad = post(
+            server.addr,
+            "/webhooks/pagarme",
+            &[h("x-hub-signature", "sha256=00")],
+            b"{}",
+        )
+        .await;
+        assert_eq!(bad.status, 401);
+    }
+    let too_large = post_pagarme(server.addr, &vec![b'x'; 5000]).await;
+    assert_eq!(too_large.status, 413);
+    // No page was asked for: the counts are only in memory until the clean stop writes them.
+    let db = server.db.clone();
+    let text = std::fs::read_to_string(server.config_path()).unwrap();
+    let dir = server.stop().await;
+    let again = TestServer::start_with(dir, db, &text).await;
+    let stats = json(&get(again.admin.unwrap(), "/api/stats", &[]).await);
+    let pagarme = &stats["endpoints"][0];
+    assert_eq!(pagarme["endpoint"], "pagarme");
+    assert_eq!(
+        pagarme["rejected_last_day"]["bad_signature"], 2,
+        "{stats:#}"
+    );
+    assert_eq!(pagarme["rejected_last_day"]["too_large"], 1);
+    assert_eq!(stats["hours"][47]["rejected"], 3);
+    again.stop().await;
+}
