@@ -73,7 +73,7 @@ impl Counted {
 
 type Counts = [u64; COLUMNS.len()];
 
-/// Counts not yet in the database, by (endpoint, hour start).
+/// Counts not yet in the database, by endpoint and hour start.
 #[derive(Default)]
 pub(super) struct Tally {
     inner: Mutex<Pending>,
@@ -81,7 +81,7 @@ pub(super) struct Tally {
 
 #[derive(Default)]
 struct Pending {
-    counts: HashMap<(String, i64), Counts>,
+    counts: HashMap<String, HashMap<i64, Counts>>,
     /// When old rows were last deleted from `hourly`.
     trimmed_at_ms: i64,
 }
@@ -90,14 +90,12 @@ impl Tally {
     fn add(&self, endpoint: &str, what: Counted, now_ms: i64) {
         let hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
         let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let counts = match pending.counts.get_mut(&(endpoint.to_string(), hour)) {
-            Some(counts) => counts,
-            None => pending
-                .counts
-                .entry((endpoint.to_string(), hour))
-                .or_default(),
+        // The endpoint's name is copied once per flush interval, not per request.
+        let hours = match pending.counts.get_mut(endpoint) {
+            Some(hours) => hours,
+            None => pending.counts.entry(endpoint.to_string()).or_default(),
         };
-        counts[what.column()] += 1;
+        hours.entry(hour).or_default()[what.column()] += 1;
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -122,11 +120,13 @@ impl Tally {
         };
         if !counts.is_empty() {
             let mut upsert = conn.prepare_cached(&upsert_sql())?;
-            for ((endpoint, hour), c) in counts {
-                let c = c.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-                upsert.execute(params![
-                    endpoint, hour, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
-                ])?;
+            for (endpoint, hours) in counts {
+                for (hour, c) in hours {
+                    let c = c.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+                    upsert.execute(params![
+                        endpoint, hour, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
+                    ])?;
+                }
             }
         }
         if trim {
