@@ -2,7 +2,8 @@
 //! fails, a webhook retried until dead, then Debian's Chromium, driven by playwright-core
 //! (`tests/browser/status_page.mjs`), sees the red banner and the dead event with its error,
 //! the target is fixed, replay is clicked, and the event ends delivered. Screenshots (desktop
-//! and phone width) land in `target/screenshots/`.
+//! and phone width) land in `target/screenshots/`. And the login with a `[status]` token
+//! (`tests/browser/login.mjs`): the form, a wrong token, the HttpOnly session cookie, log out.
 //!
 //! Skipped, with a note, when Chromium or playwright-core is missing; required when
 //! `PORTARIA_REQUIRE_BROWSER` is set (`.ci/run` sets it and installs both).
@@ -90,18 +91,79 @@ fn browser() -> Result<PathBuf, String> {
     Ok(chromium)
 }
 
-#[tokio::test]
-async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
-    let chromium = match browser() {
-        Ok(chromium) => chromium,
+/// Chromium, or None (the test is skipped, with a note) where it may be missing.
+fn browser_or_skip() -> Option<PathBuf> {
+    match browser() {
+        Ok(chromium) => Some(chromium),
         Err(why) => {
             assert!(
                 std::env::var_os("PORTARIA_REQUIRE_BROWSER").is_none(),
                 "the browser test is required here: {why}"
             );
             eprintln!("skipped: the status page's browser test: {why}");
-            return;
+            None
         }
+    }
+}
+
+fn screenshots() -> PathBuf {
+    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    shots
+}
+
+/// Runs `tests/browser/SCRIPT` with `env` (and the screenshots' directory and Chromium), within
+/// 120 s; panics with its output if it fails.
+async fn run_script(script: &str, chromium: &Path, env: &[(&str, String)]) -> String {
+    let mut command = tokio::process::Command::new("node");
+    command
+        .arg(browser_dir().join(script))
+        .env("SCREENSHOTS", screenshots())
+        .env("CHROMIUM", chromium)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    let out = tokio::time::timeout(Duration::from_secs(120), command.output())
+        .await
+        .expect("the browser test ends within 120 s")
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{script}:\n{stdout}\n{stderr}");
+    eprintln!("{stdout}");
+    stdout
+}
+
+#[tokio::test]
+async fn the_owner_logs_in_with_the_token_and_out_again() {
+    let Some(chromium) = browser_or_skip() else {
+        return;
+    };
+    let secrets = tempfile::tempdir().unwrap();
+    let token = "correct-horse-battery-staple";
+    std::fs::write(secrets.path().join("token"), token).unwrap();
+    let extra = format!(
+        "\n[status]\ntoken_file = \"{}\"",
+        secrets.path().join("token").display()
+    );
+    let server = TestServer::start(&extra, "").await;
+    let admin = server.admin.unwrap();
+    let env = [
+        ("ADMIN_URL", format!("http://{admin}")),
+        ("TOKEN", token.to_string()),
+    ];
+    let out = run_script("login.mjs", &chromium, &env).await;
+    assert!(out.contains("ok: logged out"), "{out}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
+    let Some(chromium) = browser_or_skip() else {
+        return;
     };
     let target = FixableTarget::start().await;
     let forward = format!(
@@ -132,28 +194,13 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
     // One replayed in the browser; the other two stay dead, then are replayed by the card.
     let id: i64 = server.one("SELECT max(id) FROM events");
 
-    let shots = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/screenshots");
-    std::fs::create_dir_all(&shots).unwrap();
-    let run = tokio::process::Command::new("node")
-        .arg(browser_dir().join("status_page.mjs"))
-        .env("ADMIN_URL", format!("http://{admin}"))
-        .env("TARGET_URL", format!("http://{}", target.addr))
-        .env("EVENT_ID", id.to_string())
-        .env("EXPECT_DEAD", "3")
-        .env("SCREENSHOTS", &shots)
-        .env("CHROMIUM", &chromium)
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), run)
-        .await
-        .expect("the browser test ends within 120 s")
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
-    eprintln!("{stdout}");
+    let env = [
+        ("ADMIN_URL", format!("http://{admin}")),
+        ("TARGET_URL", format!("http://{}", target.addr)),
+        ("EVENT_ID", id.to_string()),
+        ("EXPECT_DEAD", "3".to_string()),
+    ];
+    run_script("status_page.mjs", &chromium, &env).await;
     let status: String = server
         .db()
         .query_row("SELECT status FROM events WHERE id = ?1", [id], |r| {
@@ -170,7 +217,7 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
         "overview-phone.png",
         "event-dead-desktop.png",
     ] {
-        let len = std::fs::metadata(shots.join(shot)).map_or(0, |m| m.len());
+        let len = std::fs::metadata(screenshots().join(shot)).map_or(0, |m| m.len());
         assert!(len > 10_000, "{shot}: {len} bytes");
     }
     server.stop().await;
