@@ -4,6 +4,7 @@
 //! text format). It has its own listener, `[server] admin_listen` (loopback by default), so
 //! none of this is reachable through the tunnel that exposes the webhook port; `server` runs
 //! it with the same connection handling and graceful shutdown as the webhook listener.
+//! Every other path is the status page's ([`crate::status`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +16,7 @@ use http_body_util::Full;
 use hyper::body::Incoming;
 
 use crate::metrics::{self, Metrics};
+use crate::status::StatusPage;
 use crate::store::Store;
 use crate::time::now_ms;
 
@@ -36,27 +38,34 @@ pub fn needed_free_bytes(max_body_bytes: usize) -> u64 {
     (max_body_bytes as u64).saturating_mul(3) + READY_MARGIN
 }
 
-/// What the admin listener needs: the store for the probe and the queue, the metrics, and
-/// the body limit in force (a reload changes it).
+/// What the admin listener needs: the store for the probe and the queue, the metrics, the
+/// body limit in force (a reload changes it), and the status page.
 pub struct Admin {
     store: Store,
     metrics: Arc<Metrics>,
     max_body_bytes: Arc<AtomicUsize>,
+    status: StatusPage,
 }
 
 impl Admin {
-    pub fn new(store: Store, metrics: Arc<Metrics>, max_body_bytes: Arc<AtomicUsize>) -> Admin {
+    pub fn new(
+        store: Store,
+        metrics: Arc<Metrics>,
+        max_body_bytes: Arc<AtomicUsize>,
+        status: StatusPage,
+    ) -> Admin {
         Admin {
             store,
             metrics,
             max_body_bytes,
+            status,
         }
     }
 
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
         let path = req.uri().path();
         if !matches!(path, "/healthz" | "/readyz" | "/metrics") {
-            return text(StatusCode::NOT_FOUND, "not found\n");
+            return self.status.handle(req).await;
         }
         if req.method() != Method::GET && req.method() != Method::HEAD {
             let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");

@@ -23,8 +23,8 @@ use tokio::sync::Notify;
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
-use crate::store::{Inserted, NewDelivery, NewEvent, Received, Store};
-use crate::time::{unix_millis, unix_secs};
+use crate::store::{Counted, Inserted, NewDelivery, NewEvent, Received, Rejection, Store};
+use crate::time::{now_ms, unix_millis, unix_secs};
 use crate::verify::{self, Ack, Reply, VerifyError};
 
 /// How long a request waits for its batch to commit before the gateway is told 503. Gateways
@@ -83,6 +83,26 @@ impl Outcome {
             Outcome::Handshake(_) => "handshake",
             Outcome::Forbidden => "forbidden",
             Outcome::NoClientCert => "client_cert",
+        }
+    }
+
+    /// What the status page counts of it (`hourly`): None for a handshake, which stores
+    /// nothing, and a path no endpoint has, which is no endpoint's.
+    fn counted(&self) -> Option<Counted> {
+        let rejected = |why| Some(Counted::Rejected(why));
+        match self {
+            Outcome::Accepted(_) => Some(Counted::Received),
+            Outcome::Duplicate(_) => Some(Counted::Duplicate),
+            Outcome::NotFound | Outcome::Handshake(_) => None,
+            Outcome::BadSignature(_) => rejected(Rejection::BadSignature),
+            Outcome::StaleTimestamp => rejected(Rejection::StaleTimestamp),
+            Outcome::TooLarge => rejected(Rejection::TooLarge),
+            Outcome::StorageError(_) => rejected(Rejection::StorageError),
+            Outcome::BadRequest(_)
+            | Outcome::BodyTimeout
+            | Outcome::MethodNotAllowed
+            | Outcome::Forbidden
+            | Outcome::NoClientCert => rejected(Rejection::BadRequest),
         }
     }
 
@@ -230,6 +250,9 @@ impl Intake {
         log(endpoint.as_deref(), client, &outcome, &meta, elapsed);
         let name = endpoint.as_deref().map(|e| e.name.as_str());
         self.metrics.request(name, outcome.label(), elapsed);
+        if let (Some(name), Some(counted)) = (name, outcome.counted()) {
+            self.store.count(name, counted, now_ms());
+        }
         if matches!(outcome, Outcome::Accepted(_)) {
             self.new_event.notify_one();
         }

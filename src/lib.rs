@@ -44,6 +44,7 @@ pub mod panics;
 pub mod prune;
 pub mod server;
 pub mod shutdown;
+pub mod status;
 pub mod store;
 pub mod time;
 pub mod verify;

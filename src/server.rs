@@ -4,7 +4,8 @@
 //! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
 //! worker, the pruner and the alerts task at a safe point and closes the database.
 //!
-//! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz` and `/metrics`
+//! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz`, `/metrics` and
+//! the status page
 //! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
 //! before anything is opened or started, so a busy port is a clear start-up error.
 //!
@@ -47,6 +48,7 @@ use crate::metrics::{Metrics, Series};
 use crate::notify::{self, Notifier};
 use crate::prune::Pruner;
 use crate::shutdown::{self, Shutdown};
+use crate::status::StatusPage;
 use crate::store::{Store, StoreError};
 use crate::watchdog::{self, Watchdog};
 
@@ -206,7 +208,7 @@ pub async fn serve_with(
         &endpoints,
         &hidden_env,
         store.clone(),
-        new_event,
+        new_event.clone(),
         metrics.clone(),
         signal.clone(),
     )
@@ -251,8 +253,23 @@ pub async fn serve_with(
         .map(|c| tokio::spawn(c.watch(signal.clone())));
 
     let admin_addr = admin_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let admin = admin_listener.map(|listener| {
-        let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes));
+    let status = match &admin_listener {
+        Some(_) => Some(
+            StatusPage::new(
+                store.clone(),
+                new_event.clone(),
+                endpoints.iter().map(|e| e.name.clone()).collect(),
+                config.status.token.clone(),
+                admin_addr,
+            )
+            .map_err(|e| {
+                StoreError::Sqlite(format!("the status page has no random source: {e}"))
+            })?,
+        ),
+        None => None,
+    };
+    let admin = admin_listener.zip(status).map(|(listener, status)| {
+        let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes, status));
         let (http, signal) = (http.clone(), signal.clone());
         tokio::spawn(async move {
             let mut stop = signal.clone();
@@ -280,8 +297,9 @@ pub async fn serve_with(
     if let Some(addr) = admin_addr.filter(|a| !a.ip().is_loopback()) {
         tracing::warn!(
             %addr,
-            "the admin listener is not on loopback: /metrics and /readyz are open to that network; \
-             keep admin_listen on 127.0.0.1 unless a firewall guards it"
+            "the admin listener is not on loopback: /metrics and /readyz are open to that network \
+             (the status page asks for its token); keep admin_listen on 127.0.0.1 unless a \
+             firewall guards it"
         );
     }
     // READY=1 now: the listeners are bound, the database open and upgraded, the worker runs.

@@ -29,6 +29,7 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
                 endpoint: args.endpoint,
                 status: args.status,
                 limit: args.limit,
+                ..ListFilter::default()
             };
             let events = db
                 .list(&filter)

@@ -25,6 +25,7 @@ mod raw;
 mod real_ip;
 mod route;
 mod secrets;
+mod status;
 mod tls;
 mod toml_error;
 mod validate;
@@ -84,6 +85,8 @@ pub struct Config {
     pub log: Log,
     /// `[alerts]`: None when the file has no such table (no alerts are sent).
     pub alerts: Option<Alerts>,
+    /// The status page on the admin listener: its token, if any (`[status]`).
+    pub status: StatusPage,
     /// Things worth saying that do not stop the start (a secret file others can read). Logged
     /// by `serve` once logging is set up, since the level comes from this very file.
     pub warnings: Vec<String>,
@@ -102,6 +105,14 @@ pub enum Secrets {
     /// the database (`events`, `prune`, `archive`), so an operator needs no gateway secret.
     /// The verifiers built then hold a placeholder that verifies nothing.
     Skip,
+}
+
+/// `[status]`: what the status page asks for. Without a token it serves only on a loopback
+/// admin listener (config refuses any other address without one).
+#[derive(Debug, Clone, Default)]
+pub struct StatusPage {
+    /// The admin token or password (`token_env`, `token_file`); `Secret` redacts in `Debug`.
+    pub token: Option<Secret>,
 }
 
 /// `[log]`: the level when `RUST_LOG` is not set.
@@ -293,6 +304,8 @@ impl Config {
                     .into(),
             );
         }
+        let admin = server.as_ref().and_then(|s| s.admin_listen);
+        let status = v.status(raw.status, admin);
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
             v.check_client_cert_rules(server.tls.as_ref(), &endpoints);
@@ -305,6 +318,7 @@ impl Config {
                 endpoints,
                 log,
                 alerts,
+                status,
                 warnings: v.warnings,
                 secret_variables: v.secret_variables,
             }),

@@ -21,6 +21,8 @@ pub(super) struct RawConfig {
     #[serde(default)]
     pub(super) log: RawLog,
     pub(super) alerts: Option<RawAlerts>,
+    #[serde(default)]
+    pub(super) status: RawStatus,
 }
 
 /// `[alerts]`: where alerts to the owner go and how often.
@@ -31,6 +33,14 @@ pub(super) struct RawAlerts {
     pub(super) url: Option<String>,
     pub(super) alert_every: Option<String>,
     pub(super) timeout_secs: Option<u64>,
+}
+
+/// `[status]`: the status page's credential.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawStatus {
+    pub(super) token_env: Option<String>,
+    pub(super) token_file: Option<String>,
 }
 
 #[derive(Deserialize, Default)]

@@ -135,13 +135,13 @@ impl Validator<'_> {
 }
 
 #[cfg(unix)]
-fn readable_by_others(path: &Path) -> bool {
+pub(super) fn readable_by_others(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|meta| meta.permissions().mode() & 0o077 != 0)
 }
 
 #[cfg(not(unix))]
-fn readable_by_others(_: &Path) -> bool {
+pub(super) fn readable_by_others(_: &Path) -> bool {
     false
 }
 

@@ -42,7 +42,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, Store, StoreError, Tried};
+use crate::store::{AfterAttempt, ClaimNext, Counted, LaneClaim, Order, Store, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -519,6 +519,11 @@ async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt
     log_attempt(delivery, &after, elapsed);
     lane.metrics
         .delivery(&delivery.endpoint, &delivery.route, after.label(), elapsed);
+    let counted = match after {
+        AfterAttempt::Delivered => Counted::Delivered,
+        AfterAttempt::RetryAt { .. } | AfterAttempt::Dead { .. } => Counted::Failed,
+    };
+    lane.store.count(&delivery.endpoint, counted, now_ms());
     let tried = Tried {
         attempt: delivery.attempt,
         started_at_ms: unix_millis(started_at),

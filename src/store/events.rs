@@ -61,11 +61,18 @@ pub struct Attempt {
     pub route: String,
 }
 
-/// Filters for `events list`.
+/// Filters for `events list` and the status page: each one given narrows the list, newest
+/// (highest id) first.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub endpoint: Option<String>,
     pub status: Option<Status>,
+    pub event_type: Option<String>,
+    /// Text anywhere in the dedup key (for most providers, the event's or object's id).
+    pub text: Option<String>,
+    /// Only events with a smaller id: the cursor of the next page.
+    pub before: Option<i64>,
+    /// 0: no limit.
     pub limit: usize,
 }
 
@@ -141,11 +148,12 @@ impl Db {
 
 /// Which deliveries a replay puts back.
 #[derive(Default)]
-struct Replay<'a> {
-    id: Option<i64>,
-    dead: bool,
-    endpoint: Option<&'a str>,
-    route: Option<&'a str>,
+pub(super) struct Replay<'a> {
+    pub(super) id: Option<i64>,
+    /// Only dead deliveries.
+    pub(super) dead: bool,
+    pub(super) endpoint: Option<&'a str>,
+    pub(super) route: Option<&'a str>,
 }
 
 /// An event's listed status: its roll-up; for a pending event, what its deliveries say now
@@ -253,7 +261,7 @@ pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec
 
 /// Puts the chosen deliveries back to pending, due now, and their events with them; returns
 /// how many events.
-fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
+pub(super) fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
     let (id, route, endpoint) = (only.id, only.route, only.endpoint);
     // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
     // its own first, so the history keeps it.
@@ -286,23 +294,79 @@ fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result
     Ok(events.len())
 }
 
-fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
-    let mut stmt = conn.prepare_cached(concat!(
-        "SELECT ",
-        summary_columns!(),
-        " FROM events WHERE (?1 IS NULL OR endpoint = ?1) AND (?2 IS NULL OR ",
-        listed_status!(),
-        " = ?2) ORDER BY id DESC LIMIT ?3"
-    ))?;
-    let limit = if f.limit == 0 { -1 } else { f.limit as i64 };
-    stmt.query_map(
-        params![f.endpoint, f.status.map(Status::as_str), limit],
-        summary,
-    )?
-    .collect()
+/// Only the filters given become conditions, so each query can use the index it needs
+/// (query plans: `dashboard.rs`'s tests). Newest first: by id, or, for one endpoint's events
+/// of any status, by received time (then id) along `events_endpoint`; the two orders differ
+/// only for events put back by `archive replay`, which get new ids. One endpoint's dead or
+/// waiting events come by id from their partial indexes (`deliveries_dead`, `deliveries_queue`),
+/// small however large `events` grows. `before` is the id of the last row of the page before.
+pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
+    let (sql, args) = list_sql(f);
+    let mut stmt = conn.prepare_cached(&sql)?;
+    stmt.query_map(rusqlite::params_from_iter(args), summary)?
+        .collect()
 }
 
-fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
+/// The statement [`list`] runs for `f`, and its arguments.
+pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
+    let mut sql = format!("SELECT {SUMMARY} FROM events WHERE 1");
+    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    // `condition` with its `?` numbered as the next argument.
+    let mut when = |condition: &str, value: rusqlite::types::Value| {
+        args.push(value);
+        let n = format!("?{}", args.len());
+        sql.push_str(" AND ");
+        sql.push_str(&condition.replace('?', &n));
+    };
+    if let Some(endpoint) = &f.endpoint {
+        when("endpoint = ?", endpoint.clone().into());
+    }
+    // An event's status here is its deliveries' as much as its roll-up's: one with any delivery
+    // dead (or waiting, or under way) is listed under that status, found through the partial
+    // indexes of `deliveries` (`deliveries_dead`, `deliveries_queue`), so an event with one
+    // route dead and another still pending is among the dead an owner must look at. Delivered
+    // and stored are the roll-up (`events.status`).
+    match f.status {
+        Some(status @ (Status::Dead | Status::Pending | Status::Delivering)) => when(
+            "events.id IN (SELECT event_id FROM deliveries WHERE status = ?)",
+            status.as_str().to_string().into(),
+        ),
+        Some(status) => when("events.status = ?", status.as_str().to_string().into()),
+        None => {}
+    }
+    if let Some(event_type) = &f.event_type {
+        when("event_type = ?", event_type.clone().into());
+    }
+    if let Some(text) = &f.text {
+        when("instr(dedup_key, ?) > 0", text.clone().into());
+    }
+    let few = matches!(
+        f.status,
+        Some(Status::Dead | Status::Pending | Status::Delivering)
+    );
+    let by_endpoint = f.endpoint.is_some() && !few;
+    if let Some(before) = f.before {
+        if by_endpoint {
+            when(
+                "(received_at, id) < (SELECT received_at, id FROM events WHERE id = ?)",
+                before.into(),
+            );
+        } else {
+            when("id < ?", before.into());
+        }
+    }
+    let limit = if f.limit == 0 { -1 } else { f.limit as i64 };
+    args.push(limit.into());
+    let order = if by_endpoint {
+        "received_at DESC, id DESC"
+    } else {
+        "id DESC"
+    };
+    sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", args.len()));
+    (sql, args)
+}
+
+pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
     let detail = conn
         .query_row(
             &format!(

@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::counters::Tally;
 use super::writer::{self, Finish, Job, Message, Needs};
 use super::{StoreError, schema};
 
@@ -27,6 +28,8 @@ struct Inner {
     path: PathBuf,
     /// How the latest intake commits went, for `/readyz`.
     intake: Arc<super::observe::IntakeHealth>,
+    /// The status page's counts not yet in `hourly`; the writer folds them in.
+    tally: Arc<Tally>,
 }
 
 impl Store {
@@ -45,7 +48,8 @@ impl Store {
 
     fn start(conn: Connection, path: &Path) -> Result<Store, StoreError> {
         let (tx, rx) = mpsc::channel();
-        let thread = writer::spawn(conn, path.to_path_buf(), rx)
+        let tally = Arc::new(Tally::default());
+        let thread = writer::spawn(conn, path.to_path_buf(), rx, tally.clone())
             .map_err(|e| StoreError::Sqlite(format!("cannot start the writer thread: {e}")))?;
         Ok(Store {
             inner: Arc::new(Inner {
@@ -53,6 +57,7 @@ impl Store {
                 thread: Mutex::new(Some(thread)),
                 path: path.to_path_buf(),
                 intake: Arc::default(),
+                tally,
             }),
         })
     }
@@ -60,6 +65,11 @@ impl Store {
     /// The database file.
     pub(super) fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    /// The counts the writer has not folded into `hourly` yet.
+    pub(super) fn tally(&self) -> Arc<Tally> {
+        self.inner.tally.clone()
     }
 
     /// How the latest intake commits went.

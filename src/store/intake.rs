@@ -128,10 +128,12 @@ impl Store {
 /// none), exists (found through the narrow `events_dedup` index, then the full key and the
 /// received time compared). A statement runs whole under SQLite's write lock, so no other
 /// insert, from this process or another, can come between the check and the insert.
+/// `+endpoint` keeps `endpoint` out of index choice: `events_endpoint` (endpoint, received_at)
+/// would otherwise be chosen, and read every row of the endpoint's window.
 pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, \
      dedup_hash, event_type, content_type, payload_bytes, received_at, status) \
      SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS \
-     (SELECT 1 FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 AND dedup_key = ?2 \
+     (SELECT 1 FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 AND dedup_key = ?2 \
      AND received_at >= ?9)";
 /// The window start that makes every earlier row of the key count: no window.
 pub(super) const NO_WINDOW: i64 = i64::MIN;
@@ -145,8 +147,9 @@ const SET_CLIENT_CERT: &str = "UPDATE events SET client_cert = ?2 WHERE id = ?1"
 pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
      status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
 /// The row that made an insert a duplicate: with a window, a key may have several rows (one
-/// per window), so the newest one received at or after the window's start (?4).
-pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND endpoint = ?1 \
+/// per window), so the newest one received at or after the window's start (?4). `+endpoint`:
+/// as in [`INSERT_UNLESS_KNOWN`].
+pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
      AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
 pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {

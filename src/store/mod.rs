@@ -14,8 +14,9 @@
 //! By consumer: `intake.rs` (the dedup barrier), `queue.rs` (the forwarding worker's claims and
 //! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
 //! archive restore), `observe.rs` (the admin listener's probe and figures), `backup.rs`
-//! (`portaria backup`'s consistent copy), `alerts.rs` (dead events since a cursor, the alerts
-//! task's state in `meta`).
+//! (`portaria backup`'s consistent copy), `alerts.rs` (dead deliveries since a cursor, the
+//! alerts task's state in `meta`), `counters.rs` (the hourly counters the writer folds in with
+//! its batches) and `dashboard.rs` (what the status page reads and replays).
 //!
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
@@ -23,6 +24,8 @@
 mod alerts;
 mod backup;
 mod checkpoint;
+mod counters;
+mod dashboard;
 mod db;
 mod events;
 mod handle;
@@ -38,6 +41,8 @@ mod fixtures;
 
 pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};
+pub use counters::{Counted, Rejection};
+pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
 pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use handle::Store;

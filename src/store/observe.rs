@@ -114,7 +114,7 @@ impl Store {
     }
 
     /// Pending and dead counts and the oldest pending event, per endpoint that has any. Reads
-    /// only the partial indexes `events_queue` and `events_dead`, plus one row per endpoint.
+    /// only the partial indexes `deliveries_queue` and `deliveries_dead`, plus one row per endpoint.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         self.run(queue_stats).await
     }
@@ -164,7 +164,7 @@ const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
 const DEAD: &str =
     "SELECT endpoint, count(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint";
 
-fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
+pub(super) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
     let mut out: Vec<QueueStats> = Vec::new();
     let mut pending = conn.prepare_cached(PENDING)?;
     let mut rows = pending.query([])?;

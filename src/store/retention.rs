@@ -299,12 +299,12 @@ pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
 /// key may have several) is already on its way. With one row per key: that row, if finished.
 /// `+status` keeps `status` out of index choice, so both lookups go through `events_dedup`
 /// (with the ORDER BY, SQLite 3.40 would otherwise read every finished row of the endpoint
-/// through `events_queue`).
+/// through `events_queue`); `+endpoint` likewise keeps `events_endpoint` out.
 const RESET_FINISHED: &str = "UPDATE events SET status = ?3, finished_at = NULL \
      WHERE id = (SELECT id FROM events \
-       WHERE dedup_hash = ?4 AND endpoint = ?1 AND dedup_key = ?2 \
+       WHERE dedup_hash = ?4 AND +endpoint = ?1 AND dedup_key = ?2 \
        AND +status IN ('delivered', 'dead', 'stored') \
-       AND NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?4 AND endpoint = ?1 \
+       AND NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?4 AND +endpoint = ?1 \
          AND dedup_key = ?2 AND +status IN ('pending', 'delivering')) \
        ORDER BY received_at DESC, id DESC LIMIT 1) RETURNING id";
 

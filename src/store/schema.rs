@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 4;
+pub(super) const SCHEMA_VERSION: i64 = 5;
 
 /// The schema of a new file.
 ///
@@ -167,6 +167,29 @@ CREATE INDEX events_queue ON events (endpoint, status, next_attempt_at)
 CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
 ";
 
+/// Version 5 added what the status page reads (`crate::store::dashboard`): `hourly`, small
+/// counters per endpoint and clock hour (received, duplicates, rejected by reason, delivery
+/// attempts), which the writer adds to with the batches it commits anyway (`counters.rs`);
+/// and `events_endpoint`, for the counts of an endpoint's recent events, its latest event and
+/// its events listed newest first. A new file gets the same statements after [`SCHEMA`].
+const V4_TO_V5: &str = "
+CREATE TABLE hourly (
+    endpoint        TEXT    NOT NULL,
+    hour            INTEGER NOT NULL,   -- unix milliseconds of the hour's start
+    received        INTEGER NOT NULL DEFAULT 0,
+    duplicate       INTEGER NOT NULL DEFAULT 0,
+    bad_signature   INTEGER NOT NULL DEFAULT 0,
+    stale_timestamp INTEGER NOT NULL DEFAULT 0,
+    too_large       INTEGER NOT NULL DEFAULT 0,
+    bad_request     INTEGER NOT NULL DEFAULT 0,
+    storage_error   INTEGER NOT NULL DEFAULT 0,
+    delivered       INTEGER NOT NULL DEFAULT 0,
+    failed          INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (endpoint, hour)
+) WITHOUT ROWID;
+CREATE INDEX events_endpoint ON events (endpoint, received_at);
+";
+
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -316,6 +339,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
             tx.execute_batch(V3_TO_V4)?;
         }
     }
+    if version < 5 {
+        // A new file too: the status page's counters and index.
+        tx.execute_batch(V4_TO_V5)?;
+    }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
 }
@@ -455,6 +482,16 @@ mod tests {
         assert_eq!(version, SCHEMA_VERSION);
         // Version 4's column is there, empty for the old rows.
         assert_eq!(db.client_cert(7).unwrap(), None);
+        // Version 5's counters and index came with it.
+        let v4: i64 = db
+            .conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name IN ('hourly', 'events_endpoint')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v4, 2);
         let old = db.event(7).unwrap().unwrap();
         assert_eq!(
             (old.summary.status, old.body),
@@ -479,8 +516,9 @@ mod tests {
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        // Since version 4 the queue and dead indexes are on `deliveries`.
-        assert_eq!(indexes, ["events_dedup"]);
+        // Since version 4 the queue and dead indexes are on `deliveries`; version 5 added
+        // `events_endpoint` for the status page.
+        assert_eq!(indexes, ["events_dedup", "events_endpoint"]);
         // The upgrade's own copy of the table definitions must not drift from a new file's.
         let (_fresh_dir, fresh) = temp_db();
         let shape = |conn: &Connection, pragma: &str| -> Vec<String> {

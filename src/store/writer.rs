@@ -20,12 +20,15 @@
 //! in front of it, runs it alone in autocommit mode, then goes back to batching. Queue order is
 //! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
 //!
+//! The status page's counters (`counters.rs`) ride along: each batch first folds the
+//! in-memory tally into `hourly`, and an idle writer does so once a minute.
+//!
 //! The writer never copies the WAL back into the database in the middle of a commit: its WAL
 //! hook hands that to the checkpoint thread ([`super::checkpoint`]), and between batches it only
 //! finishes what that thread started.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -33,6 +36,7 @@ use rusqlite::Connection;
 
 use super::StoreError;
 use super::checkpoint::Checkpointer;
+use super::counters::Tally;
 
 /// Called once the batch a job ran in has committed (or failed to).
 pub(super) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
@@ -71,6 +75,10 @@ pub(super) enum Message {
     Close,
 }
 
+/// How often an idle writer folds the counters' tally into the database: what a crash may
+/// lose of them.
+const COUNTERS_EVERY: Duration = Duration::from_secs(60);
+
 /// Most jobs one transaction takes; bounds the latency a very long queue adds.
 const MAX_BATCH: usize = 1024;
 
@@ -78,13 +86,14 @@ pub(super) fn spawn(
     conn: Connection,
     path: PathBuf,
     rx: mpsc::Receiver<Message>,
+    tally: Arc<Tally>,
 ) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("portaria-writer".into())
-        .spawn(move || run(conn, &path, rx))
+        .spawn(move || run(conn, &path, rx, &tally))
 }
 
-fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
+fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>, tally: &Tally) {
     let checkpointer = match Checkpointer::start(path, &mut conn) {
         Ok(checkpointer) => Some(checkpointer),
         Err(e) => {
@@ -104,10 +113,16 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
     while !closing {
         // Block for the first job, then take whatever else is already waiting, up to a solo
         // job: it runs after the batch in front of it, so the queue's order holds.
-        match rx.recv() {
+        match rx.recv_timeout(COUNTERS_EVERY) {
             Ok(Message::Job(job)) => batch.push(job),
             Ok(Message::Solo(job)) => solo = Some(job),
-            Ok(Message::Close) | Err(_) => break,
+            Ok(Message::Close) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if !tally.is_empty() {
+                    commit_batch(&conn, &mut batch, None, tally);
+                }
+                continue;
+            }
         }
         while solo.is_none() && batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -134,7 +149,7 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
                     Err(e) => tracing::error!(error = %e, "cannot change synchronous"),
                 }
             }
-            commit_batch(&conn, &mut batch, commit_delay.filter(|_| full));
+            commit_batch(&conn, &mut batch, commit_delay.filter(|_| full), tally);
             if let Some(checkpointer) = &checkpointer {
                 checkpointer.finish_pass(&conn);
             }
@@ -146,6 +161,9 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
     }
     // Jobs sent after Close hear that the store is closed when their sender is dropped.
     drop(rx);
+    if !tally.is_empty() {
+        commit_batch(&conn, &mut batch, None, tally);
+    }
     if let Some(checkpointer) = checkpointer {
         checkpointer.stop(&mut conn);
     }
@@ -155,9 +173,14 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>) {
     }
 }
 
-/// Runs `batch` in one transaction and answers each job after its COMMIT (`delay`, test-only,
-/// holds the COMMIT back).
-fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, delay: Option<Duration>) {
+/// Runs `batch` in one transaction, the counters' tally first, and answers each job after its
+/// COMMIT (`delay`, test-only, holds the COMMIT back).
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut Vec<Box<dyn Job>>,
+    delay: Option<Duration>,
+    tally: &Tally,
+) {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let err = StoreError::on(conn, e);
         for job in batch.drain(..) {
@@ -165,6 +188,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, delay: Option<
         }
         return;
     }
+    fold_counters(conn, tally);
     let mut finishes = Vec::with_capacity(batch.len());
     let mut jobs = batch.drain(..);
     while let Some(job) = jobs.next() {
@@ -215,6 +239,28 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Box<dyn Job>>, delay: Option<
     }
     for finish in finishes {
         finish(result.clone());
+    }
+}
+
+/// The tally into `hourly`, in a savepoint of its own: if that fails, the counts are dropped
+/// (logged) and the batch's jobs go on untouched.
+fn fold_counters(conn: &Connection, tally: &Tally) {
+    if tally.is_empty() {
+        return;
+    }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let folded = exec(conn, "SAVEPOINT counters").and_then(|()| match tally.flush(conn, now_ms) {
+        Ok(()) => exec(conn, "RELEASE counters"),
+        Err(e) => {
+            exec(conn, "ROLLBACK TO counters")?;
+            exec(conn, "RELEASE counters")?;
+            Err(e)
+        }
+    });
+    if let Err(e) = folded {
+        tracing::warn!(error = %e, "the status page's counters could not be stored; dropped");
     }
 }
 

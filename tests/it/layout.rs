@@ -116,6 +116,8 @@ fn the_dependency_rules_hold() {
     // Metrics is a sink of label strings: the reserved endpoint label, the queue figures.
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify"]);
+    // The status page reads and replays through the store's handle, nothing of the pipeline.
+    only("status", &["store", "time", "verify"]);
     assert!(
         !deps("ingest").contains("forward"),
         "ingest imports forward"

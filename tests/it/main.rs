@@ -8,6 +8,7 @@
 mod alert_scripts;
 mod alerts;
 mod backup;
+mod browser;
 mod cli;
 mod commit_order;
 mod crowds;
@@ -36,6 +37,7 @@ mod retention;
 mod routes;
 mod sd_notify;
 mod secrets_everywhere;
+mod status;
 mod support;
 mod target_down;
 mod task_panics;

@@ -1,0 +1,179 @@
+//! One event's page: what it is, its headers as stored (credential headers were stored as
+//! `[redacted]` and stay so), its body (pretty-printed when it is JSON, cut at
+//! [`SHOWN_BYTES`] with a download link for the whole), every delivery attempt, and its
+//! replay button. Everything attacker-controlled is escaped by maud.
+
+use http::{HeaderValue, StatusCode, header};
+use maud::{Markup, html};
+
+use super::pages::{Chrome, excerpt, frame, status_badge, when};
+use super::{Answer, respond};
+use crate::store::{EventDetail, Status, Store};
+
+/// How much of a body the page shows; the rest is a download.
+pub const SHOWN_BYTES: usize = 64 * 1024;
+
+pub fn page(chrome: &Chrome<'_>, d: &EventDetail, now: i64) -> Markup {
+    let e = &d.summary;
+    let replayable = !matches!(e.status, Status::Delivering | Status::Stored);
+    let (shown, cut) = body_text(&d.body);
+    let body = html! {
+        h1 { "Event " (e.id) }
+        @if e.status == Status::Dead {
+            div.banner.alert role="alert" {
+                strong { "Dead: " } "every attempt failed."
+                @if let Some(error) = &e.last_error { " Last error: " code { (excerpt(error, 300)) } }
+            }
+        }
+        dl.facts {
+            dt { "Status" } dd { (status_badge(e.status)) }
+            dt { "Endpoint" } dd { (e.endpoint) }
+            dt { "Received" } dd { (when(e.received_at_ms, now)) }
+            dt { "Event type" } dd { (e.event_type.as_deref().unwrap_or("—")) }
+            dt { "Dedup key" } dd { code { (e.dedup_key) } }
+            dt { "Attempts" } dd { (e.attempts) }
+            @if let Some(next) = e.next_attempt_at_ms {
+                @if e.status == Status::Pending { dt { "Next attempt" } dd { (when(next, now)) } }
+            }
+            @if let Some(error) = &e.last_error { dt { "Last error" } dd.error { (excerpt(error, 300)) } }
+        }
+        @if replayable {
+            form method="post" action=(format!("/events/{}/replay", e.id)) {
+                input type="hidden" name="csrf" value=(chrome.csrf);
+                button type="submit" { "Replay this event" }
+                span.small { " It goes back to pending and is delivered again from the first attempt." }
+            }
+        }
+        h2 { "Delivery attempts" }
+        @if d.attempts.is_empty() {
+            p { "None yet." }
+        } @else {
+            div.scroll {
+                table {
+                    thead { tr {
+                        th scope="col" { "#" } th scope="col" { "Started" } th scope="col" { "Took" }
+                        th scope="col" { "Outcome" } th scope="col" { "Error" }
+                    } }
+                    tbody {
+                        @for a in &d.attempts {
+                            tr {
+                                td { (a.attempt) }
+                                td { (when(a.started_at_ms, now)) }
+                                td { (a.duration_ms) " ms" }
+                                td { span class=(format!("badge {}", outcome_class(&a.outcome))) { (a.outcome) } }
+                                td.error { (excerpt(a.error.as_deref().unwrap_or(""), 300)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        h2 { "Headers" }
+        div.scroll {
+            table.headers {
+                tbody {
+                    @for (name, value) in header_lines(&d.headers) {
+                        tr { th scope="row" { (name) } td { code { (value) } } }
+                    }
+                }
+            }
+        }
+        h2 { "Body" }
+        p.small {
+            (d.body.len()) " bytes"
+            @if let Some(ct) = &d.content_type { ", " (ct) }
+            ". " a href=(format!("/events/{}/body", e.id)) download { "Download the body as received" }
+        }
+        pre.body { code { (shown) } }
+        @if cut {
+            p.small { "Cut at " (SHOWN_BYTES / 1024) " KiB; download it for the rest." }
+        }
+    };
+    frame(chrome, &format!("Event {}", e.id), body)
+}
+
+fn outcome_class(outcome: &str) -> &'static str {
+    match outcome {
+        "delivered" => "delivered",
+        "failed" => "dead",
+        _ => "pending",
+    }
+}
+
+/// The stored `name: value\r\n` lines, as (name, value).
+pub fn header_lines(blob: &[u8]) -> impl Iterator<Item = (String, String)> + '_ {
+    blob.split(|b| *b == b'\n')
+        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
+        .filter(|line| !line.is_empty())
+        .map(|line| {
+            let text = String::from_utf8_lossy(line);
+            match text.split_once(": ") {
+                Some((name, value)) => (name.to_string(), value.to_string()),
+                None => (text.to_string(), String::new()),
+            }
+        })
+}
+
+/// The body as text to show: pretty JSON if it parses as JSON, else the text itself (invalid
+/// UTF-8 replaced); cut at [`SHOWN_BYTES`]. Says whether it was cut.
+fn body_text(body: &[u8]) -> (String, bool) {
+    let text = match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(value) => serde_json::to_string_pretty(&value)
+            .unwrap_or_else(|_| String::from_utf8_lossy(body).into_owned()),
+        Err(_) => String::from_utf8_lossy(body).into_owned(),
+    };
+    if text.len() <= SHOWN_BYTES {
+        return (text, false);
+    }
+    let mut end = SHOWN_BYTES;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    (text[..end].to_string(), true)
+}
+
+/// `GET /events/ID/body`: the raw bytes, as a download (never rendered by the browser).
+pub async fn download(store: &Store, id: i64) -> Answer {
+    match store.event_detail(id).await {
+        Ok(Some(d)) => {
+            let mut r = respond(StatusCode::OK, "application/octet-stream", d.body);
+            let name = format!("attachment; filename=\"event-{id}.body\"");
+            if let Ok(value) = HeaderValue::from_str(&name) {
+                r.headers_mut().insert(header::CONTENT_DISPOSITION, value);
+            }
+            r
+        }
+        Ok(None) => super::not_found(false),
+        Err(e) => super::unavailable(&e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_is_pretty_printed_and_large_bodies_are_cut() {
+        let (text, cut) = body_text(br#"{"a":[1,2]}"#);
+        assert_eq!(text, "{\n  \"a\": [\n    1,\n    2\n  ]\n}");
+        assert!(!cut);
+        let (text, cut) = body_text(b"not json <b>");
+        assert_eq!((text.as_str(), cut), ("not json <b>", false));
+        let big = "é".repeat(SHOWN_BYTES);
+        let (text, cut) = body_text(big.as_bytes());
+        assert!(cut && text.len() <= SHOWN_BYTES && text.len() > SHOWN_BYTES - 2);
+    }
+
+    #[test]
+    fn header_lines_split_name_and_value() {
+        let lines: Vec<_> = header_lines(b"a: 1\r\nauthorization: [redacted]\r\nodd\r\n").collect();
+        assert_eq!(
+            lines,
+            [
+                ("a".into(), "1".into()),
+                ("authorization".into(), "[redacted]".into()),
+                ("odd".into(), String::new())
+            ]
+        );
+    }
+}

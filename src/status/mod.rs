@@ -1,0 +1,432 @@
+//! The status page on the admin listener (issue 14): what came in, what failed, and a replay
+//! button, for owners who do not read logs. Server-rendered HTML (maud, escaped by
+//! construction) with one embedded stylesheet and an inline SVG chart, and the same data as
+//! JSON for scripts. Never on the webhook port: `admin` hands it every path it does not
+//! answer itself.
+//!
+//! This file owns routing and the shape of answers; `auth` who may look and press, `api` the
+//! JSON, `pages` and `event` the HTML, `chart` the SVG, `style.css` the looks.
+
+mod api;
+mod auth;
+mod chart;
+mod event;
+mod pages;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use tokio::sync::Notify;
+
+use crate::store::{ListFilter, Status, Store};
+use crate::time::now_ms;
+use crate::verify::Secret;
+
+use auth::{Guard, Refused};
+
+/// Hours the chart shows.
+pub const CHART_HOURS: usize = 48;
+
+/// An oldest pending event older than this turns the banner red.
+pub const PENDING_ALERT_MS: i64 = 15 * 60_000;
+
+/// Events a page of the list shows unless asked for fewer (at most [`MAX_PAGE`]).
+const PAGE: usize = 50;
+const MAX_PAGE: usize = 200;
+
+/// The largest form a POST may carry.
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// How long the store may take for a page's figures.
+const STORE_DEADLINE: Duration = Duration::from_secs(5);
+
+const STYLE: &str = include_str!("style.css");
+
+/// The status page of one server process.
+pub struct StatusPage {
+    store: Store,
+    /// Wakes the worker after a replay (it would only notice at its next due time otherwise).
+    new_event: Arc<Notify>,
+    /// The configured endpoints at start, shown even before their first event.
+    endpoints: Vec<String>,
+    guard: Guard,
+    /// The admin listener's address, for the page's "open on loopback" note.
+    listen: Option<SocketAddr>,
+}
+
+/// What a handler answers.
+type Answer = Response<Full<Bytes>>;
+
+impl StatusPage {
+    /// `token` is `[status]`'s; None: open, which config allows only on loopback.
+    pub fn new(
+        store: Store,
+        new_event: Arc<Notify>,
+        endpoints: Vec<String>,
+        token: Option<Secret>,
+        listen: Option<SocketAddr>,
+    ) -> std::io::Result<StatusPage> {
+        Ok(StatusPage {
+            store,
+            new_event,
+            endpoints,
+            guard: Guard::new(token)?,
+            listen,
+        })
+    }
+
+    /// Answers one request to the admin listener that is not `/healthz`, `/readyz` or
+    /// `/metrics`.
+    pub async fn handle(&self, req: Request<Incoming>) -> Answer {
+        let mut answer = self.route(req).await;
+        secure(answer.headers_mut());
+        answer
+    }
+
+    async fn route(&self, req: Request<Incoming>) -> Answer {
+        let path = req.uri().path().to_string();
+        let query = req.uri().query().unwrap_or("").to_string();
+        let method = req.method().clone();
+        let is_get = method == Method::GET || method == Method::HEAD;
+        let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+        // What needs no login.
+        match (segments.as_slice(), is_get) {
+            (["style.css"], true) => return css(),
+            // Browsers ask for it on every page; none, and no 404 in their console.
+            (["favicon.ico"], true) => return respond(StatusCode::NO_CONTENT, "image/x-icon", ""),
+            (["login"], true) => return self.login_page(None),
+            (["login"], false) if method == Method::POST => return self.login(req).await,
+            _ => {}
+        }
+        let api = segments.first() == Some(&"api");
+        if let Err(refused) = self.guard.check(req.headers()) {
+            return match (refused, api || !is_get) {
+                (Refused::Unauthenticated, false) => redirect("/login"),
+                (Refused::Unauthenticated, true) => {
+                    let mut r = api::error(StatusCode::UNAUTHORIZED, refused.message());
+                    r.headers_mut()
+                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                    r
+                }
+                _ => api::error(StatusCode::FORBIDDEN, refused.message()),
+            };
+        }
+        if !is_get && method != Method::POST {
+            return not_allowed("GET, HEAD, POST");
+        }
+        let id = segments.get(1).and_then(|s| s.parse::<i64>().ok());
+        match (segments.as_slice(), is_get, id) {
+            ([""], true, _) => self.overview().await,
+            (["events"], true, _) => self.events(&query).await,
+            (["events", _], true, Some(id)) => self.event(id).await,
+            (["events", _, "body"], true, Some(id)) => event::download(&self.store, id).await,
+            (["events", _, "replay"], false, Some(id)) => match self.form(req).await {
+                Ok(_) => self.replay(id).await,
+                Err(refused) => refused,
+            },
+            (["replay-dead"], false, _) => match self.form(req).await {
+                Ok(form) => self.replay_dead(field(&form, "endpoint")).await,
+                Err(refused) => refused,
+            },
+            (["logout"], false, _) => match self.form(req).await {
+                Ok(_) => logout(),
+                Err(refused) => refused,
+            },
+            (["api", "stats"], true, _) => api::stats(self).await,
+            (["api", "events"], true, _) => api::events(self, &query).await,
+            (["api", "events", n], true, _) => match n.parse::<i64>() {
+                Ok(id) => api::event(self, id).await,
+                Err(_) => not_found(true),
+            },
+            (["events", _, "replay"] | ["replay-dead"] | ["logout"], true, _) => {
+                not_allowed("POST")
+            }
+            (_, false, _) => not_allowed("GET, HEAD"),
+            _ => not_found(api),
+        }
+    }
+
+    /// A POST's form, if it passes the CSRF checks; else the answer refusing it, and nothing
+    /// changes.
+    async fn form(&self, req: Request<Incoming>) -> Result<Vec<(String, String)>, Answer> {
+        let (parts, body) = req.into_parts();
+        let Some(form) = read_form(body).await else {
+            return Err(api::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the form is too large or too slow",
+            ));
+        };
+        match self
+            .guard
+            .check_post(&parts.headers, field(&form, "csrf").as_deref())
+        {
+            Ok(()) => Ok(form),
+            Err(refused) => {
+                tracing::warn!(path = %parts.uri.path(), "status page: a cross-site or stale form refused");
+                Err(api::error(StatusCode::FORBIDDEN, refused.message()))
+            }
+        }
+    }
+
+    async fn login(&self, req: Request<Incoming>) -> Answer {
+        if self.guard.is_open() {
+            return redirect("/");
+        }
+        let form = match self.form(req).await {
+            Ok(form) => form,
+            Err(refused) => return refused,
+        };
+        let token = field(&form, "token").unwrap_or_default();
+        if !self.guard.token_matches(&token) {
+            // A little wait makes guessing slow; the answer says nothing about how close it was.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            tracing::warn!("status page: a login with a wrong token");
+            return self.login_page(Some("That is not the admin token."));
+        }
+        let mut answer = redirect("/");
+        if let Ok(cookie) = HeaderValue::from_str(&self.guard.session_cookie()) {
+            answer.headers_mut().insert(header::SET_COOKIE, cookie);
+        }
+        answer
+    }
+
+    fn login_page(&self, error: Option<&str>) -> Answer {
+        if self.guard.is_open() {
+            return redirect("/");
+        }
+        let status = if error.is_some() {
+            StatusCode::UNAUTHORIZED
+        } else {
+            StatusCode::OK
+        };
+        html(status, pages::login(self.guard.csrf(), error))
+    }
+
+    async fn overview(&self) -> Answer {
+        let now = now_ms();
+        let asked = self
+            .store
+            .overview(self.endpoints.clone(), CHART_HOURS, now);
+        match tokio::time::timeout(STORE_DEADLINE, asked).await {
+            Ok(Ok(overview)) => html(
+                StatusCode::OK,
+                pages::overview(&self.chrome(), &overview, now),
+            ),
+            Ok(Err(e)) => unavailable(&e.to_string()),
+            Err(_) => unavailable("the database did not answer within 5 s"),
+        }
+    }
+
+    async fn events(&self, query: &str) -> Answer {
+        let filter = filter(query);
+        match self.list(filter.clone()).await {
+            Ok(events) => html(
+                StatusCode::OK,
+                pages::events(&self.chrome(), &self.endpoints, &filter, &events, now_ms()),
+            ),
+            Err(e) => unavailable(&e),
+        }
+    }
+
+    async fn event(&self, id: i64) -> Answer {
+        match self.detail(id).await {
+            Ok(Some(detail)) => html(
+                StatusCode::OK,
+                event::page(&self.chrome(), &detail, now_ms()),
+            ),
+            Ok(None) => html(StatusCode::NOT_FOUND, pages::not_found(&self.chrome())),
+            Err(e) => unavailable(&e),
+        }
+    }
+
+    async fn replay(&self, id: i64) -> Answer {
+        match self.store.replay_event(id, now_ms()).await {
+            Ok(replayed) => {
+                if replayed {
+                    tracing::info!(event = id, "status page: event replayed");
+                    self.new_event.notify_one();
+                }
+                redirect(&format!("/events/{id}"))
+            }
+            Err(e) => unavailable(&e.to_string()),
+        }
+    }
+
+    async fn replay_dead(&self, endpoint: Option<String>) -> Answer {
+        let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
+            return api::error(
+                StatusCode::BAD_REQUEST,
+                "which endpoint? (the form's endpoint field)",
+            );
+        };
+        match self.store.replay_dead_of(endpoint.clone(), now_ms()).await {
+            Ok(n) => {
+                tracing::info!(endpoint, events = n, "status page: dead events replayed");
+                if n > 0 {
+                    self.new_event.notify_one();
+                }
+                let to: String = form_urlencoded::Serializer::new(String::new())
+                    .append_pair("endpoint", &endpoint)
+                    .finish();
+                redirect(&format!("/events?{to}"))
+            }
+            Err(e) => unavailable(&e.to_string()),
+        }
+    }
+
+    /// One page of the events list, through the writer, bounded in time.
+    async fn list(&self, filter: ListFilter) -> Result<Vec<crate::store::EventSummary>, String> {
+        match tokio::time::timeout(STORE_DEADLINE, self.store.list_events(filter)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("the database did not answer within 5 s".into()),
+        }
+    }
+
+    async fn detail(&self, id: i64) -> Result<Option<crate::store::EventDetail>, String> {
+        match tokio::time::timeout(STORE_DEADLINE, self.store.event_detail(id)).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err("the database did not answer within 5 s".into()),
+        }
+    }
+
+    /// What every page's frame needs.
+    fn chrome(&self) -> pages::Chrome<'_> {
+        pages::Chrome {
+            csrf: self.guard.csrf(),
+            open_on: self.guard.is_open().then_some(self.listen).flatten(),
+            logged_in: !self.guard.is_open(),
+        }
+    }
+}
+
+/// The list filter a query string asks for (`endpoint`, `status`, `type`, `q`, `before`,
+/// `limit`); empty values are no filter, an unknown status is ignored.
+fn filter(query: &str) -> ListFilter {
+    let mut f = ListFilter {
+        limit: PAGE,
+        ..ListFilter::default()
+    };
+    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.trim().to_string();
+        if value.is_empty() {
+            continue;
+        }
+        match key.as_ref() {
+            "endpoint" => f.endpoint = Some(value),
+            "status" => f.status = value.parse::<Status>().ok(),
+            "type" => f.event_type = Some(value),
+            "q" => f.text = Some(value),
+            "before" => f.before = value.parse().ok(),
+            "limit" => f.limit = value.parse().unwrap_or(PAGE).clamp(1, MAX_PAGE),
+            _ => {}
+        }
+    }
+    f
+}
+
+/// A POST's `application/x-www-form-urlencoded` fields; None if it is too large or slow.
+async fn read_form(body: Incoming) -> Option<Vec<(String, String)>> {
+    let read = Limited::new(body, MAX_FORM_BYTES).collect();
+    let bytes = tokio::time::timeout(STORE_DEADLINE, read)
+        .await
+        .ok()?
+        .ok()?
+        .to_bytes();
+    Some(
+        form_urlencoded::parse(&bytes)
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect(),
+    )
+}
+
+fn field(form: &[(String, String)], name: &str) -> Option<String> {
+    form.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+/// Headers every answer of the page carries: nothing from elsewhere may run, frame or load.
+fn secure(headers: &mut HeaderMap) {
+    let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
+        headers.insert(name, HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        "content-security-policy",
+        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
+         frame-ancestors 'none'; base-uri 'none'",
+    );
+    set(headers, "x-content-type-options", "nosniff");
+    set(headers, "x-frame-options", "DENY");
+    // Not `no-referrer`: with it, a browser sends `Origin: null` on the page's own forms,
+    // which the CSRF check refuses.
+    set(headers, "referrer-policy", "same-origin");
+    set(headers, "cache-control", "no-store");
+}
+
+fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn html(status: StatusCode, markup: maud::Markup) -> Answer {
+    respond(status, "text/html; charset=utf-8", markup.into_string())
+}
+
+fn css() -> Answer {
+    respond(StatusCode::OK, "text/css; charset=utf-8", STYLE)
+}
+
+/// 303 See Other: after a POST, the browser GETs the page (a reload never repeats it).
+fn redirect(to: &str) -> Answer {
+    let mut r = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
+    if let Ok(location) = HeaderValue::from_str(to) {
+        r.headers_mut().insert(header::LOCATION, location);
+    }
+    r
+}
+
+fn logout() -> Answer {
+    let mut r = redirect("/login");
+    let gone = format!(
+        "{}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
+        auth::COOKIE
+    );
+    if let Ok(cookie) = HeaderValue::from_str(&gone) {
+        r.headers_mut().insert(header::SET_COOKIE, cookie);
+    }
+    r
+}
+
+fn not_allowed(allow: &'static str) -> Answer {
+    let mut r = api::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed here");
+    r.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static(allow));
+    r
+}
+
+fn not_found(api: bool) -> Answer {
+    if api {
+        api::error(StatusCode::NOT_FOUND, "not found")
+    } else {
+        respond(
+            StatusCode::NOT_FOUND,
+            "text/plain; charset=utf-8",
+            "not found\n",
+        )
+    }
+}
+
+fn unavailable(why: &str) -> Answer {
+    tracing::warn!(error = why, "status page: the store did not answer");
+    api::error(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the database is not answering; try again",
+    )
+}

@@ -1,0 +1,333 @@
+//! The status page's HTML frame and its pages but one event's (`event.rs`): the overview
+//! ("Now" per endpoint, the banner, the chart), the events list with its filters, the login
+//! form. maud escapes every value put in; nothing here builds markup from strings.
+
+use std::net::SocketAddr;
+
+use maud::{DOCTYPE, Markup, html};
+
+use super::api::Alert;
+use super::chart;
+use crate::store::{EndpointNow, EventSummary, ListFilter, Overview, Status};
+use crate::time::rfc3339;
+
+/// What the frame of every page shows.
+pub struct Chrome<'a> {
+    pub csrf: &'a str,
+    /// Open without a token: the loopback address it listens on.
+    pub open_on: Option<SocketAddr>,
+    /// A token is configured, so there is a session to end.
+    pub logged_in: bool,
+}
+
+/// The frame: head, navigation, the open-on-loopback note, `main`.
+pub fn frame(chrome: &Chrome<'_>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · portaria" }
+                link rel="stylesheet" href="/style.css";
+            }
+            body {
+                header {
+                    nav aria-label="Main" {
+                        a.brand href="/" { "portaria" }
+                        a href="/" { "Now" }
+                        a href="/events" { "Events" }
+                        a href="/events?status=dead" { "Dead" }
+                        @if chrome.logged_in {
+                            form.inline method="post" action="/logout" {
+                                input type="hidden" name="csrf" value=(chrome.csrf);
+                                button.link type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                @if let Some(addr) = chrome.open_on {
+                    p.note role="note" {
+                        "This page asks for no password because it listens on loopback only ("
+                        (addr) "). To open it to your network, set an admin token ([status] token_file)."
+                    }
+                }
+                main { (body) }
+            }
+        }
+    }
+}
+
+pub fn overview(chrome: &Chrome<'_>, o: &Overview, now: i64) -> Markup {
+    let alert = Alert::of(o, now);
+    let body = html! {
+        h1 { "Now" }
+        (banner(&alert, now))
+        section aria-labelledby="chart-title" {
+            h2 #chart-title { "The last 48 hours" }
+            (chart::svg(&o.hours))
+        }
+        h2 { "Endpoints" }
+        @if o.endpoints.is_empty() {
+            p { "No endpoint yet." }
+        }
+        div.cards {
+            @for e in &o.endpoints { (endpoint_card(chrome, e, now)) }
+        }
+        p.small { "Updated " (when(now, now)) ". Received counts are exact; duplicates and \
+                    rejected requests are counted per clock hour (the last 24)." }
+    };
+    frame(chrome, "Now", body)
+}
+
+fn banner(alert: &Alert, now: i64) -> Markup {
+    html! {
+        @if alert.is_red() {
+            div.banner.alert role="alert" {
+                strong { "Needs you: " }
+                @if alert.dead > 0 {
+                    a href="/events?status=dead" { (alert.dead) " dead " (plural(alert.dead, "event", "events")) }
+                    " (every retry failed; replay them once the target works). "
+                }
+                @if alert.pending_too_long() {
+                    @if let Some(age) = alert.oldest_pending_age_ms {
+                        "The oldest pending event has waited " (ago(age)) ". "
+                        a href="/events?status=pending" { "See pending events" }
+                    }
+                }
+            }
+        } @else {
+            div.banner.ok role="status" {
+                "Nothing needs you: no dead events, nothing waiting longer than 15 minutes."
+            }
+        }
+        @let _ = now;
+    }
+}
+
+fn endpoint_card(chrome: &Chrome<'_>, e: &EndpointNow, now: i64) -> Markup {
+    let r = &e.rejected_last_day;
+    let events = |status: &str| {
+        let q = form_urlencoded::Serializer::new(String::new())
+            .append_pair("endpoint", &e.endpoint)
+            .append_pair("status", status)
+            .finish();
+        format!("/events?{q}")
+    };
+    let oldest_late = e
+        .oldest_pending_ms
+        .is_some_and(|t| now - t > super::PENDING_ALERT_MS);
+    html! {
+        section.card.red[e.dead > 0 || oldest_late] aria-label=(format!("Endpoint {}", e.endpoint)) {
+            h3 { a href=(format!("/events?{}", form_urlencoded::Serializer::new(String::new()).append_pair("endpoint", &e.endpoint).finish())) { (e.endpoint) } }
+            dl {
+                dt { "Received, last hour" } dd { (e.received_last_hour) }
+                dt { "Received, last 24 h" } dd { (e.received_last_day) }
+                dt { "Duplicates, 24 h" } dd { (e.duplicates_last_day) }
+                dt { "Rejected, 24 h" }
+                dd {
+                    (r.total())
+                    @let reasons = [
+                        ("bad signature", r.bad_signature),
+                        ("stale timestamp", r.stale_timestamp),
+                        ("too large", r.too_large),
+                        ("bad request", r.bad_request),
+                        ("storage error", r.storage_error),
+                    ];
+                    @let given: Vec<String> = reasons.iter().filter(|(_, n)| *n > 0)
+                        .map(|(why, n)| format!("{why} {n}")).collect();
+                    @if !given.is_empty() {
+                        span.small { " (" (given.join(", ")) ")" }
+                    }
+                }
+                dt { "Pending" } dd { a href=(events("pending")) { (e.pending) } }
+                dt { "Dead" } dd.bad[e.dead > 0] { a href=(events("dead")) { (e.dead) } }
+                dt { "Oldest pending" }
+                dd.bad[oldest_late] {
+                    @match e.oldest_pending_ms {
+                        Some(t) => { "waiting " (ago(now - t)) }
+                        None => { "none" }
+                    }
+                }
+                dt { "Last event" }
+                dd {
+                    @match e.last_received_ms {
+                        Some(t) => { (when(t, now)) }
+                        None => { "never" }
+                    }
+                }
+            }
+            @if e.dead > 0 {
+                form method="post" action="/replay-dead" {
+                    input type="hidden" name="csrf" value=(chrome.csrf);
+                    input type="hidden" name="endpoint" value=(e.endpoint);
+                    button type="submit" { "Replay all " (e.dead) " dead of " (e.endpoint) }
+                }
+            }
+        }
+    }
+}
+
+pub fn events(
+    chrome: &Chrome<'_>,
+    endpoints: &[String],
+    f: &ListFilter,
+    events: &[EventSummary],
+    now: i64,
+) -> Markup {
+    let next = (events.len() == f.limit)
+        .then(|| events.last().map(|e| e.id))
+        .flatten()
+        .map(|before| {
+            let mut q = form_urlencoded::Serializer::new(String::new());
+            let pairs = [
+                ("endpoint", f.endpoint.clone()),
+                ("status", f.status.map(|s| s.as_str().to_string())),
+                ("type", f.event_type.clone()),
+                ("q", f.text.clone()),
+                ("before", Some(before.to_string())),
+            ];
+            for (k, v) in pairs {
+                if let Some(v) = v {
+                    q.append_pair(k, &v);
+                }
+            }
+            format!("/events?{}", q.finish())
+        });
+    let body = html! {
+        h1 { "Events" }
+        form.filters method="get" action="/events" role="search" {
+            label {
+                "Endpoint"
+                select name="endpoint" {
+                    option value="" { "any" }
+                    @for name in endpoints {
+                        option value=(name) selected[f.endpoint.as_deref() == Some(name.as_str())] { (name) }
+                    }
+                }
+            }
+            label {
+                "Status"
+                select name="status" {
+                    option value="" { "any" }
+                    @for s in Status::ALL {
+                        option value=(s.as_str()) selected[f.status == Some(s)] { (s.as_str()) }
+                    }
+                }
+            }
+            label { "Event type" input type="text" name="type" value=[f.event_type.as_deref()]; }
+            label { "Key or id contains" input type="search" name="q" value=[f.text.as_deref()]; }
+            button type="submit" { "Show" }
+        }
+        @if events.is_empty() {
+            p { "No events match." }
+        } @else {
+            div.scroll {
+                table {
+                    caption.small { "Newest first" }
+                    thead { tr {
+                        th scope="col" { "#" } th scope="col" { "Received" } th scope="col" { "Endpoint" }
+                        th scope="col" { "Type" } th scope="col" { "Status" } th scope="col" { "Attempts" }
+                        th scope="col" { "Last error" }
+                    } }
+                    tbody {
+                        @for e in events {
+                            tr {
+                                td { a href=(format!("/events/{}", e.id)) { (e.id) } }
+                                td { (when(e.received_at_ms, now)) }
+                                td { (e.endpoint) }
+                                td { (e.event_type.as_deref().unwrap_or("")) }
+                                td { (status_badge(e.status)) }
+                                td { (e.attempts) }
+                                td.error { (excerpt(e.last_error.as_deref().unwrap_or(""), 160)) }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        @if let Some(next) = next {
+            p { a href=(next) rel="next" { "Older events →" } }
+        }
+    };
+    frame(chrome, "Events", body)
+}
+
+pub fn login(csrf: &str, error: Option<&str>) -> Markup {
+    let chrome = Chrome {
+        csrf,
+        open_on: None,
+        logged_in: false,
+    };
+    let body = html! {
+        h1 { "Log in" }
+        @if let Some(error) = error {
+            p.banner.alert role="alert" { (error) }
+        }
+        form.login method="post" action="/login" {
+            input type="hidden" name="csrf" value=(csrf);
+            label for="token" { "Admin token" }
+            input #token type="password" name="token" autocomplete="current-password" required;
+            button type="submit" { "Log in" }
+        }
+        p.small { "The token is the one in the file or variable that [status] token_file or \
+                   token_env names in portaria's configuration." }
+    };
+    frame(&chrome, "Log in", body)
+}
+
+pub fn not_found(chrome: &Chrome<'_>) -> Markup {
+    frame(
+        chrome,
+        "Not found",
+        html! {
+            h1 { "Not found" }
+            p { "No such event (it may have been pruned). " a href="/events" { "All events" } }
+        },
+    )
+}
+
+pub fn status_badge(status: Status) -> Markup {
+    html! { span class=(format!("badge {}", status.as_str())) { (status.as_str()) } }
+}
+
+/// `2026-12-01 11:20:03 UTC (5 min ago)`.
+pub fn when(ms: i64, now: i64) -> String {
+    let text = rfc3339(ms);
+    let short = format!(
+        "{} {} UTC",
+        &text[..10.min(text.len())],
+        text.get(11..19).unwrap_or("")
+    );
+    if now >= ms {
+        format!("{short} ({} ago)", ago(now - ms))
+    } else {
+        format!("{short} (in {})", ago(ms - now))
+    }
+}
+
+/// `45 s`, `12 min`, `3 h 5 min`, `2 days`.
+pub fn ago(ms: i64) -> String {
+    let s = ms / 1000;
+    match s {
+        ..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s / 60 % 60),
+        _ => {
+            let days = s / 86_400;
+            format!("{days} {}", plural(days as u64, "day", "days"))
+        }
+    }
+}
+
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+/// The first `max` characters of `text`, with `…` if cut.
+pub fn excerpt(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
+}

@@ -1,0 +1,234 @@
+//! The hourly counters behind the status page: per endpoint and clock hour, what came in
+//! (received, duplicates, rejected by reason) and how deliveries went. Intake and the worker
+//! add to an in-memory [`Tally`] (a mutex and a map: no database work on the request path);
+//! the writer thread folds it into `hourly` at the start of every batch it commits anyway,
+//! and once a minute when it is idle. A crash loses what was not yet folded: at most the
+//! last minute of counts (the events themselves are in `events`, never only here).
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+
+use rusqlite::{Connection, params};
+
+use super::Store;
+
+const HOUR_MS: i64 = 3_600_000;
+
+/// How long `hourly` keeps a row: the chart shows 48 hours, the overview one day.
+pub(super) const KEEP_MS: i64 = 8 * 24 * HOUR_MS;
+
+/// Why intake refused a request, as the status page groups them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    BadSignature,
+    StaleTimestamp,
+    TooLarge,
+    /// A request portaria could not take: no dedup key, an unreadable or slow body, a wrong
+    /// method, a client outside `allow_ips`.
+    BadRequest,
+    /// The database did not take it (503).
+    StorageError,
+}
+
+/// One thing to count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Counted {
+    Received,
+    Duplicate,
+    Rejected(Rejection),
+    /// A delivery attempt that succeeded.
+    Delivered,
+    /// A delivery attempt that failed (retried later, or the event went dead).
+    Failed,
+}
+
+/// The columns of `hourly`, in the order of a [`Row`]'s counts.
+pub(super) const COLUMNS: [&str; 9] = [
+    "received",
+    "duplicate",
+    "bad_signature",
+    "stale_timestamp",
+    "too_large",
+    "bad_request",
+    "storage_error",
+    "delivered",
+    "failed",
+];
+
+impl Counted {
+    fn column(self) -> usize {
+        match self {
+            Counted::Received => 0,
+            Counted::Duplicate => 1,
+            Counted::Rejected(Rejection::BadSignature) => 2,
+            Counted::Rejected(Rejection::StaleTimestamp) => 3,
+            Counted::Rejected(Rejection::TooLarge) => 4,
+            Counted::Rejected(Rejection::BadRequest) => 5,
+            Counted::Rejected(Rejection::StorageError) => 6,
+            Counted::Delivered => 7,
+            Counted::Failed => 8,
+        }
+    }
+}
+
+type Counts = [u64; COLUMNS.len()];
+
+/// Counts not yet in the database, by endpoint and hour start.
+#[derive(Default)]
+pub(super) struct Tally {
+    inner: Mutex<Pending>,
+}
+
+#[derive(Default)]
+struct Pending {
+    counts: HashMap<String, HashMap<i64, Counts>>,
+    /// When old rows were last deleted from `hourly`.
+    trimmed_at_ms: i64,
+}
+
+impl Tally {
+    fn add(&self, endpoint: &str, what: Counted, now_ms: i64) {
+        let hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
+        let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        // The endpoint's name is copied once per flush interval, not per request.
+        let hours = match pending.counts.get_mut(endpoint) {
+            Some(hours) => hours,
+            None => pending.counts.entry(endpoint.to_string()).or_default(),
+        };
+        hours.entry(hour).or_default()[what.column()] += 1;
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .counts
+            .is_empty()
+    }
+
+    /// Folds the counts into `hourly` on the writer's connection, inside the batch's
+    /// transaction (and, once an hour, deletes rows past [`KEEP_MS`]). What the batch then
+    /// fails to commit is lost, like a crash would lose it.
+    pub(super) fn flush(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
+        let (counts, trim) = {
+            let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let trim = now_ms - pending.trimmed_at_ms >= HOUR_MS;
+            if trim {
+                pending.trimmed_at_ms = now_ms;
+            }
+            (std::mem::take(&mut pending.counts), trim)
+        };
+        if !counts.is_empty() {
+            let mut upsert = conn.prepare_cached(&upsert_sql())?;
+            for (endpoint, hours) in counts {
+                for (hour, c) in hours {
+                    let c = c.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+                    upsert.execute(params![
+                        endpoint, hour, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
+                    ])?;
+                }
+            }
+        }
+        if trim {
+            conn.prepare_cached("DELETE FROM hourly WHERE hour < ?1")?
+                .execute([now_ms - KEEP_MS])?;
+        }
+        Ok(())
+    }
+}
+
+/// `INSERT ... ON CONFLICT DO UPDATE` adding each count to the hour's row.
+fn upsert_sql() -> String {
+    let names = COLUMNS.join(", ");
+    let values: Vec<String> = (3..3 + COLUMNS.len()).map(|i| format!("?{i}")).collect();
+    let adds: Vec<String> = COLUMNS
+        .iter()
+        .map(|c| format!("{c} = {c} + excluded.{c}"))
+        .collect();
+    format!(
+        "INSERT INTO hourly (endpoint, hour, {names}) VALUES (?1, ?2, {}) \
+         ON CONFLICT (endpoint, hour) DO UPDATE SET {}",
+        values.join(", "),
+        adds.join(", ")
+    )
+}
+
+impl Store {
+    /// Counts one request or delivery attempt of `endpoint` for the status page: in memory
+    /// now, in the database with the writer's next batch (or within a minute).
+    pub fn count(&self, endpoint: &str, what: Counted, now_ms: i64) {
+        self.tally().add(endpoint, what, now_ms);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(conn: &Connection, endpoint: &str, hour: i64) -> Vec<i64> {
+        let sql = format!(
+            "SELECT {} FROM hourly WHERE endpoint = ?1 AND hour = ?2",
+            COLUMNS.join(", ")
+        );
+        conn.query_row(&sql, params![endpoint, hour], |r| {
+            (0..COLUMNS.len()).map(|i| r.get(i)).collect()
+        })
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn counts_reach_the_table_with_the_next_batch_and_add_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let h = now.div_euclid(HOUR_MS) - 2;
+        let t = h * HOUR_MS + 5;
+        store.count("a", Counted::Received, t);
+        store.count("a", Counted::Received, t + 1);
+        store.count("a", Counted::Rejected(Rejection::StaleTimestamp), t);
+        store.count("a", Counted::Failed, t + HOUR_MS);
+        store.count("b", Counted::Duplicate, t);
+        // Any job is a batch: the tally goes in first.
+        store.run(|_| Ok(())).await.unwrap();
+        assert!(store.tally().is_empty());
+        store.count("a", Counted::Received, t + 2);
+        let (a10, a11, b10) = store
+            .run(move |c| {
+                Ok((
+                    row(c, "a", h * HOUR_MS),
+                    row(c, "a", (h + 1) * HOUR_MS),
+                    row(c, "b", h * HOUR_MS),
+                ))
+            })
+            .await
+            .unwrap();
+        assert_eq!(a10, [3, 0, 0, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(a11, [0, 0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(b10, [0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        store.close();
+    }
+
+    #[test]
+    fn rows_past_the_keep_window_are_trimmed_once_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let conn = super::super::schema::open(&dir.path().join("p.db")).unwrap();
+        let tally = Tally::default();
+        let now = 1_000 * HOUR_MS;
+        let count = |conn: &Connection| -> i64 {
+            conn.query_row("SELECT count(*) FROM hourly", [], |r| r.get(0))
+                .unwrap()
+        };
+        tally.add("a", Counted::Received, now - KEEP_MS - HOUR_MS);
+        tally.add("a", Counted::Received, now);
+        tally.flush(&conn, now).unwrap();
+        assert_eq!(count(&conn), 1, "the old row went with the first flush");
+        tally.add("a", Counted::Received, now - KEEP_MS - HOUR_MS);
+        tally.flush(&conn, now + 1).unwrap();
+        assert_eq!(count(&conn), 2, "no second trim within the hour");
+        tally.flush(&conn, now + HOUR_MS).unwrap();
+        assert_eq!(count(&conn), 1);
+    }
+}

@@ -1,0 +1,575 @@
+//! The status page on the admin listener, against the real server: the auth rule (an open
+//! page only on loopback, said so on the page; a non-loopback admin listener without a token
+//! refused at start; login, wrong token, bearer), CSRF (a POST without the form token or from
+//! another origin is refused and changes nothing; a GET never replays), escaping of
+//! attacker-controlled bodies and headers, the JSON API's shapes, and replay.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(15);
+const TOKEN: &str = "correct-horse-battery-staple";
+
+async fn get(admin: SocketAddr, path: &str, headers: &[(String, String)]) -> Reply {
+    send(admin, "GET", path, headers, b"").await
+}
+
+async fn form(admin: SocketAddr, path: &str, headers: &[(String, String)], body: &str) -> Reply {
+    let mut headers = headers.to_vec();
+    headers.push(h("content-type", "application/x-www-form-urlencoded"));
+    send(admin, "POST", path, &headers, body.as_bytes()).await
+}
+
+/// The status of `GET /api/events` sent with exactly this `Host`.
+async fn raw_status(admin: SocketAddr, host: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(admin).await.unwrap();
+    let request = format!("GET /api/events HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// The CSRF token of a page's forms.
+fn csrf(html: &str) -> String {
+    html.split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a form with a csrf field")
+        .to_string()
+}
+
+fn json(reply: &Reply) -> serde_json::Value {
+    assert!(
+        reply.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/json"),
+        "{:?}",
+        reply.headers
+    );
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body))
+}
+
+/// The pagarme endpoint forwards to `target`, one retry 100 ms after the first attempt.
+fn forward_to(target: SocketAddr) -> String {
+    format!("forward = {{ url = \"http://{target}/in\", timeout_secs = 2 }}\nretry = [\"100ms\"]\n")
+}
+
+#[tokio::test]
+async fn without_a_token_the_page_is_open_on_loopback_only_and_says_so() {
+    let server = TestServer::start("", "").await;
+    let admin = server.admin.unwrap();
+    let page = get(admin, "/", &[]).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(
+        page.body
+            .contains("asks for no password because it listens on loopback only")
+    );
+    assert!(
+        page.body.contains("Nothing needs you"),
+        "no red banner on an empty database"
+    );
+    for path in ["/pagarme", "/relya", "/github", "/stripe"] {
+        let name = &path[1..];
+        assert!(
+            page.body.contains(&format!("Endpoint {name}")),
+            "{name} listed"
+        );
+    }
+    let csp = page.headers["content-security-policy"].to_str().unwrap();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let css = get(admin, "/style.css", &[]).await;
+    assert_eq!(css.status, 200);
+    assert!(
+        css.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/css")
+    );
+    // A web page that points its own name at 127.0.0.1 (DNS rebinding) gets nothing.
+    assert_eq!(raw_status(admin, "evil.example:9464").await, 403);
+    assert_eq!(raw_status(admin, &admin.to_string()).await, 200);
+    let two_hosts = get(admin, "/api/events", &[h("host", "evil.example:9464")]).await;
+    assert_eq!(two_hosts.status, 403, "{}", two_hosts.body);
+    // The admin endpoints are untouched.
+    assert_eq!(get(admin, "/healthz", &[]).await.status, 200);
+    assert_eq!(get(admin, "/nope", &[]).await.status, 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_non_loopback_admin_listener_without_a_token_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("portaria.toml");
+    let db = dir.path().join("p.db");
+    std::fs::write(
+        &config,
+        base_config(&db, "admin_listen = \"0.0.0.0:0\"", ""),
+    )
+    .unwrap();
+    let out = portaria()
+        .args(["serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("is not loopback, and no status page token is set"),
+        "{stderr}"
+    );
+    assert!(!db.exists(), "nothing opened before the refusal");
+
+    // With a token it starts, and the page asks for it.
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let text = base_config(
+        &db,
+        &format!(
+            "admin_listen = \"0.0.0.0:0\"\n\n[status]\ntoken_file = \"{}\"",
+            token.display()
+        ),
+        "",
+    );
+    std::fs::write(&config, text).unwrap();
+    let process = Process::spawn(&config).await;
+    let port = process.admin.expect("an admin listener").port();
+    let admin: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let page = get(admin, "/", &[]).await;
+    assert_eq!(page.status, 303);
+    assert_eq!(page.headers["location"], "/login");
+    assert!(
+        !process.log.lock().unwrap().contains(TOKEN),
+        "the token never reaches the log"
+    );
+}
+
+#[tokio::test]
+async fn with_a_token_the_page_needs_a_login_and_a_wrong_token_is_refused() {
+    let secrets = tempfile::tempdir().unwrap();
+    let token = secrets.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let extra = format!("\n[status]\ntoken_file = \"{}\"", token.display());
+    let server = TestServer::start(&extra, "").await;
+    let admin = server.admin.unwrap();
+
+    let page = get(admin, "/", &[]).await;
+    assert_eq!(
+        (page.status, page.headers["location"].to_str().unwrap()),
+        (303, "/login")
+    );
+    let api = get(admin, "/api/stats", &[]).await;
+    assert_eq!(api.status, 401);
+    assert!(json(&api)["error"].as_str().unwrap().contains("log in"));
+    let replay = form(admin, "/events/1/replay", &[], "csrf=x").await;
+    assert_eq!(replay.status, 401, "a POST without a session");
+
+    let login = get(admin, "/login", &[]).await;
+    assert_eq!(login.status, 200);
+    assert!(login.body.contains("type=\"password\""));
+    assert!(!login.body.contains("listens on loopback only"));
+    let csrf = csrf(&login.body);
+
+    let wrong = form(
+        admin,
+        "/login",
+        &[],
+        &format!("csrf={csrf}&token=guess-guess-guess"),
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.headers.get("set-cookie").is_none());
+    assert!(wrong.body.contains("not the admin token"));
+    let no_csrf = form(admin, "/login", &[], &format!("token={TOKEN}")).await;
+    assert_eq!(no_csrf.status, 403);
+    assert!(no_csrf.headers.get("set-cookie").is_none());
+
+    let ok = form(admin, "/login", &[], &format!("csrf={csrf}&token={TOKEN}")).await;
+    assert_eq!(
+        (ok.status, ok.headers["location"].to_str().unwrap()),
+        (303, "/")
+    );
+    let cookie = ok.headers["set-cookie"].to_str().unwrap().to_string();
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
+    assert!(!cookie.contains(TOKEN), "the cookie is not the token");
+    let session = cookie.split(';').next().unwrap().to_string();
+
+    let page = get(admin, "/", &[h("cookie", &session)]).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Log out"));
+    assert!(!page.body.contains(TOKEN), "the token is never shown");
+    let forged = get(admin, "/", &[h("cookie", "portaria_status=00ff")]).await;
+    assert_eq!(forged.status, 303);
+    let bearer = get(
+        admin,
+        "/api/stats",
+        &[h("authorization", format!("Bearer {TOKEN}"))],
+    )
+    .await;
+    assert_eq!(bearer.status, 200);
+    let bad_bearer = get(
+        admin,
+        "/api/stats",
+        &[h("authorization", "Bearer nope-nope-nope")],
+    )
+    .await;
+    assert_eq!(bad_bearer.status, 401);
+    server.stop().await;
+}
+
+/// Sends one pagarme webhook and waits until the worker has made it dead.
+async fn a_dead_event(server: &TestServer) -> i64 {
+    let reply = post_pagarme(server.addr, &payment_body(1)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    eventually(WAIT, "the event dead", || {
+        server
+            .db()
+            .query_row(
+                "SELECT count(*) FROM events WHERE status = 'dead'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    })
+    .await;
+    server.one("SELECT id FROM events")
+}
+
+fn status_and_attempts(server: &TestServer, id: i64) -> (String, i64) {
+    server
+        .db()
+        .query_row(
+            "SELECT status, attempts FROM events WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_post_without_the_form_token_or_from_another_origin_changes_nothing_and_replay_works() {
+    // Two failures make the event dead; the replay's attempt is the third, and succeeds.
+    let target = Target::start(vec![500, 500, 200]).await;
+    let server = TestServer::start("", &forward_to(target.addr)).await;
+    let admin = server.admin.unwrap();
+    let id = a_dead_event(&server).await;
+    assert_eq!(status_and_attempts(&server, id), ("dead".into(), 2));
+
+    let page = get(admin, &format!("/events/{id}"), &[]).await;
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("Dead: "), "{}", page.body);
+    assert!(
+        page.body.contains("500"),
+        "the error is shown: {}",
+        page.body
+    );
+    let csrf = csrf(&page.body);
+    let overview = get(admin, "/", &[]).await;
+    assert!(
+        overview.body.contains("class=\"banner alert\""),
+        "the red banner"
+    );
+    assert!(overview.body.contains("1 dead event"));
+
+    let path = format!("/events/{id}/replay");
+    let origin = format!("http://{admin}");
+    for (headers, body, why) in [
+        (vec![], String::new(), "no form token"),
+        (vec![], "csrf=0000".to_string(), "a wrong form token"),
+        (
+            vec![h("origin", "http://evil.example")],
+            format!("csrf={csrf}"),
+            "another origin",
+        ),
+        (
+            vec![h("origin", "null")],
+            format!("csrf={csrf}"),
+            "an opaque origin",
+        ),
+        (
+            vec![h("sec-fetch-site", "cross-site")],
+            format!("csrf={csrf}"),
+            "another site",
+        ),
+    ] {
+        let refused = form(admin, &path, &headers, &body).await;
+        assert_eq!(refused.status, 403, "{why}: {}", refused.body);
+        let dead = form(
+            admin,
+            "/replay-dead",
+            &headers,
+            &format!("{body}&endpoint=pagarme"),
+        )
+        .await;
+        assert_eq!(dead.status, 403, "{why}");
+    }
+    // A GET never changes anything.
+    assert_eq!(get(admin, &path, &[]).await.status, 405);
+    assert_eq!(
+        get(admin, "/replay-dead?endpoint=pagarme", &[])
+            .await
+            .status,
+        405
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        status_and_attempts(&server, id),
+        ("dead".into(), 2),
+        "nothing changed"
+    );
+    assert_eq!(target.count(), 2);
+
+    let replayed = form(
+        admin,
+        &path,
+        &[h("origin", &origin), h("sec-fetch-site", "same-origin")],
+        &format!("csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(replayed.status, 303, "{}", replayed.body);
+    assert_eq!(
+        replayed.headers["location"].to_str().unwrap(),
+        path.trim_end_matches("/replay")
+    );
+    eventually(WAIT, "the replayed event delivered", || {
+        status_and_attempts(&server, id).0 == "delivered"
+    })
+    .await;
+    let api = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(api["status"], "delivered");
+    let attempts = api["delivery_attempts"].as_array().unwrap();
+    assert_eq!(
+        attempts.len(),
+        3,
+        "every attempt, the two failed ones kept: {api:#}"
+    );
+    assert_eq!(attempts[2]["outcome"], "delivered");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn replay_all_dead_of_an_endpoint() {
+    let target = Target::start(vec![500, 500, 200]).await;
+    let server = TestServer::start("", &forward_to(target.addr)).await;
+    let admin = server.admin.unwrap();
+    let id = a_dead_event(&server).await;
+    let page = get(admin, "/", &[]).await;
+    assert!(
+        page.body.contains("Replay all 1 dead of pagarme"),
+        "{}",
+        page.body
+    );
+    let replayed = form(
+        admin,
+        "/replay-dead",
+        &[],
+        &format!("csrf={}&endpoint=pagarme", csrf(&page.body)),
+    )
+    .await;
+    assert_eq!(replayed.status, 303);
+    assert_eq!(replayed.headers["location"], "/events?endpoint=pagarme");
+    eventually(WAIT, "delivered", || {
+        status_and_attempts(&server, id).0 == "delivered"
+    })
+    .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bodies_and_headers_are_shown_as_text_never_as_markup() {
+    let server = TestServer::start("", "").await;
+    let admin = server.admin.unwrap();
+    let body = br#"{"id":"evt_x","type":"charge.paid","note":"<script>alert(1)</script>"}"#;
+    let mut headers = pagarme_headers(body);
+    headers.push(h("x-evil", "\"><img src=x onerror=alert(2)>"));
+    headers.push(h("authorization", "Bearer gateway-secret-value"));
+    let reply = post(server.addr, "/webhooks/pagarme", &headers, body).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let id: i64 = server.one("SELECT id FROM events");
+
+    let page = get(admin, &format!("/events/{id}"), &[]).await;
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("<script>"), "{}", page.body);
+    assert!(
+        page.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains("<img"), "{}", page.body);
+    assert!(
+        page.body
+            .contains("&quot;&gt;&lt;img src=x onerror=alert(2)&gt;"),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("[redacted]") && !page.body.contains("gateway-secret-value"));
+    assert!(
+        page.body
+            .contains("  &quot;type&quot;: &quot;charge.paid&quot;"),
+        "pretty-printed JSON: {}",
+        page.body
+    );
+    for list in ["/events", "/events?q=evt_x", "/"] {
+        let listed = get(admin, list, &[]).await;
+        assert!(
+            !listed.body.contains("<script>") && !listed.body.contains("<img"),
+            "{list}"
+        );
+    }
+    let raw = get(admin, &format!("/events/{id}/body"), &[]).await;
+    assert_eq!(raw.body.as_bytes(), body);
+    assert_eq!(raw.headers["content-type"], "application/octet-stream");
+    assert!(
+        raw.headers["content-disposition"]
+            .to_str()
+            .unwrap()
+            .starts_with("attachment")
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_json_api_lists_filters_pages_and_counts() {
+    let server = TestServer::start("", "").await;
+    let admin = server.admin.unwrap();
+    for n in 1..=3 {
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200,
+        "a duplicate"
+    );
+    let bad = post(
+        server.addr,
+        "/webhooks/pagarme",
+        &[h("x-hub-signature", "sha256=00")],
+        b"{}",
+    )
+    .await;
+    assert_eq!(bad.status, 401);
+
+    let stats = json(&get(admin, "/api/stats", &[]).await);
+    let pagarme = stats["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["endpoint"] == "pagarme")
+        .unwrap()
+        .clone();
+    assert_eq!(pagarme["received_last_hour"], 3, "{stats:#}");
+    assert_eq!(pagarme["received_last_day"], 3);
+    assert_eq!(pagarme["duplicates_last_day"], 1);
+    assert_eq!(pagarme["rejected_last_day"]["bad_signature"], 1);
+    assert_eq!(pagarme["rejected_last_day"]["total"], 1);
+    assert_eq!(pagarme["pending"], 0, "no forward: stored");
+    assert!(pagarme["last_received_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(stats["alert"]["red"], false);
+    let hours = stats["hours"].as_array().unwrap();
+    assert_eq!(hours.len(), 48);
+    assert_eq!(hours[47]["received"], 3);
+    assert_eq!(hours[47]["duplicate"], 1);
+    assert_eq!(hours[47]["rejected"], 1);
+
+    let page1 = json(&get(admin, "/api/events?endpoint=pagarme&limit=2", &[]).await);
+    let events = page1["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2);
+    assert!(
+        events[0]["id"].as_i64() > events[1]["id"].as_i64(),
+        "newest first"
+    );
+    let ids: Vec<i64> = server
+        .db()
+        .prepare("SELECT id FROM events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(events[0]["id"], ids[2]);
+    assert_eq!(events[0]["event_type"], "charge.paid");
+    assert_eq!(events[0]["status"], "stored");
+    let before = page1["next_before"].as_i64().unwrap();
+    let page2 = json(
+        &get(
+            admin,
+            &format!("/api/events?endpoint=pagarme&limit=2&before={before}"),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(page2["events"].as_array().unwrap().len(), 1);
+    assert_eq!(page2["events"][0]["id"], ids[0]);
+    assert_eq!(page2["next_before"], serde_json::Value::Null);
+    let key = events[1]["dedup_key"].as_str().unwrap();
+    let found = json(&get(admin, &format!("/api/events?q={}", &key[3..12]), &[]).await);
+    assert_eq!(found["events"].as_array().unwrap().len(), 1);
+    assert_eq!(found["events"][0]["id"], ids[1]);
+    let none = json(&get(admin, "/api/events?type=refund&status=dead", &[]).await);
+    assert!(none["events"].as_array().unwrap().is_empty());
+    let other = json(&get(admin, "/api/events?endpoint=github", &[]).await);
+    assert!(other["events"].as_array().unwrap().is_empty());
+
+    let id = events[0]["id"].as_i64().unwrap();
+    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(one["id"], id);
+    assert_eq!(one["content_type"], "application/json");
+    assert!(one["body_text"].as_str().unwrap().contains("hook_3"));
+    assert!(
+        one["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h[0] == "x-hub-signature")
+    );
+    assert!(one["delivery_attempts"].as_array().unwrap().is_empty());
+    let missing = get(admin, "/api/events/999999", &[]).await;
+    assert_eq!(missing.status, 404);
+    assert_eq!(json(&missing)["error"], "no such event");
+    assert_eq!(get(admin, "/events/999999", &[]).await.status, 404);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn rejected_counts_survive_a_restart() {
+    let server = TestServer::start("", "").await;
+    for _ in 0..2 {
+        let bad = post(
+            server.addr,
+            "/webhooks/pagarme",
+            &[h("x-hub-signature", "sha256=00")],
+            b"{}",
+        )
+        .await;
+        assert_eq!(bad.status, 401);
+    }
+    let too_large = post_pagarme(server.addr, &vec![b'x'; 5000]).await;
+    assert_eq!(too_large.status, 413);
+    // No page was asked for: the counts are only in memory until the clean stop writes them.
+    let db = server.db.clone();
+    let text = std::fs::read_to_string(server.config_path()).unwrap();
+    let dir = server.stop().await;
+    let again = TestServer::start_with(dir, db, &text).await;
+    let stats = json(&get(again.admin.unwrap(), "/api/stats", &[]).await);
+    let pagarme = &stats["endpoints"][0];
+    assert_eq!(pagarme["endpoint"], "pagarme");
+    assert_eq!(
+        pagarme["rejected_last_day"]["bad_signature"], 2,
+        "{stats:#}"
+    );
+    assert_eq!(pagarme["rejected_last_day"]["too_large"], 1);
+    assert_eq!(stats["hours"][47]["rejected"], 3);
+    again.stop().await;
+}
