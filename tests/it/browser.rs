@@ -179,7 +179,7 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
         );
     }
     eventually(WAIT, "every event dead", || {
-        server.one::<i64>("SELECT count(*) FROM events WHERE status = 'dead'") == 3
+        server.one::<i64>("SELECT count(*) FROM deliveries WHERE status = 'dead'") == 3
     })
     .await;
     // A bad signature too, so the chart and the card show a rejection.
@@ -203,9 +203,11 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
     run_script("status_page.mjs", &chromium, &env).await;
     let status: String = server
         .db()
-        .query_row("SELECT status FROM events WHERE id = ?1", [id], |r| {
-            r.get(0)
-        })
+        .query_row(
+            "SELECT status FROM deliveries WHERE event_id = ?1",
+            [id],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(status, "delivered");
     assert!(

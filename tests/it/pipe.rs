@@ -55,7 +55,7 @@ fn lines(path: &Path) -> Vec<serde_json::Value> {
 fn statuses(server: &TestServer) -> Vec<(String, u32)> {
     let conn = server.db();
     let mut stmt = conn
-        .prepare("SELECT status, attempts FROM events ORDER BY id")
+        .prepare("SELECT status, attempts FROM deliveries ORDER BY event_id")
         .unwrap();
     stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
         .unwrap()
@@ -338,9 +338,11 @@ retry = ["100ms"]
     let seen = || std::fs::read_to_string(dir.join("seen")).unwrap_or_default();
     let status_of = |id: i64| -> String {
         open_db(&dir.join("portaria.db"))
-            .query_row("SELECT status FROM events WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT status FROM deliveries WHERE event_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
             .unwrap()
     };
 
@@ -415,7 +417,7 @@ async fn a_reload_and_a_stop_close_the_handler_with_eof() {
     let delivered = |n: i64| {
         open_db(&dir.join("portaria.db"))
             .query_row(
-                "SELECT count(*) FROM events WHERE status = 'delivered'",
+                "SELECT count(*) FROM deliveries WHERE status = 'delivered'",
                 [],
                 |r| r.get::<_, i64>(0),
             )

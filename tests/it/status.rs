@@ -232,7 +232,7 @@ async fn a_dead_event(server: &TestServer) -> i64 {
         server
             .db()
             .query_row(
-                "SELECT count(*) FROM events WHERE status = 'dead'",
+                "SELECT count(*) FROM deliveries WHERE status = 'dead'",
                 [],
                 |r| r.get::<_, i64>(0),
             )
@@ -247,7 +247,7 @@ fn status_and_attempts(server: &TestServer, id: i64) -> (String, i64) {
     server
         .db()
         .query_row(
-            "SELECT status, attempts FROM events WHERE id = ?1",
+            "SELECT status, attempts FROM deliveries WHERE event_id = ?1",
             [id],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
