@@ -54,6 +54,9 @@ pub struct Line {
     pub status: String,
     pub attempts: u32,
     pub last_error: Option<String>,
+    /// The object it was about, if any (absent in lines written before it was stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_id: Option<String>,
     pub attempt_log: Vec<AttemptLine>,
     /// When it was pruned (RFC 3339, UTC).
     pub pruned_at: String,
@@ -126,6 +129,7 @@ impl Line {
             status: s.status.as_str().to_string(),
             attempts: s.attempts,
             last_error: s.last_error.clone(),
+            object_id: s.object_id.clone(),
             attempt_log: event
                 .attempts
                 .iter()
@@ -167,6 +171,7 @@ impl Line {
                 attempts: self.attempts,
                 next_attempt_at_ms: None,
                 last_error: self.last_error,
+                object_id: self.object_id,
             },
             content_type: self.content_type,
             headers: decode(self.headers, self.headers_encoding)
@@ -387,6 +392,7 @@ mod tests {
                 attempts: 2,
                 next_attempt_at_ms: None,
                 last_error: Some("exit status 7".into()),
+                object_id: None,
             },
             content_type: Some("application/json".into()),
             headers: b"content-type: application/json\r\nx-hub-signature: sha256=ab\r\n".to_vec(),

@@ -148,6 +148,7 @@ fn summary_json(e: &EventSummary, routes: &[RouteState]) -> serde_json::Value {
         "id": e.id,
         "endpoint": e.endpoint,
         "dedup_key": e.dedup_key,
+        "object_id": e.object_id,
         "event_type": e.event_type,
         "received_at": rfc3339(e.received_at_ms),
         "status": e.status.as_str(),
@@ -180,6 +181,9 @@ fn write_detail(
     writeln!(out, "id:          {}", e.id)?;
     writeln!(out, "endpoint:    {}", e.endpoint)?;
     writeln!(out, "dedup key:   {}", e.dedup_key)?;
+    if let Some(object) = &e.object_id {
+        writeln!(out, "object id:   {object}")?;
+    }
     writeln!(
         out,
         "event type:  {}",
@@ -282,6 +286,7 @@ mod tests {
                 attempts: 0,
                 next_attempt_at_ms: None,
                 last_error: None,
+                object_id: None,
             },
             content_type: None,
             headers: headers.to_vec(),

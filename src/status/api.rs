@@ -116,6 +116,7 @@ pub fn summary(e: &EventSummary) -> Value {
         "id": e.id,
         "endpoint": e.endpoint,
         "dedup_key": e.dedup_key,
+        "object_id": e.object_id,
         "event_type": e.event_type,
         "received_at": rfc3339(e.received_at_ms),
         "received_at_ms": e.received_at_ms,

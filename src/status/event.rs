@@ -31,6 +31,7 @@ pub fn page(chrome: &Chrome<'_>, d: &EventDetail, now: i64) -> Markup {
             dt { "Received" } dd { (when(e.received_at_ms, now)) }
             dt { "Event type" } dd { (e.event_type.as_deref().unwrap_or("—")) }
             dt { "Dedup key" } dd { code { (e.dedup_key) } }
+            @if let Some(object) = &e.object_id { dt { "Object" } dd { code { (object) } } }
             dt { "Attempts" } dd { (e.attempts) }
             @if let Some(next) = e.next_attempt_at_ms {
                 @if e.status == Status::Pending { dt { "Next attempt" } dd { (when(next, now)) } }

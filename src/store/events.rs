@@ -21,6 +21,8 @@ pub struct EventSummary {
     pub attempts: u32,
     pub next_attempt_at_ms: Option<i64>,
     pub last_error: Option<String>,
+    /// The object it is about (the payment, the order), if its body named one.
+    pub object_id: Option<String>,
 }
 
 /// One event in full, with its delivery attempts.
@@ -185,7 +187,8 @@ macro_rules! summary_columns {
              (SELECT min(d.next_attempt_at) FROM deliveries d \
                WHERE d.event_id = events.id AND d.status = 'pending'), \
              (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
-               AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1)"
+               AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1), \
+             events.object_id"
         )
     };
 }
@@ -202,6 +205,7 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
         attempts: row.get(6)?,
         next_attempt_at_ms: row.get(7)?,
         last_error: row.get(8)?,
+        object_id: row.get(9)?,
     })
 }
 
@@ -209,9 +213,9 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
 pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     Ok(EventDetail {
         summary: summary(r)?,
-        content_type: r.get(9)?,
-        headers: r.get(10)?,
-        body: r.get(11)?,
+        content_type: r.get(10)?,
+        headers: r.get(11)?,
+        body: r.get(12)?,
         routes: Vec::new(),
         attempts: Vec::new(),
     })
@@ -338,7 +342,10 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
         when("event_type = ?", event_type.clone().into());
     }
     if let Some(text) = &f.text {
-        when("instr(dedup_key, ?) > 0", text.clone().into());
+        when(
+            "(instr(dedup_key, ?) > 0 OR instr(coalesce(object_id, ''), ?) > 0)",
+            text.clone().into(),
+        );
     }
     let few = matches!(
         f.status,

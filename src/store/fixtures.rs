@@ -86,6 +86,7 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         received_at_ms: NOW,
         dedup_since_ms: None,
         client_cert: None,
+        object_id: None,
         routes: Vec::new(),
     }
 }

@@ -27,6 +27,7 @@ pub struct NewEvent {
     pub(super) dedup_since_ms: Option<i64>,
     /// The names of the verified client certificate (mutual TLS), if the connection had one.
     pub(super) client_cert: Option<String>,
+    pub(super) object_id: Option<String>,
     /// The routes it goes to, each a delivery row; none: it is `stored`.
     pub(super) routes: Vec<NewDelivery>,
 }
@@ -57,6 +58,8 @@ pub struct Received {
     pub dedup_since_ms: Option<i64>,
     /// The verified client certificate's names (`CN=..; DNS=..`), on a mutual-TLS connection.
     pub client_cert: Option<String>,
+    /// The object the event is about (`describe`'s object id), if the body names one.
+    pub object_id: Option<String>,
 }
 
 impl NewEvent {
@@ -80,6 +83,7 @@ impl NewEvent {
             dedup_since_ms: received.dedup_since_ms,
             routes,
             client_cert: received.client_cert,
+            object_id: received.object_id,
         }
     }
 }
@@ -131,8 +135,8 @@ impl Store {
 /// `+endpoint` keeps `endpoint` out of index choice: `events_endpoint` (endpoint, received_at)
 /// would otherwise be chosen, and read every row of the endpoint's window.
 pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, \
-     dedup_hash, event_type, content_type, payload_bytes, received_at, status) \
-     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8 WHERE NOT EXISTS \
+     dedup_hash, event_type, content_type, payload_bytes, received_at, status, object_id) \
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10 WHERE NOT EXISTS \
      (SELECT 1 FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 AND dedup_key = ?2 \
      AND received_at >= ?9)";
 /// The window start that makes every earlier row of the key count: no window.
@@ -171,6 +175,7 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         e.received_at_ms,
         status.as_str(),
         since,
+        e.object_id,
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
@@ -350,11 +355,11 @@ mod tests {
         for (query, args) in [
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", 0],
+                params!["a", "k", 1, none, none, 0, 0, "stored", 0, none],
             ),
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW],
+                params!["a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW, none],
             ),
             (KNOWN, params!["a", "k", 1, 0]),
             (KNOWN, params!["a", "k", 1, NO_WINDOW]),

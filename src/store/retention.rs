@@ -344,6 +344,7 @@ pub(super) fn restore(
             s.received_at_ms,
             status.as_str(),
             NO_WINDOW,
+            s.object_id,
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
@@ -469,6 +470,7 @@ mod tests {
                 attempts: 1,
                 next_attempt_at_ms: None,
                 last_error: None,
+                object_id: None,
             },
             content_type: None,
             headers: b"x: y\r\n".to_vec(),
@@ -533,6 +535,7 @@ mod tests {
                 attempts: 1,
                 next_attempt_at_ms: None,
                 last_error: None,
+                object_id: None,
             },
             content_type: None,
             headers: Vec::new(),

@@ -171,7 +171,9 @@ CREATE INDEX events_dead ON events (endpoint) WHERE status = 'dead';
 /// counters per endpoint and clock hour (received, duplicates, rejected by reason, delivery
 /// attempts), which the writer adds to with the batches it commits anyway (`counters.rs`);
 /// and `events_endpoint`, for the counts of an endpoint's recent events, its latest event and
-/// its events listed newest first. A new file gets the same statements after [`SCHEMA`].
+/// its events listed newest first; `events.object_id`, the object the event is about (the
+/// payment, the order: `data.id` and the like, as `describe` finds it), for the status page's
+/// search. A new file gets the same statements after [`SCHEMA`].
 const V4_TO_V5: &str = "
 CREATE TABLE hourly (
     endpoint        TEXT    NOT NULL,
@@ -188,6 +190,7 @@ CREATE TABLE hourly (
     PRIMARY KEY (endpoint, hour)
 ) WITHOUT ROWID;
 CREATE INDEX events_endpoint ON events (endpoint, received_at);
+ALTER TABLE events ADD COLUMN object_id TEXT;
 ";
 
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`

@@ -517,6 +517,10 @@ async fn the_json_api_lists_filters_pages_and_counts() {
     let found = json(&get(admin, &format!("/api/events?q={}", &key[3..12]), &[]).await);
     assert_eq!(found["events"].as_array().unwrap().len(), 1);
     assert_eq!(found["events"][0]["id"], ids[1]);
+    // The search also finds the object an event is about (the body's `data.id`).
+    let by_object = json(&get(admin, "/api/events?q=ch_2", &[]).await);
+    assert_eq!(by_object["events"].as_array().unwrap().len(), 1);
+    assert_eq!(by_object["events"][0]["object_id"], "ch_2");
     let none = json(&get(admin, "/api/events?type=refund&status=dead", &[]).await);
     assert!(none["events"].as_array().unwrap().is_empty());
     let other = json(&get(admin, "/api/events?endpoint=github", &[]).await);
