@@ -134,11 +134,17 @@ impl Store {
 /// insert, from this process or another, can come between the check and the insert.
 /// `+endpoint` keeps `endpoint` out of index choice: `events_endpoint` (endpoint, received_at)
 /// would otherwise be chosen, and read every row of the endpoint's window.
-pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT INTO events (endpoint, dedup_key, \
-     dedup_hash, event_type, content_type, payload_bytes, received_at, status, object_id) \
-     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?10 WHERE NOT EXISTS \
+///
+/// The row is one `VALUES` row whose `status` is NULL when such a row exists: `status` is NOT
+/// NULL, so `OR IGNORE` skips the row, and nothing else of it can be NULL or out of its CHECK.
+/// (The plain `INSERT ... SELECT ... WHERE NOT EXISTS` reads the table it writes, so SQLite
+/// first copied its one row into a temporary b-tree: some 15,000 instructions per event,
+/// bench/PROFILE.md.)
+pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
+     dedup_key, dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
+     object_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT ?8 WHERE NOT EXISTS \
      (SELECT 1 FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 AND dedup_key = ?2 \
-     AND received_at >= ?9)";
+     AND received_at >= ?9)), ?10)";
 /// The window start that makes every earlier row of the key count: no window.
 pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint.

@@ -94,6 +94,7 @@ pub(super) fn spawn(
 }
 
 fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>, tally: &Tally) {
+    stable_plans(&conn);
     let checkpointer = match Checkpointer::start(path, &mut conn) {
         Ok(checkpointer) => Some(checkpointer),
         Err(e) => {
@@ -170,6 +171,20 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>, tally: &T
     // The last connection to close checkpoints the WAL and removes it.
     if let Err((_, e)) = conn.close() {
         tracing::error!(error = %e, "closing the database failed");
+    }
+}
+
+/// Turns on SQLite's query planner stability guarantee for the write connection: a statement's
+/// plan never depends on the values bound to it. Without it, SQLite (built with STAT4, as the
+/// bundled one is) marks some of the intake's parameters as plan-changing and compiles the
+/// statement anew at every bind: the duplicate lookup ([`super::intake::KNOWN`]) was parsed
+/// and planned again for every duplicate, some 80,000 instructions each (bench/PROFILE.md).
+/// The plans stay those the plan tests check: none of them rests on a bound value.
+fn stable_plans(conn: &Connection) {
+    use rusqlite::config::DbConfig;
+    if let Err(e) = conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true) {
+        // Only slower without it.
+        tracing::warn!(error = %e, "cannot turn on the query planner stability guarantee");
     }
 }
 
@@ -310,6 +325,19 @@ mod tests {
         let (busy, (a, b)) = tokio::join!(busy, queued);
         busy.unwrap();
         assert_eq!((a.unwrap(), b.unwrap()), (2, 2));
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn the_write_connection_plans_statements_without_looking_at_their_values() {
+        // Off, the duplicate lookup was compiled anew at every bind (bench/PROFILE.md).
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let qpsg = store
+            .run(|conn| conn.db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG))
+            .await
+            .unwrap();
+        assert!(qpsg, "the query planner stability guarantee is on");
         store.close();
     }
 
