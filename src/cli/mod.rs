@@ -466,9 +466,18 @@ fn secret_variables(text: &str, path: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// The config of a command that works on a database which must already exist.
+/// The config of a command that works on a database which must already exist. These commands
+/// (events, prune, archive, backup) work on SQLite only so far: on PostgreSQL they refuse.
 fn existing_database(config: Option<&Path>) -> Result<Config, String> {
     let config = load_for_database(config)?;
+    if config.storage.postgres.is_some() {
+        return Err(format!(
+            "{}: storage is PostgreSQL, and this command works on SQLite only so far; the \
+             PostgreSQL backend does not support {} (docs/postgres.md)",
+            config.source,
+            crate::config::POSTGRES_UNSUPPORTED
+        ));
+    }
     if !config.storage.path.exists() {
         return Err(format!(
             "no database at {}: has portaria served with this config yet?",

@@ -31,6 +31,7 @@ mod events;
 mod handle;
 mod intake;
 mod observe;
+mod postgres;
 mod queue;
 mod retention;
 mod schema;
@@ -59,6 +60,13 @@ pub enum StoreError {
     Sqlite(String),
     #[error("the database is closed")]
     Closed,
+    /// A PostgreSQL error, or a connection that could not be had (never with the URL in it).
+    #[error("database error: {0}")]
+    Postgres(String),
+    /// What the PostgreSQL backend does not do yet; the configurations that need it are
+    /// refused at start (`config::POSTGRES_UNSUPPORTED`).
+    #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
+    Unsupported,
 }
 
 impl From<rusqlite::Error> for StoreError {

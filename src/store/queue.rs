@@ -129,6 +129,10 @@ impl Store {
     /// At start-up: attempts that were running when the process died go back to pending, due
     /// now, and are recorded as interrupted. Returns how many deliveries.
     pub async fn recover(&self, now_ms: i64) -> Result<usize, StoreError> {
+        if self.postgres().is_some() {
+            // Leases, not a recovery pass (`postgres/queue.rs`).
+            return Ok(0);
+        }
         self.run_bookkeeping(move |conn| recover(conn, now_ms))
             .await
     }
@@ -136,6 +140,9 @@ impl Store {
     /// Unfinished (pending or delivering) deliveries per (endpoint, route), for the start-up
     /// check that every such delivery still has a route to go to.
     pub async fn unfinished_by_route(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.unfinished_by_route().await;
+        }
         self.run_bookkeeping(|conn| {
             conn.prepare(UNFINISHED_BY_ROUTE)?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
