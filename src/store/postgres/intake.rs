@@ -32,12 +32,18 @@ const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint
 impl Pg {
     /// Stores `e` unless its (endpoint, dedup key) is known within its window; resolves after
     /// COMMIT.
-    pub(in crate::store) async fn insert_event(&self, e: &NewEvent) -> Result<Inserted, StoreError> {
+    pub(in crate::store) async fn insert_event(
+        &self,
+        e: &NewEvent,
+    ) -> Result<Inserted, StoreError> {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(error)?;
         let since = e.dedup_since_ms.unwrap_or(i64::MIN);
         let taken = tx
-            .query_opt(TAKE_KEY, &[&e.endpoint, &e.dedup_key, &e.received_at_ms, &since])
+            .query_opt(
+                TAKE_KEY,
+                &[&e.endpoint, &e.dedup_key, &e.received_at_ms, &since],
+            )
             .await
             .map_err(error)?;
         let Some(row) = taken else {

@@ -15,7 +15,10 @@ impl Pg {
         &self,
     ) -> Result<Vec<(String, String, i64)>, StoreError> {
         let client = self.client().await?;
-        let rows = client.query(UNFINISHED_BY_ROUTE, &[]).await.map_err(error)?;
+        let rows = client
+            .query(UNFINISHED_BY_ROUTE, &[])
+            .await
+            .map_err(error)?;
         Ok(rows
             .into_iter()
             .map(|r| (r.get(0), r.get(1), r.get(2)))
