@@ -18,6 +18,10 @@
 //! alerts task's state in `meta`), `counters.rs` (the hourly counters the writer folds in with
 //! its batches) and `dashboard.rs` (what the status page reads and replays).
 //!
+//! A second backend, PostgreSQL (`postgres/`), sits behind the same [`Store`] methods: the
+//! handle holds one or the other, and the methods PostgreSQL implements dispatch there (see
+//! `handle.rs`). [`Db`] is SQLite's only.
+//!
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
