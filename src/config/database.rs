@@ -29,7 +29,7 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "forwarding (forward / [[endpoint.route]]), [alerts], \
+pub const POSTGRES_UNSUPPORTED: &str = "order_by (per-key ordering), [alerts], \
      storage.archive_dir; and the commands events, prune, archive, backup";
 
 impl Validator<'_> {
@@ -111,8 +111,10 @@ impl Validator<'_> {
         archive: bool,
     ) {
         let mut used = Vec::new();
-        for e in endpoints.iter().filter(|e| e.forwards()) {
-            used.push(format!("forwarding (endpoint {})", e.name));
+        for e in endpoints {
+            for r in e.routes.iter().filter(|r| r.order_by.is_some()) {
+                used.push(format!("order_by (endpoint {}, route {})", e.name, r.name));
+            }
         }
         if alerts.is_some() {
             used.push("[alerts]".to_string());

@@ -1,6 +1,7 @@
 //! The PostgreSQL backend against a real PostgreSQL started by the tests (`pg_cluster`):
 //! several portaria instances on one database (the dedup barrier across them, migrations
-//! raced at start), the durable ack, PostgreSQL stopped and started again under a running
+//! raced at start, every event forwarded once, arrival order across instances), the durable
+//! ack, PostgreSQL stopped and started again under a running
 //! server, the password kept out of every log and message, and what the backend refuses.
 
 use std::time::{Duration, Instant};
@@ -294,9 +295,13 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
     let url = "url = \"postgres://portaria@127.0.0.1:1/portaria\"";
-    // Forwarding and an archive: `check` (and so `serve`) refuses, naming both.
-    let forwarding = config(url, "forward = { url = \"http://127.0.0.1:1/\" }");
-    let text = forwarding.replace(
+    // Per-key ordering and an archive: `check` (and so `serve`) refuses, naming both.
+    let ordered = config(
+        url,
+        "[[endpoint.route]]\nname = \"erp\"\nforward = { url = \"http://127.0.0.1:1/\" }\n\
+         concurrency = 4\norder_by = \"json:/id\"",
+    );
+    let text = ordered.replace(
         "[storage]\n",
         &format!("[storage]\narchive_dir = \"{}\"\n", dir.path().display()),
     );
@@ -305,12 +310,21 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("the PostgreSQL backend does not support yet: forwarding (endpoint"),
+        stderr.contains("the PostgreSQL backend does not support yet: order_by (endpoint"),
         "{stderr}"
     );
     assert!(stderr.contains("storage.archive_dir"), "{stderr}");
     let out = run_cli(&["serve"], &path);
     assert!(!out.status.success());
+    // Forwarding itself is fine.
+    let forwarding = config(url, "forward = { url = \"http://127.0.0.1:1/\" }");
+    std::fs::write(&path, forwarding).unwrap();
+    let out = run_cli(&["check"], &path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     // `path` and `url` together.
     std::fs::write(&path, config(&format!("{url}\npath = \"x.db\""), "")).unwrap();
@@ -333,4 +347,186 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+/// Every event forwarded exactly once when two instances work one queue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_forward_every_event_exactly_once() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let target = Target::start(vec![200]).await;
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let forward = format!(
+        "forward = {{ url = \"http://{}/hook\" }}\nconcurrency = 4",
+        target.addr
+    );
+    let (a, b) = tokio::join!(server(&url, &forward), server(&url, &forward));
+    let mut sends = Vec::new();
+    for n in 0..30 {
+        let addr = if n % 2 == 0 { a.addr } else { b.addr };
+        sends.push(tokio::spawn(async move {
+            post_pagarme(addr, &payment_body(n)).await.status
+        }));
+    }
+    for send in sends {
+        assert_eq!(send.await.unwrap(), 200);
+    }
+    let client = pg.connect(&db).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+    )
+    .await
+        < 30
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not all delivered: {}",
+            target.count()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Nothing more arrives late, and no body came twice.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut bodies: Vec<Vec<u8>> = target
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| r.body.to_vec())
+        .collect();
+    assert_eq!(bodies.len(), 30);
+    bodies.sort();
+    bodies.dedup();
+    assert_eq!(bodies.len(), 30);
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM deliveries WHERE claimed_by IS NOT NULL"
+        )
+        .await,
+        0
+    );
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `concurrency = 1`: arrival order holds across instances, each taking only the lane's head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrency_one_keeps_arrival_order_across_instances() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let target = Target::start(vec![200]).await;
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let forward = format!(
+        "forward = {{ url = \"http://{}/hook\" }}\nconcurrency = 1",
+        target.addr
+    );
+    let (a, b) = tokio::join!(server(&url, &forward), server(&url, &forward));
+    for n in 0..12 {
+        let addr = if n % 2 == 0 { a.addr } else { b.addr };
+        assert_eq!(post_pagarme(addr, &payment_body(n)).await.status, 200);
+    }
+    eventually(Duration::from_secs(20), "all 12 forwarded", || {
+        target.count() >= 12
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let got: Vec<String> = target
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    let want: Vec<String> = (0..12)
+        .map(|n| String::from_utf8(payment_body(n)).unwrap())
+        .collect();
+    assert_eq!(got, want);
+    a.stop().await;
+    b.stop().await;
+}
+
+/// SIGKILL of the instance delivering an event: another instance delivers it once the dead
+/// one's lease expires, with no restart of the dead one and no recovery pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_instances_delivery_is_taken_over_after_its_lease() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("a-is-delivering");
+    let delivered = dir.path().join("b-delivered");
+    // Instance A's command hangs (after saying so, with its pid); B's delivers.
+    let hang = dir.path().join("hang.sh");
+    write_executable(
+        &hang,
+        format!("#!/bin/sh\necho $$ > {}\nexec sleep 30\n", marker.display()),
+    );
+    let deliver = dir.path().join("deliver.sh");
+    write_executable(
+        &deliver,
+        format!("#!/bin/sh\ncat >> {}\n", delivered.display()),
+    );
+    let spawn = |name: &str, command: &std::path::Path| {
+        let path = dir.path().join(format!("{name}.toml"));
+        let forward = format!(
+            "forward = {{ command = [\"{}\"], timeout_secs = 60 }}",
+            command.display()
+        );
+        std::fs::write(&path, config(&format!("url = \"{url}\""), &forward)).unwrap();
+        let mut serve = portaria();
+        serve
+            .args(["serve", "--config"])
+            .arg(path)
+            .env("PORTARIA_TEST_PG_LEASE_MS", "1500");
+        Process::spawn_command(serve)
+    };
+    let a = spawn("a", &hang).await;
+    assert_eq!(post_pagarme(a.addr, &payment_body(5)).await.status, 200);
+    eventually(Duration::from_secs(10), "A's attempt running", || {
+        std::fs::read_to_string(&marker).is_ok_and(|s| s.ends_with('\n'))
+    })
+    .await;
+    a.signal(libc::SIGKILL);
+    let hung: i32 = std::fs::read_to_string(&marker)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    unsafe {
+        libc::kill(hung, libc::SIGKILL);
+    }
+    drop(a);
+
+    let b = spawn("b", &deliver).await;
+    eventually(Duration::from_secs(15), "B delivers it", || {
+        std::fs::read(&delivered).is_ok_and(|body| body == payment_body(5))
+    })
+    .await;
+    let client = pg.connect(&db).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+    )
+    .await
+        != 1
+    {
+        assert!(Instant::now() < deadline, "the event was not rolled up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Claimed twice (A's attempt, then B's), delivered once.
+    assert_eq!(
+        count(&client, "SELECT attempts::bigint FROM deliveries").await,
+        2
+    );
+    drop(b);
 }

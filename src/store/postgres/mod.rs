@@ -2,8 +2,8 @@
 //! that any number of portaria instances share. This file owns connecting (settings every
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
-//! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's start-up
-//! questions), `retention.rs` (pruning without archive).
+//! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
+//! leases and attempts), `retention.rs` (pruning without archive).
 //!
 //! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
 //! Nothing here ever formats the connection URL: it may hold a password.
@@ -35,6 +35,10 @@ const SESSION_OPTIONS: &str = "-c synchronous_commit=on -c statement_timeout=400
 /// The pool of one instance.
 pub(in crate::store) struct Pg {
     pool: Pool,
+    /// This instance's name in `deliveries.claimed_by`: unique per process start.
+    instance: String,
+    /// How long a claim holds without renewal.
+    lease_ms: i64,
 }
 
 impl Pg {
@@ -69,8 +73,17 @@ impl Pg {
             .recycle_timeout(Some(CONNECTION_WAIT))
             .build()
             .map_err(|e| StoreError::Postgres(format!("cannot build the connection pool: {e}")))?;
-        let pg = Pg { pool };
+        let pg = Pg {
+            pool,
+            instance: instance_id(),
+            lease_ms: queue::lease_ms(),
+        };
         schema::migrate(&mut *pg.client().await?).await?;
+        tokio::spawn(queue::lease_keeper(
+            pg.pool.clone(),
+            pg.instance.clone(),
+            pg.lease_ms,
+        ));
         Ok(pg)
     }
 
@@ -94,4 +107,15 @@ pub(super) fn error(e: tokio_postgres::Error) -> StoreError {
         Some(db) => StoreError::Postgres(format!("{} ({})", db.message(), db.code().code())),
         None => StoreError::Postgres(e.to_string()),
     }
+}
+
+/// The host name, the process id and the start time: no two running instances share it.
+fn instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{host}:{}:{started:x}", std::process::id())
 }

@@ -30,7 +30,8 @@ CREATE TABLE events (
     payload_bytes BIGINT NOT NULL,
     received_at BIGINT NOT NULL,
     status TEXT NOT NULL,
-    client_cert TEXT
+    client_cert TEXT,
+    finished_at BIGINT
 );
 ALTER SEQUENCE events_id_seq OWNED BY events.id;
 CREATE INDEX events_endpoint ON events (endpoint, received_at);
@@ -50,6 +51,7 @@ CREATE TABLE deliveries (
     order_key TEXT,
     claimed_by TEXT,
     lease_until BIGINT,
+    finished_at BIGINT,
     PRIMARY KEY (event_id, route)
 );
 CREATE INDEX deliveries_queue ON deliveries (endpoint, route, event_id)
