@@ -131,3 +131,60 @@ impl Validator<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::{MINIMAL, parse, problems};
+
+    fn storage(lines: &str) -> String {
+        format!("[storage]\n{lines}\n{MINIMAL}")
+    }
+
+    #[test]
+    fn a_url_without_a_password_is_taken_and_never_shown() {
+        let config = parse(&storage("url = \"postgres://portaria@127.0.0.1/portaria\"")).unwrap();
+        let url = config.storage.postgres.as_ref().unwrap();
+        assert_eq!(url.expose(), "postgres://portaria@127.0.0.1/portaria");
+        assert_eq!(format!("{url:?}"), "DatabaseUrl(<redacted>)");
+        assert!(!format!("{:?}", config.storage).contains("127.0.0.1"));
+        assert_eq!(config.storage.path, std::path::PathBuf::new());
+    }
+
+    #[test]
+    fn a_password_in_clear_is_refused_in_either_form_without_quoting_it() {
+        for url in [
+            "postgres://portaria:hunter2-pw@127.0.0.1/portaria",
+            "host=127.0.0.1 user=portaria password=hunter2-pw",
+        ] {
+            let msg = problems(&storage(&format!("url = \"{url}\"")));
+            assert!(msg.contains("storage.url: holds a password"), "{msg}");
+            assert!(!msg.contains("hunter2"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn the_url_may_come_from_a_file_and_its_problems_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("url");
+        std::fs::write(&file, "postgres://portaria:pw-in-file@db.lan/portaria\n").unwrap();
+        let config = parse(&storage(&format!("url_file = \"{}\"", file.display()))).unwrap();
+        assert_eq!(
+            config.storage.postgres.unwrap().expose(),
+            "postgres://portaria:pw-in-file@db.lan/portaria"
+        );
+        let msg = problems(&storage("url_env = \"PORTARIA_TEST_NEVER_SET_URL\""));
+        assert!(
+            msg.contains("storage.url_env: environment variable PORTARIA_TEST_NEVER_SET_URL"),
+            "{msg}"
+        );
+        let msg = problems(&storage("url = \"postgres://a@b/c\"\nurl_env = \"X\""));
+        assert!(msg.contains("set one of url, url_env, url_file"), "{msg}");
+        std::fs::write(&file, "not a url at all = = =\n").unwrap();
+        let msg = problems(&storage(&format!("url_file = \"{}\"", file.display())));
+        assert!(
+            msg.contains("storage.url_file: not a PostgreSQL connection URL"),
+            "{msg}"
+        );
+        assert!(!msg.contains("at all"), "{msg}");
+    }
+}
