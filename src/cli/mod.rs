@@ -8,6 +8,7 @@
 mod backup;
 mod events;
 pub mod send;
+mod store_copy;
 pub mod verify;
 
 use std::io::Write;
@@ -76,6 +77,9 @@ enum Command {
     },
     /// Write a consistent copy of the database to FILE, safe while the server runs.
     Backup(backup::BackupArgs),
+    /// Move between store backends: `store copy --from FILE` (SQLite into PostgreSQL).
+    #[command(subcommand)]
+    Store(store_copy::StoreCommand),
 }
 
 #[derive(Args, Debug)]
@@ -215,6 +219,10 @@ pub fn main() -> ExitCode {
         Command::Backup(args) => {
             let _log = init_logging(format, "warn");
             backup::run(cli.config.as_deref(), args)
+        }
+        Command::Store(command) => {
+            let _log = init_logging(format, "warn");
+            store_copy::run(cli.config.as_deref(), command)
         }
     };
     match result {

@@ -81,6 +81,20 @@ impl Store {
         )))
     }
 
+    /// `portaria store copy`: every event of the SQLite database `source` into this store's
+    /// PostgreSQL database, which must be empty (see `postgres/copy.rs`).
+    pub async fn copy_from_sqlite(
+        &self,
+        source: &super::Db,
+    ) -> Result<super::CopyReport, StoreError> {
+        match self.postgres() {
+            Some(pg) => pg.copy_from(&source.conn).await,
+            None => Err(StoreError::Sqlite(
+                "the target of a copy is a PostgreSQL database ([storage] url)".into(),
+            )),
+        }
+    }
+
     fn with(backend: Backend) -> Store {
         Store {
             inner: Arc::new(Inner {

@@ -530,3 +530,67 @@ async fn a_killed_instances_delivery_is_taken_over_after_its_lease() {
     );
     drop(b);
 }
+
+/// `portaria store copy`: a SQLite database moved over keeps its events, ids, deliveries and
+/// dedup window (a resend after the move is a duplicate); a non-empty target is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_copy_moves_a_sqlite_database_and_keeps_the_dedup_window() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let target = Target::start(vec![200]).await;
+    let forward = format!("forward = {{ url = \"http://{}/hook\" }}", target.addr);
+    let sqlite = TestServer::start("", &forward).await;
+    for n in 0..3 {
+        assert_eq!(
+            post_pagarme(sqlite.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    eventually(Duration::from_secs(10), "delivered on SQLite", || {
+        target.count() == 3
+    })
+    .await;
+    let dir = sqlite.stop().await;
+    let file = dir.path().join("portaria.db");
+
+    let db = pg.database().await;
+    let path = dir.path().join("pg.toml");
+    std::fs::write(
+        &path,
+        config(&format!("url = \"{}\"", pg.url(&db)), &forward),
+    )
+    .unwrap();
+    let out = run_cli(&["store", "copy", "--from", file.to_str().unwrap()], &path);
+    let stdout = ok_stdout(&out);
+    assert!(stdout.contains("copied 3 events, 3 deliveries"), "{stdout}");
+    let client = pg.connect(&db).await;
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM events WHERE status = 'delivered'"
+        )
+        .await,
+        3
+    );
+    assert_eq!(count(&client, "SELECT count(*) FROM dedup").await, 3);
+    assert_eq!(count(&client, "SELECT max(id) FROM events").await, 3);
+
+    // On PostgreSQL now: a resend is a duplicate, a new event gets an id after the copied
+    // ones (not always the next: a duplicate's insert uses up one of the sequence).
+    let s = server(&pg.url(&db), &forward).await;
+    assert_eq!(post_pagarme(s.addr, &payment_body(1)).await.status, 200);
+    assert_eq!(post_pagarme(s.addr, &payment_body(9)).await.status, 200);
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 4);
+    assert!(count(&client, "SELECT max(id) FROM events").await > 3);
+    eventually(Duration::from_secs(10), "the new one forwarded", || {
+        target.count() == 4
+    })
+    .await;
+    s.stop().await;
+
+    let out = run_cli(&["store", "copy", "--from", file.to_str().unwrap()], &path);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("already has 4 events"), "{stderr}");
+}

@@ -3,11 +3,13 @@
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
-//! leases and attempts), `retention.rs` (pruning without archive).
+//! leases and attempts), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
+//! copy` from SQLite).
 //!
 //! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
 //! Nothing here ever formats the connection URL: it may hold a password.
 
+mod copy;
 mod intake;
 mod observe;
 mod queue;
@@ -19,6 +21,8 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
+
+pub use copy::CopyReport;
 
 use super::StoreError;
 

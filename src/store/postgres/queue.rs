@@ -57,7 +57,8 @@ const INSERT_ATTEMPT: &str = "INSERT INTO attempts (event_id, route, attempt, st
      duration_ms, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 /// Only this instance's claim moves on: one taken over after its lease expired does not.
 const MOVE_ON: &str = "UPDATE deliveries SET status = $3, next_attempt_at = $4, \
-     finished_at = $5, claimed_by = NULL, lease_until = NULL \
+     finished_at = $5, last_error = $7, delivered_ms = $8, claimed_by = NULL, \
+     lease_until = NULL \
      WHERE event_id = $1 AND route = $2 AND status = 'delivering' AND claimed_by = $6";
 /// An event's status from its deliveries once the last one finished (`WHERE` completed by
 /// [`ROLL_UP`] and [`ROLL_UP_ALL`]).
@@ -170,6 +171,8 @@ impl Pg {
                 &next,
                 &finished,
                 &self.instance,
+                &after.error(),
+                &(after == AfterAttempt::Delivered).then_some(attempt.duration_ms),
             ],
         )
         .await

@@ -51,7 +51,9 @@ CREATE TABLE deliveries (
     order_key TEXT,
     claimed_by TEXT,
     lease_until BIGINT,
+    last_error TEXT,
     finished_at BIGINT,
+    delivered_ms BIGINT,
     PRIMARY KEY (event_id, route)
 );
 CREATE INDEX deliveries_queue ON deliveries (endpoint, route, event_id)
