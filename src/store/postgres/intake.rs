@@ -52,9 +52,11 @@ impl Pg {
         let bytes = (e.headers.len() + e.body.len()) as i64;
         let routes: Vec<&str> = e.routes.iter().map(|d| d.route.as_str()).collect();
         let keys: Vec<Option<&str>> = e.routes.iter().map(|d| d.order_key.as_deref()).collect();
+        // Prepared once per connection: the statement is parsed and planned once, not per event.
+        let insert = client.prepare_cached(INSERT).await.map_err(error)?;
         let inserted = client
             .query_opt(
-                INSERT,
+                &insert,
                 &[
                     &e.endpoint,
                     &e.dedup_key,
@@ -77,8 +79,9 @@ impl Pg {
             return Ok(Inserted::New(row.get(0)));
         }
         // READ COMMITTED: this statement sees the row the conflicting insert committed.
+        let known = client.prepare_cached(KNOWN).await.map_err(error)?;
         let id: i64 = client
-            .query_one(KNOWN, &[&e.endpoint, &e.dedup_key])
+            .query_one(&known, &[&e.endpoint, &e.dedup_key])
             .await
             .map_err(error)?
             .get(0);
