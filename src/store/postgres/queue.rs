@@ -114,7 +114,10 @@ impl Pg {
                 .await?;
             let next_due = if deliveries.len() < l.limit {
                 client
-                    .query_one(NEXT_DUE, &[&l.endpoint, &l.route])
+                    .query_one(
+                        &client.prepare_cached(NEXT_DUE).await.map_err(error)?,
+                        &[&l.endpoint, &l.route],
+                    )
                     .await
                     .map_err(error)?
                     .get(0)
@@ -141,7 +144,7 @@ impl Pg {
         let tx = client.transaction().await.map_err(error)?;
         if after != AfterAttempt::Delivered {
             tx.execute(
-                INSERT_ATTEMPT,
+                &tx.prepare_cached(INSERT_ATTEMPT).await.map_err(error)?,
                 &[
                     &event_id,
                     &route,
@@ -163,7 +166,7 @@ impl Pg {
         let finished =
             (status != Status::Pending).then_some(attempt.started_at_ms + attempt.duration_ms);
         tx.execute(
-            MOVE_ON,
+            &tx.prepare_cached(MOVE_ON).await.map_err(error)?,
             &[
                 &event_id,
                 &route,
@@ -235,7 +238,7 @@ impl Pg {
             Order::Any => {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
                 tx.query(
-                    CLAIM_ANY,
+                    &tx.prepare_cached(CLAIM_ANY).await.map_err(error)?,
                     &[
                         &endpoint,
                         &route,
@@ -253,7 +256,10 @@ impl Pg {
             }
             Order::Strict => {
                 let head = tx
-                    .query_opt(HEAD, &[&endpoint, &route])
+                    .query_opt(
+                        &tx.prepare_cached(HEAD).await.map_err(error)?,
+                        &[&endpoint, &route],
+                    )
                     .await
                     .map_err(error)?;
                 let takeable = head.and_then(|r| {
@@ -270,7 +276,10 @@ impl Pg {
                     None => Vec::new(),
                     Some(id) => {
                         let attempts: i32 = tx
-                            .query_one(CLAIM_ONE, &[&id, &route, &self.instance, &lease_until])
+                            .query_one(
+                                &tx.prepare_cached(CLAIM_ONE).await.map_err(error)?,
+                                &[&id, &route, &self.instance, &lease_until],
+                            )
                             .await
                             .map_err(error)?
                             .get(0);
@@ -285,7 +294,9 @@ impl Pg {
         let rows = if ids.is_empty() {
             Vec::new()
         } else {
-            tx.query(EVENTS, &[&ids]).await.map_err(error)?
+            tx.query(&tx.prepare_cached(EVENTS).await.map_err(error)?, &[&ids])
+                .await
+                .map_err(error)?
         };
         tx.commit().await.map_err(error)?;
         let mut out = Vec::with_capacity(claimed.len());
