@@ -594,3 +594,55 @@ async fn store_copy_moves_a_sqlite_database_and_keeps_the_dedup_window() {
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("already has 4 events"), "{stderr}");
 }
+
+/// A failing target on PostgreSQL: the attempt is recorded, the retry comes on schedule, and
+/// once the schedule is spent the event is dead (and `/metrics` counts it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_are_retried_then_dead_on_postgres() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let target = Target::start(vec![500]).await;
+    let db = pg.database().await;
+    let forward = format!(
+        "forward = {{ url = \"http://{}/hook\" }}\nretry = [\"1s\"]",
+        target.addr
+    );
+    let s = server(&pg.url(&db), &forward).await;
+    assert_eq!(post_pagarme(s.addr, &payment_body(1)).await.status, 200);
+    let client = pg.connect(&db).await;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while count(&client, "SELECT count(*) FROM events WHERE status = 'dead'").await != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "not dead: {} tries",
+            target.count()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(target.count(), 2);
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM attempts WHERE outcome = 'failed'"
+        )
+        .await,
+        2
+    );
+    let gaps = client
+        .query_one(
+            "SELECT max(started_at) - min(started_at) FROM attempts",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get::<_, i64>(0);
+    assert!(gaps >= 900, "retried after {gaps} ms");
+    let metrics = send(s.admin.unwrap(), "GET", "/metrics", &[], b"").await;
+    assert!(
+        metrics.body.contains("portaria_events_dead"),
+        "{}",
+        metrics.body
+    );
+    s.stop().await;
+}
