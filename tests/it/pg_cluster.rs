@@ -7,7 +7,7 @@
 //!
 //! Each `postgres` is the child of a thread that lives as long as it runs, with a parent-death
 //! signal (SIGINT, a fast shutdown) set after the switch of user: when the test binary exits,
-//! its servers stop with it.
+//! its servers stop with it; the shared one's files are removed at exit (`atexit`).
 //!
 //! Without the binaries the tests skip with a message naming the package, unless
 //! `PORTARIA_REQUIRE_POSTGRES=1` (set by `.ci/run`), when they fail.
@@ -37,8 +37,27 @@ pub struct Cluster {
 /// The cluster shared by this binary's tests; None (after a message) when PostgreSQL is not
 /// installed and not required.
 pub fn shared() -> Option<&'static Cluster> {
-    static SHARED: OnceLock<Option<Cluster>> = OnceLock::new();
-    SHARED.get_or_init(Cluster::start).as_ref()
+    SHARED
+        .get_or_init(|| {
+            let cluster = Cluster::start();
+            // A static is never dropped: stop it and remove its files when the binary exits.
+            if cluster.is_some() {
+                unsafe {
+                    libc::atexit(remove_shared);
+                }
+            }
+            cluster
+        })
+        .as_ref()
+}
+
+static SHARED: OnceLock<Option<Cluster>> = OnceLock::new();
+
+extern "C" fn remove_shared() {
+    if let Some(Some(cluster)) = SHARED.get() {
+        cluster.stop();
+        let _ = std::fs::remove_dir_all(cluster.dir.path());
+    }
 }
 
 impl Cluster {
