@@ -11,6 +11,8 @@
 //!   that needs an fsync (every intake insert), to show that no answer leaves before it.
 //! - `PORTARIA_TEST_TLS_CHECK_MS`: how often the TLS files' modification times are looked at
 //!   (once a minute otherwise), so a test sees a renewal in well under a minute.
+//! - `PORTARIA_TEST_PG_LEASE_MS`: the PostgreSQL backend's delivery lease (a minute
+//!   otherwise), so a test sees a dead instance's claim taken over in seconds.
 
 use std::time::Duration;
 
@@ -60,5 +62,20 @@ pub fn tls_check_every() -> Option<Duration> {
 
 #[cfg(not(debug_assertions))]
 pub fn tls_check_every() -> Option<Duration> {
+    None
+}
+
+/// The PostgreSQL backend's delivery lease, if a test asks for other than a minute.
+#[cfg(debug_assertions)]
+pub fn pg_lease() -> Option<Duration> {
+    let ms: u64 = std::env::var("PORTARIA_TEST_PG_LEASE_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms.max(100)))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn pg_lease() -> Option<Duration> {
     None
 }

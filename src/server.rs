@@ -174,10 +174,15 @@ pub async fn serve_with(
         })?),
         None => None,
     };
-    let path = config.storage.path.clone();
-    let store = tokio::task::spawn_blocking(move || Store::open(&path))
-        .await
-        .map_err(|e| StoreError::Sqlite(format!("opening the database panicked: {e}")))??;
+    let store = match &config.storage.postgres {
+        Some(url) => Store::open_postgres(url.expose()).await?,
+        None => {
+            let path = config.storage.path.clone();
+            tokio::task::spawn_blocking(move || Store::open(&path))
+                .await
+                .map_err(|e| StoreError::Sqlite(format!("opening the database panicked: {e}")))??
+        }
+    };
 
     let (trigger, signal) = shutdown::channel();
     let new_event = Arc::new(Notify::new());

@@ -8,6 +8,7 @@
 mod backup;
 mod events;
 pub mod send;
+mod store_copy;
 pub mod verify;
 
 use std::io::Write;
@@ -76,6 +77,9 @@ enum Command {
     },
     /// Write a consistent copy of the database to FILE, safe while the server runs.
     Backup(backup::BackupArgs),
+    /// Move between store backends: `store copy --from FILE` (SQLite into PostgreSQL).
+    #[command(subcommand)]
+    Store(store_copy::StoreCommand),
 }
 
 #[derive(Args, Debug)]
@@ -215,6 +219,10 @@ pub fn main() -> ExitCode {
         Command::Backup(args) => {
             let _log = init_logging(format, "warn");
             backup::run(cli.config.as_deref(), args)
+        }
+        Command::Store(command) => {
+            let _log = init_logging(format, "warn");
+            store_copy::run(cli.config.as_deref(), command)
         }
     };
     match result {
@@ -466,9 +474,18 @@ fn secret_variables(text: &str, path: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// The config of a command that works on a database which must already exist.
+/// The config of a command that works on a database which must already exist. These commands
+/// (events, prune, archive, backup) work on SQLite only so far: on PostgreSQL they refuse.
 fn existing_database(config: Option<&Path>) -> Result<Config, String> {
     let config = load_for_database(config)?;
+    if config.storage.postgres.is_some() {
+        return Err(format!(
+            "{}: storage is PostgreSQL, and this command works on SQLite only so far; the \
+             PostgreSQL backend does not support {} (docs/postgres.md)",
+            config.source,
+            crate::config::POSTGRES_UNSUPPORTED
+        ));
+    }
     if !config.storage.path.exists() {
         return Err(format!(
             "no database at {}: has portaria served with this config yet?",

@@ -18,6 +18,7 @@
 
 mod alerts;
 mod credentials;
+mod database;
 mod dedup_window;
 mod ip_range;
 mod public_keys;
@@ -39,6 +40,7 @@ use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
+pub use database::{DatabaseUrl, POSTGRES_UNSUPPORTED};
 pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;
@@ -160,8 +162,11 @@ pub struct Server {
 
 #[derive(Debug, Clone)]
 pub struct Storage {
-    /// Absolute path of the SQLite file.
+    /// Absolute path of the SQLite file (unused, and empty, when `postgres` is set).
     pub path: PathBuf,
+    /// `url`/`url_env`/`url_file`: the events live in this PostgreSQL database instead of
+    /// the SQLite file (docs/postgres.md).
+    pub postgres: Option<DatabaseUrl>,
     /// Delivered and stored events older than this (by received time) are pruned.
     pub retention_days: u32,
     /// Dead events are kept longer, so an operator has time to replay them.
@@ -303,6 +308,9 @@ impl Config {
                  has no effect"
                     .into(),
             );
+        }
+        if let Some(storage) = storage.as_ref().filter(|s| s.postgres.is_some()) {
+            v.check_postgres_support(&endpoints, alerts.as_ref(), storage.archive_dir.is_some());
         }
         let admin = server.as_ref().and_then(|s| s.admin_listen);
         let status = v.status(raw.status, admin);

@@ -76,6 +76,10 @@ pub(super) struct RawTls {
 #[serde(deny_unknown_fields)]
 pub(super) struct RawStorage {
     pub(super) path: Option<PathBuf>,
+    /// The PostgreSQL backend (`config::database`): one of these, instead of `path`.
+    pub(super) url: Option<String>,
+    pub(super) url_env: Option<String>,
+    pub(super) url_file: Option<PathBuf>,
     pub(super) retention_days: Option<u32>,
     pub(super) dead_retention_days: Option<u32>,
     pub(super) archive_dir: Option<PathBuf>,

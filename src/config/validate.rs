@@ -100,7 +100,9 @@ impl Validator<'_> {
     }
 
     pub(super) fn storage(&mut self, raw: RawStorage) -> Option<Storage> {
+        let postgres = self.database_url(&raw);
         let path = match raw.path {
+            _ if postgres.is_some() => PathBuf::new(),
             Some(p) if p.as_os_str().is_empty() => {
                 self.problem("storage.path: is empty");
                 return None;
@@ -114,7 +116,7 @@ impl Validator<'_> {
                 }
             },
         };
-        if path.is_dir() {
+        if postgres.is_none() && path.is_dir() {
             self.problem(format!(
                 "storage.path: {} is a directory, not a file",
                 path.display()
@@ -153,6 +155,7 @@ impl Validator<'_> {
         };
         Some(Storage {
             path,
+            postgres,
             retention_days,
             dead_retention_days,
             archive_dir,

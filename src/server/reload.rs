@@ -209,6 +209,7 @@ impl Reloader {
         config.server.admin_listen = self.server.admin_listen;
         config.server.max_connections = self.server.max_connections;
         config.storage.path = self.storage.path.clone();
+        config.storage.postgres = self.storage.postgres.clone();
         // HTTPS or not is the listener's, fixed at start; the certificate itself is reloaded.
         match (&self.certificates, &config.server.tls) {
             (Some(certificates), Some(tls)) => certificates.replace(tls),
@@ -312,6 +313,20 @@ pub fn fixed_settings(server: &Server, storage: &Storage, new: &Config) -> Vec<S
         "storage.path",
         storage.path.display().to_string(),
         new.storage.path.display().to_string(),
+        "the database is opened at start",
+    );
+    // Never the URL itself in the message: it may hold a password.
+    let (was, now) = match (&storage.postgres, &new.storage.postgres) {
+        (None, None) => ("none", "none"),
+        (Some(a), Some(b)) if a == b => ("unchanged", "unchanged"),
+        (Some(_), Some(_)) => ("the URL at start", "another URL"),
+        (Some(_), None) => ("a PostgreSQL URL", "none"),
+        (None, Some(_)) => ("none", "a PostgreSQL URL"),
+    };
+    check(
+        "storage.url",
+        was.to_string(),
+        now.to_string(),
         "the database is opened at start",
     );
     changed

@@ -1,6 +1,10 @@
-//! [`Store`], the server's handle on the database: cheap to clone, async, and every call a job
-//! for the one writer thread (`writer.rs`). This file owns the handle and how a call becomes a
-//! job; the methods themselves sit beside their queries, one file per consumer.
+//! [`Store`], the server's handle on the database: cheap to clone, async. It holds one of two
+//! backends: SQLite, where every call is a job for the one writer thread (`writer.rs`), or
+//! PostgreSQL (`postgres/`), a pool of connections. This file owns the handle, the backend
+//! choice and how a SQLite call becomes a job; the methods themselves sit beside their
+//! queries, one file per consumer, and those that PostgreSQL implements dispatch on
+//! [`Store::postgres`]. On PostgreSQL every other method answers [`StoreError::Unsupported`]
+//! (through [`Store::run`]); the configurations that would call them are refused at start.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
@@ -20,14 +24,24 @@ pub struct Store {
 }
 
 struct Inner {
+    backend: Backend,
+    /// How the latest intake commits went, for `/readyz`.
+    intake: Arc<super::observe::IntakeHealth>,
+}
+
+enum Backend {
+    Sqlite(Sqlite),
+    Postgres(super::postgres::Pg),
+}
+
+/// The SQLite backend: its writer thread and file.
+struct Sqlite {
     /// Jobs for the writer. Sending after `close` fails or is dropped with the queue, and the
     /// caller hears `Closed` either way, so the sender needs no lock of its own.
     tx: mpsc::Sender<Message>,
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The database file, for the free space `/readyz` checks on its file system.
     path: PathBuf,
-    /// How the latest intake commits went, for `/readyz`.
-    intake: Arc<super::observe::IntakeHealth>,
     /// The status page's counts not yet in `hourly`; the writer folds them in.
     tally: Arc<Tally>,
 }
@@ -51,25 +65,69 @@ impl Store {
         let tally = Arc::new(Tally::default());
         let thread = writer::spawn(conn, path.to_path_buf(), rx, tally.clone())
             .map_err(|e| StoreError::Sqlite(format!("cannot start the writer thread: {e}")))?;
-        Ok(Store {
+        Ok(Store::with(Backend::Sqlite(Sqlite {
+            tx,
+            thread: Mutex::new(Some(thread)),
+            path: path.to_path_buf(),
+            tally,
+        })))
+    }
+
+    /// Connects to the PostgreSQL database at `url` for the server, creating or upgrading its
+    /// schema (see `postgres/schema.rs`). The URL never appears in an error.
+    pub async fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        Ok(Store::with(Backend::Postgres(
+            super::postgres::Pg::connect(url).await?,
+        )))
+    }
+
+    /// `portaria store copy`: every event of the SQLite database `source` into this store's
+    /// PostgreSQL database, which must be empty (see `postgres/copy.rs`).
+    pub async fn copy_from_sqlite(
+        &self,
+        source: &super::Db,
+    ) -> Result<super::CopyReport, StoreError> {
+        match self.postgres() {
+            Some(pg) => pg.copy_from(&source.conn).await,
+            None => Err(StoreError::Sqlite(
+                "the target of a copy is a PostgreSQL database ([storage] url)".into(),
+            )),
+        }
+    }
+
+    fn with(backend: Backend) -> Store {
+        Store {
             inner: Arc::new(Inner {
-                tx,
-                thread: Mutex::new(Some(thread)),
-                path: path.to_path_buf(),
+                backend,
                 intake: Arc::default(),
-                tally,
             }),
-        })
+        }
     }
 
-    /// The database file.
+    /// The PostgreSQL backend, when the store is on one: the methods it implements dispatch here.
+    pub(super) fn postgres(&self) -> Option<&super::postgres::Pg> {
+        match &self.inner.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
+    fn sqlite(&self) -> Result<&Sqlite, StoreError> {
+        match &self.inner.backend {
+            Backend::Sqlite(sqlite) => Ok(sqlite),
+            Backend::Postgres(_) => Err(StoreError::Unsupported),
+        }
+    }
+
+    /// The database file (empty on PostgreSQL, whose methods never ask).
     pub(super) fn path(&self) -> &Path {
-        &self.inner.path
+        self.sqlite().map_or(Path::new(""), |s| s.path.as_path())
     }
 
-    /// The counts the writer has not folded into `hourly` yet.
-    pub(super) fn tally(&self) -> Arc<Tally> {
-        self.inner.tally.clone()
+    /// The counts the writer has not folded into `hourly` yet (None on PostgreSQL, which keeps
+    /// no hourly counters yet: only the status page reads them).
+    pub(super) fn tally(&self) -> Option<Arc<Tally>> {
+        self.sqlite().ok().map(|s| s.tally.clone())
     }
 
     /// How the latest intake commits went.
@@ -129,6 +187,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
+        let sqlite = self.sqlite()?;
         let (reply, rx) = oneshot::channel();
         let job = Box::new(Work {
             f,
@@ -136,7 +195,7 @@ impl Store {
             reply,
             health,
         });
-        if self.inner.tx.send(wrap(job)).is_err() {
+        if sqlite.tx.send(wrap(job)).is_err() {
             return Err(StoreError::Closed);
         }
         // A job still queued when the writer stops is dropped with its reply sender.
@@ -146,8 +205,12 @@ impl Store {
     /// Lets the jobs queued so far finish, closes the database (checkpointing the WAL) and
     /// joins the writer. Jobs sent after this hear `Closed`.
     pub fn close(&self) {
-        let _ = self.inner.tx.send(Message::Close);
-        if let Ok(mut thread) = self.inner.thread.lock()
+        let sqlite = match &self.inner.backend {
+            Backend::Sqlite(sqlite) => sqlite,
+            Backend::Postgres(pg) => return pg.close(),
+        };
+        let _ = sqlite.tx.send(Message::Close);
+        if let Ok(mut thread) = sqlite.thread.lock()
             && let Some(thread) = thread.take()
         {
             let _ = thread.join();

@@ -120,6 +120,18 @@ impl Store {
     /// the insert statement itself (`INSERT_UNLESS_KNOWN`), so concurrent copies cannot
     /// both get in.
     pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+        if self.postgres().is_some() {
+            // A task of its own, so its outcome (COMMIT included) is recorded for `/readyz`
+            // even when the caller stopped waiting, as the writer thread does on SQLite.
+            let store = self.clone();
+            let task = tokio::spawn(async move {
+                let pg = store.postgres().ok_or(StoreError::Closed)?;
+                let inserted = pg.insert_event(&event).await;
+                store.intake_health().record(inserted.as_ref().map(drop));
+                inserted
+            });
+            return task.await.unwrap_or(Err(StoreError::Closed));
+        }
         // Two statements (the event, then its payload), standing or falling together in the
         // job's savepoint.
         self.run_intake(move |conn| insert_event(conn, &event))

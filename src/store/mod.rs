@@ -18,6 +18,10 @@
 //! alerts task's state in `meta`), `counters.rs` (the hourly counters the writer folds in with
 //! its batches) and `dashboard.rs` (what the status page reads and replays).
 //!
+//! A second backend, PostgreSQL (`postgres/`), sits behind the same [`Store`] methods: the
+//! handle holds one or the other, and the methods PostgreSQL implements dispatch there (see
+//! `handle.rs`). [`Db`] is SQLite's only.
+//!
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
@@ -31,6 +35,7 @@ mod events;
 mod handle;
 mod intake;
 mod observe;
+mod postgres;
 mod queue;
 mod retention;
 mod schema;
@@ -48,6 +53,7 @@ pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
+pub use postgres::CopyReport;
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 
@@ -59,6 +65,13 @@ pub enum StoreError {
     Sqlite(String),
     #[error("the database is closed")]
     Closed,
+    /// A PostgreSQL error, or a connection that could not be had (never with the URL in it).
+    #[error("database error: {0}")]
+    Postgres(String),
+    /// What the PostgreSQL backend does not do yet; the configurations that need it are
+    /// refused at start (`config::POSTGRES_UNSUPPORTED`).
+    #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
+    Unsupported,
 }
 
 impl From<rusqlite::Error> for StoreError {

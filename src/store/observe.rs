@@ -88,6 +88,9 @@ impl Store {
     /// Rewrites one row of `meta` and waits for the COMMIT: proof that the database takes a
     /// durable write now (the write lock is free, the disk has room, the file is writable).
     pub async fn probe_write(&self, now_ms: i64) -> Result<(), StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.probe_write(now_ms).await;
+        }
         self.run(move |conn| probe_write(conn, now_ms)).await
     }
 
@@ -101,8 +104,10 @@ impl Store {
                 error,
             });
         }
-        // A file system that cannot say (statvfs failing) is left to the probe.
-        if let Some(free) = free_space(self.path())
+        // A file system that cannot say (statvfs failing) is left to the probe; PostgreSQL's
+        // disk is its server's, and a full one fails the probe.
+        if self.postgres().is_none()
+            && let Some(free) = free_space(self.path())
             && free < needed_free
         {
             return Err(NotReady::LowSpace {
@@ -116,6 +121,9 @@ impl Store {
     /// Pending and dead counts and the oldest pending event, per endpoint that has any. Reads
     /// only the partial indexes `deliveries_queue` and `deliveries_dead`, plus one row per endpoint.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.queue_stats().await;
+        }
         self.run(queue_stats).await
     }
 }

@@ -129,6 +129,11 @@ impl Store {
     /// At start-up: attempts that were running when the process died go back to pending, due
     /// now, and are recorded as interrupted. Returns how many deliveries.
     pub async fn recover(&self, now_ms: i64) -> Result<usize, StoreError> {
+        if let Some(pg) = self.postgres() {
+            // Leases, not a recovery pass (`postgres/queue.rs`): only the cut-off roll-ups.
+            pg.roll_up_all().await?;
+            return Ok(0);
+        }
         self.run_bookkeeping(move |conn| recover(conn, now_ms))
             .await
     }
@@ -136,6 +141,9 @@ impl Store {
     /// Unfinished (pending or delivering) deliveries per (endpoint, route), for the start-up
     /// check that every such delivery still has a route to go to.
     pub async fn unfinished_by_route(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.unfinished_by_route().await;
+        }
         self.run_bookkeeping(|conn| {
             conn.prepare(UNFINISHED_BY_ROUTE)?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
@@ -152,6 +160,9 @@ impl Store {
         lanes: Vec<LaneClaim>,
         now_ms: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.claim_lanes(lanes, now_ms).await;
+        }
         self.run_bookkeeping(move |conn| {
             lanes
                 .iter()
@@ -183,6 +194,11 @@ impl Store {
         after: AfterAttempt,
         then: Option<ClaimNext>,
     ) -> Result<Option<Delivery>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg
+                .record_attempt(event_id, route, attempt, after, then)
+                .await;
+        }
         self.run_bookkeeping(move |conn| {
             record_attempt(conn, event_id, &route, &attempt, &after)?;
             let Some(next) = then else { return Ok(None) };
@@ -202,6 +218,9 @@ impl Store {
     /// Writes these events' roll-up status, each whose deliveries are all finished (the
     /// others are left pending), in one transaction.
     pub async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.roll_up(event_ids).await;
+        }
         self.run_bookkeeping(move |conn| {
             let mut roll_up = conn.prepare_cached(ROLL_UP)?;
             for id in event_ids {
@@ -215,6 +234,9 @@ impl Store {
     /// SQLite's `data_version`: changes when another connection (say, `portaria events
     /// replay`) commits to the file.
     pub async fn data_version(&self) -> Result<i64, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.data_version().await;
+        }
         self.run_bookkeeping(|conn| conn.query_row("PRAGMA data_version", [], |r| r.get(0)))
             .await
     }

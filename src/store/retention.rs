@@ -100,12 +100,19 @@ impl Store {
         cutoffs: Cutoffs,
         limit: usize,
     ) -> Result<Vec<Removed>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.delete_prunable(cutoffs, limit).await;
+        }
         self.run(move |conn| delete_prunable(conn, &cutoffs, limit))
             .await
     }
 
     /// Gives up to `max_pages` free pages back to the file system (incremental auto-vacuum).
     pub async fn reclaim_space(&self, max_pages: u32) -> Result<Reclaimed, StoreError> {
+        if self.postgres().is_some() {
+            // Nothing to cut: PostgreSQL's autovacuum reuses and returns the space.
+            return Ok(Reclaimed::default());
+        }
         self.run(move |conn| reclaim_space(conn, max_pages)).await
     }
 
@@ -114,6 +121,10 @@ impl Store {
     /// refuses a checkpoint inside one). Returns false if a reader was in the way; the next
     /// checkpoint catches up.
     pub async fn checkpoint(&self) -> Result<bool, StoreError> {
+        if self.postgres().is_some() {
+            // No WAL file of ours: PostgreSQL checkpoints by itself.
+            return Ok(true);
+        }
         self.run_solo(checkpoint).await
     }
 }

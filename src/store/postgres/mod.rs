@@ -1,0 +1,125 @@
+//! The PostgreSQL backend: [`Pg`], a small pool of connections (deadpool) to one database
+//! that any number of portaria instances share. This file owns connecting (settings every
+//! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
+//! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
+//! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
+//! leases and attempts), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
+//! copy` from SQLite).
+//!
+//! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
+//! Nothing here ever formats the connection URL: it may hold a password.
+
+mod copy;
+mod intake;
+mod observe;
+mod queue;
+mod retention;
+mod schema;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use tokio_postgres::NoTls;
+
+pub use copy::CopyReport;
+
+use super::StoreError;
+
+/// Connections per instance: intake's concurrent transactions, the probe and the pruner.
+const POOL_SIZE: usize = 16;
+/// How long a call waits for a connection (a free slot, or a new connection to be made):
+/// well inside intake's 5 s deadline, so an unreachable database answers 503 in time.
+const CONNECTION_WAIT: Duration = Duration::from_secs(2);
+/// Every session's settings: a COMMIT returns only once it is durable (whatever the server's
+/// or database's default), and no statement runs for longer than intake waits.
+const SESSION_OPTIONS: &str = "-c synchronous_commit=on -c statement_timeout=4000 \
+     -c lock_timeout=4000 -c idle_in_transaction_session_timeout=10000";
+
+/// The pool of one instance.
+pub(in crate::store) struct Pg {
+    pool: Pool,
+    /// This instance's name in `deliveries.claimed_by`: unique per process start.
+    instance: String,
+    /// How long a claim holds without renewal.
+    lease_ms: i64,
+}
+
+impl Pg {
+    /// Connects and brings the schema to this binary's version (or refuses a newer one).
+    pub(in crate::store) async fn connect(url: &str) -> Result<Pg, StoreError> {
+        // The parser's own message may quote the text (a password with it): not repeated.
+        let mut config = tokio_postgres::Config::from_str(url)
+            .map_err(|_| StoreError::Postgres("storage.url: not a PostgreSQL URL".into()))?;
+        let options = match config.get_options() {
+            Some(own) => format!("{own} {SESSION_OPTIONS}"),
+            None => SESSION_OPTIONS.to_string(),
+        };
+        config.options(&options);
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECTION_WAIT);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("portaria");
+        }
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(CONNECTION_WAIT))
+            .create_timeout(Some(CONNECTION_WAIT))
+            .recycle_timeout(Some(CONNECTION_WAIT))
+            .build()
+            .map_err(|e| StoreError::Postgres(format!("cannot build the connection pool: {e}")))?;
+        let pg = Pg {
+            pool,
+            instance: instance_id(),
+            lease_ms: queue::lease_ms(),
+        };
+        schema::migrate(&mut *pg.client().await?).await?;
+        tokio::spawn(queue::lease_keeper(
+            pg.pool.clone(),
+            pg.instance.clone(),
+            pg.lease_ms,
+        ));
+        Ok(pg)
+    }
+
+    /// A connection from the pool, within [`CONNECTION_WAIT`].
+    pub(super) async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(|e| {
+            StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {e}"))
+        })
+    }
+
+    /// Closes the pool: idle connections go now, busy ones when their call returns.
+    pub(in crate::store) fn close(&self) {
+        self.pool.close();
+    }
+}
+
+/// A PostgreSQL error as the store reports it: the server's own message (code and text), or
+/// the client's (a closed connection, a timeout). Neither holds the URL or the password.
+pub(super) fn error(e: tokio_postgres::Error) -> StoreError {
+    match e.as_db_error() {
+        Some(db) => StoreError::Postgres(format!("{} ({})", db.message(), db.code().code())),
+        None => StoreError::Postgres(e.to_string()),
+    }
+}
+
+/// The host name, the process id and the start time: no two running instances share it.
+fn instance_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "host".into());
+    let started = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("{host}:{}:{started:x}", std::process::id())
+}

@@ -1,0 +1,350 @@
+//! The forwarding worker's queue on PostgreSQL, shared by every instance on the database.
+//!
+//! A claim marks deliveries `delivering` with this instance's id (`claimed_by`) and a lease
+//! (`lease_until`), in one statement that takes the rows `FOR UPDATE SKIP LOCKED`: two
+//! instances never claim the same delivery. [`lease_keeper`] renews this instance's leases
+//! while its attempts run; a delivery whose lease expired (its instance died) is due again
+//! for any instance, so there is no recovery pass at start. A strict lane (`concurrency = 1`)
+//! takes only its head, `FOR UPDATE` without SKIP LOCKED: an instance waits for another's
+//! claim of the head to commit, then sees it delivering and takes nothing, so arrival order
+//! holds across instances. `order_by` lanes are not on this backend yet (refused at start).
+//! Leases are compared with each instance's clock: keep the instances' clocks in sync (NTP).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use deadpool_postgres::Pool;
+
+use super::{Pg, error};
+use crate::store::{
+    AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Status, StoreError, Tried,
+};
+
+/// How long a claim holds without renewal (unless a test asks: `fault::pg_lease`); it is
+/// renewed every quarter of it.
+const LEASE: Duration = Duration::from_secs(60);
+
+/// The lease in force, in milliseconds.
+pub(super) fn lease_ms() -> i64 {
+    crate::fault::pg_lease().unwrap_or(LEASE).as_millis() as i64
+}
+
+const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
+     WHERE status IN ('pending', 'delivering') GROUP BY endpoint, route";
+/// Due deliveries of a lane: pending and due, or delivering under an expired lease.
+const CLAIM_ANY: &str = "WITH due AS (SELECT event_id FROM deliveries \
+     WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering') \
+     AND ((status = 'pending' AND next_attempt_at <= $3) \
+       OR (status = 'delivering' AND lease_until < $3)) \
+     ORDER BY next_attempt_at, event_id LIMIT $4 FOR UPDATE SKIP LOCKED) \
+     UPDATE deliveries AS d SET status = 'delivering', attempts = d.attempts + 1, \
+     claimed_by = $5, lease_until = $3 + $6 \
+     FROM due WHERE d.event_id = due.event_id AND d.route = $2 \
+     RETURNING d.event_id, d.attempts";
+/// The head of a strict lane, locked (waiting for another instance's claim of it).
+const HEAD: &str = "SELECT event_id, status, next_attempt_at, lease_until FROM deliveries \
+     WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering') \
+     ORDER BY event_id LIMIT 1 FOR UPDATE";
+const CLAIM_ONE: &str = "UPDATE deliveries SET status = 'delivering', attempts = attempts + 1, \
+     claimed_by = $3, lease_until = $4 WHERE event_id = $1 AND route = $2 RETURNING attempts";
+/// When a lane next has something to take: a pending delivery's due time, or a lease's end.
+const NEXT_DUE: &str = "SELECT min(CASE WHEN status = 'pending' THEN next_attempt_at \
+     ELSE lease_until END) FROM deliveries \
+     WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering')";
+const EVENTS: &str = "SELECT e.id, e.dedup_key, e.event_type, e.content_type, e.received_at, \
+     p.headers, p.body FROM events e JOIN payloads p ON p.event_id = e.id WHERE e.id = ANY($1)";
+const INSERT_ATTEMPT: &str = "INSERT INTO attempts (event_id, route, attempt, started_at, \
+     duration_ms, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7)";
+/// Only this instance's claim moves on: one taken over after its lease expired does not.
+const MOVE_ON: &str = "UPDATE deliveries SET status = $3, next_attempt_at = $4, \
+     finished_at = $5, last_error = $7, delivered_ms = $8, claimed_by = NULL, \
+     lease_until = NULL \
+     WHERE event_id = $1 AND route = $2 AND status = 'delivering' AND claimed_by = $6";
+/// An event's status from its deliveries once the last one finished (`WHERE` completed by
+/// [`ROLL_UP`] and [`ROLL_UP_ALL`]).
+macro_rules! roll_up {
+    ($which:literal) => {
+        concat!(
+            "UPDATE events SET \
+             status = CASE WHEN EXISTS (SELECT 1 FROM deliveries d \
+               WHERE d.event_id = events.id AND d.status = 'dead') THEN 'dead' \
+               ELSE 'delivered' END, \
+             finished_at = (SELECT max(d.finished_at) FROM deliveries d \
+               WHERE d.event_id = events.id) \
+             WHERE ",
+            $which,
+            " AND status = 'pending' \
+             AND EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+               AND d.status IN ('pending', 'delivering'))"
+        )
+    };
+}
+const ROLL_UP: &str = roll_up!("id = ANY($1)");
+/// At start: the roll-ups an instance's stop cut off.
+const ROLL_UP_ALL: &str = roll_up!("true");
+const RENEW: &str = "UPDATE deliveries SET lease_until = $2 \
+     WHERE claimed_by = $1 AND status = 'delivering'";
+
+impl Pg {
+    pub(in crate::store) async fn unfinished_by_route(
+        &self,
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(UNFINISHED_BY_ROUTE, &[])
+            .await
+            .map_err(error)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2)))
+            .collect())
+    }
+
+    pub(in crate::store) async fn claim_lanes(
+        &self,
+        lanes: Vec<LaneClaim>,
+        now_ms: i64,
+    ) -> Result<Vec<Claimed>, StoreError> {
+        let mut client = self.client().await?;
+        let mut out = Vec::with_capacity(lanes.len());
+        for l in lanes {
+            let deliveries = self
+                .claim(&mut client, &l.endpoint, &l.route, l.limit, l.order, now_ms)
+                .await?;
+            let next_due = if deliveries.len() < l.limit {
+                client
+                    .query_one(
+                        &client.prepare_cached(NEXT_DUE).await.map_err(error)?,
+                        &[&l.endpoint, &l.route],
+                    )
+                    .await
+                    .map_err(error)?
+                    .get(0)
+            } else {
+                None
+            };
+            out.push(Claimed {
+                deliveries,
+                next_due,
+            });
+        }
+        Ok(out)
+    }
+
+    pub(in crate::store) async fn record_attempt(
+        &self,
+        event_id: i64,
+        route: String,
+        attempt: Tried,
+        after: AfterAttempt,
+        then: Option<ClaimNext>,
+    ) -> Result<Option<Delivery>, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(error)?;
+        if after != AfterAttempt::Delivered {
+            tx.execute(
+                &tx.prepare_cached(INSERT_ATTEMPT).await.map_err(error)?,
+                &[
+                    &event_id,
+                    &route,
+                    &(attempt.attempt as i32),
+                    &attempt.started_at_ms,
+                    &attempt.duration_ms,
+                    &"failed",
+                    &after.error(),
+                ],
+            )
+            .await
+            .map_err(error)?;
+        }
+        let (status, next) = match &after {
+            AfterAttempt::Delivered => (Status::Delivered, None),
+            AfterAttempt::RetryAt { at_ms, .. } => (Status::Pending, Some(*at_ms)),
+            AfterAttempt::Dead { .. } => (Status::Dead, None),
+        };
+        let finished =
+            (status != Status::Pending).then_some(attempt.started_at_ms + attempt.duration_ms);
+        tx.execute(
+            &tx.prepare_cached(MOVE_ON).await.map_err(error)?,
+            &[
+                &event_id,
+                &route,
+                &status.as_str(),
+                &next,
+                &finished,
+                &self.instance,
+                &after.error(),
+                &(after == AfterAttempt::Delivered).then_some(attempt.duration_ms),
+            ],
+        )
+        .await
+        .map_err(error)?;
+        tx.commit().await.map_err(error)?;
+        let Some(next) = then else { return Ok(None) };
+        let mut claimed = self
+            .claim(
+                &mut client,
+                &next.endpoint,
+                &next.route,
+                1,
+                next.order,
+                next.now_ms,
+            )
+            .await?;
+        Ok(claimed.pop())
+    }
+
+    /// At start: no delivery to recover (leases), only the roll-ups a stop cut off.
+    pub(in crate::store) async fn roll_up_all(&self) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client.execute(ROLL_UP_ALL, &[]).await.map_err(error)?;
+        Ok(())
+    }
+
+    pub(in crate::store) async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        client
+            .execute(ROLL_UP, &[&event_ids])
+            .await
+            .map_err(error)?;
+        Ok(())
+    }
+
+    /// Changes whenever anything was written to the database (by any instance): the worker's
+    /// slow check for deliveries another instance accepted.
+    pub(in crate::store) async fn data_version(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", &[])
+            .await
+            .map_err(error)?;
+        Ok(row.get(0))
+    }
+
+    /// Claims up to `limit` due deliveries of one lane, in one transaction, with their events.
+    async fn claim(
+        &self,
+        client: &mut deadpool_postgres::Object,
+        endpoint: &str,
+        route: &str,
+        limit: usize,
+        order: Order,
+        now_ms: i64,
+    ) -> Result<Vec<Delivery>, StoreError> {
+        let lease_until = now_ms + self.lease_ms;
+        let tx = client.transaction().await.map_err(error)?;
+        let claimed: Vec<(i64, i32)> = match order {
+            Order::Any => {
+                let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                tx.query(
+                    &tx.prepare_cached(CLAIM_ANY).await.map_err(error)?,
+                    &[
+                        &endpoint,
+                        &route,
+                        &now_ms,
+                        &limit,
+                        &self.instance,
+                        &self.lease_ms,
+                    ],
+                )
+                .await
+                .map_err(error)?
+                .into_iter()
+                .map(|r| (r.get(0), r.get(1)))
+                .collect()
+            }
+            Order::Strict => {
+                let head = tx
+                    .query_opt(
+                        &tx.prepare_cached(HEAD).await.map_err(error)?,
+                        &[&endpoint, &route],
+                    )
+                    .await
+                    .map_err(error)?;
+                let takeable = head.and_then(|r| {
+                    let (id, status): (i64, String) = (r.get(0), r.get(1));
+                    let due: Option<i64> = r.get(2);
+                    let lease: Option<i64> = r.get(3);
+                    let free = match status.as_str() {
+                        "pending" => due.unwrap_or(0) <= now_ms,
+                        _ => lease.unwrap_or(0) < now_ms,
+                    };
+                    free.then_some(id)
+                });
+                match takeable {
+                    None => Vec::new(),
+                    Some(id) => {
+                        let attempts: i32 = tx
+                            .query_one(
+                                &tx.prepare_cached(CLAIM_ONE).await.map_err(error)?,
+                                &[&id, &route, &self.instance, &lease_until],
+                            )
+                            .await
+                            .map_err(error)?
+                            .get(0);
+                        vec![(id, attempts)]
+                    }
+                }
+            }
+            // Refused at start on this backend (`config::POSTGRES_UNSUPPORTED`).
+            Order::ByKey => return Err(StoreError::Unsupported),
+        };
+        let ids: Vec<i64> = claimed.iter().map(|(id, _)| *id).collect();
+        let rows = if ids.is_empty() {
+            Vec::new()
+        } else {
+            tx.query(&tx.prepare_cached(EVENTS).await.map_err(error)?, &[&ids])
+                .await
+                .map_err(error)?
+        };
+        tx.commit().await.map_err(error)?;
+        let mut out = Vec::with_capacity(claimed.len());
+        for (id, attempt) in claimed {
+            let Some(r) = rows.iter().find(|r| r.get::<_, i64>(0) == id) else {
+                continue;
+            };
+            out.push(Delivery {
+                event_id: id,
+                endpoint: endpoint.to_string(),
+                route: route.to_string(),
+                dedup_key: r.get(1),
+                event_type: r.get(2),
+                content_type: r.get(3),
+                received_at_ms: r.get(4),
+                attempt: u32::try_from(attempt).unwrap_or(0),
+                headers: Bytes::from(r.get::<_, Vec<u8>>(5)),
+                body: Bytes::from(r.get::<_, Vec<u8>>(6)),
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Renews this instance's leases every quarter lease until the pool closes. A failed round
+/// (the database away) is retried at the next; a lease that expires meanwhile lets another
+/// instance take the delivery over, and this one's record of it is then not applied.
+pub(super) async fn lease_keeper(pool: Pool, instance: String, lease_ms: i64) {
+    let every = Duration::from_millis((lease_ms / 4).max(25) as u64);
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if pool.is_closed() {
+            return;
+        }
+        let Ok(client) = pool.get().await else {
+            continue;
+        };
+        let until = unix_ms() + lease_ms;
+        if let Err(e) = client.execute(RENEW, &[&instance, &until]).await {
+            tracing::warn!(error = %error(e), "cannot renew the delivery leases");
+        }
+    }
+}
+
+fn unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}

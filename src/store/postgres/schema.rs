@@ -1,0 +1,125 @@
+//! The PostgreSQL schema and its migrations. Versions are counted on their own (not SQLite's
+//! `user_version`): `meta.schema_version`. Every migration runs in one transaction that first
+//! takes a transaction-level advisory lock, so instances starting together do not race: the
+//! second waits, then finds the schema current. A database newer than this binary is refused,
+//! as on SQLite.
+//!
+//! The dedup barrier is the table `dedup`: one row per (endpoint, dedup key), its PRIMARY KEY
+//! the unique constraint an insert takes (see `intake.rs` for the window).
+
+use tokio_postgres::Client;
+
+use super::error;
+use crate::store::StoreError;
+
+/// The schema this binary writes.
+pub(super) const VERSION: i64 = 1;
+/// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
+const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
+
+/// Version 1: events, payloads, deliveries (one row per event and route, with the claim
+/// columns a multi-instance worker needs), attempts, the dedup barrier, meta.
+const V1: &str = "
+CREATE SEQUENCE events_id_seq;
+CREATE TABLE events (
+    id BIGINT PRIMARY KEY DEFAULT nextval('events_id_seq'),
+    endpoint TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    event_type TEXT,
+    content_type TEXT,
+    payload_bytes BIGINT NOT NULL,
+    received_at BIGINT NOT NULL,
+    status TEXT NOT NULL,
+    client_cert TEXT,
+    finished_at BIGINT
+);
+ALTER SEQUENCE events_id_seq OWNED BY events.id;
+CREATE INDEX events_endpoint ON events (endpoint, received_at);
+CREATE INDEX events_finished ON events (received_at) WHERE status IN ('delivered', 'stored', 'dead');
+CREATE TABLE payloads (
+    event_id BIGINT PRIMARY KEY REFERENCES events (id) ON DELETE CASCADE,
+    headers BYTEA NOT NULL,
+    body BYTEA NOT NULL
+);
+CREATE TABLE deliveries (
+    event_id BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    route TEXT NOT NULL,
+    endpoint TEXT NOT NULL,
+    status TEXT NOT NULL,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_attempt_at BIGINT,
+    order_key TEXT,
+    claimed_by TEXT,
+    lease_until BIGINT,
+    last_error TEXT,
+    finished_at BIGINT,
+    delivered_ms BIGINT,
+    PRIMARY KEY (event_id, route)
+);
+CREATE INDEX deliveries_queue ON deliveries (endpoint, route, event_id)
+    WHERE status IN ('pending', 'delivering');
+CREATE INDEX deliveries_dead ON deliveries (endpoint) WHERE status = 'dead';
+CREATE TABLE attempts (
+    id BIGSERIAL PRIMARY KEY,
+    event_id BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    route TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    started_at BIGINT NOT NULL,
+    duration_ms BIGINT NOT NULL,
+    outcome TEXT NOT NULL,
+    error TEXT
+);
+CREATE INDEX attempts_event ON attempts (event_id);
+CREATE TABLE dedup (
+    endpoint TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    event_id BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE DEFERRABLE INITIALLY DEFERRED,
+    received_at BIGINT NOT NULL,
+    PRIMARY KEY (endpoint, dedup_key)
+);
+CREATE INDEX dedup_event ON dedup (event_id);
+";
+
+/// Brings the database to [`VERSION`], or refuses one newer than this binary.
+pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
+    let tx = client.transaction().await.map_err(error)?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(error)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        .await
+        .map_err(error)?;
+    let found: Option<String> = tx
+        .query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+        .await
+        .map_err(error)?
+        .map(|row| row.get(0));
+    let found: i64 = match found.map(|v| v.parse()) {
+        None => 0,
+        Some(Ok(v)) => v,
+        Some(Err(_)) => {
+            return Err(StoreError::Postgres(
+                "meta.schema_version is not a number".into(),
+            ));
+        }
+    };
+    if found > VERSION {
+        return Err(StoreError::Postgres(format!(
+            "the database has schema version {found}, newer than this binary's {VERSION}: \
+             upgrade portaria"
+        )));
+    }
+    if found == VERSION {
+        return tx.commit().await.map_err(error);
+    }
+    // Only version 1 so far: later versions add their steps here, from `found` up.
+    tx.batch_execute(V1).await.map_err(error)?;
+    tx.execute(
+        "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
+         ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        &[&VERSION.to_string()],
+    )
+    .await
+    .map_err(error)?;
+    tx.commit().await.map_err(error)
+}
