@@ -156,15 +156,18 @@ async fn a_failing_route_holds_back_no_other_route() {
     })
     .await;
     let db = server.db();
-    for id in 1..=3 {
-        assert_eq!(
-            delivery_status(&db, id, "audit").as_deref(),
-            Some("delivered")
-        );
-    }
+    // A target's answer (or the command's exit) comes before the attempt is recorded: wait for
+    // the records, then check them.
+    eventually(WAIT, "audit recorded every delivery", || {
+        (1..=3).all(|id| delivery_status(&db, id, "audit").as_deref() == Some("delivered"))
+    })
+    .await;
+    eventually(WAIT, "erp recorded its failed first attempt", || {
+        delivery_status(&db, 1, "erp").as_deref() == Some("pending")
+    })
+    .await;
     // erp: its head waits for its retry, the rest wait behind it; the events stay pending.
     assert_eq!(calls(work.path()), [(1, "erp".to_string(), 1)]);
-    assert_eq!(delivery_status(&db, 1, "erp").as_deref(), Some("pending"));
     assert_eq!(
         server.one::<i64>("SELECT count(*) FROM events WHERE status = 'pending'"),
         3,
