@@ -84,6 +84,22 @@ pub struct QueueStats {
     pub dead: u64,
 }
 
+impl QueueStats {
+    /// Adds one endpoint's dead count to the pending figures read before it (an endpoint with
+    /// only dead events gets a row of its own): both backends read the two apart.
+    pub(super) fn add_dead(out: &mut Vec<QueueStats>, endpoint: String, dead: u64) {
+        match out.iter_mut().find(|s| s.endpoint == endpoint) {
+            Some(stats) => stats.dead = dead,
+            None => out.push(QueueStats {
+                endpoint,
+                pending: 0,
+                oldest_pending_ms: None,
+                dead,
+            }),
+        }
+    }
+}
+
 impl Store {
     /// Rewrites one row of `meta` and waits for the COMMIT: proof that the database takes a
     /// durable write now (the write lock is free, the disk has room, the file is writable).
@@ -187,17 +203,7 @@ pub(super) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>
     let mut dead = conn.prepare_cached(DEAD)?;
     let mut rows = dead.query([])?;
     while let Some(r) = rows.next()? {
-        let endpoint: String = r.get(0)?;
-        let n = r.get::<_, i64>(1)? as u64;
-        match out.iter_mut().find(|s| s.endpoint == endpoint) {
-            Some(stats) => stats.dead = n,
-            None => out.push(QueueStats {
-                endpoint,
-                pending: 0,
-                oldest_pending_ms: None,
-                dead: n,
-            }),
-        }
+        QueueStats::add_dead(&mut out, r.get(0)?, r.get::<_, i64>(1)? as u64);
     }
     Ok(out)
 }

@@ -38,17 +38,7 @@ impl Pg {
             });
         }
         for row in client.query(DEAD, &[]).await.map_err(error)? {
-            let endpoint: String = row.get(0);
-            let n = row.get::<_, i64>(1) as u64;
-            match out.iter_mut().find(|s| s.endpoint == endpoint) {
-                Some(stats) => stats.dead = n,
-                None => out.push(QueueStats {
-                    endpoint,
-                    pending: 0,
-                    oldest_pending_ms: None,
-                    dead: n,
-                }),
-            }
+            QueueStats::add_dead(&mut out, row.get(0), row.get::<_, i64>(1) as u64);
         }
         Ok(out)
     }
