@@ -154,17 +154,14 @@ impl Store {
 /// bench/PROFILE.md.)
 pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
      dedup_key, dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
-     object_id) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT ?8 WHERE NOT EXISTS \
+     object_id, client_cert) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT ?8 WHERE NOT EXISTS \
      (SELECT 1 FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 AND dedup_key = ?2 \
-     AND received_at >= ?9)), ?10)";
+     AND received_at >= ?9)), ?10, ?11)";
 /// The window start that makes every earlier row of the key count: no window.
 pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint.
 pub(super) const INSERT_PAYLOAD: &str =
     "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)";
-/// The client certificate of the event just inserted, in the same savepoint (on the page the
-/// insert already dirtied); only for events that came with one.
-const SET_CLIENT_CERT: &str = "UPDATE events SET client_cert = ?2 WHERE id = ?1";
 /// One delivery of the event just inserted, due at once.
 pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
      status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
@@ -194,15 +191,12 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
         status.as_str(),
         since,
         e.object_id,
+        e.client_cert,
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
         conn.prepare_cached(INSERT_PAYLOAD)?
             .execute(params![id, e.headers, &e.body[..]])?;
-        if let Some(cert) = &e.client_cert {
-            conn.prepare_cached(SET_CLIENT_CERT)?
-                .execute(params![id, cert])?;
-        }
         let mut delivery = conn.prepare_cached(INSERT_DELIVERY)?;
         for d in &e.routes {
             delivery.execute(params![
@@ -373,11 +367,13 @@ mod tests {
         for (query, args) in [
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", 0, none],
+                params!["a", "k", 1, none, none, 0, 0, "stored", 0, none, none],
             ),
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW, none],
+                params![
+                    "a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW, none, none
+                ],
             ),
             (KNOWN, params!["a", "k", 1, 0]),
             (KNOWN, params!["a", "k", 1, NO_WINDOW]),

@@ -356,6 +356,7 @@ pub(super) fn restore(
             status.as_str(),
             NO_WINDOW,
             s.object_id,
+            None::<String>,
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
