@@ -198,7 +198,8 @@ impl Task {
             }
         }
         if !self.quiet_after.is_empty() {
-            match timeout(LOAD_BOUND, self.store.endpoints_with_events()).await {
+            let names = self.quiet_after.keys().cloned().collect();
+            match timeout(LOAD_BOUND, self.store.endpoints_with_events(names)).await {
                 Ok(Ok(names)) => self.watch.received_before(names),
                 Ok(Err(e)) => self.store_failed("reading which endpoints have events", &e),
                 Err(_) => self.store_failed("reading which endpoints have events", &timed_out()),

@@ -38,11 +38,14 @@ impl Store {
         self.run(move |conn| dead_after(conn, cursor)).await
     }
 
-    /// Every endpoint name that has a stored event: the ones that "usually receive events"
-    /// when the server starts. Reads the whole table once (there is no index on the endpoint
-    /// alone), so it is asked at start-up only.
-    pub async fn endpoints_with_events(&self) -> Result<Vec<String>, StoreError> {
-        self.run(endpoints_with_events).await
+    /// Those of `names` that have a stored event: the ones that "usually receive events" when
+    /// the server starts. One step into `events_endpoint` each, however large `events` is.
+    pub async fn endpoints_with_events(
+        &self,
+        names: Vec<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        self.run(move |conn| endpoints_with_events(conn, names))
+            .await
     }
 
     /// The alerts task's saved state: every `meta` row under [`ALERT_KEY_PREFIX`].
@@ -88,11 +91,18 @@ fn dead_after(conn: &Connection, cursor: i64) -> rusqlite::Result<DeadBatch> {
     Ok(DeadBatch { events, cursor })
 }
 
-const ENDPOINTS_WITH_EVENTS: &str = "SELECT DISTINCT endpoint FROM events";
+/// Whether one endpoint has any event: a search of `events_endpoint` that stops at the first.
+const HAS_EVENTS: &str = "SELECT EXISTS (SELECT 1 FROM events WHERE endpoint = ?1)";
 
-fn endpoints_with_events(conn: &Connection) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(ENDPOINTS_WITH_EVENTS)?;
-    stmt.query_map([], |r| r.get(0))?.collect()
+fn endpoints_with_events(conn: &Connection, names: Vec<String>) -> rusqlite::Result<Vec<String>> {
+    let mut stmt = conn.prepare_cached(HAS_EVENTS)?;
+    let mut out = Vec::new();
+    for name in names {
+        if stmt.query_row([&name], |r| r.get::<_, bool>(0))? {
+            out.push(name);
+        }
+    }
+    Ok(out)
 }
 
 /// A range of the primary key: `alerts:` up to `alerts;` (`;` follows `:`).
@@ -219,8 +229,20 @@ mod tests {
         assert_eq!(probe, 1);
         row(&db, "a", "k", Status::Stored, 0);
         row(&db, "b", "k", Status::Stored, 0);
-        let mut names = endpoints_with_events(conn).unwrap();
-        names.sort();
-        assert_eq!(names, ["a", "b"]);
+        let asked = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(endpoints_with_events(conn, asked).unwrap(), ["a", "b"]);
+        let plans: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {HAS_EVENTS}"))
+            .unwrap()
+            .query_map(["a"], |r| r.get(3))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert!(
+            plans
+                .iter()
+                .any(|p| p.contains("INDEX events_endpoint (endpoint=?)")),
+            "{plans:?}"
+        );
     }
 }
