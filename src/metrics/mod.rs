@@ -720,4 +720,30 @@ mod tests {
         assert!(!text.contains("portaria_events_dead{"), "{text}");
         assert!(text.contains("portaria_requests_total{"), "{text}");
     }
+
+    #[test]
+    fn facts_count_what_the_alerts_watch() {
+        let metrics = Metrics::new(ENDPOINTS);
+        let fact = |m: &Metrics| {
+            m.facts()
+                .into_iter()
+                .find(|f| f.endpoint == "pagarme")
+                .unwrap()
+        };
+        assert_eq!(fact(&metrics).accepted, 0);
+        let ms = Duration::from_millis(1);
+        metrics.request(Some("pagarme"), ACCEPTED, ms);
+        metrics.request(Some("pagarme"), DUPLICATE, ms);
+        metrics.request(Some("pagarme"), "storage_error", ms);
+        metrics.delivery("pagarme", "default", "delivered", SLOW_DELIVERY);
+        metrics.delivery("pagarme", "default", "failed", SLOW_DELIVERY + ms);
+        let f = fact(&metrics);
+        assert_eq!(
+            (f.accepted, f.storage_errors, f.slow_deliveries),
+            (1, 1, 1),
+            "{f:?}"
+        );
+        assert_eq!((f.window_duplicates, f.window_received), (1, 2));
+        assert_eq!(metrics.facts().len(), 2, "one per configured endpoint");
+    }
 }
