@@ -179,7 +179,7 @@ fn fill(filler: &Path) {
 }
 
 /// GET on the admin listener: the status.
-async fn readyz(process: &Process) -> u16 {
+pub async fn readyz(process: &Process) -> u16 {
     send(process.admin.unwrap(), "GET", "/readyz", &[], b"")
         .await
         .status
@@ -220,6 +220,56 @@ pub fn assert_whole(db: &Path) {
         )
         .unwrap();
     assert_eq!(orphans, 0, "an event without its payload");
+}
+
+/// Once storage works again: the forward target comes up, every accepted event (the payment
+/// bodies 0..3 and `last`) is delivered and none of `refused` ever is, the pruner gets its
+/// pass done, and the process stops cleanly, leaving a whole database with just those four.
+pub async fn assert_recovered_whole(
+    mut process: Process,
+    flag: &Path,
+    out: &Path,
+    db: &Path,
+    last: Vec<u8>,
+    refused: &[Vec<u8>],
+) {
+    std::fs::write(flag, b"").unwrap();
+    eventually(
+        Duration::from_secs(20),
+        "all four accepted events delivered",
+        || delivered(out).len() >= 4,
+    )
+    .await;
+    let lines = delivered(out);
+    for n in 0..3 {
+        let body = String::from_utf8(payment_body(n)).unwrap();
+        assert!(lines.contains(&body), "event {n} delivered");
+    }
+    assert!(lines.contains(&String::from_utf8(last).unwrap()));
+    for body in refused {
+        assert!(!lines.contains(&String::from_utf8(body.clone()).unwrap()));
+    }
+    // The pruner got its pass done once it could write again.
+    eventually(Duration::from_secs(30), "the old events are pruned", || {
+        open_db(db)
+            .query_row(
+                "SELECT count(*) FROM events WHERE dedup_key LIKE 'old%'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 0
+    })
+    .await;
+
+    process.signal(libc::SIGTERM);
+    let status = process.wait(Duration::from_secs(20)).await;
+    assert!(status.success(), "{status:?}");
+    assert_whole(db);
+    let stored: i64 = open_db(db)
+        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 4, "the refused webhooks left nothing behind");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,44 +368,6 @@ async fn a_full_disk_gets_503_and_not_ready_then_recovers_by_itself_when_space_r
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // The target comes up: everything accepted is delivered, nothing refused ever is.
-    std::fs::write(&flag, b"").unwrap();
-    eventually(
-        Duration::from_secs(20),
-        "all four accepted events delivered",
-        || delivered(&out).len() >= 4,
-    )
-    .await;
-    let lines = delivered(&out);
-    for n in 0..3 {
-        let body = String::from_utf8(payment_body(n)).unwrap();
-        assert!(lines.contains(&body), "event {n} delivered");
-    }
-    assert!(lines.contains(&String::from_utf8(body).unwrap()));
-    for body in &refused {
-        assert!(!lines.contains(&String::from_utf8(body.clone()).unwrap()));
-    }
-    // The pruner got its pass done once there was room.
-    eventually(Duration::from_secs(30), "the old events are pruned", || {
-        open_db(&db)
-            .query_row(
-                "SELECT count(*) FROM events WHERE dedup_key LIKE 'old%'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            == 0
-    })
-    .await;
-
-    process.signal(libc::SIGTERM);
-    let status = process.wait(Duration::from_secs(20)).await;
-    assert!(status.success(), "{status:?}");
-    assert_whole(&db);
-    let stored: i64 = open_db(&db)
-        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(stored, 4, "the refused webhooks left nothing behind");
-    drop(process);
+    assert_recovered_whole(process, &flag, &out, &db, body, &refused).await;
     drop(fs);
 }

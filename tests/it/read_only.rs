@@ -8,16 +8,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::disk_full::{age_rows, assert_whole, config, cpu_time, delivered, gated_recorder};
+use crate::disk_full::{
+    age_rows, assert_recovered_whole, config, cpu_time, gated_recorder, readyz,
+};
 use crate::refusing_fs::refusing_fs_or_skip;
 use crate::support::*;
-
-/// GET on the admin listener: the status.
-async fn readyz(process: &Process) -> u16 {
-    send(process.admin.unwrap(), "GET", "/readyz", &[], b"")
-        .await
-        .status
-}
 
 #[test]
 fn the_passthrough_carries_sqlite_in_wal_mode_and_refuses_writes_while_read_only() {
@@ -174,44 +169,6 @@ async fn read_only_storage_gets_503_and_not_ready_then_recovers_by_itself_when_w
         back.elapsed()
     );
 
-    // The target comes up: everything accepted is delivered, nothing refused ever is.
-    std::fs::write(&flag, b"").unwrap();
-    eventually(
-        Duration::from_secs(20),
-        "all four accepted events delivered",
-        || delivered(&out).len() >= 4,
-    )
-    .await;
-    let lines = delivered(&out);
-    for n in 0..3 {
-        let body = String::from_utf8(payment_body(n)).unwrap();
-        assert!(lines.contains(&body), "event {n} delivered");
-    }
-    assert!(lines.contains(&String::from_utf8(body).unwrap()));
-    for body in &refused {
-        assert!(!lines.contains(&String::from_utf8(body.clone()).unwrap()));
-    }
-    // The pruner got its pass done once it could write.
-    eventually(Duration::from_secs(30), "the old events are pruned", || {
-        open_db(&db)
-            .query_row(
-                "SELECT count(*) FROM events WHERE dedup_key LIKE 'old%'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            == 0
-    })
-    .await;
-
-    process.signal(libc::SIGTERM);
-    let status = process.wait(Duration::from_secs(20)).await;
-    assert!(status.success(), "{status:?}");
-    assert_whole(&db);
-    let stored: i64 = open_db(&db)
-        .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(stored, 4, "the refused webhooks left nothing behind");
-    drop(process);
+    assert_recovered_whole(process, &flag, &out, &db, body, &refused).await;
     drop(fs);
 }
