@@ -6,9 +6,9 @@
 use std::path::Path;
 use std::str::FromStr;
 
+use super::Alerts;
 use super::raw::RawStorage;
 use super::validate::Validator;
-use super::{Alerts, Endpoint};
 
 /// A PostgreSQL connection string (a `postgres://` URL or `key=value` pairs). It may hold a
 /// password, so `Debug` shows none of it and no message quotes it.
@@ -29,8 +29,8 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "order_by (per-key ordering), [alerts], \
-     storage.archive_dir; and the commands events, prune, archive, backup";
+pub const POSTGRES_UNSUPPORTED: &str = "[alerts], storage.archive_dir; and the commands \
+     events, prune, archive, backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).
@@ -104,18 +104,8 @@ impl Validator<'_> {
     }
 
     /// On PostgreSQL, refuses what that backend does not support yet, naming it.
-    pub(super) fn check_postgres_support(
-        &mut self,
-        endpoints: &[Endpoint],
-        alerts: Option<&Alerts>,
-        archive: bool,
-    ) {
+    pub(super) fn check_postgres_support(&mut self, alerts: Option<&Alerts>, archive: bool) {
         let mut used = Vec::new();
-        for e in endpoints {
-            for r in e.routes.iter().filter(|r| r.order_by.is_some()) {
-                used.push(format!("order_by (endpoint {}, route {})", e.name, r.name));
-            }
-        }
         if alerts.is_some() {
             used.push("[alerts]".to_string());
         }

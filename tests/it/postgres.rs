@@ -295,7 +295,8 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
     let url = "url = \"postgres://portaria@127.0.0.1:1/portaria\"";
-    // Per-key ordering and an archive: `check` (and so `serve`) refuses, naming both.
+    // An archive: `check` (and so `serve`) refuses, naming it (per-key ordering beside it is
+    // supported now, and not named).
     let ordered = config(
         url,
         "[[endpoint.route]]\nname = \"erp\"\nforward = { url = \"http://127.0.0.1:1/\" }\n\
@@ -310,10 +311,10 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("the PostgreSQL backend does not support yet: order_by (endpoint"),
+        stderr.contains("the PostgreSQL backend does not support yet: storage.archive_dir"),
         "{stderr}"
     );
-    assert!(stderr.contains("storage.archive_dir"), "{stderr}");
+    assert!(!stderr.contains("order_by (endpoint"), "{stderr}");
     let out = run_cli(&["serve"], &path);
     assert!(!out.status.success());
     // Forwarding itself is fine.
@@ -453,12 +454,20 @@ async fn concurrency_one_keeps_arrival_order_across_instances() {
 }
 
 /// SIGKILL of the instance delivering an event: another instance delivers it once the dead
-/// one's lease expires, with no restart of the dead one and no recovery pass.
+/// one's lease expires, with no restart of the dead one and no recovery pass, and records the
+/// cut-off attempt as `interrupted` first; on a strict lane (`concurrency = 1`, the head
+/// taken over) and an unordered one (`concurrency = 4`, the claim statement's own takeover).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_instances_delivery_is_taken_over_after_its_lease() {
     let Some(pg) = pg_cluster::shared() else {
         return;
     };
+    for concurrency in [1, 4] {
+        taken_over_after_its_lease(pg, concurrency).await;
+    }
+}
+
+async fn taken_over_after_its_lease(pg: &Cluster, concurrency: usize) {
     let db = pg.database().await;
     let url = pg.url(&db);
     let dir = tempfile::tempdir().unwrap();
@@ -478,7 +487,7 @@ async fn a_killed_instances_delivery_is_taken_over_after_its_lease() {
     let spawn = |name: &str, command: &std::path::Path| {
         let path = dir.path().join(format!("{name}.toml"));
         let forward = format!(
-            "forward = {{ command = [\"{}\"], timeout_secs = 60 }}",
+            "forward = {{ command = [\"{}\"], timeout_secs = 60 }}\nconcurrency = {concurrency}",
             command.display()
         );
         std::fs::write(&path, config(&format!("url = \"{url}\""), &forward)).unwrap();
@@ -523,10 +532,31 @@ async fn a_killed_instances_delivery_is_taken_over_after_its_lease() {
         assert!(Instant::now() < deadline, "the event was not rolled up");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Claimed twice (A's attempt, then B's), delivered once.
+    // Claimed twice (A's attempt, then B's), delivered once; A's cut-off attempt explains
+    // the second forward, as an `interrupted` row, as SQLite's recovery records it.
     assert_eq!(
         count(&client, "SELECT attempts::bigint FROM deliveries").await,
         2
+    );
+    let rows: Vec<(i32, String, Option<String>)> = client
+        .query(
+            "SELECT attempt, outcome, error FROM attempts ORDER BY id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1), r.get(2)))
+        .collect();
+    assert_eq!(rows.len(), 1, "concurrency {concurrency}: {rows:?}");
+    assert_eq!(
+        (rows[0].0, rows[0].1.as_str()),
+        (1, "interrupted"),
+        "{rows:?}"
+    );
+    assert!(
+        rows[0].2.as_deref().unwrap_or("").contains("lease"),
+        "{rows:?}"
     );
     drop(b);
 }

@@ -7,7 +7,11 @@
 //! for any instance, so there is no recovery pass at start. A strict lane (`concurrency = 1`)
 //! takes only its head, `FOR UPDATE` without SKIP LOCKED: an instance waits for another's
 //! claim of the head to commit, then sees it delivering and takes nothing, so arrival order
-//! holds across instances. `order_by` lanes are not on this backend yet (refused at start).
+//! holds across instances. An `order_by` lane takes only its keys' heads: a delivery whose key
+//! has an older unfinished delivery (pending, or delivering in any instance's hands) waits,
+//! so one key goes one at a time across all instances, and a keyless delivery is its own lane.
+//! A delivery taken over after its lease expired gets its cut-off attempt recorded as
+//! `interrupted` in the claim's own transaction, as SQLite's recovery does at start.
 //! Leases are compared with each instance's clock: keep the instances' clocks in sync (NTP).
 
 use std::time::Duration;
@@ -31,26 +35,65 @@ pub(super) fn lease_ms() -> i64 {
 
 const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
      WHERE status IN ('pending', 'delivering') GROUP BY endpoint, route";
-/// Due deliveries of a lane: pending and due, or delivering under an expired lease.
-const CLAIM_ANY: &str = "WITH due AS (SELECT event_id FROM deliveries \
-     WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering') \
-     AND ((status = 'pending' AND next_attempt_at <= $3) \
-       OR (status = 'delivering' AND lease_until < $3)) \
-     ORDER BY next_attempt_at, event_id LIMIT $4 FOR UPDATE SKIP LOCKED) \
-     UPDATE deliveries AS d SET status = 'delivering', attempts = d.attempts + 1, \
-     claimed_by = $5, lease_until = $3 + $6 \
-     FROM due WHERE d.event_id = due.event_id AND d.route = $2 \
-     RETURNING d.event_id, d.attempts";
+/// Due deliveries of a lane: pending and due, or delivering under an expired lease (taken
+/// over: its cut-off attempt is recorded as `interrupted` by the same statement, so every
+/// forward beyond the first is explained by an attempt row). `$which` narrows the candidates
+/// (`order_by`: only a key's head).
+macro_rules! claim {
+    ($($which:tt)*) => {
+        concat!(
+            "WITH due AS (SELECT d.event_id, d.status AS was, d.attempts AS tried \
+             FROM deliveries AS d \
+             WHERE d.endpoint = $1 AND d.route = $2 AND d.status IN ('pending', 'delivering') \
+             AND ((d.status = 'pending' AND d.next_attempt_at <= $3) \
+               OR (d.status = 'delivering' AND d.lease_until < $3)) ",
+            $($which)*,
+            " ORDER BY d.next_attempt_at, d.event_id LIMIT $4 FOR UPDATE SKIP LOCKED), \
+             cut AS (INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, \
+               outcome, error) SELECT event_id, $2, tried, $3, 0, 'interrupted', \
+               'the instance delivering it stopped renewing its lease' \
+               FROM due WHERE was = 'delivering') \
+             UPDATE deliveries AS d SET status = 'delivering', attempts = d.attempts + 1, \
+             claimed_by = $5, lease_until = $3 + $6 \
+             FROM due WHERE d.event_id = due.event_id AND d.route = $2 \
+             RETURNING d.event_id, d.attempts"
+        )
+    };
+}
+const CLAIM_ANY: &str = claim!("");
+/// A delivery with no older unfinished one of its ordering key, in any instance's hands
+/// (none: a lane of its own). Read through `deliveries_order`.
+macro_rules! key_head {
+    () => {
+        "AND (d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries AS o \
+         WHERE o.endpoint = $1 AND o.route = $2 AND o.status IN ('pending', 'delivering') \
+         AND o.order_key IS NOT NULL AND o.order_key = d.order_key \
+         AND o.event_id < d.event_id))"
+    };
+}
+/// `order_by`: the due deliveries that are their key's head.
+const CLAIM_BY_KEY: &str = claim!(key_head!());
 /// The head of a strict lane, locked (waiting for another instance's claim of it).
 const HEAD: &str = "SELECT event_id, status, next_attempt_at, lease_until FROM deliveries \
      WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering') \
      ORDER BY event_id LIMIT 1 FOR UPDATE";
 const CLAIM_ONE: &str = "UPDATE deliveries SET status = 'delivering', attempts = attempts + 1, \
      claimed_by = $3, lease_until = $4 WHERE event_id = $1 AND route = $2 RETURNING attempts";
+/// A strict lane's head taken over after its lease expired: the cut-off attempt ($3).
+const TAKEN_OVER: &str = "INSERT INTO attempts (event_id, route, attempt, started_at, \
+     duration_ms, outcome, error) VALUES ($1, $2, $3, $4, 0, 'interrupted', \
+     'the instance delivering it stopped renewing its lease')";
 /// When a lane next has something to take: a pending delivery's due time, or a lease's end.
 const NEXT_DUE: &str = "SELECT min(CASE WHEN status = 'pending' THEN next_attempt_at \
      ELSE lease_until END) FROM deliveries \
      WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering')";
+/// `order_by`: when the soonest key head of a lane can be taken.
+const NEXT_DUE_BY_KEY: &str = concat!(
+    "SELECT min(CASE WHEN d.status = 'pending' THEN d.next_attempt_at \
+     ELSE d.lease_until END) FROM deliveries AS d \
+     WHERE d.endpoint = $1 AND d.route = $2 AND d.status IN ('pending', 'delivering') ",
+    key_head!()
+);
 const EVENTS: &str = "SELECT e.id, e.dedup_key, e.event_type, e.content_type, e.received_at, \
      p.headers, p.body FROM events e JOIN payloads p ON p.event_id = e.id WHERE e.id = ANY($1)";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (event_id, route, attempt, started_at, \
@@ -113,9 +156,13 @@ impl Pg {
                 .claim(&mut client, &l.endpoint, &l.route, l.limit, l.order, now_ms)
                 .await?;
             let next_due = if deliveries.len() < l.limit {
+                let sql = match l.order {
+                    Order::ByKey => NEXT_DUE_BY_KEY,
+                    Order::Any | Order::Strict => NEXT_DUE,
+                };
                 client
                     .query_one(
-                        &client.prepare_cached(NEXT_DUE).await.map_err(error)?,
+                        &client.prepare_cached(sql).await.map_err(error)?,
                         &[&l.endpoint, &l.route],
                     )
                     .await
@@ -235,10 +282,14 @@ impl Pg {
         let lease_until = now_ms + self.lease_ms;
         let tx = client.transaction().await.map_err(error)?;
         let claimed: Vec<(i64, i32)> = match order {
-            Order::Any => {
+            Order::Any | Order::ByKey => {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+                let sql = match order {
+                    Order::ByKey => CLAIM_BY_KEY,
+                    _ => CLAIM_ANY,
+                };
                 tx.query(
-                    &tx.prepare_cached(CLAIM_ANY).await.map_err(error)?,
+                    &tx.prepare_cached(sql).await.map_err(error)?,
                     &[
                         &endpoint,
                         &route,
@@ -266,15 +317,16 @@ impl Pg {
                     let (id, status): (i64, String) = (r.get(0), r.get(1));
                     let due: Option<i64> = r.get(2);
                     let lease: Option<i64> = r.get(3);
-                    let free = match status.as_str() {
-                        "pending" => due.unwrap_or(0) <= now_ms,
-                        _ => lease.unwrap_or(0) < now_ms,
+                    let pending = status == "pending";
+                    let free = match pending {
+                        true => due.unwrap_or(0) <= now_ms,
+                        false => lease.unwrap_or(0) < now_ms,
                     };
-                    free.then_some(id)
+                    free.then_some((id, !pending))
                 });
                 match takeable {
                     None => Vec::new(),
-                    Some(id) => {
+                    Some((id, taken_over)) => {
                         let attempts: i32 = tx
                             .query_one(
                                 &tx.prepare_cached(CLAIM_ONE).await.map_err(error)?,
@@ -283,12 +335,18 @@ impl Pg {
                             .await
                             .map_err(error)?
                             .get(0);
+                        if taken_over {
+                            tx.execute(
+                                &tx.prepare_cached(TAKEN_OVER).await.map_err(error)?,
+                                &[&id, &route, &(attempts - 1), &now_ms],
+                            )
+                            .await
+                            .map_err(error)?;
+                        }
                         vec![(id, attempts)]
                     }
                 }
             }
-            // Refused at start on this backend (`config::POSTGRES_UNSUPPORTED`).
-            Order::ByKey => return Err(StoreError::Unsupported),
         };
         let ids: Vec<i64> = claimed.iter().map(|(id, _)| *id).collect();
         let rows = if ids.is_empty() {

@@ -80,6 +80,15 @@ CREATE TABLE dedup (
 CREATE INDEX dedup_event ON dedup (event_id);
 ";
 
+// ---- Version 1, the worker's part (kept apart from the tables above) ----
+
+/// Version 1, what the forwarding worker adds: the index an `order_by` lane finds its keys'
+/// heads through.
+const V1_WORKER: &str = "
+CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key, event_id)
+    WHERE status IN ('pending', 'delivering') AND order_key IS NOT NULL;
+";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -114,6 +123,7 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     }
     // Only version 1 so far: later versions add their steps here, from `found` up.
     tx.batch_execute(V1).await.map_err(error)?;
+    tx.batch_execute(V1_WORKER).await.map_err(error)?;
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",

@@ -1,0 +1,228 @@
+//! The PostgreSQL backend's worker side, with two portaria instances on one database (a real
+//! PostgreSQL from `pg_cluster`): `order_by` across instances (a key one at a time, in arrival
+//! order; a failing key holds back only itself).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::pg_cluster;
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A config on PostgreSQL `url` with the pagarme endpoint and `pagarme_extra`.
+fn config(url: &str, pagarme_extra: &str) -> String {
+    format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[storage]
+url = "{url}"
+
+[[endpoint]]
+path = "/webhooks/pagarme"
+provider = "pagarme"
+secret = "{PAGARME_SECRET}"
+{pagarme_extra}
+"#
+    )
+}
+
+/// An in-process instance on `url`.
+async fn instance(url: &str, pagarme_extra: &str) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    let unused = dir.path().join("unused.db");
+    TestServer::start_with(dir, unused, &config(url, pagarme_extra)).await
+}
+
+async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
+    client.query_one(sql, &[]).await.unwrap().get(0)
+}
+
+/// Waits until `n` events are rolled up `delivered` (the roll-up lags a delivery by ~250 ms).
+async fn delivered_events(client: &tokio_postgres::Client, n: i64) {
+    let deadline = std::time::Instant::now() + WAIT;
+    let sql = "SELECT count(*) FROM events WHERE status = 'delivered'";
+    while count(client, sql).await != n {
+        assert!(std::time::Instant::now() < deadline, "not {n} delivered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A command route's script, shared by both instances: logs `<event id> <attempt>` per call
+/// in `$D/calls`, fails the first attempt of event 1, logs each delivered id in `$D/delivered`.
+fn fail_first_of_event_1(dir: &Path) -> PathBuf {
+    let path = dir.join("erp.sh");
+    write_executable(
+        &path,
+        format!(
+            "#!/bin/sh\nD='{}'\ncat > /dev/null\n\
+             echo \"$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT\" >> \"$D/calls\"\n\
+             if [ \"$PORTARIA_EVENT_ID\" = 1 ] && [ \"$PORTARIA_ATTEMPT\" = 1 ]; then exit 1; fi\n\
+             echo \"$PORTARIA_EVENT_ID\" >> \"$D/delivered\"\n",
+            dir.display()
+        ),
+    );
+    path
+}
+
+fn lines(dir: &Path, file: &str) -> Vec<String> {
+    std::fs::read_to_string(dir.join(file))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A payment event: `payment` is its `data.id` (the ordering key), None for none.
+fn payment(n: usize, kind: &str, payment: Option<&str>) -> Vec<u8> {
+    let data = payment.map_or(String::new(), |p| format!(r#","data":{{"id":"{p}"}}"#));
+    format!(r#"{{"id":"hook_{n}","type":"{kind}"{data}}}"#).into_bytes()
+}
+
+/// `order_by` with two instances on one database: a failing payment holds back only its own
+/// events, in whichever instance they arrived, and its `paid` never overtakes its `created`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn order_by_holds_a_key_in_order_across_instances() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let program = fail_first_of_event_1(work.path());
+    let route = format!(
+        "[[endpoint.route]]\nname = \"erp\"\nforward = {{ command = [\"{}\"] }}\n\
+         retry = [\"3s\"]\nconcurrency = 4\norder_by = \"json:/data/id\"\n",
+        program.display()
+    );
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let (a, b) = tokio::join!(instance(&url, &route), instance(&url, &route));
+    let events = [
+        payment(1, "payment.created", Some("pay_A")), // fails once, retried in ~3 s
+        payment(2, "payment.created", Some("pay_B")),
+        payment(3, "payment.paid", Some("pay_A")), // must wait for event 1
+        payment(4, "payment.paid", Some("pay_B")),
+        payment(5, "refund.created", None), // no key: a lane of its own
+    ];
+    for (n, body) in events.iter().enumerate() {
+        let addr = if n % 2 == 0 { a.addr } else { b.addr };
+        assert_eq!(post_pagarme(addr, body).await.status, 200);
+    }
+    eventually(WAIT, "B and the keyless event delivered", || {
+        let done = lines(work.path(), "delivered");
+        ["2", "4", "5"]
+            .iter()
+            .all(|id| done.iter().any(|d| d == id))
+    })
+    .await;
+    let client = pg.connect(&db).await;
+    let head: String = client
+        .query_one(
+            "SELECT status || ' ' || attempts FROM deliveries WHERE event_id = 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(head, "pending 1", "A's head still waits for its retry");
+    assert!(
+        !lines(work.path(), "calls")
+            .iter()
+            .any(|c| c.starts_with("3 ")),
+        "A's paid was not tried before A's created went out: {:?}",
+        lines(work.path(), "calls")
+    );
+    let delivered = lines(work.path(), "delivered");
+    let at = |id: &str| delivered.iter().position(|d| d == id);
+    assert!(at("2") < at("4"), "B in arrival order: {delivered:?}");
+
+    eventually(WAIT, "A delivered after its retry", || {
+        lines(work.path(), "delivered").len() == 5
+    })
+    .await;
+    let delivered = lines(work.path(), "delivered");
+    let at = |id: &str| delivered.iter().position(|d| d == id);
+    assert!(
+        at("1") < at("3"),
+        "A's paid never overtakes its created: {delivered:?}"
+    );
+    // Each delivered once, across both instances; the keys stored with the deliveries.
+    assert_eq!(lines(work.path(), "calls").len(), 6);
+    let keys: Vec<Option<String>> = client
+        .query("SELECT order_key FROM deliveries ORDER BY event_id", &[])
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let key = |k: &str| Some(k.to_string());
+    assert_eq!(
+        keys,
+        [key("pay_A"), key("pay_B"), key("pay_A"), key("pay_B"), None]
+    );
+    delivered_events(&client, 5).await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// `order_by` under load from both instances at once: three keys of six events each, every
+/// delivery slow enough to overlap; no two deliveries of one key ever run at once (the script
+/// takes a per-key lock directory and says OVERLAP when it finds it taken), and each key's
+/// events go out in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn order_by_never_runs_one_key_twice_at_once_across_instances() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let program = work.path().join("erp.sh");
+    write_executable(
+        &program,
+        format!(
+            "#!/bin/sh\nD='{}'\nbody=$(cat)\n\
+             key=$(echo \"$body\" | sed 's/.*\"data\":{{\"id\":\"\\([a-z_]*\\)\".*/\\1/')\n\
+             mkdir \"$D/lock_$key\" 2>/dev/null || echo OVERLAP >> \"$D/delivered\"\n\
+             sleep 0.05\n\
+             echo \"$key $(echo \"$body\" | sed 's/.*\"id\":\"hook_\\([0-9]*\\)\".*/\\1/')\" \
+             >> \"$D/delivered\"\n\
+             rmdir \"$D/lock_$key\"\n",
+            work.path().display()
+        ),
+    );
+    let route = format!(
+        "[[endpoint.route]]\nname = \"erp\"\nforward = {{ command = [\"{}\"] }}\n\
+         concurrency = 4\norder_by = \"json:/data/id\"\n",
+        program.display()
+    );
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let (a, b) = tokio::join!(instance(&url, &route), instance(&url, &route));
+    for n in 0..18 {
+        let key = ["pay_a", "pay_b", "pay_c"][n % 3];
+        let addr = if n % 2 == 0 { a.addr } else { b.addr };
+        let body = payment(n, "payment.updated", Some(key));
+        assert_eq!(post_pagarme(addr, &body).await.status, 200);
+    }
+    eventually(WAIT, "all 18 delivered", || {
+        lines(work.path(), "delivered").len() >= 18
+    })
+    .await;
+    let delivered = lines(work.path(), "delivered");
+    assert!(!delivered.iter().any(|l| l == "OVERLAP"), "{delivered:?}");
+    assert_eq!(delivered.len(), 18, "{delivered:?}");
+    for key in ["pay_a", "pay_b", "pay_c"] {
+        let got: Vec<usize> = delivered
+            .iter()
+            .filter_map(|l| l.strip_prefix(&format!("{key} ")))
+            .map(|n| n.parse().unwrap())
+            .collect();
+        let mut sorted = got.clone();
+        sorted.sort();
+        assert_eq!(got, sorted, "{key} out of arrival order: {delivered:?}");
+        assert_eq!(got.len(), 6, "{delivered:?}");
+    }
+    a.stop().await;
+    b.stop().await;
+}
