@@ -13,6 +13,9 @@
 //!   (once a minute otherwise), so a test sees a renewal in well under a minute.
 //! - `PORTARIA_TEST_PG_LEASE_MS`: the PostgreSQL backend's delivery lease (a minute
 //!   otherwise), so a test sees a dead instance's claim taken over in seconds.
+//! - `PORTARIA_TEST_EXTERNAL_CHECK_MS`: how often the forward worker checks the database for
+//!   other processes' commits (2 s otherwise), so a test shows that a wake-up came from
+//!   PostgreSQL's NOTIFY and not from that fallback.
 
 use std::time::Duration;
 
@@ -77,5 +80,20 @@ pub fn pg_lease() -> Option<Duration> {
 
 #[cfg(not(debug_assertions))]
 pub fn pg_lease() -> Option<Duration> {
+    None
+}
+
+/// How often the worker looks for other processes' commits, if a test asks for other than 2 s.
+#[cfg(debug_assertions)]
+pub fn external_check() -> Option<Duration> {
+    let ms: u64 = std::env::var("PORTARIA_TEST_EXTERNAL_CHECK_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms.max(10)))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn external_check() -> Option<Duration> {
     None
 }

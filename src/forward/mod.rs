@@ -327,7 +327,7 @@ async fn run(
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<usize>();
     let mut deliveries = JoinSet::new();
     let mut data_version = store.data_version().await.ok();
-    let mut check = tokio::time::interval(EXTERNAL_CHECK);
+    let mut check = tokio::time::interval(crate::fault::external_check().unwrap_or(EXTERNAL_CHECK));
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     'work: while !shutdown.is_fired() {
@@ -347,6 +347,8 @@ async fn run(
             tokio::select! {
                 _ = shutdown.fired() => break 'work,
                 _ = new_event.notified() => break,
+                // Another instance on the same PostgreSQL database accepted or replayed one.
+                _ = store.changed_elsewhere() => break,
                 _ = &mut sleep => break,
                 Some(new) = reloaded.recv() => {
                     replace_lanes(&mut lanes, new);

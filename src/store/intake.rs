@@ -128,6 +128,9 @@ impl Store {
                 let pg = store.postgres().ok_or(StoreError::Closed)?;
                 let inserted = pg.insert_event(&event).await;
                 store.intake_health().record(inserted.as_ref().map(drop));
+                if matches!(inserted, Ok(Inserted::New(_))) && !event.routes.is_empty() {
+                    pg.announce();
+                }
                 inserted
             });
             return task.await.unwrap_or(Err(StoreError::Closed));

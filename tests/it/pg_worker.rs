@@ -226,3 +226,139 @@ async fn order_by_never_runs_one_key_twice_at_once_across_instances() {
     a.stop().await;
     b.stop().await;
 }
+
+/// The sessions listening for new deliveries (one per running instance).
+async fn listeners(client: &tokio_postgres::Client) -> Vec<i32> {
+    client
+        .query(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE datname = current_database() AND query = 'LISTEN portaria_deliveries'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+async fn until_listening(client: &tokio_postgres::Client, n: usize, not: &[i32]) {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let now = listeners(client).await;
+        if now.len() == n && !now.iter().any(|p| not.contains(p)) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "listening: {now:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// LISTEN/NOTIFY: with the worker's fallback check slowed to a minute, an event accepted by
+/// instance A (whose own lane is full) is delivered by instance B's worker within seconds; so
+/// is a replay (a finished delivery set back to pending, as the status page and the CLI do);
+/// and after the listening connections are cut, they come back and wake-ups work again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_accepted_by_one_instance_wakes_the_others_at_once() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let dir = tempfile::tempdir().unwrap();
+    let hung = dir.path().join("a-hung");
+    let delivered = dir.path().join("b-delivered");
+    let hang = dir.path().join("hang.sh");
+    write_executable(
+        &hang,
+        format!("#!/bin/sh\necho $$ >> {}\nexec sleep 30\n", hung.display()),
+    );
+    let deliver = dir.path().join("deliver.sh");
+    write_executable(
+        &deliver,
+        format!("#!/bin/sh\ncat >> {0}\necho >> {0}\n", delivered.display()),
+    );
+    let spawn = |name: &str, command: &Path| {
+        let path = dir.path().join(format!("{name}.toml"));
+        let forward = format!(
+            "forward = {{ command = [\"{}\"], timeout_secs = 60 }}\nconcurrency = 2",
+            command.display()
+        );
+        std::fs::write(&path, config(&url, &forward)).unwrap();
+        let mut serve = portaria();
+        serve
+            .args(["serve", "--config"])
+            .arg(path)
+            .env("PORTARIA_TEST_EXTERNAL_CHECK_MS", "60000");
+        Process::spawn_command(serve)
+    };
+    let hung_pids = || -> Vec<i32> {
+        std::fs::read_to_string(&hung)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
+    };
+    let got = || -> Vec<String> {
+        std::fs::read_to_string(&delivered)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    };
+    // A's two slots hang on two events: its lane is full.
+    let a = spawn("a", &hang).await;
+    for n in 1..=2 {
+        assert_eq!(post_pagarme(a.addr, &payment_body(n)).await.status, 200);
+    }
+    eventually(WAIT, "A's two attempts running", || hung_pids().len() == 2).await;
+    let b = spawn("b", &deliver).await;
+    let client = pg.connect(&db).await;
+    until_listening(&client, 2, &[]).await;
+
+    let quick = Duration::from_secs(4);
+    let body3 = String::from_utf8(payment_body(3)).unwrap();
+    assert_eq!(post_pagarme(a.addr, &payment_body(3)).await.status, 200);
+    eventually(quick, "B delivers what A accepted", || {
+        got() == [body3.clone()]
+    })
+    .await;
+
+    // A replay, as the status page or the CLI does it: B is woken at once again.
+    delivered_events(&client, 1).await;
+    client
+        .execute(
+            "UPDATE deliveries SET status = 'pending', next_attempt_at = 0, finished_at = NULL \
+             WHERE event_id = 3",
+            &[],
+        )
+        .await
+        .unwrap();
+    eventually(quick, "B delivers the replay", || got().len() == 2).await;
+
+    // The listening sessions cut: each instance listens again, and wake-ups still work.
+    let cut = listeners(&client).await;
+    for pid in &cut {
+        client
+            .execute("SELECT pg_terminate_backend($1)", &[pid])
+            .await
+            .unwrap();
+    }
+    until_listening(&client, 2, &cut).await;
+    assert_eq!(post_pagarme(a.addr, &payment_body(4)).await.status, 200);
+    let body4 = String::from_utf8(payment_body(4)).unwrap();
+    eventually(quick, "B delivers after the reconnect", || {
+        got().last() == Some(&body4)
+    })
+    .await;
+    assert_eq!(got().len(), 3);
+
+    a.signal(libc::SIGKILL);
+    for pid in hung_pids() {
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    drop(a);
+    drop(b);
+}

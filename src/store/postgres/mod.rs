@@ -3,7 +3,7 @@
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
-//! leases and attempts), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
+//! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
 //! copy` from SQLite).
 //!
 //! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
@@ -11,6 +11,7 @@
 
 mod copy;
 mod intake;
+mod listen;
 mod observe;
 mod queue;
 mod retention;
@@ -43,6 +44,8 @@ pub(in crate::store) struct Pg {
     instance: String,
     /// How long a claim holds without renewal.
     lease_ms: i64,
+    /// LISTEN/NOTIFY between the instances (`listen.rs`).
+    wakeups: listen::Wakeups,
 }
 
 impl Pg {
@@ -62,6 +65,7 @@ impl Pg {
         if config.get_application_name().is_none() {
             config.application_name("portaria");
         }
+        let listening = config.clone();
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -78,6 +82,7 @@ impl Pg {
             .build()
             .map_err(|e| StoreError::Postgres(format!("cannot build the connection pool: {e}")))?;
         let pg = Pg {
+            wakeups: listen::Wakeups::start(listening, pool.clone()),
             pool,
             instance: instance_id(),
             lease_ms: queue::lease_ms(),
@@ -100,6 +105,7 @@ impl Pg {
 
     /// Closes the pool: idle connections go now, busy ones when their call returns.
     pub(in crate::store) fn close(&self) {
+        self.wakeups.stop.send_replace(true);
         self.pool.close();
     }
 }

@@ -83,10 +83,22 @@ CREATE INDEX dedup_event ON dedup (event_id);
 // ---- Version 1, the worker's part (kept apart from the tables above) ----
 
 /// Version 1, what the forwarding worker adds: the index an `order_by` lane finds its keys'
-/// heads through.
+/// heads through, and the trigger that wakes every instance's worker (`listen.rs`) when a
+/// finished delivery is set back to pending (a replay, from any instance or the CLI). The
+/// trigger's `WHEN` is evaluated without calling the function, so claims and attempt records
+/// pay nothing for it.
 const V1_WORKER: &str = "
 CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key, event_id)
     WHERE status IN ('pending', 'delivering') AND order_key IS NOT NULL;
+CREATE FUNCTION portaria_wake() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('portaria_deliveries', '');
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER deliveries_replayed AFTER UPDATE OF status ON deliveries FOR EACH ROW
+    WHEN (NEW.status = 'pending' AND OLD.status IN ('delivered', 'dead'))
+    EXECUTE FUNCTION portaria_wake();
 ";
 
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
