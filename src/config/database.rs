@@ -6,7 +6,6 @@
 use std::path::Path;
 use std::str::FromStr;
 
-use super::Alerts;
 use super::raw::RawStorage;
 use super::validate::Validator;
 
@@ -29,8 +28,8 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "[alerts], storage.archive_dir; and the commands \
-     events, prune, archive, backup";
+pub const POSTGRES_UNSUPPORTED: &str = "storage.archive_dir; and the commands events, \
+     prune, archive, backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).
@@ -104,19 +103,11 @@ impl Validator<'_> {
     }
 
     /// On PostgreSQL, refuses what that backend does not support yet, naming it.
-    pub(super) fn check_postgres_support(&mut self, alerts: Option<&Alerts>, archive: bool) {
-        let mut used = Vec::new();
-        if alerts.is_some() {
-            used.push("[alerts]".to_string());
-        }
+    pub(super) fn check_postgres_support(&mut self, archive: bool) {
         if archive {
-            used.push("storage.archive_dir".to_string());
-        }
-        if !used.is_empty() {
             self.problem(format!(
-                "storage: the PostgreSQL backend does not support yet: {}; it does not \
-                 support {POSTGRES_UNSUPPORTED} (docs/postgres.md)",
-                used.join(", ")
+                "storage: the PostgreSQL backend does not support yet: storage.archive_dir; \
+                 it does not support {POSTGRES_UNSUPPORTED} (docs/postgres.md)"
             ));
         }
     }

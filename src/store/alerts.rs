@@ -5,7 +5,8 @@
 //! "Since it last looked" is a cursor on `attempts.id`, not on `events.id`: an event goes dead
 //! with its last attempt, and attempt ids grow in the order attempts are recorded, whatever the
 //! order events arrived in (an old event with a long schedule dies after a young one) and also
-//! when a replayed event dies a second time.
+//! when a replayed event dies a second time. On PostgreSQL, with several instances, each
+//! method dispatches to `postgres/alerts.rs` (one instance announces; no cursor there).
 
 use rusqlite::{Connection, params};
 
@@ -35,6 +36,9 @@ impl Store {
     /// Events that went dead with an attempt recorded after `cursor` (0: ever), and the new
     /// cursor (the newest attempt id now).
     pub async fn dead_after(&self, cursor: i64) -> Result<DeadBatch, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.dead_after(cursor).await;
+        }
         self.run(move |conn| dead_after(conn, cursor)).await
     }
 
@@ -44,12 +48,18 @@ impl Store {
         &self,
         names: Vec<String>,
     ) -> Result<Vec<String>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.endpoints_with_events(names).await;
+        }
         self.run(move |conn| endpoints_with_events(conn, names))
             .await
     }
 
     /// The alerts task's saved state: every `meta` row under [`ALERT_KEY_PREFIX`].
     pub async fn alert_state(&self) -> Result<Vec<(String, String)>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.alert_state().await;
+        }
         self.run(alert_state).await
     }
 
@@ -57,6 +67,9 @@ impl Store {
     /// one transaction, committed like delivery bookkeeping: without an fsync of its own when
     /// nothing else in the batch needs one.
     pub async fn save_alert_state(&self, rows: Vec<(String, String)>) -> Result<(), StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.save_alert_state(rows).await;
+        }
         self.run_bookkeeping(move |conn| save_alert_state(conn, &rows))
             .await
     }

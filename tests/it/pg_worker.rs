@@ -362,3 +362,100 @@ async fn an_event_accepted_by_one_instance_wakes_the_others_at_once() {
     drop(a);
     drop(b);
 }
+
+/// The dead alerts written by the recording alert command in `dir`.
+fn dead_alerts(dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join("alerts.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|a| a["kind"] == "dead")
+        .collect()
+}
+
+/// `[alerts]` on PostgreSQL with several instances: one dead event, one alert (from whichever
+/// instance holds the alerts lock); when that instance stops, another takes over and announces
+/// the next; a fresh instance does not announce again what was announced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_dead_event_makes_one_alert_across_instances() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let alert = w.join("alert.sh");
+    write_executable(
+        &alert,
+        format!(
+            "#!/bin/sh\ncat >> '{}/alerts.jsonl'\necho >> '{}/alerts.jsonl'\n",
+            w.display(),
+            w.display()
+        ),
+    );
+    let fail = w.join("fail-forward.sh");
+    write_executable(&fail, "#!/bin/sh\ncat > /dev/null\nexit 1\n");
+    let extra = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"50ms\"]\n",
+        fail.display()
+    );
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let text = config(&url, &extra).replace(
+        "[[endpoint]]",
+        &format!(
+            "[alerts]\ncommand = [\"{}\"]\nalert_every = \"2s\"\n\n[[endpoint]]",
+            alert.display()
+        ),
+    );
+    let start = |text: String| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let unused = dir.path().join("unused.db");
+        TestServer::start_with(dir, unused, &text).await
+    };
+    let (a, b) = tokio::join!(start(text.clone()), start(text.clone()));
+    let client = pg.connect(&db).await;
+    let dead = "SELECT count(*) FROM deliveries WHERE status = 'dead'";
+
+    assert_eq!(post_pagarme(b.addr, &payment_body(1)).await.status, 200);
+    eventually(WAIT, "the dead alert", || dead_alerts(w).len() == 1).await;
+    assert_eq!(count(&client, dead).await, 1);
+    // Several ticks of both instances (500 ms each) and past alert_every: still one.
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let alerts = dead_alerts(w);
+    assert_eq!(alerts.len(), 1, "{alerts:?}");
+    assert_eq!(alerts[0]["count"], 1);
+    let id1: i64 = client
+        .query_one("SELECT id FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(alerts[0]["first_event_id"], id1);
+
+    // A stops (lock or not): B announces the next dead event, and only it.
+    a.stop().await;
+    assert_eq!(post_pagarme(b.addr, &payment_body(2)).await.status, 200);
+    eventually(WAIT, "the second dead alert", || dead_alerts(w).len() == 2).await;
+    let id2: i64 = client
+        .query_one("SELECT max(id) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dead_alerts(w)[1]["first_event_id"], id2);
+    assert_eq!(dead_alerts(w)[1]["count"], 1);
+
+    // A fresh instance, B gone: nothing is announced twice.
+    let c = start(text.clone()).await;
+    b.stop().await;
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert_eq!(dead_alerts(w).len(), 2, "{:?}", dead_alerts(w));
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM deliveries WHERE alerted IS NULL"
+        )
+        .await,
+        0
+    );
+    c.stop().await;
+}

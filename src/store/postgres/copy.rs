@@ -179,6 +179,13 @@ impl Pg {
         }
         tx.execute(DEDUP, &[]).await.map_err(error)?;
         tx.query_one(SEQUENCES, &[]).await.map_err(error)?;
+        // Dead before the move: told (or not) by the SQLite server's alerts, not again here.
+        tx.execute(
+            "UPDATE deliveries SET alerted = attempts WHERE status = 'dead'",
+            &[],
+        )
+        .await
+        .map_err(error)?;
         tx.commit().await.map_err(error)?;
         Ok(report)
     }

@@ -14,8 +14,15 @@
 //! A lost listening connection is made again (backoff 250 ms to 5 s), and the worker is woken
 //! once it is, for what was notified meanwhile; the worker's slow check of the database
 //! (`forward::EXTERNAL_CHECK`) stays as the fallback.
+//!
+//! The same connection holds the alerts lock (a session-level advisory lock) for an instance
+//! whose alerts task asks for it ([`Wakeups::leads_alerts`]): one instance at a time
+//! announces dead deliveries (`alerts.rs`). The lock goes with the session: when the
+//! connection is lost (or the instance dies), another instance that asks takes it within
+//! [`LEAD_RETRY`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
@@ -30,6 +37,10 @@ use crate::store::{Store, StoreError};
 const ANNOUNCE: &str = "BEGIN; SET LOCAL synchronous_commit = off; \
      NOTIFY portaria_deliveries; COMMIT";
 const LISTEN: &str = "LISTEN portaria_deliveries";
+/// The alerts lock (an arbitrary constant beside the migrations' one).
+const ALERTS_LOCK: i64 = 0x706f_7274_6172_6962;
+/// How often an instance that wants the alerts lock and does not hold it tries again.
+const LEAD_RETRY: Duration = Duration::from_secs(2);
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
@@ -41,6 +52,17 @@ pub(super) struct Wakeups {
     pub(super) accepted: Arc<Notify>,
     /// `true` once the pool closes: both tasks end.
     pub(super) stop: watch::Sender<bool>,
+    /// The alerts lock: asked for, held.
+    lead: Arc<Lead>,
+}
+
+/// The alerts lock's state, shared with the listener, which takes and holds it.
+#[derive(Default)]
+struct Lead {
+    wanted: AtomicBool,
+    held: AtomicBool,
+    /// Wakes the listener to try at once when first asked.
+    asked: Notify,
 }
 
 impl Wakeups {
@@ -50,13 +72,28 @@ impl Wakeups {
         let (stop, stopped) = watch::channel(false);
         let changed = Arc::new(Notify::new());
         let accepted = Arc::new(Notify::new());
-        tokio::spawn(listener(config, changed.clone(), stopped.clone()));
+        let lead = Arc::new(Lead::default());
+        tokio::spawn(listener(
+            config,
+            changed.clone(),
+            lead.clone(),
+            stopped.clone(),
+        ));
         tokio::spawn(announcer(pool, accepted.clone(), stopped));
         Wakeups {
             changed,
             accepted,
             stop,
+            lead,
         }
+    }
+
+    /// Whether this instance holds the alerts lock; the first call asks the listener for it.
+    pub(super) fn leads_alerts(&self) -> bool {
+        if !self.lead.wanted.swap(true, Ordering::SeqCst) {
+            self.lead.asked.notify_one();
+        }
+        self.lead.held.load(Ordering::SeqCst)
     }
 }
 
@@ -100,12 +137,15 @@ async fn announcer(pool: Pool, accepted: Arc<Notify>, mut stop: watch::Receiver<
 async fn listener(
     config: tokio_postgres::Config,
     changed: Arc<Notify>,
+    lead: Arc<Lead>,
     mut stop: watch::Receiver<bool>,
 ) {
     let mut backoff = BACKOFF_FIRST;
     loop {
         let started = Instant::now();
-        let ended = listen(&config, &changed, &mut stop).await;
+        let ended = listen(&config, &changed, &lead, &mut stop).await;
+        // The lock went with the session.
+        lead.held.store(false, Ordering::SeqCst);
         if *stop.borrow() {
             return;
         }
@@ -131,10 +171,11 @@ async fn listener(
 
 /// One listening session: connects, listens, wakes the worker once (what was notified while
 /// no session listened), then on every notification, until the connection ends or the pool
-/// closes.
+/// closes; meanwhile takes the alerts lock when it is wanted and free.
 async fn listen(
     config: &tokio_postgres::Config,
     changed: &Notify,
+    lead: &Lead,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), StoreError> {
     let (client, mut connection) = config.connect(NoTls).await.map_err(error)?;
@@ -154,8 +195,33 @@ async fn listen(
         listening = client.batch_execute(LISTEN) => listening.map_err(error)?,
     }
     changed.notify_one();
-    tokio::select! {
-        ended = &mut messages => ended,
-        _ = stop.wait_for(|s| *s) => Ok(()),
+    let mut retry = tokio::time::interval(LEAD_RETRY);
+    loop {
+        tokio::select! {
+            ended = &mut messages => return ended,
+            _ = stop.wait_for(|s| *s) => return Ok(()),
+            _ = retry.tick() => {}
+            _ = lead.asked.notified() => {}
+        }
+        if !lead.wanted.load(Ordering::SeqCst) || lead.held.load(Ordering::SeqCst) {
+            continue;
+        }
+        // The connection is driven by `messages`: polled while the query runs.
+        let took = tokio::select! {
+            ended = &mut messages => return ended,
+            took = client.query_one("SELECT pg_try_advisory_lock($1)", &[&ALERTS_LOCK]) => took,
+        };
+        match took {
+            Ok(row) => {
+                let held: bool = row.get(0);
+                if held {
+                    tracing::info!(
+                        "this instance announces dead events (it holds the alerts lock)"
+                    );
+                }
+                lead.held.store(held, Ordering::SeqCst);
+            }
+            Err(e) => return Err(error(e)),
+        }
     }
 }

@@ -3,12 +3,14 @@
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
-//! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
+//! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts lock), `alerts.rs`
+//! (the alerts task's reads and state, one instance announcing), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
 //! copy` from SQLite).
 //!
 //! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
 //! Nothing here ever formats the connection URL: it may hold a password.
 
+mod alerts;
 mod copy;
 mod intake;
 mod listen;
@@ -44,8 +46,10 @@ pub(in crate::store) struct Pg {
     instance: String,
     /// How long a claim holds without renewal.
     lease_ms: i64,
-    /// LISTEN/NOTIFY between the instances (`listen.rs`).
+    /// LISTEN/NOTIFY between the instances and the alerts lock (`listen.rs`).
     wakeups: listen::Wakeups,
+    /// Dead deliveries handed to the alerts task, not yet marked announced (`alerts.rs`).
+    noted: alerts::Noted,
 }
 
 impl Pg {
@@ -86,6 +90,7 @@ impl Pg {
             pool,
             instance: instance_id(),
             lease_ms: queue::lease_ms(),
+            noted: alerts::Noted::default(),
         };
         schema::migrate(&mut *pg.client().await?).await?;
         tokio::spawn(queue::lease_keeper(

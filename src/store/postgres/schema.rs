@@ -82,8 +82,10 @@ CREATE INDEX dedup_event ON dedup (event_id);
 
 // ---- Version 1, the worker's part (kept apart from the tables above) ----
 
-/// Version 1, what the forwarding worker adds: the index an `order_by` lane finds its keys'
-/// heads through, and the trigger that wakes every instance's worker (`listen.rs`) when a
+/// Version 1, what the forwarding worker and the alerts task add: the index an `order_by`
+/// lane finds its keys' heads through; `alerted`, the `attempts` count at which a dead
+/// delivery's death was announced (`alerts.rs`), with the index of those not announced; and
+/// the trigger that wakes every instance's worker (`listen.rs`) when a
 /// finished delivery is set back to pending (a replay, from any instance or the CLI). The
 /// trigger's `WHEN` is evaluated without calling the function, so claims and attempt records
 /// pay nothing for it.
@@ -96,6 +98,9 @@ BEGIN
     RETURN NULL;
 END
 $$;
+ALTER TABLE deliveries ADD COLUMN alerted INTEGER;
+CREATE INDEX deliveries_unannounced ON deliveries (finished_at, event_id)
+    WHERE status = 'dead' AND alerted IS DISTINCT FROM attempts;
 CREATE TRIGGER deliveries_replayed AFTER UPDATE OF status ON deliveries FOR EACH ROW
     WHEN (NEW.status = 'pending' AND OLD.status IN ('delivered', 'dead'))
     EXECUTE FUNCTION portaria_wake();
