@@ -4,6 +4,8 @@
 #   bench/run.sh            full run: 20,000 requests, concurrency 32, 20 % duplicates,
 #                           1 % bad signatures; plus 10 s at 1,000 req/s and 10 s of idle CPU
 #   bench/run.sh --quick    smoke run: 3,000 requests, no paced run, no idle-CPU window
+#   bench/run.sh --store postgres [--quick]
+#                           the PostgreSQL backend, one and two instances: bench/pg.sh
 #
 # What it does, all on loopback, with temporary databases:
 #   1. builds release (portaria and bench/loadgen);
@@ -34,14 +36,22 @@
 set -euo pipefail
 
 MODE=full
-case "${1:-}" in
-    --quick) MODE=quick ;;
-    "") ;;
-    *)
-        echo "usage: bench/run.sh [--quick]" >&2
-        exit 2
-        ;;
-esac
+STORE=sqlite
+for arg in "$@"; do
+    case "$arg" in
+        --quick) MODE=quick ;;
+        --store=postgres | postgres) STORE=postgres ;;
+        --store | --store=sqlite | sqlite) ;;
+        *)
+            echo "usage: bench/run.sh [--quick] [--store sqlite|postgres]" >&2
+            exit 2
+            ;;
+    esac
+done
+# The PostgreSQL backend has a run of its own (one and two instances on one database).
+if [[ $STORE == postgres ]]; then
+    exec "$(dirname "${BASH_SOURCE[0]}")/pg.sh" "$MODE"
+fi
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
