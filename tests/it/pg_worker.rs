@@ -1,6 +1,9 @@
-//! The PostgreSQL backend's worker side, with two portaria instances on one database (a real
-//! PostgreSQL from `pg_cluster`): `order_by` across instances (a key one at a time, in arrival
-//! order; a failing key holds back only itself).
+//! The PostgreSQL backend's worker side, with two (or three) portaria instances on one
+//! database (a real PostgreSQL from `pg_cluster`): `order_by` across instances (a key one at a
+//! time, in arrival order; a failing key holds back only itself), `LISTEN/NOTIFY` wake-ups
+//! (intake, a replay, a cut listening connection), and `[alerts]` (one dead event, one alert,
+//! whichever instance holds the alerts lock). The takeover's `interrupted` attempt is checked
+//! in `postgres::a_killed_instances_delivery_is_taken_over_after_its_lease`.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
