@@ -44,3 +44,4 @@ mod support;
 mod target_down;
 mod task_panics;
 mod tls;
+mod upgrade;
