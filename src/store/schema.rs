@@ -193,8 +193,12 @@ ALTER TABLE events ADD COLUMN object_id TEXT;
 /// version 5's rewrote its queue leaf too. A finished delivery keeps its entry until the
 /// worker's batched roll-up clears `next_attempt_at` (a few adjacent leaves for a batch of
 /// events; [`super::queue`]); until then the queue's queries skip it by its `status`, read
-/// from the row. A new file gets the same statements after [`DELIVERIES`]. Unfinished rows
-/// without a due time (none should exist) become due at once, so none falls out of the queue.
+/// from the row. The queue index is keyed by endpoint and due time, not by route: an event's
+/// deliveries to its routes (due at the same time, the received time) are neighbours, so an
+/// intake batch appends to one leaf per endpoint rather than one per route, and a lane's
+/// queries filter the endpoint's entries by route. A new file gets the same statements after
+/// [`DELIVERIES`]. Unfinished rows without a due time (none should exist) become due at once,
+/// so none falls out of the queue.
 const V5_TO_V6: &str = "
 DROP INDEX IF EXISTS deliveries_queue;
 DROP INDEX IF EXISTS deliveries_order;
@@ -202,7 +206,7 @@ UPDATE deliveries SET next_attempt_at = 0
     WHERE status IN ('pending', 'delivering') AND next_attempt_at IS NULL;
 UPDATE deliveries SET next_attempt_at = NULL
     WHERE status IN ('delivered', 'dead') AND next_attempt_at IS NOT NULL;
-CREATE INDEX deliveries_queue ON deliveries (endpoint, route, next_attempt_at)
+CREATE INDEX deliveries_queue ON deliveries (endpoint, next_attempt_at)
     WHERE next_attempt_at IS NOT NULL;
 CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key)
     WHERE next_attempt_at IS NOT NULL AND order_key IS NOT NULL;
