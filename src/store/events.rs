@@ -43,6 +43,7 @@ pub struct RouteState {
     pub route: String,
     pub status: Status,
     pub attempts: u32,
+    /// When it is next due, while it is pending.
     pub next_attempt_at_ms: Option<i64>,
     pub last_error: Option<String>,
     pub finished_at_ms: Option<i64>,

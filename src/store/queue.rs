@@ -8,7 +8,7 @@
 //! delivery finished. Nothing a claim or a delivered attempt writes (`status`, `attempts`,
 //! `finished_at`, `delivered_ms`) is in that index or its condition, so those commits rewrite
 //! the delivery's leaf of `deliveries` and no index page (bench/PROFILE.md, "Disk writes per
-//! delivered event"). The index thus also holds deliveries being delivered and, for a moment,
+//! extra route (schema 6)"). The index thus also holds deliveries being delivered and, for a moment,
 //! finished ones: each query reads `status` from the row to skip those. Each names the index
 //! (`INDEXED BY`) and states its condition, `next_attempt_at IS NOT NULL`: SQLite uses a
 //! partial index only for a query that does, and without it these would walk every delivery
@@ -427,8 +427,8 @@ pub(super) fn next_due(
 }
 
 /// The head of a strict lane with when it is due, if it is waiting (pending) rather than
-/// being delivered. A pending delivery without a due time (none should exist) counts as due
-/// now, so it can never stall its lane.
+/// being delivered. Every delivery in the queue index has a due time (schema 6 gave the
+/// unfinished ones without one a due time of 0); a missing one would count as due now.
 fn waiting_head(
     conn: &Connection,
     endpoint: &str,

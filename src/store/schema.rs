@@ -726,8 +726,7 @@ mod tests {
     /// (shared with the integration test that upgrades a v5 file under the real server).
     const SCHEMA_V5: &str = include_str!("../../tests/fixtures/schema_v5.sql");
 
-    /// A version 5 file with a delivery in every state: (event id, route, status, attempts,
-    /// due time, order key).
+    /// A version 5 file with a delivery in every state ([`V5_ROWS`]).
     fn version_5_file(path: &Path) {
         let v5 = Connection::open(path).unwrap();
         v5.execute_batch("PRAGMA page_size = 1024; PRAGMA journal_mode = WAL;")
@@ -767,7 +766,17 @@ mod tests {
         }
     }
 
-    const V5_ROWS: [(i64, &str, &str, u32, Option<i64>, Option<&str>); 7] = [
+    /// A delivery of the v5 file: (event id, route, status, attempts, due time, order key).
+    type V5Row = (
+        i64,
+        &'static str,
+        &'static str,
+        u32,
+        Option<i64>,
+        Option<&'static str>,
+    );
+
+    const V5_ROWS: [V5Row; 7] = [
         (1, "default", "delivered", 1, None, None),
         (2, "default", "dead", 6, None, None),
         (3, "default", "pending", 0, Some(3), None),
