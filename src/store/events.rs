@@ -43,6 +43,7 @@ pub struct RouteState {
     pub route: String,
     pub status: Status,
     pub attempts: u32,
+    /// When it is next due, while it is pending.
     pub next_attempt_at_ms: Option<i64>,
     pub last_error: Option<String>,
     pub finished_at_ms: Option<i64>,
@@ -223,8 +224,8 @@ pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
 
 pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<RouteState>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, order_key \
-         FROM deliveries WHERE event_id = ?1 ORDER BY route",
+        "SELECT route, status, attempts, CASE WHEN status = 'pending' THEN next_attempt_at END, \
+         last_error, finished_at, order_key FROM deliveries WHERE event_id = ?1 ORDER BY route",
     )?;
     stmt.query_map([event_id], |r| {
         Ok(RouteState {
@@ -331,8 +332,13 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
     // route dead and another still pending is among the dead an owner must look at. Delivered
     // and stored are the roll-up (`events.status`).
     match f.status {
-        Some(status @ (Status::Dead | Status::Pending | Status::Delivering)) => when(
+        Some(Status::Dead) => when(
             "events.id IN (SELECT event_id FROM deliveries WHERE status = ?)",
+            Status::Dead.as_str().to_string().into(),
+        ),
+        Some(status @ (Status::Pending | Status::Delivering)) => when(
+            "events.id IN (SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
+             WHERE next_attempt_at IS NOT NULL AND status = ?)",
             status.as_str().to_string().into(),
         ),
         Some(status) => when("events.status = ?", status.as_str().to_string().into()),

@@ -135,7 +135,8 @@ impl Store {
     }
 
     /// Pending and dead counts and the oldest pending event, per endpoint that has any. Reads
-    /// only the partial indexes `deliveries_queue` and `deliveries_dead`, plus one row per endpoint.
+    /// only the partial indexes `deliveries_queue` (with each entry's delivery row, for its
+    /// status) and `deliveries_dead`, plus one event row per endpoint.
     pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         if let Some(pg) = self.postgres() {
             return pg.queue_stats().await;
@@ -178,11 +179,13 @@ fn probe_write(conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
 }
 
 /// Unfinished deliveries per endpoint (one per event and route). The oldest is found by the
-/// smallest event id (ids grow with arrival), which the queue index covers; only that one
-/// event row is read for its received time.
+/// smallest event id (ids grow with arrival); the queue index holds every unfinished delivery
+/// (and finished ones not yet cleared from it, skipped by their row's status: `queue.rs`);
+/// only that one event row is read for its received time.
 const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
      (SELECT endpoint, count(*) AS n, min(event_id) AS first FROM deliveries \
-      WHERE status IN ('pending', 'delivering') GROUP BY endpoint) AS q \
+      INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL \
+      AND status IN ('pending', 'delivering') GROUP BY endpoint) AS q \
      JOIN events AS e ON e.id = q.first";
 
 const DEAD: &str =
@@ -233,9 +236,10 @@ mod tests {
         .unwrap();
         if status != "stored" {
             conn.execute(
-                "INSERT INTO deliveries (event_id, route, endpoint, status) \
-                 VALUES (last_insert_rowid(), 'default', ?1, ?2)",
-                params![endpoint, status],
+                "INSERT INTO deliveries (event_id, route, endpoint, status, next_attempt_at) \
+                 VALUES (last_insert_rowid(), 'default', ?1, ?2, \
+                 CASE WHEN ?2 IN ('pending', 'delivering') THEN ?3 END)",
+                params![endpoint, status, received_at],
             )
             .unwrap();
         }
@@ -285,8 +289,9 @@ mod tests {
                 .join("\n")
         };
         let pending = plan(PENDING);
+        // Not covering since version 6: each entry's status is read from its row.
         assert!(
-            pending.contains("COVERING INDEX deliveries_queue"),
+            pending.contains("USING INDEX deliveries_queue"),
             "{pending}"
         );
         assert!(

@@ -3,10 +3,16 @@
 //! roll-up status) on, recover attempts cut off by a crash, and say when the next one is due.
 //! A lane is one (endpoint, route); its deliveries are rows of `deliveries`.
 //!
-//! Each query repeats `status IN ('pending', 'delivering')`, the WHERE of the partial index
-//! `deliveries_queue`: SQLite uses a partial index only for a query that states its condition,
-//! and without it these would walk every delivery of the route (a test below checks every
-//! plan).
+//! The queue is the partial index `deliveries_queue`: a delivery's entry is there while its
+//! `next_attempt_at` is set, from intake until the batched roll-up clears it after the
+//! delivery finished. Nothing a claim or a delivered attempt writes (`status`, `attempts`,
+//! `finished_at`, `delivered_ms`) is in that index or its condition, so those commits rewrite
+//! the delivery's leaf of `deliveries` and no index page (bench/PROFILE.md, "Disk writes per
+//! extra route (schema 6)"). The index thus also holds deliveries being delivered and, for a moment,
+//! finished ones: each query reads `status` from the row to skip those. Each names the index
+//! (`INDEXED BY`) and states its condition, `next_attempt_at IS NOT NULL`: SQLite uses a
+//! partial index only for a query that does, and without it these would walk every delivery
+//! (a test below checks every plan).
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -216,14 +222,17 @@ impl Store {
     }
 
     /// Writes these events' roll-up status, each whose deliveries are all finished (the
-    /// others are left pending), in one transaction.
+    /// others are left pending), and takes their finished deliveries out of the queue index,
+    /// in one transaction.
     pub async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
         if let Some(pg) = self.postgres() {
             return pg.roll_up(event_ids).await;
         }
         self.run_bookkeeping(move |conn| {
             let mut roll_up = conn.prepare_cached(ROLL_UP)?;
+            let mut clear = conn.prepare_cached(CLEAR_FINISHED)?;
             for id in event_ids {
+                clear.execute([id])?;
                 roll_up.execute([id])?;
             }
             Ok(())
@@ -244,34 +253,45 @@ impl Store {
 
 /// The delivering deliveries, at start-up.
 pub(super) const INTERRUPTED: &str = "SELECT event_id, route, attempts FROM deliveries \
-     WHERE status IN ('pending', 'delivering') AND status = 'delivering'";
+     INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL AND status = 'delivering'";
 /// The oldest unfinished delivery of a lane (the head of a strict lane).
 pub(super) const HEAD: &str = "SELECT event_id, status, next_attempt_at FROM deliveries \
-     WHERE endpoint = ?1 AND route = ?2 AND status IN ('pending', 'delivering') \
+     INDEXED BY deliveries_queue WHERE endpoint = ?1 AND route = ?2 \
+     AND next_attempt_at IS NOT NULL AND status IN ('pending', 'delivering') \
      ORDER BY event_id LIMIT 1";
 /// Due deliveries of a lane, soonest first.
-pub(super) const DUE: &str = "SELECT event_id FROM deliveries \
-     WHERE endpoint = ?1 AND route = ?2 AND status IN ('pending', 'delivering') \
-     AND status = 'pending' AND next_attempt_at <= ?3 ORDER BY next_attempt_at, event_id \
+pub(super) const DUE: &str = "SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
+     WHERE endpoint = ?1 AND route = ?2 AND next_attempt_at IS NOT NULL \
+     AND next_attempt_at <= ?3 AND status = 'pending' ORDER BY next_attempt_at, event_id \
      LIMIT ?4";
 /// A delivery with no older unfinished one of its ordering key (none: its own lane).
 const KEY_HEAD: &str = "(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries AS o \
-     WHERE o.endpoint = ?1 AND o.route = ?2 AND o.status IN ('pending', 'delivering') \
-     AND o.order_key IS NOT NULL AND o.order_key = d.order_key AND o.event_id < d.event_id))";
+     INDEXED BY deliveries_order WHERE o.endpoint = ?1 AND o.route = ?2 \
+     AND o.next_attempt_at IS NOT NULL AND o.order_key IS NOT NULL \
+     AND o.order_key = d.order_key AND o.event_id < d.event_id \
+     AND o.status IN ('pending', 'delivering')))";
 /// When the next pending delivery of a lane is due.
-pub(super) const NEXT_DUE: &str = "SELECT min(next_attempt_at) FROM deliveries \
-     WHERE endpoint = ?1 AND route = ?2 AND status IN ('pending', 'delivering') \
-     AND status = 'pending'";
+pub(super) const NEXT_DUE: &str = "SELECT next_attempt_at FROM deliveries \
+     INDEXED BY deliveries_queue WHERE endpoint = ?1 AND route = ?2 \
+     AND next_attempt_at IS NOT NULL AND status = 'pending' ORDER BY next_attempt_at LIMIT 1";
 /// Unfinished deliveries per lane.
 pub(super) const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
-     WHERE status IN ('pending', 'delivering') GROUP BY endpoint, route";
+     INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL \
+     AND status IN ('pending', 'delivering') GROUP BY endpoint, route";
+/// Takes one event's finished deliveries (?1) out of the queue index, with the roll-up.
+pub(super) const CLEAR_FINISHED: &str = "UPDATE deliveries SET next_attempt_at = NULL \
+     WHERE event_id = ?1 AND next_attempt_at IS NOT NULL AND status IN ('delivered', 'dead')";
+/// Every finished delivery still in the queue index, at start-up: what a crash left there.
+pub(super) const CLEAR_ALL_FINISHED: &str = "UPDATE deliveries INDEXED BY deliveries_queue \
+     SET next_attempt_at = NULL \
+     WHERE next_attempt_at IS NOT NULL AND status IN ('delivered', 'dead')";
 
 /// Due deliveries of a lane whose key lets them go, soonest first.
 pub(super) fn due_by_key() -> String {
     format!(
-        "SELECT d.event_id FROM deliveries AS d \
-         WHERE d.endpoint = ?1 AND d.route = ?2 AND d.status IN ('pending', 'delivering') \
-         AND d.status = 'pending' AND d.next_attempt_at <= ?3 AND {KEY_HEAD} \
+        "SELECT d.event_id FROM deliveries AS d INDEXED BY deliveries_queue \
+         WHERE d.endpoint = ?1 AND d.route = ?2 AND d.next_attempt_at IS NOT NULL \
+         AND d.next_attempt_at <= ?3 AND d.status = 'pending' AND {KEY_HEAD} \
          ORDER BY d.next_attempt_at, d.event_id LIMIT ?4"
     )
 }
@@ -279,9 +299,9 @@ pub(super) fn due_by_key() -> String {
 /// When the soonest delivery of a lane whose key lets it go is due.
 pub(super) fn next_due_by_key() -> String {
     format!(
-        "SELECT min(d.next_attempt_at) FROM deliveries AS d \
-         WHERE d.endpoint = ?1 AND d.route = ?2 AND d.status IN ('pending', 'delivering') \
-         AND d.status = 'pending' AND {KEY_HEAD}"
+        "SELECT d.next_attempt_at FROM deliveries AS d INDEXED BY deliveries_queue \
+         WHERE d.endpoint = ?1 AND d.route = ?2 AND d.next_attempt_at IS NOT NULL \
+         AND d.status = 'pending' AND {KEY_HEAD} ORDER BY d.next_attempt_at LIMIT 1"
     )
 }
 
@@ -328,7 +348,8 @@ pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize>
         record.execute(params![id, route, attempt, now_ms])?;
         requeue.execute(params![id, route, now_ms])?;
     }
-    // Roll-ups a stop cut off before they were written.
+    // Roll-ups (and queue entries to clear) a stop cut off before they were written.
+    conn.execute(CLEAR_ALL_FINISHED, [])?;
     conn.execute(ROLL_UP_ALL, [])?;
     Ok(interrupted.len())
 }
@@ -396,16 +417,18 @@ pub(super) fn next_due(
         Order::Strict => Ok(waiting_head(conn, endpoint, route)?.map(|(_, due)| due)),
         Order::Any => conn
             .prepare_cached(NEXT_DUE)?
-            .query_row([endpoint, route], |r| r.get(0)),
+            .query_row([endpoint, route], |r| r.get(0))
+            .optional(),
         Order::ByKey => conn
             .prepare_cached(&next_due_by_key())?
-            .query_row([endpoint, route], |r| r.get(0)),
+            .query_row([endpoint, route], |r| r.get(0))
+            .optional(),
     }
 }
 
 /// The head of a strict lane with when it is due, if it is waiting (pending) rather than
-/// being delivered. A pending delivery without a due time (none should exist) counts as due
-/// now, so it can never stall its lane.
+/// being delivered. Every delivery in the queue index has a due time (schema 6 gave the
+/// unfinished ones without one a due time of 0); a missing one would count as due now.
 fn waiting_head(
     conn: &Connection,
     endpoint: &str,
@@ -445,29 +468,38 @@ pub(super) fn record_attempt(
     if *after != AfterAttempt::Delivered {
         insert_row(conn)?;
     }
-    let (status, next) = match after {
-        AfterAttempt::Delivered => (Status::Delivered, None),
-        AfterAttempt::RetryAt { at_ms, .. } => (Status::Pending, Some(*at_ms)),
-        AfterAttempt::Dead { .. } => (Status::Dead, None),
-    };
     let finished = attempt.started_at_ms + attempt.duration_ms;
     // Only a delivery still marked delivering moves on: a replay that raced this attempt wins.
-    let moved = conn
-        .prepare_cached(
-            "UPDATE deliveries SET status = ?3, next_attempt_at = ?4, last_error = ?5, \
-             finished_at = CASE WHEN ?3 IN ('delivered', 'dead') THEN ?6 END, \
-             delivered_ms = CASE WHEN ?3 = 'delivered' THEN ?7 END \
-             WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
-        )?
-        .execute(params![
-            event_id,
-            route,
-            status.as_str(),
-            next,
-            after.error(),
-            finished,
-            attempt.duration_ms
-        ])?;
+    // A finished delivery keeps its due time (and so its queue entry) until the roll-up
+    // clears it: setting it here would rewrite a page of the queue index per delivery.
+    let moved = match after {
+        AfterAttempt::RetryAt { at_ms, error } => conn
+            .prepare_cached(
+                "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3, \
+                 last_error = ?4, finished_at = NULL, delivered_ms = NULL \
+                 WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
+            )?
+            .execute(params![event_id, route, at_ms, error])?,
+        AfterAttempt::Delivered | AfterAttempt::Dead { .. } => {
+            let (status, delivered_ms) = match after {
+                AfterAttempt::Delivered => (Status::Delivered, Some(attempt.duration_ms)),
+                _ => (Status::Dead, None),
+            };
+            conn.prepare_cached(
+                "UPDATE deliveries SET status = ?3, last_error = ?4, finished_at = ?5, \
+                 delivered_ms = ?6 \
+                 WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
+            )?
+            .execute(params![
+                event_id,
+                route,
+                status.as_str(),
+                after.error(),
+                finished,
+                delivered_ms
+            ])?
+        }
+    };
     if moved == 0 && *after == AfterAttempt::Delivered {
         // A replay (or a recovery elsewhere) won the race: the row is not ours to finish, but
         // the attempt happened and its history keeps it.
@@ -497,6 +529,7 @@ mod tests {
             ("next due", NEXT_DUE, params!["e", "r"]),
             ("next due by key", &next_due_by_key, params!["e", "r"]),
             ("unfinished", UNFINISHED_BY_ROUTE, none),
+            ("clear all finished", CLEAR_ALL_FINISHED, none),
         ] {
             let mut stmt = db
                 .conn
@@ -518,6 +551,91 @@ mod tests {
             });
             assert!(!walks_all && !plan.contains("autoindex"), "{name}: {plan}");
         }
+    }
+
+    /// Pages the next commit writes: the WAL is emptied first, and each page a commit wrote
+    /// is one frame in it.
+    fn frames_written_by(db: &Db, commit: impl FnOnce()) -> i64 {
+        let frames = |mode: &str| -> i64 {
+            db.conn
+                .query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(1))
+                .unwrap()
+        };
+        frames("TRUNCATE");
+        commit();
+        frames("PASSIVE")
+    }
+
+    #[test]
+    fn a_claim_and_a_delivered_attempt_write_only_the_delivery_and_the_roll_up_clears_it() {
+        let (_dir, db) = temp_db();
+        let ids: Vec<i64> = (0..5)
+            .map(|n| row(&db, "a", &format!("k{n}"), Status::Pending, 0))
+            .collect();
+        let queued = |db: &Db| -> i64 {
+            db.conn
+                .query_row(
+                    "SELECT count(*) FROM deliveries INDEXED BY deliveries_queue \
+                     WHERE next_attempt_at IS NOT NULL",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        let unfinished = |db: &Db| -> i64 {
+            db.conn
+                .query_row(UNFINISHED_BY_ROUTE, [], |r| r.get(2))
+                .optional()
+                .unwrap()
+                .unwrap_or(0)
+        };
+        let mut claimed = Vec::new();
+        let claim = frames_written_by(&db, || {
+            claimed = claim_due(&db.conn, "a", "default", 1, Order::Any, NOW).unwrap();
+        });
+        assert_eq!(claimed[0].event_id, ids[0]);
+        assert_eq!(
+            claim, 1,
+            "a claim writes the delivery's leaf and nothing else"
+        );
+        let tried = Tried {
+            attempt: claimed[0].attempt,
+            started_at_ms: NOW,
+            duration_ms: 3,
+        };
+        let record = frames_written_by(&db, || {
+            record_attempt(
+                &db.conn,
+                ids[0],
+                "default",
+                &tried,
+                &AfterAttempt::Delivered,
+            )
+            .unwrap();
+        });
+        assert_eq!(record, 1, "so does a delivered attempt");
+        // The finished delivery is still in the index, and nothing reads it as waiting.
+        assert_eq!((queued(&db), unfinished(&db)), (5, 4));
+        let next: Vec<i64> = claim_due(&db.conn, "a", "default", 10, Order::Any, NOW)
+            .unwrap()
+            .iter()
+            .map(|d| d.event_id)
+            .collect();
+        assert_eq!(next, ids[1..]);
+        assert!(
+            claim_due(&db.conn, "a", "default", 10, Order::Strict, NOW)
+                .unwrap()
+                .is_empty()
+        );
+        // The roll-up takes it out of the index; a start's recovery, what a crash left there.
+        db.conn.execute(CLEAR_FINISHED, [ids[0]]).unwrap();
+        assert_eq!(queued(&db), 4);
+        for id in &ids[1..3] {
+            record_attempt(&db.conn, *id, "default", &tried, &AfterAttempt::Delivered).unwrap();
+        }
+        assert_eq!(queued(&db), 4);
+        recover(&db.conn, NOW).unwrap();
+        assert_eq!((queued(&db), unfinished(&db)), (2, 2));
     }
 
     #[test]

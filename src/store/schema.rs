@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 5;
+pub(super) const SCHEMA_VERSION: i64 = 6;
 
 /// The schema of a new file.
 ///
@@ -66,14 +66,11 @@ CREATE TABLE meta (
 
 /// The delivery state, one row per (event, route) (version 4). `events.status` is their
 /// roll-up: `stored` when no route took the event, `pending` while any delivery is unfinished,
-/// then `delivered` when every one is, else `dead`. The queue and dead indexes are partial, so
-/// the worker's reads and `/metrics` stay small however many finished rows there are;
-/// `status` comes after the due time in the queue index, so a claim (pending to delivering)
-/// rewrites its entry in place, on the same leaf, instead of moving it to another one;
-/// `deliveries_order` finds the earlier unfinished deliveries of one ordering key. A delivered
-/// attempt has no `attempts` row: the delivery row itself records it (`attempts`,
-/// `finished_at`, `delivered_ms`), one row less to write per delivered event; `attempts` holds
-/// the failed and interrupted ones.
+/// then `delivered` when every one is, else `dead`. The dead index is partial, so `/metrics`
+/// stays small however many finished rows there are; the queue indexes are version 6's
+/// ([`V5_TO_V6`]). A delivered attempt has no `attempts` row: the delivery row itself records
+/// it (`attempts`, `finished_at`, `delivered_ms`), one row less to write per delivered event;
+/// `attempts` holds the failed and interrupted ones.
 const DELIVERIES: &str = "
 CREATE TABLE deliveries (
     event_id        INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
@@ -89,11 +86,7 @@ CREATE TABLE deliveries (
     order_key       TEXT,               -- the route's `order_by` value, if it has one
     PRIMARY KEY (event_id, route)
 ) WITHOUT ROWID;
-CREATE INDEX deliveries_queue ON deliveries (endpoint, route, next_attempt_at, status)
-    WHERE status IN ('pending', 'delivering');
 CREATE INDEX deliveries_dead ON deliveries (endpoint, route) WHERE status = 'dead';
-CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key)
-    WHERE status IN ('pending', 'delivering') AND order_key IS NOT NULL;
 ";
 
 /// Version 4 moved delivery state to `deliveries`, one row per (event, route): an event's
@@ -191,6 +184,32 @@ CREATE TABLE hourly (
 ) WITHOUT ROWID;
 CREATE INDEX events_endpoint ON events (endpoint, received_at);
 ALTER TABLE events ADD COLUMN object_id TEXT;
+";
+
+/// Version 6 took the queue indexes off the happy path: a delivery's entry in `deliveries_queue`
+/// (and, with `order_by`, `deliveries_order`) is there while `next_attempt_at` is set, and
+/// nothing in either index (key or condition) is a column that claiming or recording a
+/// delivered attempt changes, so those commits rewrite one page, the delivery's leaf, where
+/// version 5's rewrote its queue leaf too. A finished delivery keeps its entry until the
+/// worker's batched roll-up clears `next_attempt_at` (a few adjacent leaves for a batch of
+/// events; [`super::queue`]); until then the queue's queries skip it by its `status`, read
+/// from the row. The queue index is keyed by endpoint and due time, not by route: an event's
+/// deliveries to its routes (due at the same time, the received time) are neighbours, so an
+/// intake batch appends to one leaf per endpoint rather than one per route, and a lane's
+/// queries filter the endpoint's entries by route. A new file gets the same statements after
+/// [`DELIVERIES`]. Unfinished rows without a due time (none should exist) become due at once,
+/// so none falls out of the queue.
+const V5_TO_V6: &str = "
+DROP INDEX IF EXISTS deliveries_queue;
+DROP INDEX IF EXISTS deliveries_order;
+UPDATE deliveries SET next_attempt_at = 0
+    WHERE status IN ('pending', 'delivering') AND next_attempt_at IS NULL;
+UPDATE deliveries SET next_attempt_at = NULL
+    WHERE status IN ('delivered', 'dead') AND next_attempt_at IS NOT NULL;
+CREATE INDEX deliveries_queue ON deliveries (endpoint, next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key)
+    WHERE next_attempt_at IS NOT NULL AND order_key IS NOT NULL;
 ";
 
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
@@ -345,6 +364,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     if version < 5 {
         // A new file too: the status page's counters and index.
         tx.execute_batch(V4_TO_V5)?;
+    }
+    if version < 6 {
+        // A new file too: the queue indexes.
+        tx.execute_batch(V5_TO_V6)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -697,5 +720,162 @@ mod tests {
             .query_row("SELECT count(client_cert) FROM events", [], |r| r.get(0))
             .unwrap();
         assert_eq!(certs, 0);
+    }
+
+    /// The whole schema of version 5, as released before the queue indexes left the happy path
+    /// (shared with the integration test that upgrades a v5 file under the real server).
+    const SCHEMA_V5: &str = include_str!("../../tests/fixtures/schema_v5.sql");
+
+    /// A version 5 file with a delivery in every state ([`V5_ROWS`]).
+    fn version_5_file(path: &Path) {
+        let v5 = Connection::open(path).unwrap();
+        v5.execute_batch("PRAGMA page_size = 1024; PRAGMA journal_mode = WAL;")
+            .unwrap();
+        v5.execute_batch(SCHEMA_V5).unwrap();
+        for (id, route, status, attempts, next, key) in V5_ROWS {
+            let dedup = format!("k{id}");
+            v5.execute(
+                "INSERT OR IGNORE INTO events (id, endpoint, dedup_key, dedup_hash, \
+                 payload_bytes, received_at, status) VALUES (?1, 'shop', ?2, ?3, 2, ?1, ?4)",
+                rusqlite::params![
+                    id,
+                    dedup,
+                    super::super::dedup_hash("shop", &dedup),
+                    if status == "delivering" {
+                        "pending"
+                    } else {
+                        status
+                    }
+                ],
+            )
+            .unwrap();
+            v5.execute(
+                "INSERT OR IGNORE INTO payloads (event_id, headers, body) \
+                 VALUES (?1, x'', x'7b7d')",
+                [id],
+            )
+            .unwrap();
+            v5.execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
+                 next_attempt_at, order_key, finished_at) \
+                 VALUES (?1, ?2, 'shop', ?3, ?4, ?5, ?6, \
+                 CASE WHEN ?3 IN ('delivered', 'dead') THEN ?1 END)",
+                rusqlite::params![id, route, status, attempts, next, key],
+            )
+            .unwrap();
+        }
+    }
+
+    /// A delivery of the v5 file: (event id, route, status, attempts, due time, order key).
+    type V5Row = (
+        i64,
+        &'static str,
+        &'static str,
+        u32,
+        Option<i64>,
+        Option<&'static str>,
+    );
+
+    const V5_ROWS: [V5Row; 7] = [
+        (1, "default", "delivered", 1, None, None),
+        (2, "default", "dead", 6, None, None),
+        (3, "default", "pending", 0, Some(3), None),
+        (4, "default", "pending", 2, Some(9_000_000), None),
+        (5, "default", "delivering", 1, Some(5), None),
+        (6, "default", "pending", 0, None, None),
+        (7, "default", "pending", 0, Some(7), Some("order-1")),
+    ];
+
+    #[test]
+    fn a_version_5_file_keeps_every_delivery_in_the_new_queue_index() {
+        use super::super::queue::{Order, claim_due, recover};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        version_5_file(&path);
+        let refused = Db::open(&path).err().expect("refused").to_string();
+        assert!(refused.contains("schema version 5 is older"), "{refused}");
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        let version: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 6);
+        // The same indexes as a new file's, by definition.
+        let (_fresh_dir, fresh) = temp_db();
+        let indexes = |conn: &Connection| -> Vec<(String, String)> {
+            conn.prepare(
+                "SELECT name, sql FROM sqlite_schema WHERE tbl_name = 'deliveries' \
+                 AND type = 'index' AND sql IS NOT NULL ORDER BY name",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+        };
+        assert_eq!(indexes(&db.conn), indexes(&fresh.conn));
+        assert!(
+            indexes(&db.conn)
+                .iter()
+                .any(|(n, sql)| n == "deliveries_queue"
+                    && sql.contains("next_attempt_at IS NOT NULL")),
+            "{:?}",
+            indexes(&db.conn)
+        );
+        // Every row is kept; the unfinished ones are all in the queue, the finished none.
+        let queued: Vec<i64> = db
+            .conn
+            .prepare(
+                "SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
+                 WHERE next_attempt_at IS NOT NULL ORDER BY event_id",
+            )
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(queued, [3, 4, 5, 6, 7]);
+        for (id, route, status, attempts, _, key) in V5_ROWS {
+            let event = db.event(id).unwrap().unwrap();
+            let [r] = event.routes.as_slice() else {
+                panic!("event {id}: {:?}", event.routes)
+            };
+            assert_eq!(
+                (
+                    r.route.as_str(),
+                    r.status.as_str(),
+                    r.attempts,
+                    r.order_key.as_deref()
+                ),
+                (route, status, attempts, key),
+                "event {id}"
+            );
+        }
+        // A pending delivery without a due time (none should exist) is due at once.
+        assert_eq!(
+            db.event(6).unwrap().unwrap().routes[0].next_attempt_at_ms,
+            Some(0)
+        );
+        // The cut-off attempt is recovered as before, and the due ones are claimed, in order;
+        // the one waiting for its retry is not due yet.
+        assert_eq!(recover(&db.conn, 10_000).unwrap(), 1);
+        let claimed: Vec<i64> = claim_due(&db.conn, "shop", "default", 10, Order::Any, 10_000)
+            .unwrap()
+            .iter()
+            .map(|d| d.event_id)
+            .collect();
+        assert_eq!(claimed, [6, 3, 7, 5], "soonest due first");
+        assert_eq!(
+            db.event(5)
+                .unwrap()
+                .unwrap()
+                .attempts
+                .last()
+                .unwrap()
+                .outcome,
+            "interrupted"
+        );
     }
 }

@@ -45,3 +45,4 @@ mod support;
 mod target_down;
 mod task_panics;
 mod tls;
+mod upgrade;

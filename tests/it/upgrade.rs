@@ -1,0 +1,105 @@
+//! Schema upgrades under the real server: a file of the previous version (5), made with that
+//! version's own DDL (`tests/fixtures/schema_v5.sql`), is upgraded when `serve` starts, and
+//! what it held waiting is delivered to a real local HTTP target: the fresh delivery, and the
+//! one a crash cut off (as an interrupted attempt, then delivered). New events go as well, and
+//! the finished deliveries leave the queue index (the worker's batched roll-up clears them).
+
+use std::time::Duration;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+const SCHEMA_V5: &str = include_str!("../fixtures/schema_v5.sql");
+
+/// (event id, delivery status, attempts) in the v5 file: waiting, cut off mid-attempt, done.
+const ROWS: [(i64, &str, u32); 3] = [(1, "pending", 0), (2, "delivering", 1), (3, "delivered", 1)];
+
+#[tokio::test]
+async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let v5 = rusqlite::Connection::open(&db).unwrap();
+    v5.execute_batch("PRAGMA page_size = 1024; PRAGMA journal_mode = WAL;")
+        .unwrap();
+    v5.execute_batch(SCHEMA_V5).unwrap();
+    for (id, status, attempts) in ROWS {
+        let rolled = if status == "delivered" {
+            "delivered"
+        } else {
+            "pending"
+        };
+        v5.execute(
+            "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
+             received_at, status) VALUES (?1, 'pagarme', ?2, ?1, 2, ?3, ?4)",
+            rusqlite::params![id, format!("old-{id}"), now_secs() * 1000, rolled],
+        )
+        .unwrap();
+        v5.execute(
+            "INSERT INTO payloads (event_id, headers, body) VALUES (?1, x'', ?2)",
+            rusqlite::params![id, format!("{{\"old\":{id}}}").into_bytes()],
+        )
+        .unwrap();
+        v5.execute(
+            "INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
+             next_attempt_at, finished_at) VALUES (?1, 'default', 'pagarme', ?2, ?3, \
+             CASE WHEN ?2 != 'delivered' THEN 0 END, CASE WHEN ?2 = 'delivered' THEN 1 END)",
+            rusqlite::params![id, status, attempts],
+        )
+        .unwrap();
+    }
+    drop(v5);
+
+    let target = Target::start(vec![200]).await;
+    let forward = format!("forward = {{ url = \"http://{}/in\" }}", target.addr);
+    let text = base_config(&db, "", &forward);
+    let server = TestServer::start_with(dir, db, &text).await;
+    let version: i64 = server.one("PRAGMA user_version");
+    assert_eq!(version, 6);
+
+    eventually(WAIT, "the two waiting deliveries delivered", || {
+        target.count() == 2
+    })
+    .await;
+    let mut bodies: Vec<String> = target
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .collect();
+    bodies.sort();
+    assert_eq!(bodies, [r#"{"old":1}"#, r#"{"old":2}"#]);
+    let interrupted: i64 =
+        server.one("SELECT count(*) FROM attempts WHERE event_id = 2 AND outcome = 'interrupted'");
+    assert_eq!(interrupted, 1, "the cut-off attempt is explained");
+
+    // A new event goes too.
+    let reply = post_pagarme(server.addr, &payment_body(1)).await;
+    assert_eq!(reply.status, 200);
+    eventually(WAIT, "the new event delivered", || target.count() == 3).await;
+
+    // Every delivery finished, each event rolled up, and the queue index emptied.
+    eventually(WAIT, "the roll-up written and the queue cleared", || {
+        let db = server.db();
+        let waiting: i64 = db
+            .query_row(
+                "SELECT count(*) FROM deliveries WHERE next_attempt_at IS NOT NULL \
+                 OR status != 'delivered'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let pending: i64 = db
+            .query_row(
+                "SELECT count(*) FROM events WHERE status != 'delivered'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        waiting == 0 && pending == 0
+    })
+    .await;
+    assert_eq!(target.count(), 3, "each once");
+    server.stop().await;
+}
