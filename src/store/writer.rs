@@ -58,8 +58,19 @@ impl Needs {
 /// A unit of work for the writer.
 pub(super) trait Job: Send {
     fn needs(&self) -> Needs;
-    /// Runs on the write connection inside the batch's transaction; says whether it
-    /// succeeded, and hands back what to call after COMMIT.
+    /// Whether [`Job::attempt`] may be called, and again after its work was rolled back (an
+    /// intake insert: its input is data). A row of such jobs shares one savepoint.
+    fn repeatable(&self) -> bool {
+        false
+    }
+    /// A repeatable job's run, inside the batch's transaction, its result kept for
+    /// [`Job::run`]; says whether it succeeded. Each call runs the job anew.
+    fn attempt(&mut self, _conn: &Connection) -> bool {
+        false
+    }
+    /// Runs on the write connection inside the batch's transaction (a repeatable job that was
+    /// attempted does not run again: its latest result stands); says whether it succeeded,
+    /// and hands back what to call after COMMIT.
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish);
     /// The job will not run (its batch could not begin, or was lost before its turn): tell the
     /// caller why.
@@ -205,35 +216,18 @@ fn commit_batch(
     }
     fold_counters(conn, tally);
     let mut finishes = Vec::with_capacity(batch.len());
-    let mut jobs = batch.drain(..);
+    let mut jobs = batch.drain(..).peekable();
     while let Some(job) = jobs.next() {
-        // Never run a job outside its savepoint: half of it could commit without the rest.
-        if let Err(e) = exec(conn, "SAVEPOINT job") {
-            job.abort(StoreError::from(e));
-            continue;
-        }
-        let (ok, finish) = job.run(conn);
-        finishes.push(finish);
-        // SQLite may have rolled the whole transaction back by itself: what ran is gone, and
-        // a SAVEPOINT now would open a transaction of its own and commit the next job alone.
-        let lost = if conn.is_autocommit() {
-            Some(StoreError::Sqlite(
-                "the transaction was rolled back by the database (disk full or I/O error?)".into(),
-            ))
+        let step = if job.repeatable() {
+            let mut row = vec![job];
+            while let Some(next) = jobs.next_if(|job| job.repeatable()) {
+                row.push(next);
+            }
+            run_row(conn, row, &mut finishes)
         } else {
-            let end = if ok {
-                exec(conn, "RELEASE job")
-            } else {
-                rollback_to(conn)
-            };
-            // A failed job whose savepoint cannot be rolled back would leave half its work in
-            // the batch: give up the whole batch instead.
-            end.err().map(|e| {
-                let _ = exec(conn, "ROLLBACK");
-                StoreError::Sqlite(format!("ending a job's savepoint failed: {e}"))
-            })
+            run_alone(conn, job, &mut finishes)
         };
-        if let Some(err) = lost {
+        if let Err(err) = step {
             tracing::error!(error = %err, "batch lost; every job in it hears the error");
             for job in jobs {
                 job.abort(err.clone());
@@ -255,6 +249,102 @@ fn commit_batch(
     for finish in finishes {
         finish(result.clone());
     }
+}
+
+/// Runs one job in its own savepoint, so that if it fails it rolls back alone. An error: the
+/// batch is lost (the job already heard of it through its `Finish`, pushed first).
+fn run_alone(
+    conn: &Connection,
+    job: Box<dyn Job>,
+    finishes: &mut Vec<Finish>,
+) -> Result<(), StoreError> {
+    // Never run a job outside its savepoint: half of it could commit without the rest.
+    if let Err(e) = exec(conn, JOB.open) {
+        job.abort(StoreError::from(e));
+        return Ok(());
+    }
+    let (ok, finish) = job.run(conn);
+    finishes.push(finish);
+    end_savepoint(conn, &JOB, ok)
+}
+
+/// Runs a row of repeatable jobs under one savepoint: a savepoint per job costs two
+/// statements, and SQLite copies every page a job touches that an earlier job of the batch
+/// dirtied into the savepoint's journal first (bench/PROFILE.md, issue 17). If one of them
+/// fails, the whole row is rolled back and each job runs again in a savepoint of its own
+/// ([`run_alone`]), so the failing one still rolls back alone. An error: the batch is lost
+/// (every job of the row heard of it).
+fn run_row(
+    conn: &Connection,
+    mut row: Vec<Box<dyn Job>>,
+    finishes: &mut Vec<Finish>,
+) -> Result<(), StoreError> {
+    if row.len() == 1 {
+        return row
+            .pop()
+            .map_or(Ok(()), |job| run_alone(conn, job, finishes));
+    }
+    if let Err(e) = exec(conn, ROW.open) {
+        let err = StoreError::from(e);
+        for job in row {
+            job.abort(err.clone());
+        }
+        return Ok(());
+    }
+    // Stop at the first failure, and when the transaction is gone: the next job would run
+    // (and commit) on its own.
+    let all_ok = row
+        .iter_mut()
+        .all(|job| job.attempt(conn) && !conn.is_autocommit());
+    if let Err(err) = end_savepoint(conn, &ROW, all_ok) {
+        for job in row {
+            job.abort(err.clone());
+        }
+        return Err(err);
+    }
+    if all_ok {
+        finishes.extend(row.into_iter().map(|job| job.run(conn).1));
+        return Ok(());
+    }
+    // Rolled back: once more, each alone.
+    let mut row = row.into_iter();
+    while let Some(mut job) = row.next() {
+        if let Err(e) = exec(conn, JOB.open) {
+            job.abort(StoreError::from(e));
+            continue;
+        }
+        let ok = job.attempt(conn);
+        finishes.push(job.run(conn).1);
+        if let Err(err) = end_savepoint(conn, &JOB, ok) {
+            for job in row {
+                job.abort(err.clone());
+            }
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Releases the savepoint `name` (`ok`) or rolls back to it. An error: the batch is lost,
+/// rolled back by SQLite itself (disk full, I/O error) or, if a savepoint could not be ended,
+/// by us (a failed job's half must not commit).
+fn end_savepoint(conn: &Connection, savepoint: &Savepoint, ok: bool) -> Result<(), StoreError> {
+    // SQLite may have rolled the whole transaction back by itself: what ran is gone, and
+    // a SAVEPOINT now would open a transaction of its own and commit the next job alone.
+    if conn.is_autocommit() {
+        return Err(StoreError::Sqlite(
+            "the transaction was rolled back by the database (disk full or I/O error?)".into(),
+        ));
+    }
+    let end = if ok {
+        exec(conn, savepoint.release)
+    } else {
+        exec(conn, savepoint.rollback).and_then(|()| exec(conn, savepoint.release))
+    };
+    end.map_err(|e| {
+        let _ = exec(conn, "ROLLBACK");
+        StoreError::Sqlite(format!("ending a job's savepoint failed: {e}"))
+    })
 }
 
 /// The tally into `hourly`, in a savepoint of its own: if that fails, the counts are dropped
@@ -285,10 +375,26 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
-fn rollback_to(conn: &Connection) -> rusqlite::Result<()> {
-    exec(conn, "ROLLBACK TO job")?;
-    exec(conn, "RELEASE job")
+/// The statements of one of the writer's savepoints.
+struct Savepoint {
+    open: &'static str,
+    release: &'static str,
+    rollback: &'static str,
 }
+
+/// One job's.
+const JOB: Savepoint = Savepoint {
+    open: "SAVEPOINT job",
+    release: "RELEASE job",
+    rollback: "ROLLBACK TO job",
+};
+
+/// A row of repeatable jobs'.
+const ROW: Savepoint = Savepoint {
+    open: "SAVEPOINT jobs",
+    release: "RELEASE jobs",
+    rollback: "ROLLBACK TO jobs",
+};
 
 #[cfg(test)]
 mod tests {
@@ -341,7 +447,7 @@ mod tests {
         store.close();
     }
 
-    fn put(key: &'static str) -> impl FnOnce(&Connection) -> rusqlite::Result<()> {
+    fn put(key: &'static str) -> impl Fn(&Connection) -> rusqlite::Result<()> + Send + 'static {
         move |conn| {
             conn.execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])
                 .map(drop)
@@ -411,6 +517,78 @@ mod tests {
         );
         // The writer goes on.
         store.run(put("d")).await.unwrap();
+        assert_eq!(meta_keys(&store).await, ["d"]);
+        store.close();
+    }
+
+    /// Intake jobs (repeatable: they may run again after a rollback) `a`, `b`, `c`, with a
+    /// plain job `x` in front of them, queued as one batch.
+    async fn intake_batch<A, B, C>(store: &Store, jobs: (A, B, C)) -> [Result<(), StoreError>; 4]
+    where
+        A: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        B: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            let x = store.run(put("x"));
+            let (a, b, c) = (
+                store.run_intake(jobs.0),
+                store.run_intake(jobs.1),
+                store.run_intake(jobs.2),
+            );
+            tokio::join!(x, a, b, c)
+        };
+        let (busy, (x, a, b, c)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        [x, a, b, c]
+    }
+
+    #[tokio::test]
+    async fn a_failing_intake_job_in_a_row_rolls_back_alone_and_the_others_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let half_then_fail = |conn: &Connection| {
+            put("b")(conn)?;
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        };
+        let [x, a, b, c] = intake_batch(&store, (put("a"), half_then_fail, put("c"))).await;
+        assert!(
+            x.is_ok() && a.is_ok() && b.is_err() && c.is_ok(),
+            "{a:?} {b:?} {c:?}"
+        );
+        assert_eq!(
+            meta_keys(&store).await,
+            ["a", "c", "x"],
+            "a ran again after the row's rollback; b's first statement is undone"
+        );
+        // A row that does not fail commits whole.
+        let [x, d, e, f] = intake_batch(&store, (put("d"), put("e"), put("f"))).await;
+        assert!(x.is_err(), "x is there already: {x:?}");
+        assert!(d.is_ok() && e.is_ok() && f.is_ok(), "{d:?} {e:?} {f:?}");
+        assert_eq!(meta_keys(&store).await, ["a", "c", "d", "e", "f", "x"]);
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_rolled_back_in_a_row_of_intake_jobs_fails_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
+        let [x, a, b, c] = intake_batch(&store, (put("a"), rolled_back, put("c"))).await;
+        assert!(
+            x.is_err() && a.is_err() && b.is_err() && c.is_err(),
+            "{x:?} {a:?} {b:?} {c:?}"
+        );
+        assert!(
+            meta_keys(&store).await.is_empty(),
+            "c did not commit on its own"
+        );
+        store.run_intake(put("d")).await.unwrap();
         assert_eq!(meta_keys(&store).await, ["d"]);
         store.close();
     }
