@@ -3,7 +3,11 @@
 //! each. A job's caller hears back only after its transaction is durable.
 //!
 //! Each job runs inside its own SAVEPOINT, so one failing job rolls back alone and the rest of
-//! its batch still commits. If the COMMIT itself fails (disk full, I/O error, lock timeout),
+//! its batch still commits. Intake inserts are *repeatable* (their input is data), which saves
+//! most savepoints (issue 17): a batch of nothing but inserts runs first with none, and if one
+//! fails the transaction is rolled back and the batch runs again the usual way; there, a row
+//! of inserts shares one savepoint, and if one fails the row is rolled back to it and each runs
+//! again in its own. If the COMMIT itself fails (disk full, I/O error, lock timeout),
 //! every job of the batch hears the error and nothing of it is kept. So it goes, too, when
 //! SQLite rolls the whole transaction back by itself in the middle of the batch (it may, on
 //! disk full, I/O errors and out of memory): the jobs already run hear the error, the jobs not
@@ -199,7 +203,7 @@ fn stable_plans(conn: &Connection) {
     }
 }
 
-/// Runs `batch` in one transaction, the counters' tally first, and answers each job after its
+/// Runs `batch` in one transaction with the counters' tally, and answers each job after its
 /// COMMIT (`delay`, test-only, holds the COMMIT back).
 fn commit_batch(
     conn: &Connection,
@@ -207,13 +211,122 @@ fn commit_batch(
     delay: Option<Duration>,
     tally: &Tally,
 ) {
-    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        let err = StoreError::on(conn, e);
-        for job in batch.drain(..) {
-            job.abort(err.clone());
-        }
+    if !begin(conn, batch) {
         return;
     }
+    let finishes = match run_bare(conn, batch) {
+        Bare::Ran => {
+            fold_counters(conn, tally);
+            if conn.is_autocommit() {
+                let err = rolled_back();
+                tracing::error!(error = %err, "batch lost; every job in it hears the error");
+                for job in batch.drain(..) {
+                    job.abort(err.clone());
+                }
+                return;
+            }
+            // Each job hands back its result: none runs again.
+            batch.drain(..).map(|job| job.run(conn).1).collect()
+        }
+        Bare::Lost(err) => {
+            tracing::error!(error = %err, "batch lost; every job in it hears the error");
+            for job in batch.drain(..) {
+                job.abort(err.clone());
+            }
+            return;
+        }
+        Bare::RolledBack => {
+            if !begin(conn, batch) {
+                return;
+            }
+            match run_jobs(conn, batch, tally) {
+                Some(finishes) => finishes,
+                None => return,
+            }
+        }
+        Bare::NotTried => match run_jobs(conn, batch, tally) {
+            Some(finishes) => finishes,
+            None => return,
+        },
+    };
+    if let Some(delay) = delay {
+        std::thread::sleep(delay);
+    }
+    let result = exec(conn, "COMMIT").map_err(|e| StoreError::on(conn, e));
+    if result.is_err() {
+        // COMMIT failed: make sure nothing of the batch survives, then report to everyone.
+        let _ = exec(conn, "ROLLBACK");
+    }
+    for finish in finishes {
+        finish(result.clone());
+    }
+}
+
+/// `BEGIN IMMEDIATE`; if it fails, every job of `batch` hears why.
+fn begin(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> bool {
+    match exec(conn, "BEGIN IMMEDIATE") {
+        Ok(()) => true,
+        Err(e) => {
+            let err = StoreError::on(conn, e);
+            for job in batch.drain(..) {
+                job.abort(err.clone());
+            }
+            false
+        }
+    }
+}
+
+/// What running a batch with no savepoint came to.
+enum Bare {
+    /// Not every job is repeatable (or there is none): not tried.
+    NotTried,
+    /// Every job ran and succeeded; the counters are still to fold.
+    Ran,
+    /// A job failed: the transaction is rolled back, to be begun again and run job by job.
+    RolledBack,
+    /// The database rolled the transaction back by itself (or the rollback failed).
+    Lost(StoreError),
+}
+
+/// A batch of nothing but intake inserts (the usual batch under load) runs first with no
+/// savepoint at all: savepoints cost two statements each and a copy of every page they touch
+/// (bench/PROFILE.md, issue 17). If one insert fails, the whole transaction is rolled back and
+/// the batch runs again the usual way ([`run_jobs`]), where the failing one rolls back alone.
+fn run_bare(conn: &Connection, batch: &mut [Box<dyn Job>]) -> Bare {
+    if batch.is_empty() || !batch.iter().all(|job| job.repeatable()) {
+        return Bare::NotTried;
+    }
+    // Stop at the first failure, and when the transaction is gone: the next job would run
+    // (and commit) on its own.
+    let all_ok = batch
+        .iter_mut()
+        .all(|job| job.attempt(conn) && !conn.is_autocommit());
+    if conn.is_autocommit() {
+        return Bare::Lost(rolled_back());
+    }
+    if all_ok {
+        return Bare::Ran;
+    }
+    match exec(conn, "ROLLBACK") {
+        Ok(()) => Bare::RolledBack,
+        Err(e) => Bare::Lost(StoreError::on(conn, e)),
+    }
+}
+
+/// The error of a transaction SQLite rolled back by itself.
+fn rolled_back() -> StoreError {
+    StoreError::Sqlite(
+        "the transaction was rolled back by the database (disk full or I/O error?)".into(),
+    )
+}
+
+/// The counters' tally first, then each job (or row of repeatable jobs) in its savepoint.
+/// None: the batch was lost, and every job heard of it.
+fn run_jobs(
+    conn: &Connection,
+    batch: &mut Vec<Box<dyn Job>>,
+    tally: &Tally,
+) -> Option<Vec<Finish>> {
     fold_counters(conn, tally);
     let mut finishes = Vec::with_capacity(batch.len());
     let mut jobs = batch.drain(..).peekable();
@@ -235,20 +348,10 @@ fn commit_batch(
             for finish in finishes {
                 finish(Err(err.clone()));
             }
-            return;
+            return None;
         }
     }
-    if let Some(delay) = delay {
-        std::thread::sleep(delay);
-    }
-    let result = exec(conn, "COMMIT").map_err(|e| StoreError::on(conn, e));
-    if result.is_err() {
-        // COMMIT failed: make sure nothing of the batch survives, then report to everyone.
-        let _ = exec(conn, "ROLLBACK");
-    }
-    for finish in finishes {
-        finish(result.clone());
-    }
+    Some(finishes)
 }
 
 /// Runs one job in its own savepoint, so that if it fails it rolls back alone. An error: the
@@ -332,9 +435,7 @@ fn end_savepoint(conn: &Connection, savepoint: &Savepoint, ok: bool) -> Result<(
     // SQLite may have rolled the whole transaction back by itself: what ran is gone, and
     // a SAVEPOINT now would open a transaction of its own and commit the next job alone.
     if conn.is_autocommit() {
-        return Err(StoreError::Sqlite(
-            "the transaction was rolled back by the database (disk full or I/O error?)".into(),
-        ));
+        return Err(rolled_back());
     }
     let end = if ok {
         exec(conn, savepoint.release)
@@ -584,6 +685,97 @@ mod tests {
             x.is_err() && a.is_err() && b.is_err() && c.is_err(),
             "{x:?} {a:?} {b:?} {c:?}"
         );
+        assert!(
+            meta_keys(&store).await.is_empty(),
+            "c did not commit on its own"
+        );
+        store.run_intake(put("d")).await.unwrap();
+        assert_eq!(meta_keys(&store).await, ["d"]);
+        store.close();
+    }
+
+    /// Intake jobs `a`, `b`, `c` alone in one batch: it runs with no savepoint first. One
+    /// webhook is counted for hour `hour` just before, for that batch to fold.
+    async fn bare_batch<A, B, C>(
+        store: &Store,
+        jobs: (A, B, C),
+        hour: i64,
+    ) -> [Result<(), StoreError>; 3]
+    where
+        A: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        B: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            store.count("e", super::super::Counted::Received, hour * 3_600_000);
+            tokio::join!(
+                store.run_intake(jobs.0),
+                store.run_intake(jobs.1),
+                store.run_intake(jobs.2)
+            )
+        };
+        let (busy, (a, b, c)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        [a, b, c]
+    }
+
+    #[tokio::test]
+    async fn a_failing_insert_in_a_batch_run_bare_fails_alone_and_the_counters_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let half_then_fail = |conn: &Connection| {
+            put("b")(conn)?;
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        };
+        let hours = |conn: &Connection| {
+            conn.query_row("SELECT count(*) FROM hourly", [], |r| r.get::<_, i64>(0))
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+            / 3_600_000;
+        let [a, b, c] = bare_batch(&store, (put("a"), half_then_fail, put("c")), now).await;
+        assert!(a.is_ok() && b.is_err() && c.is_ok(), "{a:?} {b:?} {c:?}");
+        assert!(
+            store.tally().unwrap().is_empty(),
+            "the batch folded the tally"
+        );
+        assert_eq!(
+            meta_keys(&store).await,
+            ["a", "c"],
+            "b's first statement is undone"
+        );
+        assert_eq!(store.run(hours).await.unwrap(), 1, "the tally was folded");
+        // One that does not fail commits whole, the counters with it.
+        let [d, e, f] = bare_batch(&store, (put("d"), put("e"), put("f")), now - 1).await;
+        assert!(d.is_ok() && e.is_ok() && f.is_ok(), "{d:?} {e:?} {f:?}");
+        assert!(
+            store.tally().unwrap().is_empty(),
+            "the bare batch folded the tally"
+        );
+        assert_eq!(meta_keys(&store).await, ["a", "c", "d", "e", "f"]);
+        assert_eq!(store.run(hours).await.unwrap(), 2, "the tally was folded");
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_rolled_back_in_a_batch_run_bare_fails_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+            / 3_600_000;
+        let [a, b, c] = bare_batch(&store, (put("a"), rolled_back, put("c")), now).await;
+        assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
         assert!(
             meta_keys(&store).await.is_empty(),
             "c did not commit on its own"
