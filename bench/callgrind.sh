@@ -61,6 +61,8 @@ cat >"$WORK/portaria.toml" <<EOF
 # Written by bench/callgrind.sh.
 [server]
 listen = "127.0.0.1:0"
+# Not measured, and 9464 may be taken by another portaria on the machine.
+admin_listen = "off"
 
 [storage]
 path = "$WORK/portaria.db"

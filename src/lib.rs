@@ -37,6 +37,7 @@ pub mod dedup;
 pub mod fault;
 pub mod forward;
 pub mod ingest;
+pub mod logline;
 pub mod logwriter;
 pub mod metrics;
 pub mod notify;

@@ -32,7 +32,7 @@ pub fn rfc3339(ms: i64) -> String {
 }
 
 /// Howard Hinnant's days-from-epoch to (year, month, day) in the proleptic Gregorian calendar.
-fn civil_from_days(days: i64) -> (i64, i64, i64) {
+pub fn civil_from_days(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

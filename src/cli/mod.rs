@@ -264,16 +264,25 @@ fn init_reloadable_logging(
         .unwrap_or_else(|| Targets::new().with_default(tracing::Level::INFO));
     let (writer, guard) = crate::logwriter::Buffered::start(Box::new(std::io::stderr()));
     // The fmt subscriber caps itself at INFO unless told otherwise; `filter` decides.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_writer(writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+        .with_ansi(ansi);
     // Under systemd, journald stamps every line already.
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
-    let reload = match (format, journald) {
+    let reload = match (format, ansi) {
         (LogFormat::Json, _) => install(builder.json().flatten_event(true).finish(), filter),
-        (LogFormat::Text, true) => install(builder.without_time().finish(), filter),
-        (LogFormat::Text, false) => install(builder.finish(), filter),
+        // Not a terminal (journald, a pipe, a file): the same line, written without
+        // `core::fmt` (`logline`).
+        (LogFormat::Text, false) => install(
+            builder
+                .event_format(crate::logline::PlainLine::new(!journald))
+                .finish(),
+            filter,
+        ),
+        (LogFormat::Text, true) if journald => install(builder.without_time().finish(), filter),
+        (LogFormat::Text, true) => install(builder.finish(), filter),
     };
     let set_level: crate::server::SetLogLevel = Box::new(move |level: &str| {
         if env_wins {

@@ -146,14 +146,26 @@ impl Store {
     }
 
     /// Like [`Store::run`], for an intake insert: its outcome, COMMIT included, is recorded
-    /// for `/readyz` on the writer thread, even when the caller stopped waiting.
+    /// for `/readyz` on the writer thread, even when the caller stopped waiting. `f` only
+    /// reads what it captured, so the writer may run it again after rolling its work back:
+    /// a row of such jobs shares one savepoint (see [`writer`]).
     pub(super) async fn run_intake<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+        F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let health = Some(self.inner.intake.clone());
-        self.submit(f, Needs::ALL, Message::Job, health).await
+        let sqlite = self.sqlite()?;
+        let (reply, rx) = oneshot::channel();
+        let job = Box::new(Repeatable {
+            f,
+            reply,
+            health: self.inner.intake.clone(),
+            last: None,
+        });
+        if sqlite.tx.send(Message::Job(job)).is_err() {
+            return Err(StoreError::Closed);
+        }
+        rx.await.unwrap_or(Err(StoreError::Closed))
     }
 
     /// Like [`Store::run`], for delivery bookkeeping: the batch may commit without an fsync
@@ -242,20 +254,78 @@ where
         } = *self;
         let result = f(conn).map_err(|e| StoreError::on(conn, e));
         let ok = result.is_ok();
-        let finish: Finish = Box::new(move |committed| {
-            let answer = committed.and(result);
-            if let Some(health) = health {
-                health.record(answer.as_ref().map(drop));
-            }
-            let _ = reply.send(answer);
-        });
-        (ok, finish)
+        (ok, finish(result, health, reply))
     }
 
     fn abort(self: Box<Self>, err: StoreError) {
         if let Some(health) = &self.health {
             health.record(Err(&err));
         }
+        let _ = self.reply.send(Err(err));
+    }
+}
+
+/// What answers the caller once the batch committed (or failed to): the job's own result,
+/// unless the COMMIT failed.
+fn finish<T: Send + 'static>(
+    result: Result<T, StoreError>,
+    health: Option<Arc<super::observe::IntakeHealth>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+) -> Finish {
+    Box::new(move |committed| {
+        let answer = committed.and(result);
+        if let Some(health) = health {
+            health.record(answer.as_ref().map(drop));
+        }
+        let _ = reply.send(answer);
+    })
+}
+
+/// An intake insert: a closure that can run again after its work was rolled back, and the
+/// result of its latest run.
+struct Repeatable<F, T> {
+    f: F,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+    health: Arc<super::observe::IntakeHealth>,
+    last: Option<Result<T, StoreError>>,
+}
+
+impl<F, T> Job for Repeatable<F, T>
+where
+    T: Send + 'static,
+    F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
+{
+    fn needs(&self) -> Needs {
+        Needs::ALL
+    }
+
+    fn repeatable(&self) -> bool {
+        true
+    }
+
+    fn attempt(&mut self, conn: &Connection) -> bool {
+        let result = (self.f)(conn).map_err(|e| StoreError::on(conn, e));
+        let ok = result.is_ok();
+        self.last = Some(result);
+        ok
+    }
+
+    fn run(mut self: Box<Self>, conn: &Connection) -> (bool, Finish) {
+        if self.last.is_none() {
+            self.attempt(conn);
+        }
+        let Repeatable {
+            reply,
+            health,
+            last,
+            ..
+        } = *self;
+        let result = last.unwrap_or(Err(StoreError::Closed));
+        (result.is_ok(), finish(result, Some(health), reply))
+    }
+
+    fn abort(self: Box<Self>, err: StoreError) {
+        self.health.record(Err(&err));
         let _ = self.reply.send(Err(err));
     }
 }

@@ -3,7 +3,11 @@
 //! each. A job's caller hears back only after its transaction is durable.
 //!
 //! Each job runs inside its own SAVEPOINT, so one failing job rolls back alone and the rest of
-//! its batch still commits. If the COMMIT itself fails (disk full, I/O error, lock timeout),
+//! its batch still commits. Intake inserts are *repeatable* (their input is data), which saves
+//! most savepoints (issue 17): a batch of nothing but inserts runs first with none, and if one
+//! fails the transaction is rolled back and the batch runs again the usual way; there, a row
+//! of inserts shares one savepoint, and if one fails the row is rolled back to it and each runs
+//! again in its own. If the COMMIT itself fails (disk full, I/O error, lock timeout),
 //! every job of the batch hears the error and nothing of it is kept. So it goes, too, when
 //! SQLite rolls the whole transaction back by itself in the middle of the batch (it may, on
 //! disk full, I/O errors and out of memory): the jobs already run hear the error, the jobs not
@@ -58,8 +62,19 @@ impl Needs {
 /// A unit of work for the writer.
 pub(super) trait Job: Send {
     fn needs(&self) -> Needs;
-    /// Runs on the write connection inside the batch's transaction; says whether it
-    /// succeeded, and hands back what to call after COMMIT.
+    /// Whether [`Job::attempt`] may be called, and again after its work was rolled back (an
+    /// intake insert: its input is data). A row of such jobs shares one savepoint.
+    fn repeatable(&self) -> bool {
+        false
+    }
+    /// A repeatable job's run, inside the batch's transaction, its result kept for
+    /// [`Job::run`]; says whether it succeeded. Each call runs the job anew.
+    fn attempt(&mut self, _conn: &Connection) -> bool {
+        false
+    }
+    /// Runs on the write connection inside the batch's transaction (a repeatable job that was
+    /// attempted does not run again: its latest result stands); says whether it succeeded,
+    /// and hands back what to call after COMMIT.
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish);
     /// The job will not run (its batch could not begin, or was lost before its turn): tell the
     /// caller why.
@@ -188,7 +203,7 @@ fn stable_plans(conn: &Connection) {
     }
 }
 
-/// Runs `batch` in one transaction, the counters' tally first, and answers each job after its
+/// Runs `batch` in one transaction with the counters' tally, and answers each job after its
 /// COMMIT (`delay`, test-only, holds the COMMIT back).
 fn commit_batch(
     conn: &Connection,
@@ -196,54 +211,44 @@ fn commit_batch(
     delay: Option<Duration>,
     tally: &Tally,
 ) {
-    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
-        let err = StoreError::on(conn, e);
-        for job in batch.drain(..) {
-            job.abort(err.clone());
-        }
+    if !begin(conn, batch) {
         return;
     }
-    fold_counters(conn, tally);
-    let mut finishes = Vec::with_capacity(batch.len());
-    let mut jobs = batch.drain(..);
-    while let Some(job) = jobs.next() {
-        // Never run a job outside its savepoint: half of it could commit without the rest.
-        if let Err(e) = exec(conn, "SAVEPOINT job") {
-            job.abort(StoreError::from(e));
-            continue;
-        }
-        let (ok, finish) = job.run(conn);
-        finishes.push(finish);
-        // SQLite may have rolled the whole transaction back by itself: what ran is gone, and
-        // a SAVEPOINT now would open a transaction of its own and commit the next job alone.
-        let lost = if conn.is_autocommit() {
-            Some(StoreError::Sqlite(
-                "the transaction was rolled back by the database (disk full or I/O error?)".into(),
-            ))
-        } else {
-            let end = if ok {
-                exec(conn, "RELEASE job")
-            } else {
-                rollback_to(conn)
-            };
-            // A failed job whose savepoint cannot be rolled back would leave half its work in
-            // the batch: give up the whole batch instead.
-            end.err().map(|e| {
-                let _ = exec(conn, "ROLLBACK");
-                StoreError::Sqlite(format!("ending a job's savepoint failed: {e}"))
-            })
-        };
-        if let Some(err) = lost {
-            tracing::error!(error = %err, "batch lost; every job in it hears the error");
-            for job in jobs {
-                job.abort(err.clone());
+    let finishes = match run_bare(conn, batch) {
+        Bare::Ran => {
+            fold_counters(conn, tally);
+            if conn.is_autocommit() {
+                let err = rolled_back();
+                tracing::error!(error = %err, "batch lost; every job in it hears the error");
+                for job in batch.drain(..) {
+                    job.abort(err.clone());
+                }
+                return;
             }
-            for finish in finishes {
-                finish(Err(err.clone()));
+            // Each job hands back its result: none runs again.
+            batch.drain(..).map(|job| job.run(conn).1).collect()
+        }
+        Bare::Lost(err) => {
+            tracing::error!(error = %err, "batch lost; every job in it hears the error");
+            for job in batch.drain(..) {
+                job.abort(err.clone());
             }
             return;
         }
-    }
+        Bare::RolledBack => {
+            if !begin(conn, batch) {
+                return;
+            }
+            match run_jobs(conn, batch, tally) {
+                Some(finishes) => finishes,
+                None => return,
+            }
+        }
+        Bare::NotTried => match run_jobs(conn, batch, tally) {
+            Some(finishes) => finishes,
+            None => return,
+        },
+    };
     if let Some(delay) = delay {
         std::thread::sleep(delay);
     }
@@ -255,6 +260,192 @@ fn commit_batch(
     for finish in finishes {
         finish(result.clone());
     }
+}
+
+/// `BEGIN IMMEDIATE`; if it fails, every job of `batch` hears why.
+fn begin(conn: &Connection, batch: &mut Vec<Box<dyn Job>>) -> bool {
+    match exec(conn, "BEGIN IMMEDIATE") {
+        Ok(()) => true,
+        Err(e) => {
+            let err = StoreError::on(conn, e);
+            for job in batch.drain(..) {
+                job.abort(err.clone());
+            }
+            false
+        }
+    }
+}
+
+/// What running a batch with no savepoint came to.
+enum Bare {
+    /// Not every job is repeatable (or there is none): not tried.
+    NotTried,
+    /// Every job ran and succeeded; the counters are still to fold.
+    Ran,
+    /// A job failed: the transaction is rolled back, to be begun again and run job by job.
+    RolledBack,
+    /// The database rolled the transaction back by itself (or the rollback failed).
+    Lost(StoreError),
+}
+
+/// A batch of nothing but intake inserts (the usual batch under load) runs first with no
+/// savepoint at all: savepoints cost two statements each and a copy of every page they touch
+/// (bench/PROFILE.md, issue 17). If one insert fails, the whole transaction is rolled back and
+/// the batch runs again the usual way ([`run_jobs`]), where the failing one rolls back alone.
+fn run_bare(conn: &Connection, batch: &mut [Box<dyn Job>]) -> Bare {
+    if batch.is_empty() || !batch.iter().all(|job| job.repeatable()) {
+        return Bare::NotTried;
+    }
+    // Stop at the first failure, and when the transaction is gone: the next job would run
+    // (and commit) on its own.
+    let all_ok = batch
+        .iter_mut()
+        .all(|job| job.attempt(conn) && !conn.is_autocommit());
+    if conn.is_autocommit() {
+        return Bare::Lost(rolled_back());
+    }
+    if all_ok {
+        return Bare::Ran;
+    }
+    match exec(conn, "ROLLBACK") {
+        Ok(()) => Bare::RolledBack,
+        Err(e) => Bare::Lost(StoreError::on(conn, e)),
+    }
+}
+
+/// The error of a transaction SQLite rolled back by itself.
+fn rolled_back() -> StoreError {
+    StoreError::Sqlite(
+        "the transaction was rolled back by the database (disk full or I/O error?)".into(),
+    )
+}
+
+/// The counters' tally first, then each job (or row of repeatable jobs) in its savepoint.
+/// None: the batch was lost, and every job heard of it.
+fn run_jobs(
+    conn: &Connection,
+    batch: &mut Vec<Box<dyn Job>>,
+    tally: &Tally,
+) -> Option<Vec<Finish>> {
+    fold_counters(conn, tally);
+    let mut finishes = Vec::with_capacity(batch.len());
+    let mut jobs = batch.drain(..).peekable();
+    while let Some(job) = jobs.next() {
+        let step = if job.repeatable() {
+            let mut row = vec![job];
+            while let Some(next) = jobs.next_if(|job| job.repeatable()) {
+                row.push(next);
+            }
+            run_row(conn, row, &mut finishes)
+        } else {
+            run_alone(conn, job, &mut finishes)
+        };
+        if let Err(err) = step {
+            tracing::error!(error = %err, "batch lost; every job in it hears the error");
+            for job in jobs {
+                job.abort(err.clone());
+            }
+            for finish in finishes {
+                finish(Err(err.clone()));
+            }
+            return None;
+        }
+    }
+    Some(finishes)
+}
+
+/// Runs one job in its own savepoint, so that if it fails it rolls back alone. An error: the
+/// batch is lost (the job already heard of it through its `Finish`, pushed first).
+fn run_alone(
+    conn: &Connection,
+    job: Box<dyn Job>,
+    finishes: &mut Vec<Finish>,
+) -> Result<(), StoreError> {
+    // Never run a job outside its savepoint: half of it could commit without the rest.
+    if let Err(e) = exec(conn, JOB.open) {
+        job.abort(StoreError::from(e));
+        return Ok(());
+    }
+    let (ok, finish) = job.run(conn);
+    finishes.push(finish);
+    end_savepoint(conn, &JOB, ok)
+}
+
+/// Runs a row of repeatable jobs under one savepoint: a savepoint per job costs two
+/// statements, and SQLite copies every page a job touches that an earlier job of the batch
+/// dirtied into the savepoint's journal first (bench/PROFILE.md, issue 17). If one of them
+/// fails, the whole row is rolled back and each job runs again in a savepoint of its own
+/// ([`run_alone`]), so the failing one still rolls back alone. An error: the batch is lost
+/// (every job of the row heard of it).
+fn run_row(
+    conn: &Connection,
+    mut row: Vec<Box<dyn Job>>,
+    finishes: &mut Vec<Finish>,
+) -> Result<(), StoreError> {
+    if row.len() == 1 {
+        return row
+            .pop()
+            .map_or(Ok(()), |job| run_alone(conn, job, finishes));
+    }
+    if let Err(e) = exec(conn, ROW.open) {
+        let err = StoreError::from(e);
+        for job in row {
+            job.abort(err.clone());
+        }
+        return Ok(());
+    }
+    // Stop at the first failure, and when the transaction is gone: the next job would run
+    // (and commit) on its own.
+    let all_ok = row
+        .iter_mut()
+        .all(|job| job.attempt(conn) && !conn.is_autocommit());
+    if let Err(err) = end_savepoint(conn, &ROW, all_ok) {
+        for job in row {
+            job.abort(err.clone());
+        }
+        return Err(err);
+    }
+    if all_ok {
+        finishes.extend(row.into_iter().map(|job| job.run(conn).1));
+        return Ok(());
+    }
+    // Rolled back: once more, each alone.
+    let mut row = row.into_iter();
+    while let Some(mut job) = row.next() {
+        if let Err(e) = exec(conn, JOB.open) {
+            job.abort(StoreError::from(e));
+            continue;
+        }
+        let ok = job.attempt(conn);
+        finishes.push(job.run(conn).1);
+        if let Err(err) = end_savepoint(conn, &JOB, ok) {
+            for job in row {
+                job.abort(err.clone());
+            }
+            return Err(err);
+        }
+    }
+    Ok(())
+}
+
+/// Releases the savepoint `name` (`ok`) or rolls back to it. An error: the batch is lost,
+/// rolled back by SQLite itself (disk full, I/O error) or, if a savepoint could not be ended,
+/// by us (a failed job's half must not commit).
+fn end_savepoint(conn: &Connection, savepoint: &Savepoint, ok: bool) -> Result<(), StoreError> {
+    // SQLite may have rolled the whole transaction back by itself: what ran is gone, and
+    // a SAVEPOINT now would open a transaction of its own and commit the next job alone.
+    if conn.is_autocommit() {
+        return Err(rolled_back());
+    }
+    let end = if ok {
+        exec(conn, savepoint.release)
+    } else {
+        exec(conn, savepoint.rollback).and_then(|()| exec(conn, savepoint.release))
+    };
+    end.map_err(|e| {
+        let _ = exec(conn, "ROLLBACK");
+        StoreError::Sqlite(format!("ending a job's savepoint failed: {e}"))
+    })
 }
 
 /// The tally into `hourly`, in a savepoint of its own: if that fails, the counts are dropped
@@ -285,10 +476,26 @@ fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
     conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
-fn rollback_to(conn: &Connection) -> rusqlite::Result<()> {
-    exec(conn, "ROLLBACK TO job")?;
-    exec(conn, "RELEASE job")
+/// The statements of one of the writer's savepoints.
+struct Savepoint {
+    open: &'static str,
+    release: &'static str,
+    rollback: &'static str,
 }
+
+/// One job's.
+const JOB: Savepoint = Savepoint {
+    open: "SAVEPOINT job",
+    release: "RELEASE job",
+    rollback: "ROLLBACK TO job",
+};
+
+/// A row of repeatable jobs'.
+const ROW: Savepoint = Savepoint {
+    open: "SAVEPOINT jobs",
+    release: "RELEASE jobs",
+    rollback: "ROLLBACK TO jobs",
+};
 
 #[cfg(test)]
 mod tests {
@@ -341,7 +548,7 @@ mod tests {
         store.close();
     }
 
-    fn put(key: &'static str) -> impl FnOnce(&Connection) -> rusqlite::Result<()> {
+    fn put(key: &'static str) -> impl Fn(&Connection) -> rusqlite::Result<()> + Send + 'static {
         move |conn| {
             conn.execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])
                 .map(drop)
@@ -411,6 +618,169 @@ mod tests {
         );
         // The writer goes on.
         store.run(put("d")).await.unwrap();
+        assert_eq!(meta_keys(&store).await, ["d"]);
+        store.close();
+    }
+
+    /// Intake jobs (repeatable: they may run again after a rollback) `a`, `b`, `c`, with a
+    /// plain job `x` in front of them, queued as one batch.
+    async fn intake_batch<A, B, C>(store: &Store, jobs: (A, B, C)) -> [Result<(), StoreError>; 4]
+    where
+        A: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        B: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            let x = store.run(put("x"));
+            let (a, b, c) = (
+                store.run_intake(jobs.0),
+                store.run_intake(jobs.1),
+                store.run_intake(jobs.2),
+            );
+            tokio::join!(x, a, b, c)
+        };
+        let (busy, (x, a, b, c)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        [x, a, b, c]
+    }
+
+    #[tokio::test]
+    async fn a_failing_intake_job_in_a_row_rolls_back_alone_and_the_others_run_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let half_then_fail = |conn: &Connection| {
+            put("b")(conn)?;
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        };
+        let [x, a, b, c] = intake_batch(&store, (put("a"), half_then_fail, put("c"))).await;
+        assert!(
+            x.is_ok() && a.is_ok() && b.is_err() && c.is_ok(),
+            "{a:?} {b:?} {c:?}"
+        );
+        assert_eq!(
+            meta_keys(&store).await,
+            ["a", "c", "x"],
+            "a ran again after the row's rollback; b's first statement is undone"
+        );
+        // A row that does not fail commits whole.
+        let [x, d, e, f] = intake_batch(&store, (put("d"), put("e"), put("f"))).await;
+        assert!(x.is_err(), "x is there already: {x:?}");
+        assert!(d.is_ok() && e.is_ok() && f.is_ok(), "{d:?} {e:?} {f:?}");
+        assert_eq!(meta_keys(&store).await, ["a", "c", "d", "e", "f", "x"]);
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_rolled_back_in_a_row_of_intake_jobs_fails_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
+        let [x, a, b, c] = intake_batch(&store, (put("a"), rolled_back, put("c"))).await;
+        assert!(
+            x.is_err() && a.is_err() && b.is_err() && c.is_err(),
+            "{x:?} {a:?} {b:?} {c:?}"
+        );
+        assert!(
+            meta_keys(&store).await.is_empty(),
+            "c did not commit on its own"
+        );
+        store.run_intake(put("d")).await.unwrap();
+        assert_eq!(meta_keys(&store).await, ["d"]);
+        store.close();
+    }
+
+    /// Intake jobs `a`, `b`, `c` alone in one batch: it runs with no savepoint first. One
+    /// webhook is counted for hour `hour` just before, for that batch to fold.
+    async fn bare_batch<A, B, C>(
+        store: &Store,
+        jobs: (A, B, C),
+        hour: i64,
+    ) -> [Result<(), StoreError>; 3]
+    where
+        A: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        B: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+        C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
+    {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            store.count("e", super::super::Counted::Received, hour * 3_600_000);
+            tokio::join!(
+                store.run_intake(jobs.0),
+                store.run_intake(jobs.1),
+                store.run_intake(jobs.2)
+            )
+        };
+        let (busy, (a, b, c)) = tokio::join!(busy, queued);
+        busy.unwrap();
+        [a, b, c]
+    }
+
+    #[tokio::test]
+    async fn a_failing_insert_in_a_batch_run_bare_fails_alone_and_the_counters_are_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let half_then_fail = |conn: &Connection| {
+            put("b")(conn)?;
+            Err(rusqlite::Error::QueryReturnedNoRows)
+        };
+        let hours = |conn: &Connection| {
+            conn.query_row("SELECT count(*) FROM hourly", [], |r| r.get::<_, i64>(0))
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+            / 3_600_000;
+        let [a, b, c] = bare_batch(&store, (put("a"), half_then_fail, put("c")), now).await;
+        assert!(a.is_ok() && b.is_err() && c.is_ok(), "{a:?} {b:?} {c:?}");
+        assert!(
+            store.tally().unwrap().is_empty(),
+            "the batch folded the tally"
+        );
+        assert_eq!(
+            meta_keys(&store).await,
+            ["a", "c"],
+            "b's first statement is undone"
+        );
+        assert_eq!(store.run(hours).await.unwrap(), 1, "the tally was folded");
+        // One that does not fail commits whole, the counters with it.
+        let [d, e, f] = bare_batch(&store, (put("d"), put("e"), put("f")), now - 1).await;
+        assert!(d.is_ok() && e.is_ok() && f.is_ok(), "{d:?} {e:?} {f:?}");
+        assert!(
+            store.tally().unwrap().is_empty(),
+            "the bare batch folded the tally"
+        );
+        assert_eq!(meta_keys(&store).await, ["a", "c", "d", "e", "f"]);
+        assert_eq!(store.run(hours).await.unwrap(), 2, "the tally was folded");
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn a_transaction_rolled_back_in_a_batch_run_bare_fails_the_whole_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+            / 3_600_000;
+        let [a, b, c] = bare_batch(&store, (put("a"), rolled_back, put("c")), now).await;
+        assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
+        assert!(
+            meta_keys(&store).await.is_empty(),
+            "c did not commit on its own"
+        );
+        store.run_intake(put("d")).await.unwrap();
         assert_eq!(meta_keys(&store).await, ["d"]);
         store.close();
     }

@@ -30,7 +30,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use super::catalog::{KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::{Request, Secret, VerifyError, find_keyed, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule};
 
 pub const SIGNATURE: &str = "hmacsignature";
@@ -151,7 +151,7 @@ fn verify_items(keys: &[Secret], body: &[u8]) -> Result<usize, VerifyError> {
 fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, VerifyError> {
     if headers.contains_key(SIGNATURE) {
         let mac = decode_mac(header(headers, SIGNATURE)?, "header `HmacSignature`")?;
-        return find_secret(keys, &[mac], |key| Algorithm::Sha256.mac(key, &[body]));
+        return find_keyed(keys, &[mac], |key| key.mac(Algorithm::Sha256, &[body]));
     }
     verify_items(keys, body)
 }

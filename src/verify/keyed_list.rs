@@ -12,7 +12,7 @@ use http::HeaderName;
 
 use super::catalog::{Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
 
 #[derive(Debug, Clone)]
 pub struct KeyedList {
@@ -42,8 +42,11 @@ impl KeyedList {
         }
     }
 
-    fn mac(&self, key: &[u8], timestamp: &str, body: &[u8]) -> Vec<u8> {
-        Algorithm::Sha256.mac(key, &[timestamp.as_bytes(), self.joiner.as_bytes(), body])
+    fn mac(&self, key: &Secret, timestamp: &str, body: &[u8]) -> Vec<u8> {
+        key.mac(
+            Algorithm::Sha256,
+            &[timestamp.as_bytes(), self.joiner.as_bytes(), body],
+        )
     }
 }
 
@@ -87,7 +90,7 @@ impl Scheme for KeyedList {
         if signature_items == 0 {
             return Err(malformed(format!("has no `{sig_key}=` signature")));
         }
-        let index = find_secret(keys, &received, |key| {
+        let index = find_keyed(keys, &received, |key| {
             self.mac(key, timestamp_text, request.body)
         })?;
         check_window(timestamp, now, tolerance_secs)?;
@@ -96,7 +99,7 @@ impl Scheme for KeyedList {
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, _delivery_id: &str) -> Option<Signed> {
         let timestamp = now.to_string();
-        let mac = hex::encode(self.mac(key.expose(), &timestamp, body));
+        let mac = hex::encode(self.mac(key, &timestamp, body));
         let value = format!(
             "{}={timestamp}{}{}={mac}",
             self.timestamp_key, self.separator, self.signature_key

@@ -33,6 +33,7 @@ pub mod pagbank;
 pub mod plowf;
 pub mod public_url;
 pub mod relya;
+mod secret;
 pub mod shopify;
 pub mod slack;
 pub mod square;
@@ -47,8 +48,6 @@ pub mod zoom;
 #[cfg(test)]
 mod saas_contract;
 
-use std::fmt;
-
 use http::{HeaderMap, HeaderName};
 use subtle::{Choice, ConstantTimeEq};
 
@@ -56,33 +55,13 @@ use crate::dedup::DedupRule;
 use catalog::Preset;
 pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
+pub use secret::Secret;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;
 
 /// The key of [`Verifier::without_secrets`].
 const PLACEHOLDER_KEY: &[u8] = b"portaria: secrets not loaded";
-
-/// Secret bytes. `Debug` prints `Secret([redacted])` and there is no `Display`, so a secret
-/// cannot reach a log by accident.
-#[derive(Clone)]
-pub struct Secret(Vec<u8>);
-
-impl Secret {
-    pub fn new(bytes: Vec<u8>) -> Self {
-        Secret(bytes)
-    }
-
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
-    }
-}
 
 /// What a verifier may read of a request: all of it, as it arrived.
 #[derive(Debug, Clone, Copy)]
@@ -344,7 +323,7 @@ impl Verifier {
     /// event (Slack's `url_verification`, Zoom's `endpoint.url_validation`, Discord's PING).
     pub fn handshake(&self, proof: &Verified, request: &Request<'_>) -> Option<Reply> {
         // A public-key scheme has no shared key to give its handshake.
-        static NO_KEY: Secret = Secret(Vec::new());
+        static NO_KEY: Secret = Secret::empty();
         let key = match self.preset.public_key_setting {
             Some(_) => &NO_KEY,
             None => self.keys.get(proof.secret_index)?,
@@ -476,9 +455,19 @@ fn find_secret(
     received: &[Vec<u8>],
     expected_mac: impl Fn(&[u8]) -> Vec<u8>,
 ) -> Result<usize, VerifyError> {
+    find_keyed(keys, received, |key| expected_mac(key.expose()))
+}
+
+/// [`find_secret`], handing each [`Secret`] itself to `expected_mac` (for its keyed HMAC
+/// state, [`Secret::mac`]).
+fn find_keyed(
+    keys: &[Secret],
+    received: &[Vec<u8>],
+    expected_mac: impl Fn(&Secret) -> Vec<u8>,
+) -> Result<usize, VerifyError> {
     let mut found = None;
     for (index, key) in keys.iter().enumerate() {
-        let expected = expected_mac(key.expose());
+        let expected = expected_mac(key);
         let mut hit = Choice::from(0);
         for signature in received {
             hit |= expected.as_slice().ct_eq(signature.as_slice());

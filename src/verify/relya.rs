@@ -6,14 +6,14 @@ use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "x-relya-signature";
 pub const TIMESTAMP: &str = "x-relya-timestamp";
 pub const DELIVERY_ID: &str = "x-relya-delivery-id";
 pub const EVENT_TYPE: &str = "x-relya-event-type";
 
-fn signed_mac(key: &[u8], timestamp: &str, delivery_id: &str, body: &[u8]) -> Vec<u8> {
+fn signed_mac(key: &Secret, timestamp: &str, delivery_id: &str, body: &[u8]) -> Vec<u8> {
     let parts = [
         timestamp.as_bytes(),
         b".",
@@ -21,7 +21,7 @@ fn signed_mac(key: &[u8], timestamp: &str, delivery_id: &str, body: &[u8]) -> Ve
         b".",
         body,
     ];
-    Algorithm::Sha256.mac(key, &parts)
+    key.mac(Algorithm::Sha256, &parts)
 }
 
 pub(super) fn verify(
@@ -46,7 +46,7 @@ pub(super) fn verify(
             "header `{DELIVERY_ID}` contains a `.`"
         )));
     }
-    let index = find_secret(keys, &[received], |key| {
+    let index = find_keyed(keys, &[received], |key| {
         signed_mac(key, timestamp_text, delivery_id, body)
     })?;
     check_window(timestamp, now, tolerance_secs)?;
@@ -60,7 +60,7 @@ pub(super) fn sign(
     delivery_id: &str,
 ) -> Vec<(String, String)> {
     let timestamp = now.to_string();
-    let mac = signed_mac(key.expose(), &timestamp, delivery_id, body);
+    let mac = signed_mac(key, &timestamp, delivery_id, body);
     vec![
         (DELIVERY_ID.to_string(), delivery_id.to_string()),
         (TIMESTAMP.to_string(), timestamp),

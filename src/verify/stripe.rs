@@ -8,12 +8,12 @@ use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "stripe-signature";
 
-fn signed_mac(key: &[u8], timestamp: &str, body: &[u8]) -> Vec<u8> {
-    Algorithm::Sha256.mac(key, &[timestamp.as_bytes(), b".", body])
+fn signed_mac(key: &Secret, timestamp: &str, body: &[u8]) -> Vec<u8> {
+    key.mac(Algorithm::Sha256, &[timestamp.as_bytes(), b".", body])
 }
 
 pub(super) fn verify(
@@ -52,14 +52,14 @@ pub(super) fn verify(
     if v1_entries == 0 {
         return Err(malformed("has no `v1=` signature"));
     }
-    let index = find_secret(keys, &received, |key| signed_mac(key, timestamp_text, body))?;
+    let index = find_keyed(keys, &received, |key| signed_mac(key, timestamp_text, body))?;
     check_window(timestamp, now, tolerance_secs)?;
     Ok(index)
 }
 
 pub(super) fn sign(key: &Secret, body: &[u8], now: i64) -> Vec<(String, String)> {
     let timestamp = now.to_string();
-    let mac = hex::encode(signed_mac(key.expose(), &timestamp, body));
+    let mac = hex::encode(signed_mac(key, &timestamp, body));
     vec![(SIGNATURE.to_string(), format!("t={timestamp},v1={mac}"))]
 }
 

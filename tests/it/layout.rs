@@ -110,6 +110,8 @@ fn the_dependency_rules_hold() {
     ] {
         only(leaf, &[]);
     }
+    // The log line's format takes only the calendar maths of `time`.
+    only("logline", &["time"]);
     only("verify", &["dedup"]);
     // The store takes nothing of the pipeline but the verifier's proof.
     only("store", &["verify", "fault"]);
