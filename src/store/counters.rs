@@ -1,9 +1,12 @@
 //! The hourly counters behind the status page: per endpoint and clock hour, what came in
 //! (received, duplicates, rejected by reason) and how deliveries went. Intake and the worker
 //! add to an in-memory [`Tally`] (a mutex and a map: no database work on the request path);
-//! the writer thread folds it into `hourly` at the start of every batch it commits anyway,
-//! and once a minute when it is idle. A crash loses what was not yet folded: at most the
-//! last minute of counts (the events themselves are in `events`, never only here).
+//! the writer thread folds it into `hourly` with a batch it commits anyway, at most once per
+//! [`FOLD_EVERY_MS`], or on its own when that much time has passed with nothing to commit.
+//! Folding with every batch rewrote the same `hourly` page in nearly every commit, most of a
+//! page per delivered event (bench/PROFILE.md). The status page is thus at most a few seconds
+//! behind; a crash loses what was not yet folded, those few seconds of counts (the events
+//! themselves are in `events`, never only here).
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -13,6 +16,10 @@ use rusqlite::{Connection, params};
 use super::Store;
 
 const HOUR_MS: i64 = 3_600_000;
+
+/// At most how often the writer folds the tally into `hourly`: how far behind the status
+/// page's counters may be, and what a crash may lose of them.
+pub(super) const FOLD_EVERY_MS: i64 = 5_000;
 
 /// How long `hourly` keeps a row: the chart shows 48 hours, the overview one day.
 pub(super) const KEEP_MS: i64 = 8 * 24 * HOUR_MS;
@@ -84,6 +91,8 @@ struct Pending {
     counts: HashMap<String, HashMap<i64, Counts>>,
     /// When old rows were last deleted from `hourly`.
     trimmed_at_ms: i64,
+    /// When the counts were last folded (None: never, or a fold is wanted now).
+    folded_at_ms: Option<i64>,
 }
 
 impl Tally {
@@ -106,6 +115,35 @@ impl Tally {
             .is_empty()
     }
 
+    /// How long until the counts are due to be folded (zero: now); None when there is
+    /// nothing to fold.
+    pub(super) fn due_in_ms(&self, now_ms: i64) -> Option<i64> {
+        let pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        if pending.counts.is_empty() {
+            return None;
+        }
+        Some(pending.folded_at_ms.map_or(0, |at| {
+            (at + FOLD_EVERY_MS - now_ms).clamp(0, FOLD_EVERY_MS)
+        }))
+    }
+
+    /// A fold was tried at `now_ms` (and may have failed, the database refusing): the next
+    /// is due a full interval later, so a failing database is not asked again at once.
+    pub(super) fn tried(&self, now_ms: i64) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .folded_at_ms = Some(now_ms);
+    }
+
+    /// Makes the next fold due at once (the writer is closing).
+    pub(super) fn fold_now(&self) {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .folded_at_ms = None;
+    }
+
     /// Folds the counts into `hourly` on the writer's connection, inside the batch's
     /// transaction (and, once an hour, deletes rows past [`KEEP_MS`]). What the batch then
     /// fails to commit is lost, like a crash would lose it.
@@ -116,6 +154,7 @@ impl Tally {
             if trim {
                 pending.trimmed_at_ms = now_ms;
             }
+            pending.folded_at_ms = Some(now_ms);
             (std::mem::take(&mut pending.counts), trim)
         };
         if !counts.is_empty() {
@@ -155,7 +194,7 @@ fn upsert_sql() -> String {
 
 impl Store {
     /// Counts one request or delivery attempt of `endpoint` for the status page: in memory
-    /// now, in the database with the writer's next batch (or within a minute).
+    /// now, in the database within [`FOLD_EVERY_MS`].
     pub fn count(&self, endpoint: &str, what: Counted, now_ms: i64) {
         // None on PostgreSQL: its hourly counters, read only by the status page, are not kept
         // yet (docs/postgres.md).
@@ -195,10 +234,18 @@ mod tests {
         store.count("a", Counted::Rejected(Rejection::StaleTimestamp), t);
         store.count("a", Counted::Failed, t + HOUR_MS);
         store.count("b", Counted::Duplicate, t);
-        // Any job is a batch: the tally goes in first.
+        // Any job is a batch: the tally goes in with it.
         store.run(|_| Ok(())).await.unwrap();
         assert!(store.tally().unwrap().is_empty());
         store.count("a", Counted::Received, t + 2);
+        // The next batch comes too soon after that fold to make another.
+        let a10 = store
+            .run(move |c| Ok(row(c, "a", h * HOUR_MS)))
+            .await
+            .unwrap();
+        assert_eq!(a10, [2, 0, 0, 1, 0, 0, 0, 0, 0], "folded again at once");
+        assert!(!store.tally().unwrap().is_empty());
+        store.tally().unwrap().fold_now();
         let (a10, a11, b10) = store
             .run(move |c| {
                 Ok((
@@ -212,6 +259,50 @@ mod tests {
         assert_eq!(a10, [3, 0, 0, 1, 0, 0, 0, 0, 0]);
         assert_eq!(a11, [0, 0, 0, 0, 0, 0, 0, 0, 1]);
         assert_eq!(b10, [0, 1, 0, 0, 0, 0, 0, 0, 0]);
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn an_idle_writer_folds_counts_once_they_are_due() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let store = Store::open(&path).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let hour = now.div_euclid(HOUR_MS) * HOUR_MS;
+        // A batch folds (the first fold is due at once); then a count and its batch come
+        // too soon for another fold, and the writer has nothing more to do.
+        store.count("a", Counted::Received, now);
+        store.run(|_| Ok(())).await.unwrap();
+        store.count("a", Counted::Received, now);
+        store.run(|_| Ok(())).await.unwrap();
+        let reader = rusqlite::Connection::open(&path).unwrap();
+        let received = || -> i64 {
+            reader
+                .query_row(
+                    "SELECT received FROM hourly WHERE endpoint = 'a' AND hour = ?1",
+                    [hour],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        assert_eq!(
+            received(),
+            1,
+            "the second batch folded too soon after the first"
+        );
+        let start = std::time::Instant::now();
+        let limit = std::time::Duration::from_millis(FOLD_EVERY_MS as u64 + 2_000);
+        while received() != 2 {
+            assert!(
+                start.elapsed() < limit,
+                "the idle writer never folded the count"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        assert!(store.tally().unwrap().is_empty());
         store.close();
     }
 

@@ -24,8 +24,9 @@
 //! in front of it, runs it alone in autocommit mode, then goes back to batching. Queue order is
 //! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
 //!
-//! The status page's counters (`counters.rs`) ride along: each batch first folds the
-//! in-memory tally into `hourly`, and an idle writer does so once a minute.
+//! The status page's counters (`counters.rs`) ride along: a batch folds the in-memory tally
+//! into `hourly` when it is due (at most every few seconds), and an idle writer wakes to fold
+//! it when it falls due with nothing else to commit.
 //!
 //! The writer never copies the WAL back into the database in the middle of a commit: its WAL
 //! hook hands that to the checkpoint thread ([`super::checkpoint`]), and between batches it only
@@ -90,9 +91,8 @@ pub(super) enum Message {
     Close,
 }
 
-/// How often an idle writer folds the counters' tally into the database: what a crash may
-/// lose of them.
-const COUNTERS_EVERY: Duration = Duration::from_secs(60);
+/// How long an idle writer with nothing to fold waits before looking again.
+const IDLE_WAIT: Duration = Duration::from_secs(60);
 
 /// Most jobs one transaction takes; bounds the latency a very long queue adds.
 const MAX_BATCH: usize = 1024;
@@ -129,13 +129,17 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>, tally: &T
     while !closing {
         // Block for the first job, then take whatever else is already waiting, up to a solo
         // job: it runs after the batch in front of it, so the queue's order holds.
-        match rx.recv_timeout(COUNTERS_EVERY) {
+        let wait = tally
+            .due_in_ms(now_ms())
+            .map_or(IDLE_WAIT, |ms| Duration::from_millis(ms.unsigned_abs()));
+        match rx.recv_timeout(wait) {
             Ok(Message::Job(job)) => batch.push(job),
             Ok(Message::Solo(job)) => solo = Some(job),
             Ok(Message::Close) | Err(mpsc::RecvTimeoutError::Disconnected) => break,
             Err(mpsc::RecvTimeoutError::Timeout) => {
-                if !tally.is_empty() {
+                if tally.due_in_ms(now_ms()) == Some(0) {
                     commit_batch(&conn, &mut batch, None, tally);
+                    tally.tried(now_ms());
                 }
                 continue;
             }
@@ -177,6 +181,7 @@ fn run(mut conn: Connection, path: &Path, rx: mpsc::Receiver<Message>, tally: &T
     }
     // Jobs sent after Close hear that the store is closed when their sender is dropped.
     drop(rx);
+    tally.fold_now();
     if !tally.is_empty() {
         commit_batch(&conn, &mut batch, None, tally);
     }
@@ -451,12 +456,10 @@ fn end_savepoint(conn: &Connection, savepoint: &Savepoint, ok: bool) -> Result<(
 /// The tally into `hourly`, in a savepoint of its own: if that fails, the counts are dropped
 /// (logged) and the batch's jobs go on untouched.
 fn fold_counters(conn: &Connection, tally: &Tally) {
-    if tally.is_empty() {
+    let now_ms = now_ms();
+    if tally.due_in_ms(now_ms) != Some(0) {
         return;
     }
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
     let folded = exec(conn, "SAVEPOINT counters").and_then(|()| match tally.flush(conn, now_ms) {
         Ok(()) => exec(conn, "RELEASE counters"),
         Err(e) => {
@@ -468,6 +471,12 @@ fn fold_counters(conn: &Connection, tally: &Tally) {
     if let Err(e) = folded {
         tracing::warn!(error = %e, "the status page's counters could not be stored; dropped");
     }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Runs one of the writer's fixed statements through the statement cache: they run for every
@@ -752,7 +761,9 @@ mod tests {
             "b's first statement is undone"
         );
         assert_eq!(store.run(hours).await.unwrap(), 1, "the tally was folded");
-        // One that does not fail commits whole, the counters with it.
+        // One that does not fail commits whole, the counters with it (once due: the first
+        // batch folded them just now).
+        store.tally().unwrap().fold_now();
         let [d, e, f] = bare_batch(&store, (put("d"), put("e"), put("f")), now - 1).await;
         assert!(d.is_ok() && e.is_ok() && f.is_ok(), "{d:?} {e:?} {f:?}");
         assert!(
