@@ -362,7 +362,7 @@ pub(super) fn claim_due(
          WHERE event_id = ?1 AND route = ?2 RETURNING attempts",
     )?;
     let mut event = conn.prepare_cached(
-        "SELECT dedup_key, event_type, content_type, received_at, headers, body \
+        "SELECT dedup_key, event_type, content_type, received_at, headers, body, codec \
          FROM events JOIN payloads ON event_id = id WHERE id = ?1",
     )?;
     ids.into_iter()
@@ -379,7 +379,7 @@ pub(super) fn claim_due(
                     received_at_ms: r.get(3)?,
                     attempt,
                     headers: Bytes::from(r.get::<_, Vec<u8>>(4)?),
-                    body: Bytes::from(r.get::<_, Vec<u8>>(5)?),
+                    body: Bytes::from(super::payload::body_column(r, id, 6, 5)?),
                 })
             })
         })
