@@ -17,14 +17,19 @@ pub(super) const RAW: i64 = 0;
 /// stream (RFC 1950, whose Adler-32 checks the bytes that come out).
 pub(super) const DEFLATE: i64 = 1;
 
-/// Bodies shorter than this are kept raw without trying: a short row shares its page already.
-const MIN_BODY: usize = 256;
-/// Bodies longer than this are kept raw: deflating 64 KiB at level 1 takes ~0.3 ms of the
+/// Bodies shorter than this are kept raw without trying. With its headers, such a body spills
+/// at most one overflow page, and deflated its row still takes a leaf page of its own: on the
+/// bench's 800-1000-byte bodies deflate saved 0.30 of ~4.4 pages per event (WAL and
+/// checkpoint, `pages_per_event` below) for ~25 µs of CPU per event, mostly the compressor's
+/// fixed cost (its tables are set up for each body), which issue 17's CPU target cannot afford.
+/// From 1 KiB on, the saving grows with every overflow page a body no longer needs (a 2.2 KiB
+/// gateway event: 7.2 pages to 4.5).
+const MIN_BODY: usize = 1024;
+/// Bodies longer than this are kept raw: deflating 64 KiB at level 1 takes ~0.5 ms of the
 /// worker that runs the request, and a body that large spans overflow pages either way.
 const MAX_BODY: usize = 64 * 1024;
-/// A deflated body is kept only if it is at least this much shorter ...
-const MIN_SAVED_BYTES: usize = 128;
-/// ... and at least this fraction (in percent) shorter than the raw one.
+/// A deflated body is kept only if it is at least this fraction (in percent) shorter than the
+/// raw one (from [`MIN_BODY`] on, at least 205 bytes: a fifth of a page or more).
 const MIN_SAVED_PERCENT: usize = 20;
 /// miniz's level 1: the fastest; levels 3 and 6 save 1-3 % more of a 1 KiB JSON body at
 /// 1.6-2.5 times the CPU (bench/PROFILE.md, "Payload compression").
@@ -44,22 +49,18 @@ pub enum StoredBody {
 }
 
 impl StoredBody {
-    /// What to store for `body`: deflated if that saves at least [`MIN_SAVED_BYTES`] and
-    /// [`MIN_SAVED_PERCENT`] %, else raw. CPU work: run it off the writer thread.
+    /// What to store for `body`: deflated if it is [`MIN_BODY`] to [`MAX_BODY`] long and that
+    /// saves at least [`MIN_SAVED_PERCENT`] %, else raw. CPU work: run it off the writer thread.
     pub fn encode(body: &[u8]) -> StoredBody {
         if !(MIN_BODY..=MAX_BODY).contains(&body.len()) {
             return StoredBody::Raw;
         }
-        let zlib = miniz_oxide::deflate::compress_to_vec_zlib(body, LEVEL);
-        let stored = PREFIX + zlib.len();
-        let saved = body.len().saturating_sub(stored);
-        if saved < MIN_SAVED_BYTES || saved * 100 < body.len() * MIN_SAVED_PERCENT {
+        let stored = deflated(body);
+        let saved = body.len().saturating_sub(stored.len());
+        if saved * 100 < body.len() * MIN_SAVED_PERCENT {
             return StoredBody::Raw;
         }
-        let mut out = Vec::with_capacity(stored);
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&zlib);
-        StoredBody::Deflated(out)
+        StoredBody::Deflated(stored)
     }
 
     /// The `payloads.codec` value.
@@ -77,6 +78,15 @@ impl StoredBody {
             StoredBody::Deflated(bytes) => StoredColumn(bytes),
         }
     }
+}
+
+/// `body` deflated as stored: its length, then the zlib stream.
+fn deflated(body: &[u8]) -> Vec<u8> {
+    let zlib = miniz_oxide::deflate::compress_to_vec_zlib(body, LEVEL);
+    let mut out = Vec::with_capacity(PREFIX + zlib.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&zlib);
+    out
 }
 
 /// The bytes bound to `payloads.body`.
@@ -190,9 +200,9 @@ mod tests {
         );
         // Random bytes: deflate would only add its framing.
         assert_eq!(StoredBody::encode(&noise(2000)), StoredBody::Raw);
-        // Saving under 20 %: a 1000-byte body of which 850 are noise.
-        let mut mostly = noise(850);
-        mostly.extend_from_slice(&[b' '; 150]);
+        // Saving under 20 %: a 1200-byte body of which 1020 are noise.
+        let mut mostly = noise(1020);
+        mostly.extend_from_slice(&[b' '; 180]);
         assert_eq!(StoredBody::encode(&mostly), StoredBody::Raw);
         // Raw is stored as is.
         assert_eq!(StoredBody::Raw.column(b"xyz").0, b"xyz");
@@ -248,5 +258,168 @@ mod tests {
             );
         }
         assert_eq!(decode(42, DEFLATE, good).unwrap(), body);
+    }
+
+    /// The bench's request headers as stored (`bench/loadgen`: host, signature, type, length).
+    const BENCH_HEADERS: &[u8] = b"content-type: application/json\r\nx-hub-signature: \
+        sha256=3f1a9c0e5b7d2f4a6c8e0b1d3f5a7c9e1b3d5f7a9c0e2b4d6f8a0c1e3b5d7f9a\r\nhost: \
+        127.0.0.1:40151\r\ncontent-length: 917\r\n";
+
+    /// A body like the bench's: `charge.paid` with fresh ids, padded by a free-text note.
+    fn bench_like(n: u64, len: usize) -> Vec<u8> {
+        let mut seed = n.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut token = |k: usize| -> String {
+            (0..k)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    b"0123456789abcdefghijklmnopqrstuvwxyz"[(seed % 36) as usize] as char
+                })
+                .collect()
+        };
+        let mut text = format!(
+            r#"{{"id":"hook_{n:06}{}","type":"charge.paid","created_at":"2026-11-13T09:41:27.118Z","data":{{"id":"ch_{}","code":"{}","amount":25980,"status":"paid","currency":"BRL","payment_method":"credit_card","customer":{{"id":"cus_{}","name":"Maria Souza","email":"maria.souza{}@example.com","document":"{}"}},"order":{{"id":"or_{}","items":[{{"id":"oi_{}","description":"Camiseta basica","amount":12990,"quantity":2}}],"address":{{"line_1":"1500, Rua Augusta","zip_code":"01304001","city":"Sao Paulo","state":"SP","country":"BR"}}}},"last_transaction":{{"id":"tran_{}","status":"captured","installments":3,"acquirer_tid":"{}","card":{{"last_four_digits":"4444","brand":"Mastercard"}}}},"metadata":{{"note":""#,
+            token(10),
+            token(16),
+            token(10).to_uppercase(),
+            token(16),
+            n % 999,
+            token(11),
+            token(16),
+            token(16),
+            token(16),
+            token(12)
+        );
+        while text.len() + 4 < len {
+            text.push(if text.len() % 9 == 8 { ' ' } else { 'x' });
+        }
+        text.push_str(r#""}}}"#);
+        text.into_bytes()
+    }
+
+    /// A real-sized gateway event of about `len` bytes: the Pagar.me fixture with fresh ids and
+    /// more items, each with ids of its own (deflate takes it to about half, as it does the
+    /// Stripe and Pagar.me events in bench/PROFILE.md, not to a quarter as repeated items).
+    fn gateway_like(n: u64, len: usize) -> Vec<u8> {
+        use sha2::{Digest, Sha256};
+        let hex = |what: &str, i: usize| hex::encode(Sha256::digest(format!("{what}{n}/{i}")));
+        let one = String::from_utf8(charge_paid()).unwrap();
+        let item = r#"{"id":"oi_8Xn2Qw5Lm3Rk7Vd9","description":"Camiseta basica","amount":6495,"quantity":2,"status":"active"}"#;
+        let products = [
+            "Camiseta basica",
+            "Tenis de corrida",
+            "Mochila",
+            "Garrafa termica",
+        ];
+        let mut items = vec![item.to_string()];
+        let mut body = one.clone();
+        let mut i = 0;
+        while body.len() < len {
+            i += 1;
+            let h = hex("item", i);
+            items.push(format!(
+                r#"{{"id":"oi_{}","sku":"{}","description":"{}","amount":{},"quantity":{},"status":"active","created_at":"2026-11-03T14:22:{:02}Z"}}"#,
+                &h[..16],
+                &h[16..28],
+                products[i % products.len()],
+                990 + (u64::from_str_radix(&h[28..32], 16).unwrap() % 40_000),
+                1 + i % 3,
+                i % 60
+            ));
+            body = one.replace(item, &items.join(","));
+        }
+        body.replace("RGm8wYkQdA3pXnB2", &hex("hook", 0)[..16])
+            .replace("9Kd2LmQx7RtV4bNw", &hex("charge", 0)[..16])
+            .replace("3Jx8QwL2mN5vR7tK", &hex("customer", 0)[..16])
+            .replace("5Rk8Lw2Qx9Mn3Vd7", &hex("tran", 0)[..16])
+            .into_bytes()
+    }
+
+    /// bench/PROFILE.md's page arithmetic, measured on a real file with portaria's settings:
+    /// the WAL frames a commit of `batch` events writes, and the distinct pages a checkpoint
+    /// then copies, per event, with bodies raw and deflated.
+    #[test]
+    #[ignore = "a measurement: cargo test --lib -- --ignored --nocapture pages_per_event"]
+    fn pages_per_event() {
+        use super::super::fixtures::{new_event, temp_db};
+        use super::super::intake::insert_event;
+        println!("body                   bytes stored batch  WAL raw/enc   checkpoint raw/enc");
+        type Body<'a> = &'a dyn Fn(u64) -> Vec<u8>;
+        let kinds: [(&str, Body); 4] = [
+            ("bench-like 800-1000 B", &|n| {
+                bench_like(n, 800 + (n as usize * 37) % 200)
+            }),
+            ("gateway 1.3 KiB", &|n| gateway_like(n, 1300)),
+            ("gateway 2.2 KiB", &|n| gateway_like(n, 2200)),
+            ("gateway 3.3 KiB", &|n| gateway_like(n, 3300)),
+        ];
+        for (name, body) in kinds {
+            for batch in [8u64, 1] {
+                let mut figures = Vec::new();
+                let mut sizes = (0, 0);
+                for encode in [false, true] {
+                    let (dir, db) = temp_db();
+                    db.conn
+                        .execute_batch("PRAGMA wal_autocheckpoint = 0")
+                        .unwrap();
+                    // A warm file first, as in operation: the schema's pages already exist.
+                    let events = 1600 / batch * batch;
+                    let wal = dir.path().join("p.db-wal");
+                    for n in 0..events + 80 {
+                        if n == 80 {
+                            db.conn
+                                .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+                                .unwrap();
+                        }
+                        if n % batch == 0 {
+                            db.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+                        }
+                        let mut e = new_event("pagarme", &format!("k{n}"));
+                        e.dedup_hash = super::super::dedup_hash("pagarme", &e.dedup_key);
+                        e.headers = BENCH_HEADERS.to_vec();
+                        e.body = body(n).into();
+                        // Deflated whatever the size rule says, to show what it would save.
+                        let stored = if encode {
+                            StoredBody::Deflated(deflated(&e.body))
+                        } else {
+                            StoredBody::Raw
+                        };
+                        if n >= 80 && encode {
+                            sizes.0 += e.body.len();
+                            sizes.1 += match &stored {
+                                StoredBody::Raw => e.body.len(),
+                                StoredBody::Deflated(b) => b.len(),
+                            };
+                        }
+                        e.stored_body = Some(stored);
+                        insert_event(&db.conn, &e).unwrap();
+                        if n % batch == batch - 1 {
+                            db.conn.execute_batch("COMMIT").unwrap();
+                        }
+                    }
+                    let bytes = std::fs::read(&wal).unwrap();
+                    let frames: Vec<u32> = bytes[32..]
+                        .chunks(24 + 1024)
+                        .map(|f| u32::from_be_bytes([f[0], f[1], f[2], f[3]]))
+                        .collect();
+                    let distinct: std::collections::HashSet<u32> = frames.iter().copied().collect();
+                    figures.push((
+                        frames.len() as f64 / events as f64,
+                        distinct.len() as f64 / events as f64,
+                    ));
+                }
+                let events = (1600 / batch * batch) as usize;
+                println!(
+                    "{name:<22} {:>5} {:>6} {batch:>5}  {:.2} / {:.2}   {:.2} / {:.2}",
+                    sizes.0 / events,
+                    sizes.1 / events,
+                    figures[0].0,
+                    figures[1].0,
+                    figures[0].1,
+                    figures[1].1
+                );
+            }
+        }
     }
 }
