@@ -1,5 +1,5 @@
 //! How an event's body is kept in SQLite's `payloads` (schema 7): as received, or deflated
-//! when that saves enough for rows to share pages. The one place that encodes a body for
+//! when that saves pages (bodies of 1 KiB and more, bench/PROFILE.md "Payload compression"). The one place that encodes a body for
 //! storage ([`StoredBody::encode`], on the tokio worker that took the request) and decodes it
 //! on every read ([`decode`]), so forwarding, `events show`, the status page, the archive,
 //! backups and `store copy` all see the bytes exactly as received. `payloads.codec` says
@@ -20,19 +20,19 @@ pub(super) const DEFLATE: i64 = 1;
 /// Bodies shorter than this are kept raw without trying. With its headers, such a body spills
 /// at most one overflow page, and deflated its row still takes a leaf page of its own: on the
 /// bench's 800-1000-byte bodies deflate saved 0.30 of ~4.4 pages per event (WAL and
-/// checkpoint, `pages_per_event` below) for ~25 µs of CPU per event, mostly the compressor's
+/// checkpoint, `pages_per_event` below) for ~27 µs of CPU per event, mostly the compressor's
 /// fixed cost (its tables are set up for each body), which issue 17's CPU target cannot afford.
 /// From 1 KiB on, the saving grows with every overflow page a body no longer needs (a 2.2 KiB
 /// gateway event: 7.2 pages to 4.5).
 const MIN_BODY: usize = 1024;
-/// Bodies longer than this are kept raw: deflating 64 KiB at level 1 takes ~0.5 ms of the
-/// worker that runs the request, and a body that large spans overflow pages either way.
+/// Bodies longer than this are kept raw: deflating 64 KiB at level 1 would take about half a
+/// millisecond of the worker that runs the request (6-10 µs per KiB on 2-3 KiB events), and a body that large spans overflow pages either way.
 const MAX_BODY: usize = 64 * 1024;
 /// A deflated body is kept only if it is at least this fraction (in percent) shorter than the
 /// raw one (from [`MIN_BODY`] on, at least 205 bytes: a fifth of a page or more).
 const MIN_SAVED_PERCENT: usize = 20;
-/// miniz's level 1: the fastest; levels 3 and 6 save 1-3 % more of a 1 KiB JSON body at
-/// 1.6-2.5 times the CPU (bench/PROFILE.md, "Payload compression").
+/// miniz's level 1: the fastest; levels 3 and 6 save 2-10 % more of a gateway event for 1.2-2
+/// times the CPU (bench/PROFILE.md, "Payload compression").
 const LEVEL: u8 = 1;
 /// The longest body a deflated row may claim to hold. Far above any `max_body_bytes`; a
 /// corrupt length prefix must not make a read allocate gigabytes.
