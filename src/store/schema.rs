@@ -713,16 +713,20 @@ mod tests {
     }
 
     #[test]
-    fn a_version_5_file_gains_the_codec_and_keeps_its_raw_bodies_readable() {
+    fn a_file_from_before_version_7_gains_the_codec_and_keeps_its_raw_bodies_readable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
-        // A version 5 file: today's schema without version 7's column, holding a body that
-        // would be deflated now, stored raw as version 5 stored every body.
+        // The file of the version before: today's schema without version 7's column (so it
+        // is whatever version 6 is, or 5 where 6 is not there yet: 7's step needs nothing of
+        // 6), holding a body that would be deflated now, stored raw as every body was.
         let body = super::super::fixtures::charge_paid();
         {
             let v5 = open(&path).unwrap();
-            v5.execute_batch("ALTER TABLE payloads DROP COLUMN codec; PRAGMA user_version = 5;")
-                .unwrap();
+            v5.execute_batch(&format!(
+                "ALTER TABLE payloads DROP COLUMN codec; PRAGMA user_version = {};",
+                SCHEMA_VERSION - 1
+            ))
+            .unwrap();
             v5.execute(
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (3, 'pagarme', 'old', ?1, ?2, 1, 'stored')",
@@ -739,7 +743,8 @@ mod tests {
             .unwrap();
         }
         let refused = Db::open(&path).err().expect("refused").to_string();
-        assert!(refused.contains("schema version 5 is older"), "{refused}");
+        let older = format!("schema version {} is older", SCHEMA_VERSION - 1);
+        assert!(refused.contains(&older), "{refused}");
         let db = Db {
             conn: open(&path).unwrap(),
         };
