@@ -22,6 +22,7 @@ import json
 import sqlite3
 import sys
 import time
+import zlib
 
 
 # Every delivery attempt: the failed and interrupted ones are rows of `attempts`; a delivered
@@ -37,6 +38,19 @@ ALL_ATTEMPTS = (
 def read_lines(path):
     with open(path, encoding="ascii") as f:
         return [line.strip() for line in f if line.strip()]
+
+
+def inflate(stored):
+    """A deflated body as portaria stores it: its length (4 bytes, little-endian), then a zlib
+    stream. None if it does not decode to that length."""
+    if len(stored) < 4:
+        return None
+    length = int.from_bytes(stored[:4], "little")
+    try:
+        body = zlib.decompress(stored[4:])
+    except zlib.error:
+        return None
+    return body if len(body) == length else None
 
 
 def connect(db):
@@ -110,15 +124,24 @@ def intake(db, loadgen_json, acked_path, bad_path, out, endpoint="pagarme"):
             f"the database holds {total} events but {len(acked)} were acknowledged "
             f"(unacknowledged rows, e.g. {extra[:3]})"
         )
-    # The raw body, exactly as sent: for body-sha256 dedup its hash is the key.
+    # The raw body, exactly as sent: for body-sha256 dedup its hash is the key. A body stored
+    # deflated (`payloads.codec` 1, schema 7) is decoded here independently of portaria.
     body_mismatch = 0
     no_headers = 0
-    for key, body, headers in conn.execute(
-        "SELECT dedup_key, body, headers FROM events JOIN payloads ON event_id = id "
+    deflated = 0
+    stored_bytes = 0
+    for key, body, headers, codec in conn.execute(
+        "SELECT dedup_key, body, headers, codec FROM events JOIN payloads ON event_id = id "
         "WHERE endpoint = ?",
         (endpoint,),
     ):
-        if hashlib.sha256(body).hexdigest() != key:
+        stored_bytes += len(body)
+        if codec == 1:
+            deflated += 1
+            body = inflate(body)
+        elif codec != 0:
+            body = None
+        if body is None or hashlib.sha256(body).hexdigest() != key:
             body_mismatch += 1
         if not headers or b"x-hub-signature" not in bytes(headers).lower():
             no_headers += 1
@@ -140,6 +163,8 @@ def intake(db, loadgen_json, acked_path, bad_path, out, endpoint="pagarme"):
         "rows_by_status": by_status,
         "bad_signatures_sent": expected["bad_signatures"],
         "duplicates_sent": expected["duplicates"],
+        "bodies_deflated": deflated,
+        "body_bytes_stored": stored_bytes,
     }
     return verdict(out, "intake:" + report.get("label", "?"), misses, facts)
 

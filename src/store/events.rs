@@ -5,6 +5,7 @@
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
+use super::payload::body_column;
 use super::{Db, Status, StoreError, status_column};
 
 /// An event as listed: everything but the body and headers. `status` is the roll-up of its
@@ -210,13 +211,15 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     })
 }
 
-/// An event row selected as `{SUMMARY}, content_type, headers, body`, without attempts.
+/// An event row selected as `{SUMMARY}, content_type, headers, body, codec`, without
+/// attempts; the body decoded (`payload.rs`).
 pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
+    let summary = summary(r)?;
     Ok(EventDetail {
-        summary: summary(r)?,
         content_type: r.get(10)?,
         headers: r.get(11)?,
-        body: r.get(12)?,
+        body: body_column(r, summary.id, 13, 12)?,
+        summary,
         routes: Vec::new(),
         attempts: Vec::new(),
     })
@@ -383,7 +386,7 @@ pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<Event
     let detail = conn
         .query_row(
             &format!(
-                "SELECT {SUMMARY}, content_type, headers, body FROM events \
+                "SELECT {SUMMARY}, content_type, headers, body, codec FROM events \
                  JOIN payloads ON event_id = id WHERE id = ?1"
             ),
             [id],

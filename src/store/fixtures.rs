@@ -83,10 +83,20 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         content_type: None,
         headers: b"x: y\r\n".to_vec(),
         body: Bytes::from_static(b"{}"),
+        stored_body: None,
         received_at_ms: NOW,
         dedup_since_ms: None,
         client_cert: None,
         object_id: None,
         routes: Vec::new(),
     }
+}
+
+/// A Pagar.me-like `charge.paid` body of about 1 KiB, as gateways send them.
+pub(super) fn charge_paid() -> Vec<u8> {
+    let mut body = String::from(
+        r#"{"id":"hook_RGm8wYkQdA3pXnB2","account":{"id":"acc_Qm2x8RkL0aWvT5jN","name":"Loja Exemplo"},"type":"charge.paid","created_at":"2026-11-03T14:22:51.118Z","data":{"id":"ch_9Kd2LmQx7RtV4bNw","code":"X7K2M9QW1P","amount":12990,"paid_amount":12990,"status":"paid","currency":"BRL","payment_method":"credit_card","paid_at":"2026-11-03T14:22:50Z","created_at":"2026-11-03T14:22:48Z","updated_at":"2026-11-03T14:22:50Z","customer":{"id":"cus_3Jx8QwL2mN5vR7tK","name":"Maria Souza","email":"maria.souza88@example.com","document":"12345678909","type":"individual","delinquent":false,"phones":{}},"order":{"id":"or_Lw3Qx9Rm2Kd7Vn5B","code":"X7K2M9QW1P","amount":12990,"currency":"BRL","closed":true,"items":[{"id":"oi_8Xn2Qw5Lm3Rk7Vd9","description":"Camiseta basica","amount":6495,"quantity":2,"status":"active"}],"status":"paid"},"last_transaction":{"id":"tran_5Rk8Lw2Qx9Mn3Vd7","transaction_type":"credit_card","gateway_id":"4d1f2a9b","amount":12990,"status":"captured","success":true,"installments":3,"acquirer_name":"simulator","acquirer_tid":"482915736402","acquirer_nsu":"48291","acquirer_auth_code":"203841","operation_type":"auth_and_capture","card":{"id":"card_2Lm9Qx5Rk8Wn3Vd7","last_four_digits":"4444","brand":"Mastercard","holder_name":"MARIA SOUZA","exp_month":8,"exp_year":2030,"status":"active","type":"credit"}}}}"#,
+    );
+    body.push('\n');
+    body.into_bytes()
 }

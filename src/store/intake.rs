@@ -6,6 +6,7 @@
 use bytes::Bytes;
 use rusqlite::{Connection, params};
 
+use super::payload::StoredBody;
 use super::{Status, Store, StoreError};
 use crate::verify::Verified;
 
@@ -22,6 +23,9 @@ pub struct NewEvent {
     /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
     pub(super) headers: Vec<u8>,
     pub(super) body: Bytes,
+    /// How the body goes into SQLite (`payload.rs`), encoded on the request's task by
+    /// [`Store::insert_event`]; None: [`insert_event`] encodes it itself.
+    pub(super) stored_body: Option<StoredBody>,
     pub(super) received_at_ms: i64,
     /// The start of the dedup window (see [`Received::dedup_since_ms`]).
     pub(super) dedup_since_ms: Option<i64>,
@@ -79,6 +83,7 @@ impl NewEvent {
             content_type: received.content_type,
             headers: received.headers,
             body: received.body,
+            stored_body: None,
             received_at_ms: received.at_ms,
             dedup_since_ms: received.dedup_since_ms,
             routes,
@@ -135,6 +140,9 @@ impl Store {
             });
             return task.await.unwrap_or(Err(StoreError::Closed));
         }
+        // The body is deflated here, on this tokio worker, not on the writer thread.
+        let mut event = event;
+        event.stored_body = Some(StoredBody::encode(&event.body));
         // Two statements (the event, then its payload), standing or falling together in the
         // job's savepoint.
         self.run_intake(move |conn| insert_event(conn, &event))
@@ -162,9 +170,10 @@ pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endp
      AND received_at >= ?9)), ?10, ?11)";
 /// The window start that makes every earlier row of the key count: no window.
 pub(super) const NO_WINDOW: i64 = i64::MIN;
-/// The headers and body of the event just inserted, in the same savepoint.
+/// The headers and body of the event just inserted, in the same savepoint; the body as
+/// `payload.rs` encoded it (?4, its codec).
 pub(super) const INSERT_PAYLOAD: &str =
-    "INSERT INTO payloads (event_id, headers, body) VALUES (?1, ?2, ?3)";
+    "INSERT INTO payloads (event_id, headers, body, codec) VALUES (?1, ?2, ?3, ?4)";
 /// One delivery of the event just inserted, due at once.
 pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
      status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
@@ -198,8 +207,20 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
-        conn.prepare_cached(INSERT_PAYLOAD)?
-            .execute(params![id, e.headers, &e.body[..]])?;
+        let encoded;
+        let stored = match &e.stored_body {
+            Some(stored) => stored,
+            None => {
+                encoded = StoredBody::encode(&e.body);
+                &encoded
+            }
+        };
+        conn.prepare_cached(INSERT_PAYLOAD)?.execute(params![
+            id,
+            e.headers,
+            stored.column(&e.body),
+            stored.codec()
+        ])?;
         let mut delivery = conn.prepare_cached(INSERT_DELIVERY)?;
         for d in &e.routes {
             delivery.execute(params![

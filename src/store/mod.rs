@@ -35,6 +35,7 @@ mod events;
 mod handle;
 mod intake;
 mod observe;
+mod payload;
 mod postgres;
 mod queue;
 mod retention;

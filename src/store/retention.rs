@@ -13,6 +13,7 @@ use super::events::{EventDetail, SUMMARY, attempts, detail};
 use super::intake::{
     INSERT_DELIVERY, INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, NO_WINDOW, NewDelivery, dedup_hash,
 };
+use super::payload::StoredBody;
 use super::{Db, Status, Store, StoreError, schema, status_column};
 
 /// Which events pruning may remove: delivered and stored ones received before
@@ -200,7 +201,7 @@ pub(super) fn prunable(
     byte_budget: u64,
 ) -> rusqlite::Result<Vec<EventDetail>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SUMMARY}, content_type, headers, body FROM events \
+        "SELECT {SUMMARY}, content_type, headers, body, codec FROM events \
          JOIN payloads ON event_id = id WHERE {PRUNABLE} ORDER BY id LIMIT ?3"
     ))?;
     let mut rows = stmt.query(params![
@@ -360,8 +361,13 @@ pub(super) fn restore(
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
-            conn.prepare_cached(INSERT_PAYLOAD)?
-                .execute(params![id, e.headers, e.body])?;
+            let body = StoredBody::encode(&e.body);
+            conn.prepare_cached(INSERT_PAYLOAD)?.execute(params![
+                id,
+                e.headers,
+                body.column(&e.body),
+                body.codec()
+            ])?;
             deliver_to(id)?;
             out.inserted += 1;
         } else if let Some(id) = reset

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 6;
+pub(super) const SCHEMA_VERSION: i64 = 7;
 
 /// The schema of a new file.
 ///
@@ -212,6 +212,15 @@ CREATE INDEX deliveries_order ON deliveries (endpoint, route, order_key)
     WHERE next_attempt_at IS NOT NULL AND order_key IS NOT NULL;
 ";
 
+/// Version 7: `payloads.codec`, how `body` is stored (`crate::store::payload`): 0 as received,
+/// 1 deflated. Rows from before keep 0 and are read as they are: nothing is rewritten, so the
+/// upgrade is one change to the table's definition. A new file gets it too, after [`SCHEMA`].
+/// (Version 6 is `deliveries`'; this step depends on nothing of it, so it applies after
+/// whichever of 5 or 6 a file is at.)
+const V6_TO_V7: &str = "
+ALTER TABLE payloads ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;
+";
+
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -368,6 +377,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     if version < 6 {
         // A new file too: the queue indexes.
         tx.execute_batch(V5_TO_V6)?;
+    }
+    if version < 7 {
+        // A new file too: the body's codec.
+        tx.execute_batch(V6_TO_V7)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -877,5 +890,81 @@ mod tests {
                 .outcome,
             "interrupted"
         );
+    }
+
+    #[test]
+    fn a_file_from_before_version_7_gains_the_codec_and_keeps_its_raw_bodies_readable() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        // The file of the version before: today's schema without version 7's column (so it
+        // is whatever version 6 is, or 5 where 6 is not there yet: 7's step needs nothing of
+        // 6), holding a body that would be deflated now, stored raw as every body was.
+        let body = super::super::fixtures::charge_paid();
+        {
+            let v5 = open(&path).unwrap();
+            v5.execute_batch(&format!(
+                "ALTER TABLE payloads DROP COLUMN codec; PRAGMA user_version = {};",
+                SCHEMA_VERSION - 1
+            ))
+            .unwrap();
+            v5.execute(
+                "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
+                 received_at, status) VALUES (3, 'pagarme', 'old', ?1, ?2, 1, 'stored')",
+                rusqlite::params![
+                    super::super::dedup_hash("pagarme", "old"),
+                    body.len() as i64
+                ],
+            )
+            .unwrap();
+            v5.execute(
+                "INSERT INTO payloads (event_id, headers, body) VALUES (3, x'', ?1)",
+                [&body],
+            )
+            .unwrap();
+        }
+        let refused = Db::open(&path).err().expect("refused").to_string();
+        let older = format!("schema version {} is older", SCHEMA_VERSION - 1);
+        assert!(refused.contains(&older), "{refused}");
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        let version: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        // The old row is raw, untouched, and reads as it was.
+        let codec = |id: i64| -> (i64, i64) {
+            db.conn
+                .query_row(
+                    "SELECT codec, length(body) FROM payloads WHERE event_id = ?1",
+                    [id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )
+                .unwrap()
+        };
+        assert_eq!(codec(3), (0, body.len() as i64));
+        assert_eq!(db.event(3).unwrap().unwrap().body, body);
+        // A new event with the same body is deflated beside it, and reads the same.
+        let mut new = new_event("pagarme", "new");
+        new.body = body.clone().into();
+        let Inserted::New(id) = insert_event(&db.conn, &new).unwrap() else {
+            panic!("a new key");
+        };
+        let (new_codec, stored) = codec(id);
+        assert_eq!(new_codec, 1);
+        assert!(stored < body.len() as i64 * 7 / 10, "{stored}");
+        assert_eq!(db.event(id).unwrap().unwrap().body, body);
+        // The upgraded table is a new file's.
+        let (_fresh_dir, fresh) = temp_db();
+        let columns = |conn: &Connection| -> Vec<(String, String, bool, Option<String>)> {
+            conn.prepare("PRAGMA table_info(payloads)")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        assert_eq!(columns(&db.conn), columns(&fresh.conn));
     }
 }

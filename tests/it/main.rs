@@ -11,6 +11,7 @@ mod backup;
 mod browser;
 mod cli;
 mod commit_order;
+mod compression;
 mod crowds;
 mod disk_full;
 mod forwarding;

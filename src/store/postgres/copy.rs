@@ -3,7 +3,8 @@
 //! dedup keys, so that a user who outgrows one box moves without losing the dedup window.
 //! The barrier rows (`dedup`) are made from the copied events: the newest event of each key.
 //! A delivery that was `delivering` (a server stopped mid-attempt) arrives `pending`, due at
-//! its old time: no instance holds its claim.
+//! its old time: no instance holds its claim. Bodies arrive as received: a deflated SQLite
+//! row (`payload.rs`) is decoded here, since PostgreSQL keeps raw bodies (TOAST compresses).
 
 use rusqlite::Connection;
 
@@ -19,8 +20,8 @@ pub struct CopyReport {
 }
 
 const EVENTS: &str = "SELECT e.id, e.endpoint, e.dedup_key, e.event_type, e.content_type, \
-     e.payload_bytes, e.received_at, e.status, e.finished_at, e.client_cert, p.headers, p.body \
-     FROM events e JOIN payloads p ON p.event_id = e.id ORDER BY e.id";
+     e.payload_bytes, e.received_at, e.status, e.finished_at, e.client_cert, p.headers, p.body, \
+     p.codec FROM events e JOIN payloads p ON p.event_id = e.id ORDER BY e.id";
 const DELIVERIES: &str = "SELECT event_id, route, endpoint, status, attempts, next_attempt_at, \
      last_error, finished_at, delivered_ms, order_key FROM deliveries";
 const ATTEMPTS: &str = "SELECT id, event_id, route, attempt, started_at, duration_ms, outcome, \
@@ -85,8 +86,8 @@ impl Pg {
             );
             let (finished, cert): (Option<i64>, Option<String>) =
                 (r.get(8).map_err(read)?, r.get(9).map_err(read)?);
-            let (headers, body): (Vec<u8>, Vec<u8>) =
-                (r.get(10).map_err(read)?, r.get(11).map_err(read)?);
+            let headers: Vec<u8> = r.get(10).map_err(read)?;
+            let body = crate::store::payload::body_column(r, id, 12, 11).map_err(read)?;
             tx.execute(
                 &event,
                 &[
