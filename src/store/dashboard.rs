@@ -72,13 +72,18 @@ pub struct Overview {
 
 impl Store {
     /// Each of `names` (the configured endpoints), and any other endpoint with events waiting,
-    /// dead or counted in the last day; and the chart's last `hours` hours.
+    /// dead or counted in the last day; and the chart's last `hours` hours. The counters not
+    /// yet folded into `hourly` go in with this read's batch, so the page shows every count
+    /// made before it was asked (a page load is rare; the writer's own folds are throttled).
     pub async fn overview(
         &self,
         names: Vec<String>,
         hours: usize,
         now_ms: i64,
     ) -> Result<Overview, StoreError> {
+        if let Some(tally) = self.tally() {
+            tally.fold_now();
+        }
         self.run(move |c| overview(c, names, hours, now_ms)).await
     }
 

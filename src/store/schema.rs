@@ -814,7 +814,7 @@ mod tests {
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
             .unwrap();
-        assert_eq!(version, 6);
+        assert_eq!(version, SCHEMA_VERSION);
         // The same indexes as a new file's, by definition.
         let (_fresh_dir, fresh) = temp_db();
         let indexes = |conn: &Connection| -> Vec<(String, String)> {

@@ -55,7 +55,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 6);
+    assert_eq!(version, 7, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
