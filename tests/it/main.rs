@@ -23,6 +23,7 @@ mod oracle;
 mod ordering;
 mod partial_body;
 mod pg_cluster;
+mod pg_status;
 mod pipe;
 mod postgres;
 mod properties;

@@ -4,12 +4,14 @@
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
 //! leases and attempts), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
-//! copy` from SQLite).
+//! copy` from SQLite), `counters.rs` (the status page's hourly counters, folded in by a task),
+//! `dashboard.rs` (what the status page and `portaria events` read and replay).
 //!
 //! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
 //! Nothing here ever formats the connection URL: it may hold a password.
 
 mod copy;
+mod counters;
 mod intake;
 mod observe;
 mod queue;
@@ -17,6 +19,7 @@ mod retention;
 mod schema;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -25,6 +28,7 @@ use tokio_postgres::NoTls;
 pub use copy::CopyReport;
 
 use super::StoreError;
+use super::counters::Tally;
 
 /// Connections per instance: intake's concurrent transactions, the probe and the pruner.
 const POOL_SIZE: usize = 16;
@@ -43,11 +47,17 @@ pub(in crate::store) struct Pg {
     instance: String,
     /// How long a claim holds without renewal.
     lease_ms: i64,
+    /// The status page's counts not in `hourly` yet, and what asks for the last fold at close.
+    tally: Arc<Tally>,
+    closing: counters::Closing,
 }
+
+/// How long closing waits for the last fold of the counters.
+const LAST_FOLD_WAIT: Duration = Duration::from_secs(3);
 
 impl Pg {
     /// Connects and brings the schema to this binary's version (or refuses a newer one).
-    pub(in crate::store) async fn connect(url: &str) -> Result<Pg, StoreError> {
+    pub(in crate::store) async fn connect(url: &str, tally: Arc<Tally>) -> Result<Pg, StoreError> {
         // The parser's own message may quote the text (a password with it): not repeated.
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|_| StoreError::Postgres("storage.url: not a PostgreSQL URL".into()))?;
@@ -77,16 +87,24 @@ impl Pg {
             .recycle_timeout(Some(CONNECTION_WAIT))
             .build()
             .map_err(|e| StoreError::Postgres(format!("cannot build the connection pool: {e}")))?;
+        let (closing, close_rx) = tokio::sync::mpsc::channel(1);
         let pg = Pg {
             pool,
             instance: instance_id(),
             lease_ms: queue::lease_ms(),
+            tally,
+            closing,
         };
         schema::migrate(&mut *pg.client().await?).await?;
         tokio::spawn(queue::lease_keeper(
             pg.pool.clone(),
             pg.instance.clone(),
             pg.lease_ms,
+        ));
+        tokio::spawn(counters::counter_keeper(
+            pg.pool.clone(),
+            pg.tally.clone(),
+            close_rx,
         ));
         Ok(pg)
     }
@@ -98,8 +116,20 @@ impl Pg {
         })
     }
 
-    /// Closes the pool: idle connections go now, busy ones when their call returns.
+    pub(in crate::store) fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Folds the counters a last time (waiting up to [`LAST_FOLD_WAIT`] for the task, which
+    /// needs the runtime running: the server closes from a blocking thread), then closes the
+    /// pool: idle connections go now, busy ones when their call returns.
     pub(in crate::store) fn close(&self) {
+        if !self.tally.is_empty() {
+            let (done, folded) = std::sync::mpsc::sync_channel(1);
+            if self.closing.try_send(done).is_ok() {
+                let _ = folded.recv_timeout(LAST_FOLD_WAIT);
+            }
+        }
         self.pool.close();
     }
 }
