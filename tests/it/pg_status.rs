@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::pg_cluster;
 use crate::postgres::{count, server};
+use crate::status::{csrf, form, forward_to, get, json};
 use crate::support::*;
 
 /// Polls `sql` (one bigint) until it is `want`, or panics after 15 s.
@@ -83,5 +84,136 @@ async fn two_instances_add_to_one_hourly_row_and_a_stop_writes_the_rest() {
         count(&client, "SELECT sum(bad_signature)::bigint FROM hourly").await,
         3
     );
+    b.stop().await;
+}
+
+/// The status page's API on PostgreSQL, two instances on one database: what one accepted is
+/// counted, listed (filters, search, pages) and shown by the other; a dead event is replayed
+/// through the other's page (with its CSRF token) and delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_api_of_one_instance_shows_and_replays_what_the_other_accepted() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    // Two failures make the event dead; the replay's attempt is the third, and succeeds.
+    let target = Target::start(vec![500, 500, 200]).await;
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let forward = forward_to(target.addr);
+    let (a, b) = tokio::join!(server(&url, &forward), server(&url, &forward));
+    let admin = b.admin.unwrap();
+    assert_eq!(post_pagarme(a.addr, &payment_body(1)).await.status, 200);
+    let client = pg.connect(&db).await;
+    until_count(
+        &client,
+        "SELECT count(*) FROM deliveries WHERE status = 'dead'",
+        1,
+    )
+    .await;
+    let id = count(&client, "SELECT id FROM events").await;
+    // Two more through A, a duplicate and a bad signature through each.
+    for n in [2, 3] {
+        assert_eq!(post_pagarme(a.addr, &payment_body(n)).await.status, 200);
+    }
+    assert_eq!(post_pagarme(b.addr, &payment_body(2)).await.status, 200);
+    bad_signature(a.addr).await;
+    bad_signature(b.addr).await;
+    until_count(
+        &client,
+        "SELECT coalesce(sum(bad_signature), 0)::bigint FROM hourly",
+        2,
+    )
+    .await;
+
+    let stats = json(&get(admin, "/api/stats", &[]).await);
+    let pagarme = &stats["endpoints"][0];
+    assert_eq!(pagarme["endpoint"], "pagarme", "{stats:#}");
+    assert_eq!(pagarme["received_last_hour"], 3, "{stats:#}");
+    assert_eq!(pagarme["received_last_day"], 3);
+    assert_eq!(pagarme["duplicates_last_day"], 1);
+    assert_eq!(pagarme["rejected_last_day"]["bad_signature"], 2);
+    assert_eq!(pagarme["dead"], 1);
+    assert!(pagarme["last_received_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(stats["alert"]["red"], true, "a dead event: {stats:#}");
+    let hours = stats["hours"].as_array().unwrap();
+    assert_eq!(hours.len(), 48);
+    assert_eq!(hours[47]["received"], 3);
+    assert_eq!(hours[47]["rejected"], 2);
+    assert_eq!(hours[47]["failed"], 2, "A's or B's attempts, counted once");
+    let overview = get(admin, "/", &[]).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(overview.body.contains("1 dead event"), "{}", overview.body);
+
+    // The list: newest first, a page of 2 then the rest; by status, by search.
+    let page1 = json(&get(admin, "/api/events?endpoint=pagarme&limit=2", &[]).await);
+    let events = page1["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{page1:#}");
+    assert!(events[0]["id"].as_i64() > events[1]["id"].as_i64());
+    assert_eq!(events[0]["object_id"], "ch_3");
+    let before = page1["next_before"].as_i64().unwrap();
+    let page2 = json(
+        &get(
+            admin,
+            &format!("/api/events?endpoint=pagarme&limit=2&before={before}"),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(page2["events"].as_array().unwrap().len(), 1);
+    assert_eq!(page2["events"][0]["id"], id);
+    assert_eq!(page2["next_before"], serde_json::Value::Null);
+    let dead = json(&get(admin, "/api/events?status=dead", &[]).await);
+    assert_eq!(dead["events"].as_array().unwrap().len(), 1, "{dead:#}");
+    assert_eq!(dead["events"][0]["id"], id);
+    assert_eq!(dead["events"][0]["status"], "dead");
+    let by_object = json(&get(admin, "/api/events?q=ch_2", &[]).await);
+    assert_eq!(by_object["events"].as_array().unwrap().len(), 1);
+    assert_eq!(by_object["events"][0]["object_id"], "ch_2");
+    let key = events[1]["dedup_key"].as_str().unwrap();
+    let by_key = json(&get(admin, &format!("/api/events?q={}", &key[3..12]), &[]).await);
+    assert_eq!(by_key["events"].as_array().unwrap().len(), 1);
+    assert_eq!(by_key["events"][0]["id"], events[1]["id"]);
+    let none = json(&get(admin, "/api/events?type=refund", &[]).await);
+    assert!(none["events"].as_array().unwrap().is_empty());
+
+    // One event in full, then its replay through B's page.
+    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(one["id"], id);
+    assert_eq!(one["status"], "dead");
+    assert!(one["body_text"].as_str().unwrap().contains("hook_1"));
+    assert_eq!(
+        one["delivery_attempts"].as_array().unwrap().len(),
+        2,
+        "{one:#}"
+    );
+    assert_eq!(get(admin, "/api/events/999999", &[]).await.status, 404);
+    let page = get(admin, &format!("/events/{id}"), &[]).await;
+    assert_eq!(page.status, 200);
+    let path = format!("/events/{id}/replay");
+    let refused = form(admin, &path, &[], "csrf=0000").await;
+    assert_eq!(refused.status, 403, "a wrong form token");
+    let origin = format!("http://{admin}");
+    let replayed = form(
+        admin,
+        &path,
+        &[h("origin", &origin), h("sec-fetch-site", "same-origin")],
+        &format!("csrf={}", csrf(&page.body)),
+    )
+    .await;
+    assert_eq!(replayed.status, 303, "{}", replayed.body);
+    until_count(
+        &client,
+        &format!("SELECT count(*) FROM events WHERE status = 'delivered' AND id = {id}"),
+        1,
+    )
+    .await;
+    // Two failed attempts and the replayed one of this event, one each of the two others.
+    assert_eq!(target.count(), 5);
+    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(one["status"], "delivered");
+    let attempts = one["delivery_attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "the two failed ones kept: {one:#}");
+    assert_eq!(attempts[2]["outcome"], "delivered");
+    a.stop().await;
     b.stop().await;
 }

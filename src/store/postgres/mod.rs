@@ -12,6 +12,7 @@
 
 mod copy;
 mod counters;
+mod dashboard;
 mod intake;
 mod observe;
 mod queue;
