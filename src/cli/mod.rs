@@ -474,10 +474,10 @@ fn secret_variables(text: &str, path: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// The config of a command that works on a database which must already exist. These commands
-/// (events, prune, archive, backup) work on SQLite only so far: on PostgreSQL they refuse.
+/// The config of a command that works on a database which must already exist, on SQLite
+/// only so far (prune, archive, backup): on PostgreSQL they refuse.
 fn existing_database(config: Option<&Path>) -> Result<Config, String> {
-    let config = load_for_database(config)?;
+    let config = existing_store(config)?;
     if config.storage.postgres.is_some() {
         return Err(format!(
             "{}: storage is PostgreSQL, and this command works on SQLite only so far; the \
@@ -486,7 +486,14 @@ fn existing_database(config: Option<&Path>) -> Result<Config, String> {
             crate::config::POSTGRES_UNSUPPORTED
         ));
     }
-    if !config.storage.path.exists() {
+    Ok(config)
+}
+
+/// The config of a command that works on either backend (`events`): on SQLite, the file must
+/// already exist.
+fn existing_store(config: Option<&Path>) -> Result<Config, String> {
+    let config = load_for_database(config)?;
+    if config.storage.postgres.is_none() && !config.storage.path.exists() {
         return Err(format!(
             "no database at {}: has portaria served with this config yet?",
             config.storage.path.display()

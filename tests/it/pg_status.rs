@@ -217,3 +217,127 @@ async fn the_status_api_of_one_instance_shows_and_replays_what_the_other_accepte
     a.stop().await;
     b.stop().await;
 }
+
+/// `portaria events list/show/replay` on PostgreSQL with the real binary, next to a running
+/// server (the real binary too): the same outputs as on SQLite, and a replay the server
+/// notices by itself (its slow check of the database) and delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_commands_list_show_and_replay_on_postgres() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let target = Target::start(vec![500, 500, 200]).await;
+    let db = pg.database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portaria.toml");
+    let text = crate::postgres::config(
+        &format!("url = \"{}\"", pg.url(&db)),
+        &forward_to(target.addr),
+    );
+    std::fs::write(&path, text).unwrap();
+    let serve = Process::spawn(&path).await;
+    assert_eq!(post_pagarme(serve.addr, &payment_body(1)).await.status, 200);
+    let client = pg.connect(&db).await;
+    until_count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'dead'",
+        1,
+    )
+    .await;
+    let id = count(&client, "SELECT id FROM events").await;
+    assert_eq!(post_pagarme(serve.addr, &payment_body(2)).await.status, 200);
+    until_count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+        1,
+    )
+    .await;
+
+    let table = ok_stdout(&run_cli(&["events", "list"], &path));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("     ID  RECEIVED (UTC)"), "{table}");
+    assert!(lines[1].contains("delivered") && lines[1].contains("charge.paid"));
+    assert!(
+        lines[2].trim_start().starts_with(&format!("{id} ")) && lines[2].contains("dead"),
+        "{table}"
+    );
+    let dead = ok_stdout(&run_cli(
+        &["events", "list", "--status", "dead", "--json"],
+        &path,
+    ));
+    let rows: Vec<serde_json::Value> = dead
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{dead}");
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["object_id"], "ch_1");
+    assert_eq!(rows[0]["attempts"], 2);
+    assert_eq!(rows[0]["routes"][0]["route"], "default");
+    assert_eq!(rows[0]["routes"][0]["status"], "dead");
+
+    let shown = ok_stdout(&run_cli(&["events", "show", &id.to_string()], &path));
+    assert!(shown.contains(&format!("id:          {id}\n")), "{shown}");
+    assert!(shown.contains("object id:   ch_1\n"), "{shown}");
+    assert!(shown.contains("status:      dead\n"), "{shown}");
+    assert!(
+        shown.contains("route default: dead, 2 attempt(s)"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("  attempt ").count(), 2, "{shown}");
+    assert!(shown.ends_with(&format!(
+        "{}\n",
+        String::from_utf8(payment_body(1)).unwrap()
+    )));
+    let raw = ok_stdout(&run_cli(
+        &["events", "show", "--raw", &id.to_string()],
+        &path,
+    ));
+    assert!(
+        raw.starts_with("POST /webhooks/pagarme HTTP/1.1\r\n"),
+        "{raw}"
+    );
+    let missing = run_cli(&["events", "show", "999999"], &path);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no event 999999"));
+
+    // The replay: pending again, then delivered by the running server without a word to it.
+    let replayed = ok_stdout(&run_cli(&["events", "replay", &id.to_string()], &path));
+    assert!(
+        replayed.contains(&format!("event {id} is pending again")),
+        "{replayed}"
+    );
+    // A delivered one too: its first delivery stays in its history.
+    let other = count(&client, "SELECT max(id) FROM events").await;
+    let replayed = ok_stdout(&run_cli(&["events", "replay", &other.to_string()], &path));
+    assert!(replayed.contains("pending again"), "{replayed}");
+    let started = Instant::now();
+    until_count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+        2,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(target.count(), 5);
+    let shown = ok_stdout(&run_cli(&["events", "show", &id.to_string()], &path));
+    assert!(
+        shown.contains("route default: delivered, 1 attempt(s)"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("  attempt ").count(), 3, "{shown}");
+    let shown = ok_stdout(&run_cli(&["events", "show", &other.to_string()], &path));
+    assert_eq!(shown.matches(": delivered\n").count(), 2, "{shown}");
+    // Nothing dead is left; an unknown event cannot be replayed.
+    let none = ok_stdout(&run_cli(&["events", "replay", "--dead"], &path));
+    assert_eq!(none.trim(), "0 dead event(s) pending again");
+    let unknown = run_cli(&["events", "replay", "999999"], &path);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("cannot replay event 999999"));
+    drop(serve);
+}
