@@ -30,7 +30,7 @@ impl std::fmt::Debug for DatabaseUrl {
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
 pub const POSTGRES_UNSUPPORTED: &str = "order_by (per-key ordering), [alerts], \
-     storage.archive_dir; and the commands prune, archive, backup";
+     storage.archive_dir; and the commands archive, backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).

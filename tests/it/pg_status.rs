@@ -341,3 +341,42 @@ async fn the_events_commands_list_show_and_replay_on_postgres() {
     assert!(String::from_utf8_lossy(&unknown.stderr).contains("cannot replay event 999999"));
     drop(serve);
 }
+
+/// `portaria prune` on PostgreSQL: the dry run counts and changes nothing, the prune deletes
+/// the finished events past their window (their dedup rows with them) and keeps the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_on_postgres_removes_only_what_is_past_its_window() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let s = server(&pg.url(&db), "").await;
+    for n in 1..=3 {
+        assert_eq!(post_pagarme(s.addr, &payment_body(n)).await.status, 200);
+    }
+    s.stop().await;
+    let client = pg.connect(&db).await;
+    // Two of the three stored events received 40 days ago (the window is 30).
+    client
+        .execute(
+            "UPDATE events SET received_at = received_at - 40 * 86400000::bigint \
+             WHERE object_id IN ('ch_1', 'ch_2')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portaria.toml");
+    let url = format!("url = \"{}\"", pg.url(&db));
+    std::fs::write(&path, crate::postgres::config(&url, "")).unwrap();
+    let dry = ok_stdout(&run_cli(&["prune", "--dry-run"], &path));
+    assert!(dry.contains("would remove 2 event(s)"), "{dry}");
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 3);
+    let pruned = ok_stdout(&run_cli(&["prune"], &path));
+    assert!(pruned.contains("removed 2 event(s)"), "{pruned}");
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(count(&client, "SELECT count(*) FROM dedup").await, 1);
+    assert_eq!(count(&client, "SELECT count(*) FROM payloads").await, 1);
+    let again = ok_stdout(&run_cli(&["prune"], &path));
+    assert!(again.starts_with("nothing to prune"), "{again}");
+}

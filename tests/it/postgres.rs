@@ -334,7 +334,10 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
 
     // The SQLite-only commands say so instead of opening a file no server writes.
     std::fs::write(&path, config(url, "")).unwrap();
-    for args in [&["prune"][..], &["backup", "/tmp/x.db"]] {
+    for args in [
+        &["backup", "/tmp/x.db"][..],
+        &["archive", "replay", "/tmp/2026-12-01.jsonl.gz"],
+    ] {
         let out = run_cli(args, &path);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?}: {stderr}");
