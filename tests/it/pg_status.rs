@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::pg_cluster;
+use crate::pg_cluster::{self, Cluster};
 use crate::postgres::{count, server};
 use crate::status::{csrf, form, forward_to, get, json};
 use crate::support::*;
@@ -85,6 +85,31 @@ async fn two_instances_add_to_one_hourly_row_and_a_stop_writes_the_rest() {
         3
     );
     b.stop().await;
+}
+
+/// Counts taken while PostgreSQL is down are not lost: the failed fold keeps them, and the
+/// first fold after it is back writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_taken_while_postgres_is_down_reach_the_table_when_it_is_back() {
+    let Some(pg) = Cluster::start() else {
+        return;
+    };
+    let db = pg.database().await;
+    let s = server(&pg.url(&db), "").await;
+    pg.stop();
+    bad_signature(s.addr).await;
+    bad_signature(s.addr).await;
+    // At least one fold fails meanwhile (every 2 s).
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    pg.resume();
+    let client = pg.connect(&db).await;
+    until_count(
+        &client,
+        "SELECT coalesce(sum(bad_signature), 0)::bigint FROM hourly",
+        2,
+    )
+    .await;
+    s.stop().await;
 }
 
 /// The status page's API on PostgreSQL, two instances on one database: what one accepted is
