@@ -292,8 +292,23 @@ pub async fn prune_once(
 
 /// What [`prune_once`] would remove now, changing nothing.
 pub fn dry_run(db: &Db, storage: &Storage, now_ms: i64) -> Result<Report, PruneError> {
+    Ok(would_remove(db.prunable_counts(cutoffs(storage, now_ms))?))
+}
+
+/// [`dry_run`] through the store (`portaria prune --dry-run` on PostgreSQL).
+pub async fn dry_run_on(
+    store: &Store,
+    storage: &Storage,
+    now_ms: i64,
+) -> Result<Report, PruneError> {
+    Ok(would_remove(
+        store.prunable_counts(cutoffs(storage, now_ms)).await?,
+    ))
+}
+
+fn would_remove(groups: Vec<crate::store::PrunableGroup>) -> Report {
     let mut report = Report::default();
-    for group in db.prunable_counts(cutoffs(storage, now_ms))? {
+    for group in groups {
         report.removed.insert(
             (group.endpoint, group.status.as_str()),
             Tally {
@@ -302,7 +317,7 @@ pub fn dry_run(db: &Db, storage: &Storage, now_ms: i64) -> Result<Report, PruneE
             },
         );
     }
-    Ok(report)
+    report
 }
 
 fn ids(events: &[EventDetail]) -> Vec<i64> {

@@ -1,25 +1,32 @@
 //! `portaria events list/show/replay`: looks at the stored events (read-only) and puts them
 //! back into the queue, and owns their output: the table, one JSON object per line, and the
-//! detail view of one event.
+//! detail view of one event. On SQLite it opens the file directly ([`Db`]); on PostgreSQL it
+//! uses the server's store ([`Store`]) on a runtime of its own: [`Events`] is the one place
+//! that knows which, the output is the same.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{EventsCommand, existing_database};
-use crate::store::{Db, EventDetail, EventSummary, ListFilter, RouteState, Status};
+use super::{EventsCommand, existing_store};
+use crate::config::Config;
+use crate::store::{
+    Db, EventDetail, EventSummary, ListFilter, RouteState, Status, Store, StoreError,
+};
 use crate::time::{now_ms, rfc3339};
 
 /// Runs `events list`, `events show` or `events replay`.
 pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
-    let config = existing_database(config)?;
-    let path = &config.storage.path;
+    let config = existing_store(config)?;
     // Looking needs no write access; only a replay opens the database for writing.
-    let opened = match &command {
-        EventsCommand::Replay(_) => Db::open(path),
-        _ => Db::open_read_only(path),
-    };
-    let mut db = opened.map_err(|e| format!("cannot open the database: {e}"))?;
+    let writes = matches!(&command, EventsCommand::Replay(_));
+    let mut db = Events::open(&config, writes)?;
+    let result = run_on(&config, &mut db, command);
+    db.close();
+    result
+}
+
+fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<ExitCode, String> {
     let out = std::io::stdout();
     let mut out = out.lock();
     let now = now_ms();
@@ -97,6 +104,103 @@ pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitC
     };
     written.map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the events are: the SQLite file, or the PostgreSQL database through the store, on a
+/// runtime of the command's own. The one place in the command that knows the backend.
+enum Events {
+    Sqlite(Db),
+    Postgres {
+        store: Store,
+        runtime: tokio::runtime::Runtime,
+    },
+}
+
+impl Events {
+    fn open(config: &Config, writes: bool) -> Result<Events, String> {
+        let Some(url) = &config.storage.postgres else {
+            let path = &config.storage.path;
+            let opened = if writes {
+                Db::open(path)
+            } else {
+                Db::open_read_only(path)
+            };
+            return opened
+                .map(Events::Sqlite)
+                .map_err(|e| format!("cannot open the database: {e}"));
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        let store = runtime
+            .block_on(Store::open_postgres(url.expose()))
+            .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+        Ok(Events::Postgres { store, runtime })
+    }
+
+    fn list(&self, filter: &ListFilter) -> Result<Vec<EventSummary>, StoreError> {
+        match self {
+            Events::Sqlite(db) => db.list(filter),
+            Events::Postgres { store, runtime } => {
+                runtime.block_on(store.list_events(filter.clone()))
+            }
+        }
+    }
+
+    fn event(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
+        match self {
+            Events::Sqlite(db) => db.event(id),
+            Events::Postgres { store, runtime } => runtime.block_on(store.event_detail(id)),
+        }
+    }
+
+    fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
+        match self {
+            Events::Sqlite(db) => db.routes(id),
+            Events::Postgres { store, runtime } => runtime.block_on(store.event_routes(id)),
+        }
+    }
+
+    fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
+        match self {
+            Events::Sqlite(db) => db.client_cert(id),
+            Events::Postgres { store, runtime } => runtime.block_on(store.client_cert(id)),
+        }
+    }
+
+    fn replay(&mut self, id: i64, route: Option<&str>, now_ms: i64) -> Result<bool, StoreError> {
+        match self {
+            Events::Sqlite(db) => db.replay(id, route, now_ms),
+            Events::Postgres { store, runtime } => {
+                runtime.block_on(store.replay_route(id, route.map(str::to_string), now_ms))
+            }
+        }
+    }
+
+    fn replay_dead(
+        &mut self,
+        endpoint: Option<&str>,
+        route: Option<&str>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        match self {
+            Events::Sqlite(db) => db.replay_dead(endpoint, route, now_ms),
+            Events::Postgres { store, runtime } => runtime.block_on(store.replay_dead(
+                endpoint.map(str::to_string),
+                route.map(str::to_string),
+                now_ms,
+            )),
+        }
+    }
+
+    fn close(self) {
+        if let Events::Postgres { store, runtime } = self {
+            // Inside the runtime: the store's tasks see the pool close and end.
+            let _guard = runtime.enter();
+            store.close();
+        }
+    }
 }
 
 /// A listing whose reader went away (`portaria events list | head -1`) is done, not failed: as

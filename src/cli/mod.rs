@@ -483,10 +483,10 @@ fn secret_variables(text: &str, path: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// The config of a command that works on a database which must already exist. These commands
-/// (events, prune, archive, backup) work on SQLite only so far: on PostgreSQL they refuse.
+/// The config of a command that works on a database which must already exist, on SQLite
+/// only so far (archive, backup): on PostgreSQL they refuse.
 fn existing_database(config: Option<&Path>) -> Result<Config, String> {
-    let config = load_for_database(config)?;
+    let config = existing_store(config)?;
     if config.storage.postgres.is_some() {
         return Err(format!(
             "{}: storage is PostgreSQL, and this command works on SQLite only so far; the \
@@ -495,7 +495,14 @@ fn existing_database(config: Option<&Path>) -> Result<Config, String> {
             crate::config::POSTGRES_UNSUPPORTED
         ));
     }
-    if !config.storage.path.exists() {
+    Ok(config)
+}
+
+/// The config of a command that works on either backend (`events`, `prune`): on SQLite, the
+/// file must already exist.
+fn existing_store(config: Option<&Path>) -> Result<Config, String> {
+    let config = load_for_database(config)?;
+    if config.storage.postgres.is_none() && !config.storage.path.exists() {
         return Err(format!(
             "no database at {}: has portaria served with this config yet?",
             config.storage.path.display()
@@ -505,9 +512,26 @@ fn existing_database(config: Option<&Path>) -> Result<Config, String> {
 }
 
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
-    let config = existing_database(config)?;
+    let config = existing_store(config)?;
     let path = &config.storage.path;
-    let report = if dry_run {
+    let report = if let Some(url) = &config.storage.postgres {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        runtime.block_on(async {
+            let store = crate::store::Store::open_postgres(url.expose())
+                .await
+                .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+            let report = if dry_run {
+                crate::prune::dry_run_on(&store, &config.storage, now_ms()).await
+            } else {
+                crate::prune::prune_once(&store, &config.storage, now_ms()).await
+            };
+            store.close();
+            Ok::<_, String>(report)
+        })?
+    } else if dry_run {
         let db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
         crate::prune::dry_run(&db, &config.storage, now_ms())
     } else {

@@ -28,8 +28,7 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "storage.archive_dir; and the commands events, \
-     prune, archive, backup";
+pub const POSTGRES_UNSUPPORTED: &str = "storage.archive_dir; and the commands archive, backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).

@@ -7,6 +7,8 @@
 //! page per delivered event (bench/PROFILE.md). The status page is thus at most a few seconds
 //! behind; a crash loses what was not yet folded, those few seconds of counts (the events
 //! themselves are in `events`, never only here).
+//! On PostgreSQL the same tally is folded every 2 s by a task of the backend
+//! (`postgres/counters.rs`), into a table the instances share.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -80,6 +82,16 @@ impl Counted {
 
 type Counts = [u64; COLUMNS.len()];
 
+/// One endpoint's counts of one hour, taken out of the tally to be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct HourRow {
+    pub(super) endpoint: String,
+    /// The hour's start, unix milliseconds.
+    pub(super) hour: i64,
+    /// In [`COLUMNS`]' order, each at most `i64::MAX`.
+    pub(super) counts: [i64; COLUMNS.len()],
+}
+
 /// Counts not yet in the database, by endpoint and hour start.
 #[derive(Default)]
 pub(super) struct Tally {
@@ -105,6 +117,50 @@ impl Tally {
             None => pending.counts.entry(endpoint.to_string()).or_default(),
         };
         hours.entry(hour).or_default()[what.column()] += 1;
+    }
+
+    /// Everything counted so far, sorted by (endpoint, hour) (so that instances adding to the
+    /// same rows of a shared table lock them in one order), the tally left empty; and whether
+    /// an hour has passed since rows past [`KEEP_MS`] were last deleted (then it counts as done).
+    pub(super) fn take(&self, now_ms: i64) -> (Vec<HourRow>, bool) {
+        let (counts, trim) = {
+            let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            let trim = now_ms - pending.trimmed_at_ms >= HOUR_MS;
+            if trim {
+                pending.trimmed_at_ms = now_ms;
+            }
+            pending.folded_at_ms = Some(now_ms);
+            (std::mem::take(&mut pending.counts), trim)
+        };
+        let mut rows: Vec<HourRow> = counts
+            .into_iter()
+            .flat_map(|(endpoint, hours)| {
+                hours.into_iter().map(move |(hour, c)| HourRow {
+                    endpoint: endpoint.clone(),
+                    hour,
+                    counts: c.map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.endpoint, a.hour).cmp(&(&b.endpoint, b.hour)));
+        (rows, trim)
+    }
+
+    /// Puts back rows [`Tally::take`] gave that could not be written (the database was
+    /// away), to go with the next flush.
+    pub(super) fn put_back(&self, rows: Vec<HourRow>) {
+        let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        for row in rows {
+            let counts = pending
+                .counts
+                .entry(row.endpoint)
+                .or_default()
+                .entry(row.hour)
+                .or_default();
+            for (n, add) in counts.iter_mut().zip(row.counts) {
+                *n = n.saturating_add(u64::try_from(add).unwrap_or(0));
+            }
+        }
     }
 
     pub(super) fn is_empty(&self) -> bool {
@@ -148,24 +204,24 @@ impl Tally {
     /// transaction (and, once an hour, deletes rows past [`KEEP_MS`]). What the batch then
     /// fails to commit is lost, like a crash would lose it.
     pub(super) fn flush(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
-        let (counts, trim) = {
-            let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            let trim = now_ms - pending.trimmed_at_ms >= HOUR_MS;
-            if trim {
-                pending.trimmed_at_ms = now_ms;
-            }
-            pending.folded_at_ms = Some(now_ms);
-            (std::mem::take(&mut pending.counts), trim)
-        };
-        if !counts.is_empty() {
+        let (rows, trim) = self.take(now_ms);
+        if !rows.is_empty() {
             let mut upsert = conn.prepare_cached(&upsert_sql())?;
-            for (endpoint, hours) in counts {
-                for (hour, c) in hours {
-                    let c = c.map(|n| i64::try_from(n).unwrap_or(i64::MAX));
-                    upsert.execute(params![
-                        endpoint, hour, c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8]
-                    ])?;
-                }
+            for row in rows {
+                let c = row.counts;
+                upsert.execute(params![
+                    row.endpoint,
+                    row.hour,
+                    c[0],
+                    c[1],
+                    c[2],
+                    c[3],
+                    c[4],
+                    c[5],
+                    c[6],
+                    c[7],
+                    c[8]
+                ])?;
             }
         }
         if trim {
@@ -196,11 +252,9 @@ impl Store {
     /// Counts one request or delivery attempt of `endpoint` for the status page: in memory
     /// now, in the database within [`FOLD_EVERY_MS`].
     pub fn count(&self, endpoint: &str, what: Counted, now_ms: i64) {
-        // None on PostgreSQL: its hourly counters, read only by the status page, are not kept
-        // yet (docs/postgres.md).
-        if let Some(tally) = self.tally() {
-            tally.add(endpoint, what, now_ms);
-        }
+        // On PostgreSQL, a task of the backend folds the tally into the shared table
+        // (`postgres/counters.rs`).
+        self.tally().add(endpoint, what, now_ms);
     }
 }
 
@@ -236,7 +290,7 @@ mod tests {
         store.count("b", Counted::Duplicate, t);
         // Any job is a batch: the tally goes in with it.
         store.run(|_| Ok(())).await.unwrap();
-        assert!(store.tally().unwrap().is_empty());
+        assert!(store.tally().is_empty());
         store.count("a", Counted::Received, t + 2);
         // The next batch comes too soon after that fold to make another.
         let a10 = store
@@ -244,8 +298,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(a10, [2, 0, 0, 1, 0, 0, 0, 0, 0], "folded again at once");
-        assert!(!store.tally().unwrap().is_empty());
-        store.tally().unwrap().fold_now();
+        assert!(!store.tally().is_empty());
+        store.tally().fold_now();
         let (a10, a11, b10) = store
             .run(move |c| {
                 Ok((
@@ -302,7 +356,7 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         }
-        assert!(store.tally().unwrap().is_empty());
+        assert!(store.tally().is_empty());
         store.close();
     }
 

@@ -1,12 +1,13 @@
 //! What the status page reads and does: the overview of each endpoint "now" ([`Overview`]),
 //! the hours of the chart ([`HourCounts`]), and, through the writer, the same list, detail
-//! and replay queries as `portaria events` (`events.rs`). Every read here is indexed: the
+//! and replay queries as `portaria events` (`events.rs`). On PostgreSQL each method
+//! dispatches to `postgres/dashboard.rs` (same results), and `portaria events` uses them. Every read here is indexed: the
 //! query plans are checked below on a database of 300,000 events.
 
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::counters::COLUMNS;
-use super::events::{self, EventDetail, EventSummary, ListFilter};
+use super::events::{self, EventDetail, EventSummary, ListFilter, RouteState};
 use super::observe::queue_stats;
 use super::{Store, StoreError};
 
@@ -81,43 +82,108 @@ impl Store {
         hours: usize,
         now_ms: i64,
     ) -> Result<Overview, StoreError> {
-        if let Some(tally) = self.tally() {
-            tally.fold_now();
+        if let Some(pg) = self.postgres() {
+            return pg.overview(names, hours, now_ms).await;
         }
+        self.tally().fold_now();
         self.run(move |c| overview(c, names, hours, now_ms)).await
     }
 
     /// `events list`'s query, through the writer.
     pub async fn list_events(&self, filter: ListFilter) -> Result<Vec<EventSummary>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.list_events(&filter).await;
+        }
         self.run(move |c| events::list(c, &filter)).await
     }
 
     /// `events show`'s query, through the writer.
     pub async fn event_detail(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.event_detail(id).await;
+        }
         self.run(move |c| events::event(c, id)).await
+    }
+
+    /// An event's delivery to each route it matched (none for a stored event).
+    pub async fn event_routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.event_routes(id).await;
+        }
+        self.run(move |c| events::routes(c, id)).await
+    }
+
+    /// The names of the verified client certificate the event came with (mutual TLS).
+    pub async fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.client_cert(id).await;
+        }
+        self.run(move |c| {
+            c.query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map(Option::flatten)
+        })
+        .await
     }
 
     /// `events replay ID`: false if there is no such event, or it is being delivered or only
     /// stored.
     pub async fn replay_event(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
-        self.run(move |c| {
-            let only = events::Replay {
-                id: Some(id),
-                ..events::Replay::default()
-            };
-            events::replay(c, &only, now_ms)
-        })
-        .await
-        .map(|n| n == 1)
+        self.replay_route(id, None, now_ms).await
+    }
+
+    /// `events replay ID [--route NAME]`: one event's deliveries (to `route` only, if given)
+    /// pending again; false if it has no such delivery that is not being delivered now.
+    pub async fn replay_route(
+        &self,
+        id: i64,
+        route: Option<String>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let n = self.replay(Some(id), false, None, route, now_ms).await?;
+        Ok(n == 1)
     }
 
     /// `events replay --dead --endpoint NAME`: how many went back to pending.
     pub async fn replay_dead_of(&self, endpoint: String, now_ms: i64) -> Result<usize, StoreError> {
+        self.replay(None, true, Some(endpoint), None, now_ms).await
+    }
+
+    /// `events replay --dead [--endpoint NAME] [--route NAME]`: how many events went back.
+    pub async fn replay_dead(
+        &self,
+        endpoint: Option<String>,
+        route: Option<String>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        self.replay(None, true, endpoint, route, now_ms).await
+    }
+
+    async fn replay(
+        &self,
+        id: Option<i64>,
+        dead: bool,
+        endpoint: Option<String>,
+        route: Option<String>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        if let Some(pg) = self.postgres() {
+            let only = events::Replay {
+                id,
+                dead,
+                endpoint: endpoint.as_deref(),
+                route: route.as_deref(),
+            };
+            return pg.replay(&only, now_ms).await;
+        }
         self.run(move |c| {
             let only = events::Replay {
-                dead: true,
-                endpoint: Some(&endpoint),
-                ..events::Replay::default()
+                id,
+                dead,
+                endpoint: endpoint.as_deref(),
+                route: route.as_deref(),
             };
             events::replay(c, &only, now_ms)
         })

@@ -317,17 +317,54 @@ pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<Ev
 
 /// The statement [`list`] runs for `f`, and its arguments.
 pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
-    let mut sql = format!("SELECT {SUMMARY} FROM events WHERE 1");
-    let mut args: Vec<rusqlite::types::Value> = Vec::new();
+    let (sql, args) = list_query(f, &SQLITE);
+    let args = args
+        .into_iter()
+        .map(|a| match a {
+            Arg::Text(s) => s.into(),
+            Arg::Int(i) => i.into(),
+        })
+        .collect();
+    (sql, args)
+}
+
+/// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`) and
+/// the test for text inside text. The rest of the statement is the same on both.
+pub(super) struct Dialect {
+    param: &'static str,
+    contains: &'static str,
+}
+
+pub(super) const SQLITE: Dialect = Dialect {
+    param: "?",
+    contains: "instr",
+};
+pub(super) const POSTGRES: Dialect = Dialect {
+    param: "$",
+    contains: "strpos",
+};
+
+/// An argument of the list's statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Arg {
+    Text(String),
+    Int(i64),
+}
+
+/// The list's statement for `f` in `dialect`, and its arguments, on either backend: the
+/// same filters, cursor and order.
+pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>) {
+    let mut sql = format!("SELECT {SUMMARY} FROM events WHERE true");
+    let mut args: Vec<Arg> = Vec::new();
     // `condition` with its `?` numbered as the next argument.
-    let mut when = |condition: &str, value: rusqlite::types::Value| {
+    let mut when = |condition: &str, value: Arg| {
         args.push(value);
-        let n = format!("?{}", args.len());
+        let n = format!("{}{}", dialect.param, args.len());
         sql.push_str(" AND ");
         sql.push_str(&condition.replace('?', &n));
     };
     if let Some(endpoint) = &f.endpoint {
-        when("endpoint = ?", endpoint.clone().into());
+        when("endpoint = ?", Arg::Text(endpoint.clone()));
     }
     // An event's status here is its deliveries' as much as its roll-up's: one with any delivery
     // dead (or waiting, or under way) is listed under that status, found through the partial
@@ -337,23 +374,26 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
     match f.status {
         Some(Status::Dead) => when(
             "events.id IN (SELECT event_id FROM deliveries WHERE status = ?)",
-            Status::Dead.as_str().to_string().into(),
+            Arg::Text(Status::Dead.as_str().to_string()),
         ),
         Some(status @ (Status::Pending | Status::Delivering)) => when(
             "events.id IN (SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
              WHERE next_attempt_at IS NOT NULL AND status = ?)",
-            status.as_str().to_string().into(),
+            Arg::Text(status.as_str().to_string()),
         ),
-        Some(status) => when("events.status = ?", status.as_str().to_string().into()),
+        Some(status) => when("events.status = ?", Arg::Text(status.as_str().to_string())),
         None => {}
     }
     if let Some(event_type) = &f.event_type {
-        when("event_type = ?", event_type.clone().into());
+        when("event_type = ?", Arg::Text(event_type.clone()));
     }
     if let Some(text) = &f.text {
+        let contains = dialect.contains;
         when(
-            "(instr(dedup_key, ?) > 0 OR instr(coalesce(object_id, ''), ?) > 0)",
-            text.clone().into(),
+            &format!(
+                "({contains}(dedup_key, ?) > 0 OR {contains}(coalesce(object_id, ''), ?) > 0)"
+            ),
+            Arg::Text(text.clone()),
         );
     }
     let few = matches!(
@@ -365,20 +405,22 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
         if by_endpoint {
             when(
                 "(received_at, id) < (SELECT received_at, id FROM events WHERE id = ?)",
-                before.into(),
+                Arg::Int(before),
             );
         } else {
-            when("id < ?", before.into());
+            when("id < ?", Arg::Int(before));
         }
     }
-    let limit = if f.limit == 0 { -1 } else { f.limit as i64 };
-    args.push(limit.into());
     let order = if by_endpoint {
         "received_at DESC, id DESC"
     } else {
         "id DESC"
     };
-    sql.push_str(&format!(" ORDER BY {order} LIMIT ?{}", args.len()));
+    sql.push_str(&format!(" ORDER BY {order}"));
+    if f.limit > 0 {
+        args.push(Arg::Int(i64::try_from(f.limit).unwrap_or(i64::MAX)));
+        sql.push_str(&format!(" LIMIT {}{}", dialect.param, args.len()));
+    }
     (sql, args)
 }
 

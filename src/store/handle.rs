@@ -76,8 +76,9 @@ impl Store {
     /// Connects to the PostgreSQL database at `url` for the server, creating or upgrading its
     /// schema (see `postgres/schema.rs`). The URL never appears in an error.
     pub async fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        let tally = Arc::new(Tally::default());
         Ok(Store::with(Backend::Postgres(
-            super::postgres::Pg::connect(url).await?,
+            super::postgres::Pg::connect(url, tally).await?,
         )))
     }
 
@@ -124,10 +125,12 @@ impl Store {
         self.sqlite().map_or(Path::new(""), |s| s.path.as_path())
     }
 
-    /// The counts the writer has not folded into `hourly` yet (None on PostgreSQL, which keeps
-    /// no hourly counters yet: only the status page reads them).
-    pub(super) fn tally(&self) -> Option<Arc<Tally>> {
-        self.sqlite().ok().map(|s| s.tally.clone())
+    /// The counts not folded into `hourly` yet (by SQLite's writer, or PostgreSQL's task).
+    pub(super) fn tally(&self) -> &Tally {
+        match &self.inner.backend {
+            Backend::Sqlite(sqlite) => &sqlite.tally,
+            Backend::Postgres(pg) => pg.tally(),
+        }
     }
 
     /// How the latest intake commits went.

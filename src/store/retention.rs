@@ -130,6 +130,19 @@ impl Store {
     }
 }
 
+impl Store {
+    /// What pruning would remove now, by endpoint and status (`portaria prune --dry-run`).
+    pub async fn prunable_counts(
+        &self,
+        cutoffs: Cutoffs,
+    ) -> Result<Vec<PrunableGroup>, StoreError> {
+        if let Some(pg) = self.postgres() {
+            return pg.prunable_counts(cutoffs).await;
+        }
+        self.run(move |conn| prunable_counts(conn, &cutoffs)).await
+    }
+}
+
 impl Db {
     /// What pruning would remove now, by endpoint and status.
     pub fn prunable_counts(&self, cutoffs: Cutoffs) -> Result<Vec<PrunableGroup>, StoreError> {

@@ -12,11 +12,16 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(15);
 const TOKEN: &str = "correct-horse-battery-staple";
 
-async fn get(admin: SocketAddr, path: &str, headers: &[(String, String)]) -> Reply {
+pub(crate) async fn get(admin: SocketAddr, path: &str, headers: &[(String, String)]) -> Reply {
     send(admin, "GET", path, headers, b"").await
 }
 
-async fn form(admin: SocketAddr, path: &str, headers: &[(String, String)], body: &str) -> Reply {
+pub(crate) async fn form(
+    admin: SocketAddr,
+    path: &str,
+    headers: &[(String, String)],
+    body: &str,
+) -> Reply {
     let mut headers = headers.to_vec();
     headers.push(h("content-type", "application/x-www-form-urlencoded"));
     send(admin, "POST", path, &headers, body.as_bytes()).await
@@ -34,7 +39,7 @@ async fn raw_status(admin: SocketAddr, host: &str) -> u16 {
 }
 
 /// The CSRF token of a page's forms.
-fn csrf(html: &str) -> String {
+pub(crate) fn csrf(html: &str) -> String {
     html.split("name=\"csrf\" value=\"")
         .nth(1)
         .and_then(|rest| rest.split('"').next())
@@ -42,7 +47,7 @@ fn csrf(html: &str) -> String {
         .to_string()
 }
 
-fn json(reply: &Reply) -> serde_json::Value {
+pub(crate) fn json(reply: &Reply) -> serde_json::Value {
     assert!(
         reply.headers["content-type"]
             .to_str()
@@ -55,7 +60,7 @@ fn json(reply: &Reply) -> serde_json::Value {
 }
 
 /// The pagarme endpoint forwards to `target`, one retry 100 ms after the first attempt.
-fn forward_to(target: SocketAddr) -> String {
+pub(crate) fn forward_to(target: SocketAddr) -> String {
     format!("forward = {{ url = \"http://{target}/in\", timeout_secs = 2 }}\nretry = [\"100ms\"]\n")
 }
 

@@ -21,15 +21,15 @@ pub struct CopyReport {
 
 const EVENTS: &str = "SELECT e.id, e.endpoint, e.dedup_key, e.event_type, e.content_type, \
      e.payload_bytes, e.received_at, e.status, e.finished_at, e.client_cert, p.headers, p.body, \
-     p.codec FROM events e JOIN payloads p ON p.event_id = e.id ORDER BY e.id";
+     p.codec, e.object_id FROM events e JOIN payloads p ON p.event_id = e.id ORDER BY e.id";
 const DELIVERIES: &str = "SELECT event_id, route, endpoint, status, attempts, next_attempt_at, \
      last_error, finished_at, delivered_ms, order_key FROM deliveries";
 const ATTEMPTS: &str = "SELECT id, event_id, route, attempt, started_at, duration_ms, outcome, \
      error FROM attempts ORDER BY id";
 
 const INSERT_EVENT: &str = "INSERT INTO events (id, endpoint, dedup_key, event_type, \
-     content_type, payload_bytes, received_at, status, finished_at, client_cert) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
+     content_type, payload_bytes, received_at, status, finished_at, client_cert, object_id) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)";
 const INSERT_PAYLOAD: &str = "INSERT INTO payloads (event_id, headers, body) VALUES ($1, $2, $3)";
 const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, status, \
      attempts, next_attempt_at, last_error, finished_at, delivered_ms, order_key) \
@@ -88,6 +88,7 @@ impl Pg {
                 (r.get(8).map_err(read)?, r.get(9).map_err(read)?);
             let headers: Vec<u8> = r.get(10).map_err(read)?;
             let body = crate::store::payload::body_column(r, id, 12, 11).map_err(read)?;
+            let object_id: Option<String> = r.get(13).map_err(read)?;
             tx.execute(
                 &event,
                 &[
@@ -101,6 +102,7 @@ impl Pg {
                     &status,
                     &finished,
                     &cert,
+                    &object_id,
                 ],
             )
             .await

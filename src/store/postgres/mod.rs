@@ -3,15 +3,19 @@
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
-//! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts lock), `alerts.rs`
-//! (the alerts task's reads and state, one instance announcing), `retention.rs` (pruning without archive), `copy.rs` (`portaria store
-//! copy` from SQLite).
+//! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts
+//! lock), `alerts.rs` (the alerts task's reads and state, one instance announcing),
+//! `retention.rs` (pruning without archive), `copy.rs` (`portaria store copy` from SQLite),
+//! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
+//! (what the status page and `portaria events` read and replay).
 //!
 //! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
 //! Nothing here ever formats the connection URL: it may hold a password.
 
 mod alerts;
 mod copy;
+mod counters;
+mod dashboard;
 mod intake;
 mod listen;
 mod observe;
@@ -20,6 +24,7 @@ mod retention;
 mod schema;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
@@ -28,6 +33,7 @@ use tokio_postgres::NoTls;
 pub use copy::CopyReport;
 
 use super::StoreError;
+use super::counters::Tally;
 
 /// Connections per instance: intake's concurrent transactions, the probe and the pruner.
 const POOL_SIZE: usize = 16;
@@ -50,11 +56,17 @@ pub(in crate::store) struct Pg {
     wakeups: listen::Wakeups,
     /// Dead deliveries handed to the alerts task, not yet marked announced (`alerts.rs`).
     noted: alerts::Noted,
+    /// The status page's counts not in `hourly` yet, and what asks for the last fold at close.
+    tally: Arc<Tally>,
+    closing: counters::Closing,
 }
+
+/// How long closing waits for the last fold of the counters.
+const LAST_FOLD_WAIT: Duration = Duration::from_secs(3);
 
 impl Pg {
     /// Connects and brings the schema to this binary's version (or refuses a newer one).
-    pub(in crate::store) async fn connect(url: &str) -> Result<Pg, StoreError> {
+    pub(in crate::store) async fn connect(url: &str, tally: Arc<Tally>) -> Result<Pg, StoreError> {
         // The parser's own message may quote the text (a password with it): not repeated.
         let mut config = tokio_postgres::Config::from_str(url)
             .map_err(|_| StoreError::Postgres("storage.url: not a PostgreSQL URL".into()))?;
@@ -85,18 +97,26 @@ impl Pg {
             .recycle_timeout(Some(CONNECTION_WAIT))
             .build()
             .map_err(|e| StoreError::Postgres(format!("cannot build the connection pool: {e}")))?;
+        let (closing, close_rx) = tokio::sync::mpsc::channel(1);
         let pg = Pg {
             wakeups: listen::Wakeups::start(listening, pool.clone()),
             pool,
             instance: instance_id(),
             lease_ms: queue::lease_ms(),
             noted: alerts::Noted::default(),
+            tally,
+            closing,
         };
         schema::migrate(&mut *pg.client().await?).await?;
         tokio::spawn(queue::lease_keeper(
             pg.pool.clone(),
             pg.instance.clone(),
             pg.lease_ms,
+        ));
+        tokio::spawn(counters::counter_keeper(
+            pg.pool.clone(),
+            pg.tally.clone(),
+            close_rx,
         ));
         Ok(pg)
     }
@@ -108,9 +128,21 @@ impl Pg {
         })
     }
 
-    /// Closes the pool: idle connections go now, busy ones when their call returns.
+    pub(in crate::store) fn tally(&self) -> &Tally {
+        &self.tally
+    }
+
+    /// Folds the counters a last time (waiting up to [`LAST_FOLD_WAIT`] for the task, which
+    /// needs the runtime running: the server closes from a blocking thread), then closes the
+    /// pool: idle connections go now, busy ones when their call returns.
     pub(in crate::store) fn close(&self) {
         self.wakeups.stop.send_replace(true);
+        if !self.tally.is_empty() {
+            let (done, folded) = std::sync::mpsc::sync_channel(1);
+            if self.closing.try_send(done).is_ok() {
+                let _ = folded.recv_timeout(LAST_FOLD_WAIT);
+            }
+        }
         self.pool.close();
     }
 }

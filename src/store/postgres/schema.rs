@@ -106,6 +106,28 @@ CREATE TRIGGER deliveries_replayed AFTER UPDATE OF status ON deliveries FOR EACH
     EXECUTE FUNCTION portaria_wake();
 ";
 
+/// Version 1, the read side's part (the status page and `portaria events`;
+/// `postgres/dashboard.rs`, `postgres/counters.rs`), kept apart from the tables above:
+/// `events.object_id` (what the status page's search also looks in) and `hourly` (the status
+/// page's counters per endpoint and clock hour, which every instance adds to).
+const V1_READ_SIDE: &str = "
+ALTER TABLE events ADD COLUMN object_id TEXT;
+CREATE TABLE hourly (
+    endpoint TEXT NOT NULL,
+    hour BIGINT NOT NULL,
+    received BIGINT NOT NULL DEFAULT 0,
+    duplicate BIGINT NOT NULL DEFAULT 0,
+    bad_signature BIGINT NOT NULL DEFAULT 0,
+    stale_timestamp BIGINT NOT NULL DEFAULT 0,
+    too_large BIGINT NOT NULL DEFAULT 0,
+    bad_request BIGINT NOT NULL DEFAULT 0,
+    storage_error BIGINT NOT NULL DEFAULT 0,
+    delivered BIGINT NOT NULL DEFAULT 0,
+    failed BIGINT NOT NULL DEFAULT 0,
+    PRIMARY KEY (endpoint, hour)
+);
+";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -141,6 +163,7 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     // Only version 1 so far: later versions add their steps here, from `found` up.
     tx.batch_execute(V1).await.map_err(error)?;
     tx.batch_execute(V1_WORKER).await.map_err(error)?;
+    tx.batch_execute(V1_READ_SIDE).await.map_err(error)?;
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",

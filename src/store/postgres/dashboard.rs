@@ -1,0 +1,303 @@
+//! What the status page and `portaria events` read and do on PostgreSQL: the overview of each
+//! endpoint now and the chart's hours (from `hourly`, which every instance adds to:
+//! `counters.rs`), the events list (the same statement as SQLite's, `events::list_query`:
+//! same filters, cursor and order), one event in full, and replay. Every instance sees every
+//! event: the database is the one they share. A replay is one statement: the deliveries it
+//! puts back are locked, and one being delivered (by any instance) is left alone.
+
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
+
+use super::{Pg, error};
+use crate::store::events::{self, Arg, Attempt, EventDetail, EventSummary, ListFilter, RouteState};
+use crate::store::{EndpointNow, HourCounts, Overview, Rejected, Status, StoreError};
+
+const HOUR_MS: i64 = 3_600_000;
+
+const RECEIVED_SINCE: &str =
+    "SELECT count(*) FROM events WHERE endpoint = $1 AND received_at >= $2";
+const LAST_RECEIVED: &str = "SELECT max(received_at) FROM events WHERE endpoint = $1";
+const COUNTED_SINCE: &str = "SELECT sum(duplicate)::bigint, sum(bad_signature)::bigint, \
+     sum(stale_timestamp)::bigint, sum(too_large)::bigint, sum(bad_request)::bigint, \
+     sum(storage_error)::bigint FROM hourly WHERE endpoint = $1 AND hour >= $2";
+const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= $1";
+const CHART: &str = "SELECT hour, sum(received)::bigint, sum(duplicate)::bigint, \
+     sum(bad_signature + stale_timestamp + too_large + bad_request + storage_error)::bigint, \
+     sum(delivered)::bigint, sum(failed)::bigint FROM hourly WHERE hour >= $1 \
+     GROUP BY hour ORDER BY hour";
+const ROUTES: &str = "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, \
+     order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
+/// The failed and interrupted attempts have rows; a delivered one is its delivery row.
+const ATTEMPTS: &str = "SELECT attempt, started_at, duration_ms, outcome, error, route, id \
+     FROM attempts WHERE event_id = $1 \
+     UNION ALL SELECT attempts, finished_at - delivered_ms, delivered_ms, 'delivered', NULL, \
+       route, NULL FROM deliveries \
+     WHERE event_id = $1 AND status = 'delivered' AND delivered_ms IS NOT NULL \
+     ORDER BY 2, 7";
+const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
+/// The chosen deliveries (not one being delivered) locked, a delivered attempt given a row of
+/// its own (its delivery row is reset), the deliveries pending again and due now, their events
+/// with them; answers each event once. $1 now, $2 an event, $3 dead only, $4 an endpoint,
+/// $5 a route.
+const REPLAY: &str = "WITH chosen AS (SELECT event_id, route, status, attempts, finished_at, \
+       delivered_ms FROM deliveries WHERE status <> 'delivering' \
+       AND ($2::bigint IS NULL OR event_id = $2) AND (NOT $3::boolean OR status = 'dead') \
+       AND ($4::text IS NULL OR endpoint = $4) AND ($5::text IS NULL OR route = $5) \
+       FOR UPDATE), \
+     kept AS (INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
+       SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, 'delivered' \
+       FROM chosen WHERE status = 'delivered' AND delivered_ms IS NOT NULL), \
+     reset AS (UPDATE deliveries AS d SET status = 'pending', attempts = 0, \
+       next_attempt_at = $1, last_error = NULL, finished_at = NULL, delivered_ms = NULL, \
+       claimed_by = NULL, lease_until = NULL \
+       FROM chosen WHERE d.event_id = chosen.event_id AND d.route = chosen.route \
+       RETURNING d.event_id) \
+     UPDATE events SET status = 'pending', finished_at = NULL \
+     WHERE id IN (SELECT event_id FROM reset) RETURNING id";
+
+impl Pg {
+    /// Each of `names`, and any other endpoint with events waiting, dead or counted in the
+    /// last day; and the chart's last `hours` hours (as SQLite's `dashboard::overview`).
+    pub(in crate::store) async fn overview(
+        &self,
+        mut names: Vec<String>,
+        hours: usize,
+        now_ms: i64,
+    ) -> Result<Overview, StoreError> {
+        let queue = self.queue_stats().await?;
+        let client = self.client().await?;
+        let this_hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
+        let day_hour = this_hour - 23 * HOUR_MS;
+        let counted = client
+            .query(COUNTED_ENDPOINTS, &[&day_hour])
+            .await
+            .map_err(error)?;
+        for name in queue
+            .iter()
+            .map(|q| q.endpoint.clone())
+            .chain(counted.iter().map(|r| r.get::<_, String>(0)))
+        {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        let (received, last, sums) = (
+            client.prepare_cached(RECEIVED_SINCE).await.map_err(error)?,
+            client.prepare_cached(LAST_RECEIVED).await.map_err(error)?,
+            client.prepare_cached(COUNTED_SINCE).await.map_err(error)?,
+        );
+        let mut endpoints = Vec::with_capacity(names.len());
+        for endpoint in names {
+            let count = |since: i64| {
+                let (client, received, endpoint) = (&client, &received, &endpoint);
+                async move {
+                    let row = client
+                        .query_one(received, &[endpoint, &since])
+                        .await
+                        .map_err(error)?;
+                    Ok::<u64, StoreError>(n(&row, 0))
+                }
+            };
+            let received_last_hour = count(now_ms - HOUR_MS).await?;
+            let received_last_day = count(now_ms - 24 * HOUR_MS).await?;
+            let last_received_ms: Option<i64> = client
+                .query_one(&last, &[&endpoint])
+                .await
+                .map_err(error)?
+                .get(0);
+            let s = client
+                .query_one(&sums, &[&endpoint, &day_hour])
+                .await
+                .map_err(error)?;
+            let q = queue.iter().find(|q| q.endpoint == endpoint);
+            endpoints.push(EndpointNow {
+                received_last_hour,
+                received_last_day,
+                duplicates_last_day: n(&s, 0),
+                rejected_last_day: Rejected {
+                    bad_signature: n(&s, 1),
+                    stale_timestamp: n(&s, 2),
+                    too_large: n(&s, 3),
+                    bad_request: n(&s, 4),
+                    storage_error: n(&s, 5),
+                },
+                pending: q.map_or(0, |q| q.pending),
+                dead: q.map_or(0, |q| q.dead),
+                oldest_pending_ms: q.and_then(|q| q.oldest_pending_ms),
+                last_received_ms,
+                endpoint,
+            });
+        }
+        let first = this_hour - (hours.saturating_sub(1) as i64) * HOUR_MS;
+        let mut chart: Vec<HourCounts> = (0..hours as i64)
+            .map(|i| HourCounts {
+                hour_ms: first + i * HOUR_MS,
+                ..HourCounts::default()
+            })
+            .collect();
+        for r in client.query(CHART, &[&first]).await.map_err(error)? {
+            let row = HourCounts {
+                hour_ms: r.get(0),
+                received: n(&r, 1),
+                duplicate: n(&r, 2),
+                rejected: n(&r, 3),
+                delivered: n(&r, 4),
+                failed: n(&r, 5),
+            };
+            let slot = (row.hour_ms - first).div_euclid(HOUR_MS);
+            if let Some(hour) = usize::try_from(slot).ok().and_then(|i| chart.get_mut(i)) {
+                *hour = row;
+            }
+        }
+        Ok(Overview {
+            endpoints,
+            hours: chart,
+        })
+    }
+
+    pub(in crate::store) async fn list_events(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<EventSummary>, StoreError> {
+        let (sql, args) = events::list_query(filter, &events::POSTGRES);
+        let params: Vec<&(dyn ToSql + Sync)> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Text(s) => s as &(dyn ToSql + Sync),
+                Arg::Int(i) => i as &(dyn ToSql + Sync),
+            })
+            .collect();
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&sql).await.map_err(error)?;
+        client
+            .query(&stmt, &params)
+            .await
+            .map_err(error)?
+            .iter()
+            .map(summary)
+            .collect()
+    }
+
+    pub(in crate::store) async fn event_detail(
+        &self,
+        id: i64,
+    ) -> Result<Option<EventDetail>, StoreError> {
+        let client = self.client().await?;
+        let sql = format!(
+            "SELECT {}, content_type, headers, body FROM events \
+             JOIN payloads ON event_id = id WHERE id = $1",
+            events::SUMMARY
+        );
+        let Some(row) = client.query_opt(&sql, &[&id]).await.map_err(error)? else {
+            return Ok(None);
+        };
+        let attempts = client
+            .query(ATTEMPTS, &[&id])
+            .await
+            .map_err(error)?
+            .iter()
+            .map(|r| Attempt {
+                attempt: count_u32(r.get::<_, i32>(0)),
+                started_at_ms: r.get(1),
+                duration_ms: r.get(2),
+                outcome: r.get(3),
+                error: r.get(4),
+                route: r.get(5),
+            })
+            .collect();
+        Ok(Some(EventDetail {
+            summary: summary(&row)?,
+            content_type: row.get(10),
+            headers: row.get(11),
+            body: row.get(12),
+            routes: self.event_routes(id).await?,
+            attempts,
+        }))
+    }
+
+    pub(in crate::store) async fn event_routes(
+        &self,
+        id: i64,
+    ) -> Result<Vec<RouteState>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(ROUTES).await.map_err(error)?;
+        client
+            .query(&stmt, &[&id])
+            .await
+            .map_err(error)?
+            .iter()
+            .map(|r| {
+                Ok(RouteState {
+                    route: r.get(0),
+                    status: status(r, 1)?,
+                    attempts: count_u32(r.get::<_, i32>(2)),
+                    next_attempt_at_ms: r.get(3),
+                    last_error: r.get(4),
+                    finished_at_ms: r.get(5),
+                    order_key: r.get(6),
+                })
+            })
+            .collect()
+    }
+
+    pub(in crate::store) async fn client_cert(
+        &self,
+        id: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let client = self.client().await?;
+        Ok(client
+            .query_opt(CLIENT_CERT, &[&id])
+            .await
+            .map_err(error)?
+            .and_then(|r| r.get(0)))
+    }
+
+    /// Puts the chosen deliveries back to pending, due at `now_ms`; returns how many events.
+    pub(in crate::store) async fn replay(
+        &self,
+        only: &events::Replay<'_>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                REPLAY,
+                &[&now_ms, &only.id, &only.dead, &only.endpoint, &only.route],
+            )
+            .await
+            .map_err(error)?;
+        Ok(rows.len())
+    }
+}
+
+/// A row of `events::SUMMARY`'s columns.
+fn summary(row: &Row) -> Result<EventSummary, StoreError> {
+    Ok(EventSummary {
+        id: row.get(0),
+        endpoint: row.get(1),
+        dedup_key: row.get(2),
+        event_type: row.get(3),
+        received_at_ms: row.get(4),
+        status: status(row, 5)?,
+        attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
+        next_attempt_at_ms: row.get(7),
+        last_error: row.get(8),
+        object_id: row.get(9),
+    })
+}
+
+fn status(row: &Row, idx: usize) -> Result<Status, StoreError> {
+    row.get::<_, String>(idx)
+        .parse()
+        .map_err(StoreError::Postgres)
+}
+
+fn count_u32(n: i32) -> u32 {
+    u32::try_from(n).unwrap_or(0)
+}
+
+/// A count column (a `sum` over no rows is NULL: zero).
+fn n(row: &Row, idx: usize) -> u64 {
+    row.get::<_, Option<i64>>(idx)
+        .map_or(0, |v| u64::try_from(v).unwrap_or(0))
+}

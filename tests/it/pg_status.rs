@@ -1,0 +1,500 @@
+//! The read side on PostgreSQL, against a real PostgreSQL (`pg_cluster`) and two instances on
+//! one database: the object id and the hourly counters every instance adds to, the status
+//! page's API (an event accepted by one instance seen and replayed through the other), and
+//! `portaria events list/show/replay` with the real binary.
+
+use std::time::{Duration, Instant};
+
+use crate::pg_cluster::{self, Cluster};
+use crate::postgres::{count, server};
+use crate::status::{csrf, form, forward_to, get, json};
+use crate::support::*;
+
+/// Polls `sql` (one bigint) until it is `want`, or panics after 15 s.
+async fn until_count(client: &tokio_postgres::Client, sql: &str, want: i64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let n = count(client, sql).await;
+        if n == want {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{sql}: {n}, not {want}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn bad_signature(addr: std::net::SocketAddr) {
+    let bad = post(
+        addr,
+        "/webhooks/pagarme",
+        &[h("x-hub-signature", "sha256=00")],
+        b"{}",
+    )
+    .await;
+    assert_eq!(bad.status, 401);
+}
+
+/// Both instances count into the one `hourly` table, adding to each other's rows; a stop
+/// writes what it had not folded yet; intake stores the object id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_add_to_one_hourly_row_and_a_stop_writes_the_rest() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let (a, b) = tokio::join!(server(&url, ""), server(&url, ""));
+    for (n, s) in [(1, &a), (2, &b), (3, &a)] {
+        assert_eq!(post_pagarme(s.addr, &payment_body(n)).await.status, 200);
+    }
+    // A duplicate through each instance, a bad signature through each.
+    assert_eq!(post_pagarme(b.addr, &payment_body(1)).await.status, 200);
+    assert_eq!(post_pagarme(a.addr, &payment_body(2)).await.status, 200);
+    bad_signature(a.addr).await;
+    bad_signature(b.addr).await;
+    let client = pg.connect(&db).await;
+    assert_eq!(
+        count(
+            &client,
+            "SELECT count(*) FROM events WHERE object_id IN ('ch_1', 'ch_2', 'ch_3')"
+        )
+        .await,
+        3
+    );
+    // One row per endpoint and hour, whoever counted.
+    until_count(
+        &client,
+        "SELECT coalesce(sum(received + duplicate + bad_signature), 0)::bigint FROM hourly",
+        7,
+    )
+    .await;
+    assert_eq!(count(&client, "SELECT count(*) FROM hourly").await, 1);
+    assert_eq!(
+        count(&client, "SELECT sum(received)::bigint FROM hourly").await,
+        3
+    );
+    assert_eq!(
+        count(&client, "SELECT sum(duplicate)::bigint FROM hourly").await,
+        2
+    );
+    // Counted just before a stop: in the table after it, not lost with the process.
+    bad_signature(a.addr).await;
+    a.stop().await;
+    assert_eq!(
+        count(&client, "SELECT sum(bad_signature)::bigint FROM hourly").await,
+        3
+    );
+    b.stop().await;
+}
+
+/// Counts taken while PostgreSQL is down are not lost: the failed fold keeps them, and the
+/// first fold after it is back writes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_taken_while_postgres_is_down_reach_the_table_when_it_is_back() {
+    let Some(pg) = Cluster::start() else {
+        return;
+    };
+    let db = pg.database().await;
+    let s = server(&pg.url(&db), "").await;
+    pg.stop();
+    bad_signature(s.addr).await;
+    bad_signature(s.addr).await;
+    // At least one fold fails meanwhile (every 2 s).
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    pg.resume();
+    let client = pg.connect(&db).await;
+    until_count(
+        &client,
+        "SELECT coalesce(sum(bad_signature), 0)::bigint FROM hourly",
+        2,
+    )
+    .await;
+    s.stop().await;
+}
+
+/// The status page's API on PostgreSQL, two instances on one database: what one accepted is
+/// counted, listed (filters, search, pages) and shown by the other; a dead event is replayed
+/// through the other's page (with its CSRF token) and delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_status_api_of_one_instance_shows_and_replays_what_the_other_accepted() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    // Two failures make the event dead; the replay's attempt is the third, and succeeds.
+    let target = Target::start(vec![500, 500, 200]).await;
+    let db = pg.database().await;
+    let url = pg.url(&db);
+    let forward = forward_to(target.addr);
+    let (a, b) = tokio::join!(server(&url, &forward), server(&url, &forward));
+    let admin = b.admin.unwrap();
+    assert_eq!(post_pagarme(a.addr, &payment_body(1)).await.status, 200);
+    let client = pg.connect(&db).await;
+    until_count(
+        &client,
+        "SELECT count(*) FROM deliveries WHERE status = 'dead'",
+        1,
+    )
+    .await;
+    let id = count(&client, "SELECT id FROM events").await;
+    // Two more through A, a duplicate and a bad signature through each.
+    for n in [2, 3] {
+        assert_eq!(post_pagarme(a.addr, &payment_body(n)).await.status, 200);
+    }
+    assert_eq!(post_pagarme(b.addr, &payment_body(2)).await.status, 200);
+    bad_signature(a.addr).await;
+    bad_signature(b.addr).await;
+    until_count(
+        &client,
+        "SELECT coalesce(sum(bad_signature), 0)::bigint FROM hourly",
+        2,
+    )
+    .await;
+
+    let stats = json(&get(admin, "/api/stats", &[]).await);
+    let pagarme = &stats["endpoints"][0];
+    assert_eq!(pagarme["endpoint"], "pagarme", "{stats:#}");
+    assert_eq!(pagarme["received_last_hour"], 3, "{stats:#}");
+    assert_eq!(pagarme["received_last_day"], 3);
+    assert_eq!(pagarme["duplicates_last_day"], 1);
+    assert_eq!(pagarme["rejected_last_day"]["bad_signature"], 2);
+    assert_eq!(pagarme["dead"], 1);
+    assert!(pagarme["last_received_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(stats["alert"]["red"], true, "a dead event: {stats:#}");
+    let hours = stats["hours"].as_array().unwrap();
+    assert_eq!(hours.len(), 48);
+    assert_eq!(hours[47]["received"], 3);
+    assert_eq!(hours[47]["rejected"], 2);
+    assert_eq!(hours[47]["failed"], 2, "A's or B's attempts, counted once");
+    let overview = get(admin, "/", &[]).await;
+    assert_eq!(overview.status, 200, "{}", overview.body);
+    assert!(overview.body.contains("1 dead event"), "{}", overview.body);
+
+    // The list: newest first, a page of 2 then the rest; by status, by search.
+    let page1 = json(&get(admin, "/api/events?endpoint=pagarme&limit=2", &[]).await);
+    let events = page1["events"].as_array().unwrap();
+    assert_eq!(events.len(), 2, "{page1:#}");
+    assert!(events[0]["id"].as_i64() > events[1]["id"].as_i64());
+    assert_eq!(events[0]["object_id"], "ch_3");
+    let before = page1["next_before"].as_i64().unwrap();
+    let page2 = json(
+        &get(
+            admin,
+            &format!("/api/events?endpoint=pagarme&limit=2&before={before}"),
+            &[],
+        )
+        .await,
+    );
+    assert_eq!(page2["events"].as_array().unwrap().len(), 1);
+    assert_eq!(page2["events"][0]["id"], id);
+    assert_eq!(page2["next_before"], serde_json::Value::Null);
+    let dead = json(&get(admin, "/api/events?status=dead", &[]).await);
+    assert_eq!(dead["events"].as_array().unwrap().len(), 1, "{dead:#}");
+    assert_eq!(dead["events"][0]["id"], id);
+    assert_eq!(dead["events"][0]["status"], "dead");
+    let by_object = json(&get(admin, "/api/events?q=ch_2", &[]).await);
+    assert_eq!(by_object["events"].as_array().unwrap().len(), 1);
+    assert_eq!(by_object["events"][0]["object_id"], "ch_2");
+    let key = events[1]["dedup_key"].as_str().unwrap();
+    let by_key = json(&get(admin, &format!("/api/events?q={}", &key[3..12]), &[]).await);
+    assert_eq!(by_key["events"].as_array().unwrap().len(), 1);
+    assert_eq!(by_key["events"][0]["id"], events[1]["id"]);
+    let none = json(&get(admin, "/api/events?type=refund", &[]).await);
+    assert!(none["events"].as_array().unwrap().is_empty());
+
+    // One event in full, then its replay through B's page.
+    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(one["id"], id);
+    assert_eq!(one["status"], "dead");
+    assert!(one["body_text"].as_str().unwrap().contains("hook_1"));
+    assert_eq!(
+        one["delivery_attempts"].as_array().unwrap().len(),
+        2,
+        "{one:#}"
+    );
+    assert_eq!(get(admin, "/api/events/999999", &[]).await.status, 404);
+    let page = get(admin, &format!("/events/{id}"), &[]).await;
+    assert_eq!(page.status, 200);
+    let path = format!("/events/{id}/replay");
+    let refused = form(admin, &path, &[], "csrf=0000").await;
+    assert_eq!(refused.status, 403, "a wrong form token");
+    let origin = format!("http://{admin}");
+    let replayed = form(
+        admin,
+        &path,
+        &[h("origin", &origin), h("sec-fetch-site", "same-origin")],
+        &format!("csrf={}", csrf(&page.body)),
+    )
+    .await;
+    assert_eq!(replayed.status, 303, "{}", replayed.body);
+    until_count(
+        &client,
+        &format!("SELECT count(*) FROM events WHERE status = 'delivered' AND id = {id}"),
+        1,
+    )
+    .await;
+    // Two failed attempts and the replayed one of this event, one each of the two others.
+    assert_eq!(target.count(), 5);
+    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(one["status"], "delivered");
+    let attempts = one["delivery_attempts"].as_array().unwrap();
+    assert_eq!(attempts.len(), 3, "the two failed ones kept: {one:#}");
+    assert_eq!(attempts[2]["outcome"], "delivered");
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Every page of `/api/events` for `query`, following `next_before`: each event's fields that
+/// do not depend on the backend (ids and times do).
+async fn all_pages(admin: std::net::SocketAddr, query: &str) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    let mut before: Option<i64> = None;
+    loop {
+        let cursor = before.map(|b| format!("&before={b}")).unwrap_or_default();
+        let page = json(&get(admin, &format!("/api/events?limit=2{query}{cursor}"), &[]).await);
+        for e in page["events"].as_array().unwrap() {
+            out.push(serde_json::json!([
+                e["dedup_key"],
+                e["object_id"],
+                e["event_type"],
+                e["status"],
+                e["attempts"],
+                e["endpoint"],
+            ]));
+        }
+        match page["next_before"].as_i64() {
+            Some(next) => before = Some(next),
+            None => return out,
+        }
+        assert!(out.len() < 100, "{query}: pages without end");
+    }
+}
+
+/// The same requests to a server on SQLite and one on PostgreSQL: the status API lists the
+/// same events in the same order for every filter, page by page, and counts the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_api_answers_the_same_on_both_backends() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let on_pg = server(&pg.url(&db), "").await;
+    let on_sqlite = TestServer::start("", "").await;
+    for s in [&on_sqlite, &on_pg] {
+        for n in 1..=7 {
+            assert_eq!(post_pagarme(s.addr, &payment_body(n)).await.status, 200);
+        }
+        assert_eq!(post_pagarme(s.addr, &payment_body(4)).await.status, 200);
+        bad_signature(s.addr).await;
+    }
+    let (sqlite, postgres) = (on_sqlite.admin.unwrap(), on_pg.admin.unwrap());
+    for query in [
+        "",
+        "&endpoint=pagarme",
+        "&status=stored",
+        "&status=dead",
+        "&endpoint=pagarme&status=stored",
+        "&q=ch_3",
+        "&q=ch_",
+        "&type=charge.paid",
+        "&type=refund",
+    ] {
+        let want = all_pages(sqlite, query).await;
+        let got = all_pages(postgres, query).await;
+        assert_eq!(got, want, "{query}");
+    }
+    assert_eq!(all_pages(postgres, "").await.len(), 7);
+    // The counts (once PostgreSQL's fold is in).
+    let pick = |stats: &serde_json::Value| {
+        let e = stats["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["endpoint"] == "pagarme")
+            .unwrap()
+            .clone();
+        serde_json::json!([
+            e["received_last_hour"],
+            e["received_last_day"],
+            e["duplicates_last_day"],
+            e["rejected_last_day"],
+            e["pending"],
+            e["dead"],
+            stats["hours"][47]
+        ])
+    };
+    let want = pick(&json(&get(sqlite, "/api/stats", &[]).await));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = pick(&json(&get(postgres, "/api/stats", &[]).await));
+        if got == want {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{got:#} != {want:#}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    on_sqlite.stop().await;
+    on_pg.stop().await;
+}
+
+/// `portaria events list/show/replay` on PostgreSQL with the real binary, next to a running
+/// server (the real binary too): the same outputs as on SQLite, and a replay the server
+/// notices by itself (its slow check of the database) and delivers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_events_commands_list_show_and_replay_on_postgres() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let target = Target::start(vec![500, 500, 200]).await;
+    let db = pg.database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portaria.toml");
+    let text = crate::postgres::config(
+        &format!("url = \"{}\"", pg.url(&db)),
+        &forward_to(target.addr),
+    );
+    std::fs::write(&path, text).unwrap();
+    let serve = Process::spawn(&path).await;
+    assert_eq!(post_pagarme(serve.addr, &payment_body(1)).await.status, 200);
+    let client = pg.connect(&db).await;
+    until_count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'dead'",
+        1,
+    )
+    .await;
+    let id = count(&client, "SELECT id FROM events").await;
+    assert_eq!(post_pagarme(serve.addr, &payment_body(2)).await.status, 200);
+    until_count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+        1,
+    )
+    .await;
+
+    let table = ok_stdout(&run_cli(&["events", "list"], &path));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 3, "{table}");
+    assert!(lines[0].starts_with("     ID  RECEIVED (UTC)"), "{table}");
+    assert!(lines[1].contains("delivered") && lines[1].contains("charge.paid"));
+    assert!(
+        lines[2].trim_start().starts_with(&format!("{id} ")) && lines[2].contains("dead"),
+        "{table}"
+    );
+    let dead = ok_stdout(&run_cli(
+        &["events", "list", "--status", "dead", "--json"],
+        &path,
+    ));
+    let rows: Vec<serde_json::Value> = dead
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(rows.len(), 1, "{dead}");
+    assert_eq!(rows[0]["id"], id);
+    assert_eq!(rows[0]["object_id"], "ch_1");
+    assert_eq!(rows[0]["attempts"], 2);
+    assert_eq!(rows[0]["routes"][0]["route"], "default");
+    assert_eq!(rows[0]["routes"][0]["status"], "dead");
+
+    let shown = ok_stdout(&run_cli(&["events", "show", &id.to_string()], &path));
+    assert!(shown.contains(&format!("id:          {id}\n")), "{shown}");
+    assert!(shown.contains("object id:   ch_1\n"), "{shown}");
+    assert!(shown.contains("status:      dead\n"), "{shown}");
+    assert!(
+        shown.contains("route default: dead, 2 attempt(s)"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("  attempt ").count(), 2, "{shown}");
+    assert!(shown.ends_with(&format!(
+        "{}\n",
+        String::from_utf8(payment_body(1)).unwrap()
+    )));
+    let raw = ok_stdout(&run_cli(
+        &["events", "show", "--raw", &id.to_string()],
+        &path,
+    ));
+    assert!(
+        raw.starts_with("POST /webhooks/pagarme HTTP/1.1\r\n"),
+        "{raw}"
+    );
+    let missing = run_cli(&["events", "show", "999999"], &path);
+    assert!(!missing.status.success());
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("no event 999999"));
+
+    // The replay: pending again, then delivered by the running server without a word to it.
+    let replayed = ok_stdout(&run_cli(&["events", "replay", &id.to_string()], &path));
+    assert!(
+        replayed.contains(&format!("event {id} is pending again")),
+        "{replayed}"
+    );
+    // A delivered one too: its first delivery stays in its history.
+    let other = count(&client, "SELECT max(id) FROM events").await;
+    let replayed = ok_stdout(&run_cli(&["events", "replay", &other.to_string()], &path));
+    assert!(replayed.contains("pending again"), "{replayed}");
+    let started = Instant::now();
+    until_count(
+        &client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+        2,
+    )
+    .await;
+    assert!(
+        started.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(target.count(), 5);
+    let shown = ok_stdout(&run_cli(&["events", "show", &id.to_string()], &path));
+    assert!(
+        shown.contains("route default: delivered, 1 attempt(s)"),
+        "{shown}"
+    );
+    assert_eq!(shown.matches("  attempt ").count(), 3, "{shown}");
+    let shown = ok_stdout(&run_cli(&["events", "show", &other.to_string()], &path));
+    assert_eq!(shown.matches(": delivered\n").count(), 2, "{shown}");
+    // Nothing dead is left; an unknown event cannot be replayed.
+    let none = ok_stdout(&run_cli(&["events", "replay", "--dead"], &path));
+    assert_eq!(none.trim(), "0 dead event(s) pending again");
+    let unknown = run_cli(&["events", "replay", "999999"], &path);
+    assert!(!unknown.status.success());
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("cannot replay event 999999"));
+    drop(serve);
+}
+
+/// `portaria prune` on PostgreSQL: the dry run counts and changes nothing, the prune deletes
+/// the finished events past their window (their dedup rows with them) and keeps the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prune_on_postgres_removes_only_what_is_past_its_window() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let s = server(&pg.url(&db), "").await;
+    for n in 1..=3 {
+        assert_eq!(post_pagarme(s.addr, &payment_body(n)).await.status, 200);
+    }
+    s.stop().await;
+    let client = pg.connect(&db).await;
+    // Two of the three stored events received 40 days ago (the window is 30).
+    client
+        .execute(
+            "UPDATE events SET received_at = received_at - 40 * 86400000::bigint \
+             WHERE object_id IN ('ch_1', 'ch_2')",
+            &[],
+        )
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("portaria.toml");
+    let url = format!("url = \"{}\"", pg.url(&db));
+    std::fs::write(&path, crate::postgres::config(&url, "")).unwrap();
+    let dry = ok_stdout(&run_cli(&["prune", "--dry-run"], &path));
+    assert!(dry.contains("would remove 2 event(s)"), "{dry}");
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 3);
+    let pruned = ok_stdout(&run_cli(&["prune"], &path));
+    assert!(pruned.contains("removed 2 event(s)"), "{pruned}");
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 1);
+    assert_eq!(count(&client, "SELECT count(*) FROM dedup").await, 1);
+    assert_eq!(count(&client, "SELECT count(*) FROM payloads").await, 1);
+    let again = ok_stdout(&run_cli(&["prune"], &path));
+    assert!(again.starts_with("nothing to prune"), "{again}");
+}
