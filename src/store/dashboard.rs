@@ -281,15 +281,9 @@ fn overview(
             endpoint,
         });
     }
-    let first = this_hour - (hours.saturating_sub(1) as i64) * HOUR_MS;
-    let mut chart: Vec<HourCounts> = (0..hours as i64)
-        .map(|i| HourCounts {
-            hour_ms: first + i * HOUR_MS,
-            ..HourCounts::default()
-        })
-        .collect();
+    let mut chart = Chart::new(this_hour, hours);
     let mut stmt = conn.prepare_cached(&chart_sql())?;
-    let rows = stmt.query_map([first], |r| {
+    let rows = stmt.query_map([chart.first_ms()], |r| {
         Ok(HourCounts {
             hour_ms: r.get(0)?,
             received: n(r, 1)?,
@@ -300,16 +294,54 @@ fn overview(
         })
     })?;
     for row in rows {
-        let row = row?;
-        let slot = (row.hour_ms - first).div_euclid(HOUR_MS);
-        if let Some(hour) = usize::try_from(slot).ok().and_then(|i| chart.get_mut(i)) {
-            *hour = row;
-        }
+        chart.put(row?);
     }
     Ok(Overview {
         endpoints,
-        hours: chart,
+        hours: chart.into_hours(),
     })
+}
+
+/// The chart's last clock hours up to the current one, each empty until a row of `hourly`
+/// fills it in (both backends read their rows into one).
+pub(super) struct Chart {
+    first_ms: i64,
+    hours: Vec<HourCounts>,
+}
+
+impl Chart {
+    pub(super) fn new(this_hour_ms: i64, hours: usize) -> Chart {
+        let first_ms = this_hour_ms - (hours.saturating_sub(1) as i64) * HOUR_MS;
+        Chart {
+            first_ms,
+            hours: (0..hours as i64)
+                .map(|i| HourCounts {
+                    hour_ms: first_ms + i * HOUR_MS,
+                    ..HourCounts::default()
+                })
+                .collect(),
+        }
+    }
+
+    /// The first hour shown: rows from it on are wanted.
+    pub(super) fn first_ms(&self) -> i64 {
+        self.first_ms
+    }
+
+    /// Puts an hour's row in its place (a row outside the chart is left out).
+    pub(super) fn put(&mut self, row: HourCounts) {
+        let slot = (row.hour_ms - self.first_ms).div_euclid(HOUR_MS);
+        if let Some(hour) = usize::try_from(slot)
+            .ok()
+            .and_then(|i| self.hours.get_mut(i))
+        {
+            *hour = row;
+        }
+    }
+
+    pub(super) fn into_hours(self) -> Vec<HourCounts> {
+        self.hours
+    }
 }
 
 /// A count column (a `sum` over no rows is NULL: zero).

@@ -9,6 +9,7 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, error};
+use crate::store::dashboard::Chart;
 use crate::store::events::{self, Arg, Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 use crate::store::{EndpointNow, HourCounts, Overview, Rejected, Status, StoreError};
 
@@ -128,30 +129,24 @@ impl Pg {
                 endpoint,
             });
         }
-        let first = this_hour - (hours.saturating_sub(1) as i64) * HOUR_MS;
-        let mut chart: Vec<HourCounts> = (0..hours as i64)
-            .map(|i| HourCounts {
-                hour_ms: first + i * HOUR_MS,
-                ..HourCounts::default()
-            })
-            .collect();
-        for r in client.query(CHART, &[&first]).await.map_err(error)? {
-            let row = HourCounts {
+        let mut chart = Chart::new(this_hour, hours);
+        for r in client
+            .query(CHART, &[&chart.first_ms()])
+            .await
+            .map_err(error)?
+        {
+            chart.put(HourCounts {
                 hour_ms: r.get(0),
                 received: n(&r, 1),
                 duplicate: n(&r, 2),
                 rejected: n(&r, 3),
                 delivered: n(&r, 4),
                 failed: n(&r, 5),
-            };
-            let slot = (row.hour_ms - first).div_euclid(HOUR_MS);
-            if let Some(hour) = usize::try_from(slot).ok().and_then(|i| chart.get_mut(i)) {
-                *hour = row;
-            }
+            });
         }
         Ok(Overview {
             endpoints,
-            hours: chart,
+            hours: chart.into_hours(),
         })
     }
 
