@@ -751,10 +751,7 @@ mod tests {
             / 3_600_000;
         let [a, b, c] = bare_batch(&store, (put("a"), half_then_fail, put("c")), now).await;
         assert!(a.is_ok() && b.is_err() && c.is_ok(), "{a:?} {b:?} {c:?}");
-        assert!(
-            store.tally().is_empty(),
-            "the batch folded the tally"
-        );
+        assert!(store.tally().is_empty(), "the batch folded the tally");
         assert_eq!(
             meta_keys(&store).await,
             ["a", "c"],
@@ -766,10 +763,7 @@ mod tests {
         store.tally().fold_now();
         let [d, e, f] = bare_batch(&store, (put("d"), put("e"), put("f")), now - 1).await;
         assert!(d.is_ok() && e.is_ok() && f.is_ok(), "{d:?} {e:?} {f:?}");
-        assert!(
-            store.tally().is_empty(),
-            "the bare batch folded the tally"
-        );
+        assert!(store.tally().is_empty(), "the bare batch folded the tally");
         assert_eq!(meta_keys(&store).await, ["a", "c", "d", "e", "f"]);
         assert_eq!(store.run(hours).await.unwrap(), 2, "the tally was folded");
         store.close();
