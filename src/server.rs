@@ -175,7 +175,7 @@ pub async fn serve_with(
         None => None,
     };
     let store = match &config.storage.postgres {
-        Some(url) => Store::open_postgres(url.expose()).await?,
+        Some(url) => Store::open_postgres(url.settings(), url.tls_client()).await?,
         None => {
             let path = config.storage.path.clone();
             tokio::task::spawn_blocking(move || Store::open(&path))

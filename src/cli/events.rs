@@ -134,7 +134,7 @@ impl Events {
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
         let store = runtime
-            .block_on(Store::open_postgres(url.expose()))
+            .block_on(Store::open_postgres(url.settings(), url.tls_client()))
             .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
         Ok(Events::Postgres { store, runtime })
     }

@@ -520,7 +520,7 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
             .build()
             .map_err(|e| format!("cannot start the async runtime: {e}"))?;
         runtime.block_on(async {
-            let store = crate::store::Store::open_postgres(url.expose())
+            let store = crate::store::Store::open_postgres(url.settings(), url.tls_client())
                 .await
                 .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
             let report = if dry_run {

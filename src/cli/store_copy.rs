@@ -42,7 +42,7 @@ pub(super) fn run(config: Option<&Path>, command: StoreCommand) -> Result<ExitCo
         .build()
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let report = runtime.block_on(async {
-        let store = Store::open_postgres(url.expose())
+        let store = Store::open_postgres(url.settings(), url.tls_client())
             .await
             .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
         let report = store

@@ -19,6 +19,7 @@
 mod alerts;
 mod credentials;
 mod database;
+mod database_tls;
 mod dedup_window;
 mod ip_range;
 mod public_keys;
@@ -41,6 +42,7 @@ use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
 pub use database::{DatabaseUrl, POSTGRES_UNSUPPORTED};
+pub use database_tls::{DatabaseTls, SslMode};
 pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;

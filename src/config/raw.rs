@@ -80,6 +80,8 @@ pub(super) struct RawStorage {
     pub(super) url: Option<String>,
     pub(super) url_env: Option<String>,
     pub(super) url_file: Option<PathBuf>,
+    /// The CA of the PostgreSQL server's certificate (`config::database_tls`).
+    pub(super) ca_file: Option<PathBuf>,
     pub(super) retention_days: Option<u32>,
     pub(super) dead_retention_days: Option<u32>,
     pub(super) archive_dir: Option<PathBuf>,

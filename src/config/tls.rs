@@ -118,7 +118,7 @@ impl TlsFiles {
     }
 }
 
-fn certificates(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+pub(super) fn certificates(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
     let read = |e: rustls_pki_types::pem::Error| {
         format!("{key}: cannot read {}: {}", path.display(), pem_error(&e))
     };

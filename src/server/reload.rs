@@ -319,6 +319,9 @@ pub fn fixed_settings(server: &Server, storage: &Storage, new: &Config) -> Vec<S
     let (was, now) = match (&storage.postgres, &new.storage.postgres) {
         (None, None) => ("none", "none"),
         (Some(a), Some(b)) if a == b => ("unchanged", "unchanged"),
+        (Some(a), Some(b)) if a.tls != b.tls => {
+            ("its TLS settings (sslmode, CA) at start", "other ones")
+        }
         (Some(_), Some(_)) => ("the URL at start", "another URL"),
         (Some(_), None) => ("a PostgreSQL URL", "none"),
         (None, Some(_)) => ("none", "a PostgreSQL URL"),
@@ -385,5 +388,39 @@ mod tests {
         assert!(changed[2].contains("from 10 to 20"), "{}", changed[2]);
         assert!(changed[3].contains("/srv/portaria/b.db"), "{}", changed[3]);
         assert!(changed.iter().all(|c| c.contains("stays in force")));
+    }
+
+    #[test]
+    fn another_database_ca_needs_a_restart_and_no_message_quotes_the_url() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = |name: &str| {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let cert = params
+                .self_signed(&rcgen::KeyPair::generate().unwrap())
+                .unwrap();
+            let path = dir.path().join(name);
+            std::fs::write(&path, cert.pem()).unwrap();
+            path.display().to_string()
+        };
+        let (a, b) = (ca("a.pem"), ca("b.pem"));
+        let on = |ca: &str, mode: &str| {
+            parse(&BASE.replace(
+                "path = \"a.db\"",
+                &format!("url = \"postgres://u@db.lan/d?sslmode={mode}\"\nca_file = \"{ca}\""),
+            ))
+        };
+        let old = on(&a, "verify-full");
+        assert!(fixed_settings(&old.server, &old.storage, &on(&a, "verify-full")).is_empty());
+        for new in [on(&b, "verify-full"), on(&a, "verify-ca")] {
+            let changed = fixed_settings(&old.server, &old.storage, &new);
+            assert_eq!(changed.len(), 1, "{changed:#?}");
+            assert!(
+                changed[0].starts_with("storage.url changed from its TLS settings"),
+                "{}",
+                changed[0]
+            );
+            assert!(!changed[0].contains("db.lan"), "{}", changed[0]);
+        }
     }
 }

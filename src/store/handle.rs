@@ -73,12 +73,17 @@ impl Store {
         })))
     }
 
-    /// Connects to the PostgreSQL database at `url` for the server, creating or upgrading its
-    /// schema (see `postgres/schema.rs`). The URL never appears in an error.
-    pub async fn open_postgres(url: &str) -> Result<Store, StoreError> {
+    /// Connects to the PostgreSQL database `settings` name for the server, over TLS when its
+    /// `sslmode` asks for it, checking the server's certificate as `tls` says (config's
+    /// `DatabaseUrl::settings` and `tls_client`), and creates or upgrades its schema (see
+    /// `postgres/schema.rs`). The URL never appears in an error.
+    pub async fn open_postgres(
+        settings: tokio_postgres::Config,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Store, StoreError> {
         let tally = Arc::new(Tally::default());
         Ok(Store::with(Backend::Postgres(
-            super::postgres::Pg::connect(url, tally).await?,
+            super::postgres::Pg::connect(settings, tls, tally).await?,
         )))
     }
 

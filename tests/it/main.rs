@@ -25,6 +25,7 @@ mod ordering;
 mod partial_body;
 mod pg_cluster;
 mod pg_status;
+mod pg_tls;
 mod pg_worker;
 mod pipe;
 mod postgres;

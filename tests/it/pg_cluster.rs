@@ -9,6 +9,9 @@
 //! signal (SIGINT, a fast shutdown) set after the switch of user: when the test binary exits,
 //! its servers stop with it; the shared one's files are removed at exit (`atexit`).
 //!
+//! [`Cluster::start_tls`] starts one with `ssl = on` and a certificate the test made (and
+//! extra `pg_hba.conf` lines first), for the TLS tests (`pg_tls.rs`).
+//!
 //! Without the binaries the tests skip with a message naming the package, unless
 //! `PORTARIA_REQUIRE_POSTGRES=1` (set by `.ci/run`), when they fail.
 
@@ -30,6 +33,8 @@ pub struct Cluster {
     bin: PathBuf,
     dir: TempDir,
     pub port: u16,
+    /// `ssl = on`, with `server.crt` and `server.key` in the data directory.
+    tls: bool,
     /// The running server's pid and the channel its thread reports the exit on.
     running: Mutex<Option<(i32, mpsc::Receiver<()>)>>,
 }
@@ -64,6 +69,16 @@ impl Cluster {
     /// A new cluster of its own, started; None when PostgreSQL is not installed and not
     /// required.
     pub fn start() -> Option<Cluster> {
+        Cluster::start_with(None)
+    }
+
+    /// [`Cluster::start`] with `ssl = on`, serving the certificate chain `cert_pem` with
+    /// `key_pem`, and `hba` (lines of `pg_hba.conf`) before the trust rules initdb wrote.
+    pub fn start_tls(cert_pem: &str, key_pem: &str, hba: &[&str]) -> Option<Cluster> {
+        Cluster::start_with(Some((cert_pem, key_pem, hba)))
+    }
+
+    fn start_with(tls: Option<(&str, &str, &[&str])>) -> Option<Cluster> {
         let Some(bin) = binaries() else {
             let message = "PostgreSQL's server binaries are not installed (Debian: apt-get \
                            install postgresql-15); the PostgreSQL backend's tests need them";
@@ -90,6 +105,25 @@ impl Cluster {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        if let Some((cert, key, hba)) = tls {
+            let written = [("server.crt", cert), ("server.key", key)];
+            for (name, pem) in written {
+                let path = data.join(name);
+                std::fs::write(&path, pem).unwrap();
+                // PostgreSQL refuses a key others can read.
+                std::fs::set_permissions(
+                    &path,
+                    std::os::unix::fs::PermissionsExt::from_mode(0o600),
+                )
+                .unwrap();
+                if is_root() {
+                    chown_nobody(&path);
+                }
+            }
+            let rules = data.join("pg_hba.conf");
+            let initdb_rules = std::fs::read_to_string(&rules).unwrap();
+            std::fs::write(&rules, format!("{}\n{initdb_rules}", hba.join("\n"))).unwrap();
+        }
         let port = {
             let probe = TcpListener::bind("127.0.0.1:0").unwrap();
             probe.local_addr().unwrap().port()
@@ -98,6 +132,7 @@ impl Cluster {
             bin,
             dir,
             port,
+            tls: tls.is_some(),
             running: Mutex::new(None),
         };
         cluster.resume();
@@ -168,6 +203,9 @@ impl Cluster {
                     .open(self.dir.path().join("postgres.log"))
                     .unwrap(),
             ));
+        if self.tls {
+            command.args(["-c", "ssl=on"]);
+        }
         let mut command = as_owner(command);
         // After the switch of user (which clears it): the server stops with the test binary.
         unsafe {

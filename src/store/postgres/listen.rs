@@ -27,8 +27,9 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::Pool;
 use tokio::sync::{Notify, watch};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::AsyncMessage;
 
+use super::tls::Connector;
 use super::{Pg, error};
 use crate::store::{Store, StoreError};
 
@@ -66,15 +67,16 @@ struct Lead {
 }
 
 impl Wakeups {
-    /// Starts the listener (on a connection of its own, made from `config`) and the
-    /// announcer (on the pool).
-    pub(super) fn start(config: tokio_postgres::Config, pool: Pool) -> Wakeups {
+    /// Starts the listener (on a connection of its own, made from `config` through `tls`,
+    /// like the pool's) and the announcer (on the pool).
+    pub(super) fn start(config: tokio_postgres::Config, tls: Connector, pool: Pool) -> Wakeups {
         let (stop, stopped) = watch::channel(false);
         let changed = Arc::new(Notify::new());
         let accepted = Arc::new(Notify::new());
         let lead = Arc::new(Lead::default());
         tokio::spawn(listener(
             config,
+            tls,
             changed.clone(),
             lead.clone(),
             stopped.clone(),
@@ -136,6 +138,7 @@ async fn announcer(pool: Pool, accepted: Arc<Notify>, mut stop: watch::Receiver<
 /// Listens on `portaria_deliveries` until the pool closes, making the connection again when it is lost.
 async fn listener(
     config: tokio_postgres::Config,
+    tls: Connector,
     changed: Arc<Notify>,
     lead: Arc<Lead>,
     mut stop: watch::Receiver<bool>,
@@ -143,7 +146,7 @@ async fn listener(
     let mut backoff = BACKOFF_FIRST;
     loop {
         let started = Instant::now();
-        let ended = listen(&config, &changed, &lead, &mut stop).await;
+        let ended = listen(&config, &tls, &changed, &lead, &mut stop).await;
         // The lock went with the session.
         lead.held.store(false, Ordering::SeqCst);
         if *stop.borrow() {
@@ -174,11 +177,12 @@ async fn listener(
 /// closes; meanwhile takes the alerts lock when it is wanted and free.
 async fn listen(
     config: &tokio_postgres::Config,
+    tls: &Connector,
     changed: &Notify,
     lead: &Lead,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<(), StoreError> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(error)?;
+    let (client, mut connection) = config.connect(tls.clone()).await.map_err(error)?;
     let messages = async {
         loop {
             match std::future::poll_fn(|cx| connection.poll_message(cx)).await {

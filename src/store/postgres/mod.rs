@@ -9,7 +9,7 @@
 //! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
 //! (what the status page and `portaria events` read and replay).
 //!
-//! No TLS to PostgreSQL in this slice (`NoTls`): the database is on loopback or the LAN.
+//! TLS, when the URL's `sslmode` asks for it, through `tls.rs` (rustls), on every connection.
 //! Nothing here ever formats the connection URL: it may hold a password.
 
 mod alerts;
@@ -22,13 +22,12 @@ mod observe;
 mod queue;
 mod retention;
 mod schema;
+mod tls;
 
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
-use tokio_postgres::NoTls;
 
 pub use copy::CopyReport;
 
@@ -65,11 +64,14 @@ pub(in crate::store) struct Pg {
 const LAST_FOLD_WAIT: Duration = Duration::from_secs(3);
 
 impl Pg {
-    /// Connects and brings the schema to this binary's version (or refuses a newer one).
-    pub(in crate::store) async fn connect(url: &str, tally: Arc<Tally>) -> Result<Pg, StoreError> {
-        // The parser's own message may quote the text (a password with it): not repeated.
-        let mut config = tokio_postgres::Config::from_str(url)
-            .map_err(|_| StoreError::Postgres("storage.url: not a PostgreSQL URL".into()))?;
+    /// Connects with `config` (its `sslmode` says whether TLS is asked for and plain
+    /// accepted; `tls`, how the server's certificate is checked) and brings the schema to
+    /// this binary's version (or refuses a newer one).
+    pub(in crate::store) async fn connect(
+        mut config: tokio_postgres::Config,
+        tls: Option<Arc<rustls::ClientConfig>>,
+        tally: Arc<Tally>,
+    ) -> Result<Pg, StoreError> {
         let options = match config.get_options() {
             Some(own) => format!("{own} {SESSION_OPTIONS}"),
             None => SESSION_OPTIONS.to_string(),
@@ -82,9 +84,10 @@ impl Pg {
             config.application_name("portaria");
         }
         let listening = config.clone();
+        let connector = tls::Connector::new(tls);
         let manager = Manager::from_config(
             config,
-            NoTls,
+            connector.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -99,7 +102,7 @@ impl Pg {
             .map_err(|e| StoreError::Postgres(format!("cannot build the connection pool: {e}")))?;
         let (closing, close_rx) = tokio::sync::mpsc::channel(1);
         let pg = Pg {
-            wakeups: listen::Wakeups::start(listening, pool.clone()),
+            wakeups: listen::Wakeups::start(listening, connector, pool.clone()),
             pool,
             instance: instance_id(),
             lease_ms: queue::lease_ms(),
@@ -124,7 +127,11 @@ impl Pg {
     /// A connection from the pool, within [`CONNECTION_WAIT`].
     pub(super) async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(|e| {
-            StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {e}"))
+            let why = match e {
+                deadpool_postgres::PoolError::Backend(e) => with_causes(&e),
+                other => other.to_string(),
+            };
+            StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {why}"))
         })
     }
 
@@ -152,8 +159,21 @@ impl Pg {
 pub(super) fn error(e: tokio_postgres::Error) -> StoreError {
     match e.as_db_error() {
         Some(db) => StoreError::Postgres(format!("{} ({})", db.message(), db.code().code())),
-        None => StoreError::Postgres(e.to_string()),
+        None => StoreError::Postgres(with_causes(&e)),
     }
+}
+
+/// The client's message and the errors behind it (what a TLS handshake found wrong with
+/// the certificate, an OS error): the client's own message names only the kind.
+fn with_causes(e: &tokio_postgres::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
 }
 
 /// The host name, the process id and the start time: no two running instances share it.
