@@ -64,7 +64,7 @@ async fn a_group_with_two_copies_and_a_failing_event_commits_the_rest_together()
         blockers.push(tokio::spawn(async move {
             post_pagarme(addr, &payment_body(1000 + n)).await.status
         }));
-        let deadline = Instant::now() + Duration::from_millis(400);
+        let deadline = Instant::now() + Duration::from_millis(1000);
         let mut taken = false;
         while !taken && Instant::now() < deadline {
             taken = count(&client, WAITING).await == n as i64 + 1;
