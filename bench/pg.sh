@@ -13,6 +13,8 @@
 # Each phase has a database of its own; its correctness checks are bench/check.py's, on a
 # SQLite snapshot of it (bench/pg_snapshot.py). Writes bench/results/postgres.json (full) or
 # postgres-quick.json; exits non-zero on any correctness miss, never on speed.
+# PORTARIA_BIN=PATH runs that portaria binary instead of the one built here (A/B runs of two
+# builds under the same conditions).
 
 set -euo pipefail
 
@@ -90,8 +92,13 @@ as_owner() {
     fi
 }
 
+PORTARIA=${PORTARIA_BIN:-$ROOT/target/release/portaria}
 log "building release"
-cargo build --release -p portaria -p loadgen
+if [[ -n ${PORTARIA_BIN:-} ]]; then
+    cargo build --release -p loadgen
+else
+    cargo build --release -p portaria -p loadgen
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/portaria-bench-pg.XXXXXX")
 chmod 755 "$WORK"
@@ -135,7 +142,7 @@ TOML
 # start_portaria DIR NAME: sets PORTARIA_PID and ADDR.
 start_portaria() {
     local dir=$1 name=$2
-    RUST_LOG=${RUST_LOG:-warn,portaria=info} "$ROOT/target/release/portaria" serve \
+    RUST_LOG=${RUST_LOG:-warn,portaria=info} "$PORTARIA" serve \
         --config "$dir/portaria.toml" 2> >(exec cat >"$dir/$name.log") &
     PORTARIA_PID=$!
     PIDS+=("$PORTARIA_PID")

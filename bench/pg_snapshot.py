@@ -41,6 +41,8 @@ def main(psql, url, out):
         conn.execute(f"CREATE TABLE {table} ({', '.join(columns)})")
         marks = ", ".join("?" * len(columns))
         conn.executemany(f"INSERT INTO {table} VALUES ({marks})", rows(psql, url, table, columns))
+    # PostgreSQL keeps bodies as received (TOAST compresses there): check.py's codec 0.
+    conn.execute("ALTER TABLE payloads ADD COLUMN codec INTEGER NOT NULL DEFAULT 0")
     conn.commit()
     conn.close()
 

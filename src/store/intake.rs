@@ -131,9 +131,11 @@ impl Store {
             let store = self.clone();
             let task = tokio::spawn(async move {
                 let pg = store.postgres().ok_or(StoreError::Closed)?;
-                let inserted = pg.insert_event(&event).await;
+                let routed = !event.routes.is_empty();
+                // Grouped with the inserts of concurrent requests (`postgres/group.rs`).
+                let inserted = pg.insert_event(event).await;
                 store.intake_health().record(inserted.as_ref().map(drop));
-                if matches!(inserted, Ok(Inserted::New(_))) && !event.routes.is_empty() {
+                if matches!(inserted, Ok(Inserted::New(_))) && routed {
                     pg.announce();
                 }
                 inserted

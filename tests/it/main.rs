@@ -24,6 +24,7 @@ mod oracle;
 mod ordering;
 mod partial_body;
 mod pg_cluster;
+mod pg_intake;
 mod pg_status;
 mod pg_tls;
 mod pg_worker;

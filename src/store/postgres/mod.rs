@@ -2,6 +2,7 @@
 //! that any number of portaria instances share. This file owns connecting (settings every
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
+//! `group.rs` (intake's group commit: concurrent inserts in shared transactions),
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
 //! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts
 //! lock), `alerts.rs` (the alerts task's reads and state, one instance announcing),
@@ -16,6 +17,7 @@ mod alerts;
 mod copy;
 mod counters;
 mod dashboard;
+mod group;
 mod intake;
 mod listen;
 mod observe;
@@ -33,8 +35,10 @@ pub use copy::CopyReport;
 
 use super::StoreError;
 use super::counters::Tally;
+use super::intake::{Inserted, NewEvent};
 
-/// Connections per instance: intake's concurrent transactions, the probe and the pruner.
+/// Connections per instance: intake's committers (`group.rs`), the worker, the probe and the
+/// pruner.
 const POOL_SIZE: usize = 16;
 /// How long a call waits for a connection (a free slot, or a new connection to be made):
 /// well inside intake's 5 s deadline, so an unreachable database answers 503 in time.
@@ -51,6 +55,8 @@ pub(in crate::store) struct Pg {
     instance: String,
     /// How long a claim holds without renewal.
     lease_ms: i64,
+    /// Intake's queue to the committers that group inserts into transactions (`group.rs`).
+    grouper: group::Grouper,
     /// LISTEN/NOTIFY between the instances and the alerts lock (`listen.rs`).
     wakeups: listen::Wakeups,
     /// Dead deliveries handed to the alerts task, not yet marked announced (`alerts.rs`).
@@ -103,6 +109,7 @@ impl Pg {
         let (closing, close_rx) = tokio::sync::mpsc::channel(1);
         let pg = Pg {
             wakeups: listen::Wakeups::start(listening, connector, pool.clone()),
+            grouper: group::Grouper::start(pool.clone()),
             pool,
             instance: instance_id(),
             lease_ms: queue::lease_ms(),
@@ -133,6 +140,12 @@ impl Pg {
             };
             StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {why}"))
         })
+    }
+
+    /// Stores `e` unless its (endpoint, dedup key) is known within its window, in the next
+    /// group's transaction; resolves after its COMMIT.
+    pub(in crate::store) async fn insert_event(&self, e: NewEvent) -> Result<Inserted, StoreError> {
+        self.grouper.insert(e).await
     }
 
     pub(in crate::store) fn tally(&self) -> &Tally {
