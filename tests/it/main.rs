@@ -24,6 +24,7 @@ mod oracle;
 mod ordering;
 mod partial_body;
 mod pg_cluster;
+mod pg_retention;
 mod pg_status;
 mod pg_worker;
 mod pipe;

@@ -5,7 +5,7 @@
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
 //! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts
 //! lock), `alerts.rs` (the alerts task's reads and state, one instance announcing),
-//! `retention.rs` (pruning without archive), `copy.rs` (`portaria store copy` from SQLite),
+//! `retention.rs` (pruning under the retention lock), `copy.rs` (`portaria store copy` from SQLite),
 //! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
 //! (what the status page and `portaria events` read and replay).
 //!
@@ -31,6 +31,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, R
 use tokio_postgres::NoTls;
 
 pub use copy::CopyReport;
+pub(super) use retention::RetentionLock;
 
 use super::StoreError;
 use super::counters::Tally;
