@@ -28,7 +28,7 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "storage.archive_dir; and the commands archive, backup";
+pub const POSTGRES_UNSUPPORTED: &str = "the commands archive, backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).
@@ -99,16 +99,6 @@ impl Validator<'_> {
             return None;
         }
         Some(DatabaseUrl(text))
-    }
-
-    /// On PostgreSQL, refuses what that backend does not support yet, naming it.
-    pub(super) fn check_postgres_support(&mut self, archive: bool) {
-        if archive {
-            self.problem(format!(
-                "storage: the PostgreSQL backend does not support yet: storage.archive_dir; \
-                 it does not support {POSTGRES_UNSUPPORTED} (docs/postgres.md)"
-            ));
-        }
     }
 }
 

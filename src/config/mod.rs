@@ -309,9 +309,6 @@ impl Config {
                     .into(),
             );
         }
-        if let Some(storage) = storage.as_ref().filter(|s| s.postgres.is_some()) {
-            v.check_postgres_support(storage.archive_dir.is_some());
-        }
         let admin = server.as_ref().and_then(|s| s.admin_listen);
         let status = v.status(raw.status, admin);
         if let Some(server) = &server {

@@ -51,8 +51,7 @@ impl Pruning<'_> {
         byte_budget: u64,
     ) -> Result<Vec<EventDetail>, StoreError> {
         match &self.lock {
-            // No archive on PostgreSQL yet: refused at start.
-            Some(_) => Err(StoreError::Unsupported),
+            Some(lock) => lock.prunable(cutoffs, limit, byte_budget).await,
             None => self.store.prunable(cutoffs, limit, byte_budget).await,
         }
     }
@@ -65,7 +64,7 @@ impl Pruning<'_> {
         ids: Vec<i64>,
     ) -> Result<Vec<Removed>, StoreError> {
         match &self.lock {
-            Some(_) => Err(StoreError::Unsupported),
+            Some(lock) => lock.delete_pruned(cutoffs, &ids).await,
             None => self.store.delete_pruned(cutoffs, ids).await,
         }
     }

@@ -2,7 +2,8 @@
 //! (`pg_cluster`) and the real binary: the retention lock (one instance prunes at a time, the
 //! others skip that pass; `portaria prune` says so), instances pruning on a short schedule
 //! (`PORTARIA_TEST_PRUNE_EVERY_MS`) while old events keep arriving, each prunable event
-//! deleted once with its dedup row, nothing undelivered touched.
+//! deleted once with its dedup row (and, with an archive, archived once, by the instance that
+//! deleted it), nothing undelivered touched; an archive that cannot be written deletes nothing.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -295,6 +296,13 @@ async fn two_instances_prune_on_schedule_and_each_event_goes_once() {
     two_instances_prune(false).await;
 }
 
+/// The same with an archive on each instance: each archives what it deletes, to its own
+/// directory, and no event is archived twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_archive_each_pruned_event_once_where_it_was_pruned() {
+    two_instances_prune(true).await;
+}
+
 /// Two instances pruning every 100 ms while waves of old events arrive, each with its own
 /// `archive_dir` if `archive`: every prunable event deleted (and archived) once, by one of
 /// them, its dedup row with it; nothing else touched.
@@ -377,4 +385,28 @@ async fn two_instances_prune(archive: bool) {
     assert_eq!(delivered.attempt_log[0].duration_ms, 15);
     let stored = all.iter().find(|l| l.status == "stored").unwrap();
     assert!(stored.attempt_log.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_deleted_when_the_archive_cannot_be_written_on_postgres() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let db = pg.database().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path(), &pg.url(&db), "archive_dir = \"archive\"", "");
+    ok_stdout(&run_cli(&["prune", "--dry-run"], &config));
+    let client = pg.connect(&db).await;
+    seed(&client, "pagarme", "old-", "delivered", 40, 3).await;
+    // The day's archive file cannot be opened for appending: a directory holds its name.
+    for at in [now_ms(), now_ms() + DAY_MS] {
+        let date = &portaria::time::rfc3339(at)[..10];
+        std::fs::create_dir_all(dir.path().join(format!("archive/{date}.jsonl.gz"))).unwrap();
+    }
+    let out = run_cli(&["prune"], &config);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot prune: archive: cannot open"), "{err}");
+    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 3);
+    assert_eq!(count(&client, "SELECT count(*) FROM dedup").await, 3);
 }
