@@ -28,7 +28,7 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 /// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "the commands archive, backup";
+pub const POSTGRES_UNSUPPORTED: &str = "the command backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).

@@ -169,6 +169,26 @@ impl Db {
     }
 }
 
+impl Store {
+    /// [`Db::restore`] on PostgreSQL (`portaria archive replay`; `postgres/restore.rs`): the
+    /// same rules, `events` in one transaction, every running instance woken at its commit.
+    /// On SQLite the command restores through a [`Db`] of its own.
+    pub async fn restore(
+        &self,
+        events: &[EventDetail],
+        routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
+        now_ms: i64,
+    ) -> Result<Restored, StoreError> {
+        let Some(pg) = self.postgres() else {
+            return Err(StoreError::Sqlite(
+                "archive replay on SQLite restores through the command's own connection".into(),
+            ));
+        };
+        let plans: Vec<Vec<NewDelivery>> = events.iter().map(routes).collect();
+        pg.restore(events, &plans, now_ms).await
+    }
+}
+
 /// The one definition of what pruning may remove (?1: the cut-off for delivered and stored
 /// events, ?2: for dead ones). It names finished statuses only: pending and delivering
 /// events never match, however old.

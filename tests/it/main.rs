@@ -23,6 +23,7 @@ mod observability;
 mod oracle;
 mod ordering;
 mod partial_body;
+mod pg_archive;
 mod pg_cluster;
 mod pg_retention;
 mod pg_status;

@@ -5,7 +5,8 @@
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
 //! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts
 //! lock), `alerts.rs` (the alerts task's reads and state, one instance announcing),
-//! `retention.rs` (pruning under the retention lock), `copy.rs` (`portaria store copy` from SQLite),
+//! `retention.rs` (pruning under the retention lock), `restore.rs` (`archive replay`'s
+//! restore), `copy.rs` (`portaria store copy` from SQLite),
 //! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
 //! (what the status page and `portaria events` read and replay).
 //!
@@ -20,6 +21,7 @@ mod intake;
 mod listen;
 mod observe;
 mod queue;
+mod restore;
 mod retention;
 mod schema;
 
