@@ -472,23 +472,8 @@ fn secret_variables(text: &str, path: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// The config of a command that works on a database which must already exist, on SQLite
-/// only so far (backup): on PostgreSQL it refuses.
-fn existing_database(config: Option<&Path>) -> Result<Config, String> {
-    let config = existing_store(config)?;
-    if config.storage.postgres.is_some() {
-        return Err(format!(
-            "{}: storage is PostgreSQL, and this command works on SQLite only so far; the \
-             PostgreSQL backend does not support {} (docs/postgres.md)",
-            config.source,
-            crate::config::POSTGRES_UNSUPPORTED
-        ));
-    }
-    Ok(config)
-}
-
-/// The config of a command that works on either backend (`events`, `prune`, `archive`): on
-/// SQLite, the file must already exist.
+/// The config of a command that works on a database which must already exist (`events`,
+/// `prune`, `archive`, `backup`): on SQLite, the file must be there.
 fn existing_store(config: Option<&Path>) -> Result<Config, String> {
     let config = load_for_database(config)?;
     if config.storage.postgres.is_none() && !config.storage.path.exists() {

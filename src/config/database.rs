@@ -1,7 +1,6 @@
 //! `[storage] url` / `url_env` / `url_file`: the PostgreSQL backend's connection URL
 //! ([`DatabaseUrl`], redacted in `Debug`), how it is given (a password only from the
-//! environment or a file, never in the config in clear), and what a configuration on
-//! PostgreSQL may not use yet ([`POSTGRES_UNSUPPORTED`]).
+//! environment or a file, never in the config in clear).
 
 use std::path::Path;
 use std::str::FromStr;
@@ -26,9 +25,6 @@ impl std::fmt::Debug for DatabaseUrl {
         f.write_str("DatabaseUrl(<redacted>)")
     }
 }
-
-/// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "the command backup";
 
 impl Validator<'_> {
     /// The PostgreSQL URL of `[storage]`, if one is given (None also after a problem).

@@ -40,7 +40,7 @@ use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
-pub use database::{DatabaseUrl, POSTGRES_UNSUPPORTED};
+pub use database::DatabaseUrl;
 pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
 use raw::RawConfig;

@@ -72,8 +72,8 @@ pub enum StoreError {
     /// A PostgreSQL error, or a connection that could not be had (never with the URL in it).
     #[error("database error: {0}")]
     Postgres(String),
-    /// What the PostgreSQL backend does not do yet; the configurations that need it are
-    /// refused at start (`config::POSTGRES_UNSUPPORTED`).
+    /// A SQLite-only method called on PostgreSQL: nothing in operation reaches it (the one
+    /// SQLite-only command, `backup`, refuses PostgreSQL before opening anything).
     #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
     Unsupported,
 }

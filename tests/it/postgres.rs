@@ -2,7 +2,7 @@
 //! several portaria instances on one database (the dedup barrier across them, migrations
 //! raced at start, every event forwarded once, arrival order across instances), the durable
 //! ack, PostgreSQL stopped and started again under a running
-//! server, the password kept out of every log and message, and what the backend refuses.
+//! server, the password kept out of every log and message, and `backup` pointing to `pg_dump`.
 
 use std::time::{Duration, Instant};
 
@@ -291,7 +291,7 @@ async fn the_password_reaches_no_log_and_no_message() {
 }
 
 #[test]
-fn what_postgres_does_not_support_yet_is_refused_at_start() {
+fn a_postgres_configuration_is_checked_and_backup_points_to_pg_dump() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
     let url = "url = \"postgres://portaria@127.0.0.1:1/portaria\"";
@@ -326,12 +326,16 @@ fn what_postgres_does_not_support_yet_is_refused_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("mutually exclusive"), "{stderr}");
 
-    // The SQLite-only command says so instead of opening a file no server writes.
+    // `backup` is SQLite's: it points to PostgreSQL's own tools, before connecting to
+    // anything, and writes no file.
     std::fs::write(&path, config(url, "")).unwrap();
-    let out = run_cli(&["backup", "/tmp/x.db"], &path);
+    let copy = dir.path().join("x.db");
+    let out = run_cli(&["backup", copy.to_str().unwrap()], &path);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("works on SQLite only so far"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("storage is PostgreSQL"), "{stderr}");
+    assert!(stderr.contains("pg_dump --format=custom"), "{stderr}");
+    assert!(!copy.exists());
 }
 
 /// Every event forwarded exactly once when two instances work one queue.
