@@ -349,11 +349,13 @@ async fn two_instances_prune(archive: bool) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
-    // Both ran their passes on schedule.
-    for p in [&a, &b] {
-        let log = p.log.lock().unwrap();
-        assert!(passes_in(&log) >= 5, "{log}");
-    }
+    // Both go on with their passes on schedule (each finds nothing left, or the lock taken).
+    let passes = |p: &Process| passes_in(&p.log.lock().unwrap());
+    let before = [passes(&a), passes(&b)];
+    eventually(Duration::from_secs(10), "both prune on schedule", || {
+        passes(&a) >= before[0] + 3 && passes(&b) >= before[1] + 3
+    })
+    .await;
     if !archive {
         return;
     }
