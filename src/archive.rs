@@ -12,11 +12,12 @@
 //! and body are text when they are UTF-8 and base64 otherwise; `headers_encoding` and
 //! `body_encoding` say which (`utf8` or `base64`).
 //!
-//! [`replay`] puts archived events back into the queue through [`Db::restore`]: a new pending
+//! [`replay`] puts archived events back into the queue through the restore it is given
+//! (SQLite's `Db::restore`, PostgreSQL's `Store::restore`, one rule for both): a new pending
 //! row when the (endpoint, dedup key) is no longer in the database, the existing row back to
 //! pending when it is there and finished, nothing when it is already pending or being
 //! delivered. Never a second row for one key. A running server notices within seconds
-//! (`data_version`) and delivers them.
+//! (SQLite's `data_version`; on PostgreSQL at once, by `NOTIFY`) and delivers them.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -30,7 +31,7 @@ use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::store::{Attempt, Db, EventDetail, EventSummary, NewDelivery, Restored, Status};
+use crate::store::{Attempt, EventDetail, EventSummary, NewDelivery, Restored, Status, StoreError};
 use crate::time::rfc3339;
 
 /// The `v` of every line this version writes.
@@ -311,20 +312,22 @@ impl Replayed {
     }
 }
 
-/// Reads `path` and restores its events (of `only`, if given) into `db`, due now. Stops at
-/// the first line it cannot read; the events before it stay restored, and the error says
-/// how many.
+/// Where each event goes now: the routes of its endpoint that take its type.
+pub type Routes<'a> = dyn Fn(&EventDetail) -> Vec<NewDelivery> + 'a;
+
+/// Reads `path` and restores its events (of `only`, if given) through `restore`, which takes
+/// a batch and where each of its events goes now (`Db::restore` or `Store::restore`, due
+/// now). Stops at the first line it cannot read; the events before it stay restored, and
+/// the error says how many.
 pub fn replay(
     path: &Path,
     config: &Config,
     only: Option<&str>,
-    db: &mut Db,
-    now_ms: i64,
+    mut restore: impl FnMut(&[EventDetail], &Routes) -> Result<Restored, StoreError>,
 ) -> Result<Replayed, String> {
     let lines = read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut out = Replayed::default();
     let mut batch = Vec::with_capacity(RESTORE_BATCH);
-    // Where each event goes now: the routes of its endpoint that take its type.
     let routes = |e: &EventDetail| -> Vec<NewDelivery> {
         let Some(endpoint) = config.endpoint(&e.summary.endpoint) else {
             return Vec::new();
@@ -337,9 +340,7 @@ pub fn replay(
             .collect()
     };
     let mut flush = |batch: &mut Vec<EventDetail>, out: &mut Replayed| {
-        let r = db
-            .restore(batch, &routes, now_ms)
-            .map_err(|e| format!("cannot restore events: {e}"))?;
+        let r = restore(batch, &routes).map_err(|e| format!("cannot restore events: {e}"))?;
         batch.clear();
         out.restored.inserted += r.inserted;
         out.restored.reset += r.reset;

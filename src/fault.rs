@@ -13,6 +13,8 @@
 //!   (once a minute otherwise), so a test sees a renewal in well under a minute.
 //! - `PORTARIA_TEST_PG_LEASE_MS`: the PostgreSQL backend's delivery lease (a minute
 //!   otherwise), so a test sees a dead instance's claim taken over in seconds.
+//! - `PORTARIA_TEST_PRUNE_EVERY_MS`: how often the server's pruner runs a pass (hourly
+//!   otherwise), so a test sees several instances pruning on schedule in seconds.
 //! - `PORTARIA_TEST_EXTERNAL_CHECK_MS`: how often the forward worker checks the database for
 //!   other processes' commits (2 s otherwise), so a test shows that a wake-up came from
 //!   PostgreSQL's NOTIFY and not from that fallback.
@@ -95,5 +97,20 @@ pub fn external_check() -> Option<Duration> {
 
 #[cfg(not(debug_assertions))]
 pub fn external_check() -> Option<Duration> {
+    None
+}
+
+/// How often the server prunes, if a test asks for other than hourly.
+#[cfg(debug_assertions)]
+pub fn prune_every() -> Option<Duration> {
+    let ms: u64 = std::env::var("PORTARIA_TEST_PRUNE_EVERY_MS")
+        .ok()?
+        .parse()
+        .ok()?;
+    Some(Duration::from_millis(ms.max(10)))
+}
+
+#[cfg(not(debug_assertions))]
+pub fn prune_every() -> Option<Duration> {
     None
 }

@@ -5,6 +5,10 @@
 //! hour; `portaria prune` runs the same [`pass`] once through [`prune_once`], on a store of its
 //! own. A pass:
 //!
+//! 0. holds the store's [`Pruning`](crate::store::Pruning) hold from start to end. On PostgreSQL that is the
+//!    retention lock, so with several instances on one database one prunes at a time; an
+//!    instance that finds it taken skips the pass ([`PruneError::Locked`], logged at debug;
+//!    `portaria prune` says so) and tries again at its next one.
 //! 1. deletes delivered and stored events received more than `retention_days` ago, and dead
 //!    ones received more than `dead_retention_days` ago (their attempts go with them, by
 //!    foreign key). Pending and delivering events are never touched: the store's one
@@ -56,6 +60,13 @@ const DAY_MS: i64 = 86_400_000;
 pub enum PruneError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Another instance holds the retention lock (PostgreSQL): it is pruning now, and this
+    /// pass did nothing.
+    #[error(
+        "another portaria instance is pruning this database now (it holds the retention \
+         lock); nothing was done"
+    )]
+    Locked,
     /// The archive could not be written: the batch's rows were not deleted.
     #[error("archive: {0}")]
     Archive(#[from] io::Error),
@@ -184,9 +195,10 @@ impl Pruner {
 }
 
 async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown: Shutdown) {
+    let every = crate::fault::prune_every().unwrap_or(EVERY);
     let mut retry = RETRY_FIRST;
     loop {
-        let mut next = tokio::time::Instant::now() + EVERY;
+        let mut next = tokio::time::Instant::now() + every;
         let storage = settings.borrow_and_update().clone();
         crate::fault::panic_if("panic-pruner");
         let passed = pass(&storage, &store, now_ms(), &shutdown).await;
@@ -204,10 +216,15 @@ async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown:
                 "pruned old events"
             ),
             Err(PruneError::Store(StoreError::Closed)) => return,
+            // The next pass comes on schedule: the holder prunes this one's rows meanwhile.
+            Err(PruneError::Locked) => {
+                retry = RETRY_FIRST;
+                tracing::debug!("another instance holds the retention lock; skipping this pass")
+            }
             Err(e) => {
                 tracing::error!(error = %e, retry_in_secs = retry.as_secs(), "pruning failed; a pass tries again soon");
                 next = tokio::time::Instant::now() + retry;
-                retry = (retry * 2).min(EVERY);
+                retry = (retry * 2).min(every);
             }
         }
         tokio::select! {
@@ -231,11 +248,13 @@ pub async fn pass(
 ) -> Result<Report, PruneError> {
     let cutoffs = self::cutoffs(storage, now_ms);
     let mut report = Report::default();
+    // Held to the end of the pass: on PostgreSQL, no other instance prunes meanwhile.
+    let pruning = store.pruning().await?.ok_or(PruneError::Locked)?;
     while !shutdown.is_fired() {
         let removed = match &storage.archive_dir {
-            None => store.delete_prunable(cutoffs, BATCH).await?,
+            None => pruning.delete_prunable(cutoffs, BATCH).await?,
             Some(dir) => {
-                let events = store.prunable(cutoffs, BATCH, BATCH_BYTES).await?;
+                let events = pruning.prunable(cutoffs, BATCH, BATCH_BYTES).await?;
                 if events.is_empty() {
                     break;
                 }
@@ -246,7 +265,7 @@ pub async fn pass(
                         .await
                         .map_err(io::Error::other)??;
                 report.archived_to.insert(file);
-                store.delete_pruned(cutoffs, ids).await?
+                pruning.delete_pruned(cutoffs, ids).await?
             }
         };
         let last = storage.archive_dir.is_none() && removed.len() < BATCH;

@@ -1,6 +1,8 @@
 //! `portaria backup FILE [--force]`: a consistent copy of the configured database, taken while
 //! the server runs (the store's [`crate::store::Db::backup_to`] does the copy, the check and
 //! the atomic rename); this file only finds the database, refuses what it must, and reports.
+//! On PostgreSQL it refuses, pointing to `pg_dump`: a copy of a PostgreSQL database is that
+//! server's own tools' job (docs/postgres.md, "Backups").
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -21,7 +23,16 @@ pub(super) struct BackupArgs {
 
 pub(super) fn run(config: Option<&Path>, args: BackupArgs) -> Result<ExitCode, String> {
     let BackupArgs { file, force } = args;
-    let config = super::existing_database(config)?;
+    let config = super::existing_store(config)?;
+    if config.storage.postgres.is_some() {
+        return Err(format!(
+            "{}: storage is PostgreSQL, and `portaria backup` copies a SQLite file; back the \
+             database up with PostgreSQL's own tools, e.g. `pg_dump --format=custom \
+             --file=portaria.dump \"$PORTARIA_DATABASE_URL\"`, a consistent snapshot while \
+             the instances run (docs/postgres.md, \"Backups\")",
+            config.source
+        ));
+    }
     // Said before any work: the store checks again just before the rename.
     if !force && file.symlink_metadata().is_ok() {
         return Err(exists(&file));

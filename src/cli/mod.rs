@@ -1,10 +1,11 @@
 //! The command line: parses arguments (the clap types), sets up logging, and runs the
 //! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`,
-//! `verify`, `init` and `backup`. The small ones live here; `events`, [`send`], `verify` and
-//! `backup` have their own files.
+//! `verify`, `init` and `backup`. The small ones live here; `events`, `archive`, [`send`],
+//! `verify` and `backup` have their own files.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
+mod archive;
 mod backup;
 mod events;
 pub mod send;
@@ -63,7 +64,7 @@ enum Command {
     },
     /// Work with archived (pruned) events.
     #[command(subcommand)]
-    Archive(ArchiveCommand),
+    Archive(archive::ArchiveCommand),
     /// Sign a payload as the endpoint's provider would and POST it to a running portaria.
     Send(SendArgs),
     /// Check a captured request against an endpoint's secrets as the server would, and say
@@ -115,18 +116,6 @@ struct VerifyArgs {
     /// window.
     #[arg(long, value_name = "UNIX")]
     at: Option<i64>,
-}
-
-#[derive(Subcommand, Debug)]
-enum ArchiveCommand {
-    /// Put the events of an archive file back into the queue, to be delivered again.
-    Replay {
-        /// A `YYYY-MM-DD.jsonl.gz` file from `[storage] archive_dir`.
-        file: PathBuf,
-        /// Only this endpoint's events.
-        #[arg(long)]
-        endpoint: Option<String>,
-    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -214,7 +203,7 @@ pub fn main() -> ExitCode {
         }
         Command::Archive(command) => {
             let _log = init_logging(format, "warn");
-            archive(cli.config.as_deref(), command)
+            archive::run(cli.config.as_deref(), command)
         }
         Command::Backup(args) => {
             let _log = init_logging(format, "warn");
@@ -483,23 +472,8 @@ fn secret_variables(text: &str, path: &Path) -> Vec<String> {
     .unwrap_or_default()
 }
 
-/// The config of a command that works on a database which must already exist, on SQLite
-/// only so far (archive, backup): on PostgreSQL they refuse.
-fn existing_database(config: Option<&Path>) -> Result<Config, String> {
-    let config = existing_store(config)?;
-    if config.storage.postgres.is_some() {
-        return Err(format!(
-            "{}: storage is PostgreSQL, and this command works on SQLite only so far; the \
-             PostgreSQL backend does not support {} (docs/postgres.md)",
-            config.source,
-            crate::config::POSTGRES_UNSUPPORTED
-        ));
-    }
-    Ok(config)
-}
-
-/// The config of a command that works on either backend (`events`, `prune`): on SQLite, the
-/// file must already exist.
+/// The config of a command that works on a database which must already exist (`events`,
+/// `prune`, `archive`, `backup`): on SQLite, the file must be there.
 fn existing_store(config: Option<&Path>) -> Result<Config, String> {
     let config = load_for_database(config)?;
     if config.storage.postgres.is_none() && !config.storage.path.exists() {
@@ -548,26 +522,6 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
     .map_err(|e| format!("cannot prune: {e}"))?;
     report
         .write(&mut std::io::stdout().lock(), dry_run, &config.storage)
-        .map_err(|e| format!("cannot write the output: {e}"))?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn archive(config: Option<&Path>, command: ArchiveCommand) -> Result<ExitCode, String> {
-    let ArchiveCommand::Replay { file, endpoint } = command;
-    // Like the other database commands: a wrong config must not make a fresh file that no
-    // server reads, and report the events as replayed.
-    let config = existing_database(config)?;
-    if let Some(name) = &endpoint
-        && config.endpoint(name).is_none()
-    {
-        return Err(format!("no endpoint named `{name}` in {}", config.source));
-    }
-    let mut db =
-        Db::open(&config.storage.path).map_err(|e| format!("cannot open the database: {e}"))?;
-    let replayed = crate::archive::replay(&file, &config, endpoint.as_deref(), &mut db, now_ms())
-        .map_err(|e| format!("cannot replay the archive: {e}"))?;
-    replayed
-        .write(&mut std::io::stdout().lock())
         .map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
 }

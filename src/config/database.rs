@@ -1,9 +1,8 @@
 //! `[storage] url` / `url_env` / `url_file`: the PostgreSQL backend's connection URL
 //! ([`DatabaseUrl`], redacted in `Debug`), how it is given (a password only from the
-//! environment or a file, never in the config in clear), its TLS keys (`sslmode`,
+//! environment or a file, never in the config in clear), and its TLS keys (`sslmode`,
 //! `sslrootcert`, or `[storage] ca_file`: `database_tls`), taken out of the text here since
-//! the client knows `sslmode` only up to `require`; and what a configuration on PostgreSQL
-//! may not use yet ([`POSTGRES_UNSUPPORTED`]).
+//! the client knows `sslmode` only up to `require`.
 
 use std::path::Path;
 use std::str::FromStr;
@@ -50,9 +49,6 @@ impl std::fmt::Debug for DatabaseUrl {
         f.write_str("DatabaseUrl(<redacted>)")
     }
 }
-
-/// What the PostgreSQL backend does not do yet, in the words of the refusal (docs/postgres.md).
-pub const POSTGRES_UNSUPPORTED: &str = "storage.archive_dir; and the commands archive, backup";
 
 /// The TLS keys portaria reads itself, taken out of a connection string.
 #[derive(Debug, Default, PartialEq)]
@@ -325,16 +321,6 @@ impl Validator<'_> {
             settings,
             tls,
         })
-    }
-
-    /// On PostgreSQL, refuses what that backend does not support yet, naming it.
-    pub(super) fn check_postgres_support(&mut self, archive: bool) {
-        if archive {
-            self.problem(format!(
-                "storage: the PostgreSQL backend does not support yet: storage.archive_dir; \
-                 it does not support {POSTGRES_UNSUPPORTED} (docs/postgres.md)"
-            ));
-        }
     }
 }
 

@@ -41,7 +41,7 @@ use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
-pub use database::{DatabaseUrl, POSTGRES_UNSUPPORTED};
+pub use database::DatabaseUrl;
 pub use database_tls::{DatabaseTls, SslMode};
 pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
@@ -310,9 +310,6 @@ impl Config {
                  has no effect"
                     .into(),
             );
-        }
-        if let Some(storage) = storage.as_ref().filter(|s| s.postgres.is_some()) {
-            v.check_postgres_support(storage.archive_dir.is_some());
         }
         let admin = server.as_ref().and_then(|s| s.admin_listen);
         let status = v.status(raw.status, admin);

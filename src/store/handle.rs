@@ -4,7 +4,8 @@
 //! choice and how a SQLite call becomes a job; the methods themselves sit beside their
 //! queries, one file per consumer, and those that PostgreSQL implements dispatch on
 //! [`Store::postgres`]. On PostgreSQL every other method answers [`StoreError::Unsupported`]
-//! (through [`Store::run`]); the configurations that would call them are refused at start.
+//! (through [`Store::run`]); nothing in operation calls them (`backup`, the one SQLite-only
+//! command, refuses PostgreSQL before opening anything).
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};

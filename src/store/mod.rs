@@ -13,7 +13,8 @@
 //!
 //! By consumer: `intake.rs` (the dedup barrier), `queue.rs` (the forwarding worker's claims and
 //! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
-//! archive restore), `observe.rs` (the admin listener's probe and figures), `backup.rs`
+//! archive restore), `pruning.rs` (a pruning pass's hold on the store: on PostgreSQL, the
+//! retention lock), `observe.rs` (the admin listener's probe and figures), `backup.rs`
 //! (`portaria backup`'s consistent copy), `alerts.rs` (dead deliveries since a cursor, the
 //! alerts task's state in `meta`), `counters.rs` (the hourly counters the writer folds in with
 //! its batches) and `dashboard.rs` (what the status page reads and replays).
@@ -37,6 +38,7 @@ mod intake;
 mod observe;
 mod payload;
 mod postgres;
+mod pruning;
 mod queue;
 mod retention;
 mod schema;
@@ -55,6 +57,7 @@ pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
 pub use postgres::CopyReport;
+pub use pruning::Pruning;
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 
@@ -69,8 +72,8 @@ pub enum StoreError {
     /// A PostgreSQL error, or a connection that could not be had (never with the URL in it).
     #[error("database error: {0}")]
     Postgres(String),
-    /// What the PostgreSQL backend does not do yet; the configurations that need it are
-    /// refused at start (`config::POSTGRES_UNSUPPORTED`).
+    /// A SQLite-only method called on PostgreSQL: nothing in operation reaches it (the one
+    /// SQLite-only command, `backup`, refuses PostgreSQL before opening anything).
     #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
     Unsupported,
 }

@@ -71,10 +71,11 @@ pub struct Restored {
     pub already_queued: usize,
 }
 
+/// SQLite's side of [`super::Pruning`], the one way a pass reaches these.
 impl Store {
     /// Up to `limit` prunable events in full (with attempts), oldest first, stopping early
     /// once their headers and bodies pass `byte_budget`: what the archive writes.
-    pub async fn prunable(
+    pub(super) async fn prunable(
         &self,
         cutoffs: Cutoffs,
         limit: usize,
@@ -86,7 +87,7 @@ impl Store {
 
     /// Deletes these events (attempts go with them), each only if it is still prunable: one
     /// replayed since it was read stays.
-    pub async fn delete_pruned(
+    pub(super) async fn delete_pruned(
         &self,
         cutoffs: Cutoffs,
         ids: Vec<i64>,
@@ -96,14 +97,11 @@ impl Store {
     }
 
     /// Deletes up to `limit` prunable events, oldest first, without reading them.
-    pub async fn delete_prunable(
+    pub(super) async fn delete_prunable(
         &self,
         cutoffs: Cutoffs,
         limit: usize,
     ) -> Result<Vec<Removed>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.delete_prunable(cutoffs, limit).await;
-        }
         self.run(move |conn| delete_prunable(conn, &cutoffs, limit))
             .await
     }
@@ -168,6 +166,26 @@ impl Db {
         now_ms: i64,
     ) -> Result<Restored, StoreError> {
         self.write(|conn| restore(conn, events, routes, now_ms))
+    }
+}
+
+impl Store {
+    /// [`Db::restore`] on PostgreSQL (`portaria archive replay`; `postgres/restore.rs`): the
+    /// same rules, `events` in one transaction, every running instance woken at its commit.
+    /// On SQLite the command restores through a [`Db`] of its own.
+    pub async fn restore(
+        &self,
+        events: &[EventDetail],
+        routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
+        now_ms: i64,
+    ) -> Result<Restored, StoreError> {
+        let Some(pg) = self.postgres() else {
+            return Err(StoreError::Sqlite(
+                "archive replay on SQLite restores through the command's own connection".into(),
+            ));
+        };
+        let plans: Vec<Vec<NewDelivery>> = events.iter().map(routes).collect();
+        pg.restore(events, &plans, now_ms).await
     }
 }
 

@@ -38,6 +38,9 @@ use crate::store::{Store, StoreError};
 const ANNOUNCE: &str = "BEGIN; SET LOCAL synchronous_commit = off; \
      NOTIFY portaria_deliveries; COMMIT";
 const LISTEN: &str = "LISTEN portaria_deliveries";
+/// Wakes every instance's worker when the transaction it runs in commits (for a change made
+/// outside the intake and replay paths, which have their own: `archive replay`'s restore).
+pub(super) const WAKE_ON_COMMIT: &str = "SELECT pg_notify('portaria_deliveries', '')";
 /// The alerts lock (an arbitrary constant beside the migrations' one).
 const ALERTS_LOCK: i64 = 0x706f_7274_6172_6962;
 /// How often an instance that wants the alerts lock and does not hold it tries again.

@@ -6,7 +6,8 @@
 //! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
 //! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts
 //! lock), `alerts.rs` (the alerts task's reads and state, one instance announcing),
-//! `retention.rs` (pruning without archive), `copy.rs` (`portaria store copy` from SQLite),
+//! `retention.rs` (pruning under the retention lock), `restore.rs` (`archive replay`'s
+//! restore), `copy.rs` (`portaria store copy` from SQLite),
 //! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
 //! (what the status page and `portaria events` read and replay).
 //!
@@ -22,6 +23,7 @@ mod intake;
 mod listen;
 mod observe;
 mod queue;
+mod restore;
 mod retention;
 mod schema;
 mod tls;
@@ -32,6 +34,7 @@ use std::time::Duration;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 
 pub use copy::CopyReport;
+pub(super) use retention::RetentionLock;
 
 use super::StoreError;
 use super::counters::Tally;

@@ -1,26 +1,118 @@
-//! Pruning on PostgreSQL, without an archive (`storage.archive_dir` is refused at start on
-//! this backend): finished events past their window deleted in batches, oldest first, their
-//! payloads, deliveries, attempts and dedup rows going with them (ON DELETE CASCADE). The
-//! same rule as SQLite's `PRUNABLE`: pending and delivering events never match. Several
-//! instances may prune at once: `SKIP LOCKED` keeps them off each other's rows, and a delete
-//! is the same whoever runs it. Space is PostgreSQL's autovacuum's to reclaim.
+//! Pruning on PostgreSQL, one instance at a time: a pass runs only under the retention lock
+//! ([`RETENTION_LOCK`], a session-level advisory lock), taken with `pg_try_advisory_lock` on a
+//! connection of the pass's own ([`RetentionLock`], taken out of the pool) that runs every
+//! batch of the pass and is closed when the pass ends, which releases the lock however the
+//! pass ends (and so does the death of the instance). An instance that finds the lock taken
+//! skips that pass. Finished events past their window are deleted in batches, oldest first,
+//! their payloads, deliveries, attempts and dedup rows going with them (ON DELETE CASCADE).
+//! The same rule as SQLite's `PRUNABLE`: pending and delivering events never match. With an
+//! archive, a batch is read in full first ([`RetentionLock::prunable`]) and deleted by id
+//! once the archive is fsynced ([`RetentionLock::delete_pruned`]), both on the lock's session:
+//! no other instance reads a batch meanwhile, so none archives an event twice. Space is
+//! PostgreSQL's autovacuum's to reclaim.
+
+use std::collections::HashMap;
+
+use deadpool_postgres::{ClientWrapper, Object};
 
 use super::{Pg, error};
+use crate::store::events::{self, Attempt, EventDetail, EventSummary};
 use crate::store::{Cutoffs, PrunableGroup, Removed, Status, StoreError};
 
-const DELETE_PRUNABLE: &str = "DELETE FROM events WHERE id IN (SELECT id FROM events \
-     WHERE (status IN ('delivered', 'stored') AND received_at < $1) \
-     OR (status = 'dead' AND received_at < $2) \
-     ORDER BY received_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
-     RETURNING endpoint, status, payload_bytes";
+/// The retention lock: whoever holds it prunes (an arbitrary constant: "portaria" in ASCII
+/// with its last byte changed, beside the migration and alerts locks). It shows in
+/// `pg_locks` as an advisory lock with `classid` 1886351988 and `objid` 1634888040.
+pub(super) const RETENTION_LOCK: i64 = 0x706f_7274_6172_6968;
+
+/// The one definition of prunable on PostgreSQL ($1: the cut-off for delivered and stored
+/// events, $2: for dead ones), as SQLite's `PRUNABLE`.
+macro_rules! prunable {
+    () => {
+        "((status IN ('delivered', 'stored') AND received_at < $1) \
+         OR (status = 'dead' AND received_at < $2))"
+    };
+}
+
+/// Up to $3 prunable events deleted, oldest first. `SKIP LOCKED` leaves alone a row a replay
+/// is changing right now.
+const DELETE_PRUNABLE: &str = concat!(
+    "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ",
+    prunable!(),
+    " ORDER BY received_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+     RETURNING endpoint, status, payload_bytes"
+);
+
+/// Up to $3 prunable events, oldest first, in full, stopping once the headers and bodies
+/// before an event reach $4 (at least one event): what an archive batch writes. `before` is
+/// the bytes of the events ahead of each in the batch.
+fn prunable_batch() -> String {
+    format!(
+        "WITH oldest AS (SELECT id, received_at, payload_bytes FROM events WHERE {} \
+           ORDER BY received_at, id LIMIT $3), \
+         batch AS (SELECT id AS pruned_id, received_at AS pruned_at, \
+           (sum(payload_bytes) OVER (ORDER BY received_at, id))::bigint - payload_bytes \
+           AS before FROM oldest) \
+         SELECT {}, content_type, headers, body FROM batch \
+         JOIN events ON events.id = batch.pruned_id \
+         JOIN payloads ON payloads.event_id = batch.pruned_id \
+         WHERE batch.before < $4::bigint ORDER BY batch.pruned_at, batch.pruned_id",
+        prunable!(),
+        events::SUMMARY
+    )
+}
+
+/// The attempts of these events: the failed and interrupted ones have rows, a delivered one
+/// is its delivery row (as `dashboard.rs` reads one event's).
+const ATTEMPTS_OF: &str = "SELECT event_id, attempt, started_at, duration_ms, outcome, error, \
+       route, id FROM attempts WHERE event_id = ANY($1) \
+     UNION ALL SELECT event_id, attempts, finished_at - delivered_ms, delivered_ms, \
+       'delivered', NULL, route, NULL FROM deliveries \
+     WHERE event_id = ANY($1) AND status = 'delivered' AND delivered_ms IS NOT NULL \
+     ORDER BY 1, 3, 8";
+
+/// These events deleted ($3), each only if it is still prunable (a replay since it was read
+/// wins).
+const DELETE_PRUNED: &str = concat!(
+    "DELETE FROM events WHERE id = ANY($3) AND ",
+    prunable!(),
+    " RETURNING endpoint, status, payload_bytes"
+);
 
 /// What [`DELETE_PRUNABLE`] would take, by endpoint and status (the same condition).
-const PRUNABLE_COUNTS: &str = "SELECT endpoint, status, count(*), sum(payload_bytes)::bigint \
-     FROM events WHERE (status IN ('delivered', 'stored') AND received_at < $1) \
-     OR (status = 'dead' AND received_at < $2) \
-     GROUP BY endpoint, status ORDER BY endpoint, status";
+const PRUNABLE_COUNTS: &str = concat!(
+    "SELECT endpoint, status, count(*), sum(payload_bytes)::bigint FROM events WHERE ",
+    prunable!(),
+    " GROUP BY endpoint, status ORDER BY endpoint, status"
+);
+
+/// The retention lock, held by this pass: the connection that took it, out of the pool.
+/// Dropping it closes the connection, and PostgreSQL releases the lock with the session.
+pub(in crate::store) struct RetentionLock {
+    client: ClientWrapper,
+}
 
 impl Pg {
+    /// The retention lock if no other session holds it (None: another instance is pruning).
+    pub(in crate::store) async fn retention_lock(
+        &self,
+    ) -> Result<Option<RetentionLock>, StoreError> {
+        let client = self.client().await?;
+        let took: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&RETENTION_LOCK])
+            .await
+            .map_err(error)?
+            .get(0);
+        if !took {
+            // Back to the pool: this session holds nothing.
+            return Ok(None);
+        }
+        // Out of the pool: no other call may run on the session holding the lock, and its
+        // end (the drop) must release the lock.
+        Ok(Some(RetentionLock {
+            client: Object::take(client),
+        }))
+    }
+
     pub(in crate::store) async fn prunable_counts(
         &self,
         cutoffs: Cutoffs,
@@ -35,40 +127,137 @@ impl Pg {
             .map_err(error)?;
         rows.into_iter()
             .map(|row| {
-                let status: String = row.get(1);
                 Ok(PrunableGroup {
                     endpoint: row.get(0),
-                    status: status.parse::<Status>().map_err(StoreError::Postgres)?,
+                    status: status(&row, 1)?,
                     events: row.get::<_, i64>(2) as u64,
                     bytes: row.get::<_, i64>(3) as u64,
                 })
             })
             .collect()
     }
+}
 
+impl RetentionLock {
+    /// Deletes up to `limit` prunable events, oldest first, without reading them.
     pub(in crate::store) async fn delete_prunable(
         &self,
         cutoffs: Cutoffs,
         limit: usize,
     ) -> Result<Vec<Removed>, StoreError> {
-        let client = self.client().await?;
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        let rows = client
+        let rows = self
+            .client
             .query(
                 DELETE_PRUNABLE,
                 &[&cutoffs.finished_before_ms, &cutoffs.dead_before_ms, &limit],
             )
             .await
             .map_err(error)?;
-        rows.into_iter()
-            .map(|row| {
-                let status: String = row.get(1);
-                Ok(Removed {
-                    endpoint: row.get(0),
-                    status: status.parse::<Status>().map_err(StoreError::Postgres)?,
-                    bytes: row.get::<_, i64>(2) as u64,
-                })
-            })
-            .collect()
+        rows.iter().map(removed).collect()
     }
+
+    /// Up to `limit` prunable events in full (with attempts), oldest first, stopping once
+    /// their headers and bodies pass `byte_budget` (at least one event): a batch for the
+    /// archive.
+    pub(in crate::store) async fn prunable(
+        &self,
+        cutoffs: Cutoffs,
+        limit: usize,
+        byte_budget: u64,
+    ) -> Result<Vec<EventDetail>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let budget = i64::try_from(byte_budget).unwrap_or(i64::MAX);
+        let rows = self
+            .client
+            .query(
+                &prunable_batch(),
+                &[
+                    &cutoffs.finished_before_ms,
+                    &cutoffs.dead_before_ms,
+                    &limit,
+                    &budget,
+                ],
+            )
+            .await
+            .map_err(error)?;
+        let mut batch = rows.iter().map(detail).collect::<Result<Vec<_>, _>>()?;
+        let ids: Vec<i64> = batch.iter().map(|e| e.summary.id).collect();
+        let mut attempts: HashMap<i64, Vec<Attempt>> = HashMap::new();
+        for r in self
+            .client
+            .query(ATTEMPTS_OF, &[&ids])
+            .await
+            .map_err(error)?
+        {
+            attempts.entry(r.get(0)).or_default().push(Attempt {
+                attempt: u32::try_from(r.get::<_, i32>(1)).unwrap_or(0),
+                started_at_ms: r.get(2),
+                duration_ms: r.get(3),
+                outcome: r.get(4),
+                error: r.get(5),
+                route: r.get(6),
+            });
+        }
+        for event in &mut batch {
+            event.attempts = attempts.remove(&event.summary.id).unwrap_or_default();
+        }
+        Ok(batch)
+    }
+
+    /// Deletes these events (their rows go with them), each only if it is still prunable.
+    pub(in crate::store) async fn delete_pruned(
+        &self,
+        cutoffs: Cutoffs,
+        ids: &[i64],
+    ) -> Result<Vec<Removed>, StoreError> {
+        let rows = self
+            .client
+            .query(
+                DELETE_PRUNED,
+                &[&cutoffs.finished_before_ms, &cutoffs.dead_before_ms, &ids],
+            )
+            .await
+            .map_err(error)?;
+        rows.iter().map(removed).collect()
+    }
+}
+
+/// A row of [`prunable_batch`]: `events::SUMMARY`'s columns, then content type, headers and
+/// body (kept raw on PostgreSQL), without attempts.
+fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
+    Ok(EventDetail {
+        summary: EventSummary {
+            id: row.get(0),
+            endpoint: row.get(1),
+            dedup_key: row.get(2),
+            event_type: row.get(3),
+            received_at_ms: row.get(4),
+            status: status(row, 5)?,
+            attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
+            next_attempt_at_ms: row.get(7),
+            last_error: row.get(8),
+            object_id: row.get(9),
+        },
+        content_type: row.get(10),
+        headers: row.get(11),
+        body: row.get(12),
+        routes: Vec::new(),
+        attempts: Vec::new(),
+    })
+}
+
+/// A row of `endpoint, status, payload_bytes`.
+fn removed(row: &tokio_postgres::Row) -> Result<Removed, StoreError> {
+    Ok(Removed {
+        endpoint: row.get(0),
+        status: status(row, 1)?,
+        bytes: row.get::<_, i64>(2) as u64,
+    })
+}
+
+fn status(row: &tokio_postgres::Row, idx: usize) -> Result<Status, StoreError> {
+    row.get::<_, String>(idx)
+        .parse()
+        .map_err(StoreError::Postgres)
 }

@@ -1,0 +1,70 @@
+//! `portaria archive replay FILE [--endpoint NAME]`: the events of an archive file back in
+//! the queue, on either backend. [`crate::archive::replay`] reads the file and decides what
+//! goes back; this file opens the database and hands each batch to it: on SQLite a
+//! connection of the command's own ([`Db::restore`], a running server notices within
+//! seconds), on PostgreSQL the store on a runtime of the command's own
+//! ([`Store::restore`], every running instance woken by `NOTIFY`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Subcommand;
+
+use crate::store::{Db, Store};
+use crate::time::now_ms;
+
+#[derive(Subcommand, Debug)]
+pub(super) enum ArchiveCommand {
+    /// Put the events of an archive file back into the queue, to be delivered again.
+    Replay {
+        /// A `YYYY-MM-DD.jsonl.gz` file from `[storage] archive_dir`.
+        file: PathBuf,
+        /// Only this endpoint's events.
+        #[arg(long)]
+        endpoint: Option<String>,
+    },
+}
+
+pub(super) fn run(config: Option<&Path>, command: ArchiveCommand) -> Result<ExitCode, String> {
+    let ArchiveCommand::Replay { file, endpoint } = command;
+    // Like the other database commands: a wrong config must not make a fresh file that no
+    // server reads, and report the events as replayed.
+    let config = super::existing_store(config)?;
+    if let Some(name) = &endpoint
+        && config.endpoint(name).is_none()
+    {
+        return Err(format!("no endpoint named `{name}` in {}", config.source));
+    }
+    let now = now_ms();
+    let only = endpoint.as_deref();
+    let replayed = match &config.storage.postgres {
+        None => {
+            let mut db = Db::open(&config.storage.path)
+                .map_err(|e| format!("cannot open the database: {e}"))?;
+            crate::archive::replay(&file, &config, only, |batch, routes| {
+                db.restore(batch, routes, now)
+            })
+        }
+        Some(url) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+            let store = runtime
+                .block_on(Store::open_postgres(url.settings(), url.tls_client()))
+                .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+            let replayed = crate::archive::replay(&file, &config, only, |batch, routes| {
+                runtime.block_on(store.restore(batch, routes, now))
+            });
+            // Inside the runtime: the store's tasks see the pool close and end.
+            let _guard = runtime.enter();
+            store.close();
+            replayed
+        }
+    }
+    .map_err(|e| format!("cannot replay the archive: {e}"))?;
+    replayed
+        .write(&mut std::io::stdout().lock())
+        .map_err(|e| format!("cannot write the output: {e}"))?;
+    Ok(ExitCode::SUCCESS)
+}
