@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::store::{Db, Store};
+use crate::store::Db;
 use crate::time::now_ms;
 
 #[derive(Subcommand, Debug)]
@@ -46,13 +46,8 @@ pub(super) fn run(config: Option<&Path>, command: ArchiveCommand) -> Result<Exit
             })
         }
         Some(url) => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-            let store = runtime
-                .block_on(Store::open_postgres(url.settings(), url.tls_client()))
-                .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+            let runtime = super::command_runtime()?;
+            let store = runtime.block_on(super::open_postgres(url))?;
             let replayed = crate::archive::replay(&file, &config, only, |batch, routes| {
                 runtime.block_on(store.restore(batch, routes, now))
             });

@@ -129,13 +129,8 @@ impl Events {
                 .map(Events::Sqlite)
                 .map_err(|e| format!("cannot open the database: {e}"));
         };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
-        let store = runtime
-            .block_on(Store::open_postgres(url.settings(), url.tls_client()))
-            .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+        let runtime = super::command_runtime()?;
+        let store = runtime.block_on(super::open_postgres(url))?;
         Ok(Events::Postgres { store, runtime })
     }
 

@@ -485,18 +485,31 @@ fn existing_store(config: Option<&Path>) -> Result<Config, String> {
     Ok(config)
 }
 
+/// The runtime a command blocks on for the store's async calls (one thread: a command does one
+/// thing at a time).
+pub(crate) fn command_runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))
+}
+
+/// Opens the configured PostgreSQL database for a command.
+pub(crate) async fn open_postgres(
+    url: &crate::config::DatabaseUrl,
+) -> Result<crate::store::Store, String> {
+    crate::store::Store::open_postgres(url.settings(), url.tls_client())
+        .await
+        .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))
+}
+
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
     let config = existing_store(config)?;
     let path = &config.storage.path;
     let report = if let Some(url) = &config.storage.postgres {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        let runtime = command_runtime()?;
         runtime.block_on(async {
-            let store = crate::store::Store::open_postgres(url.settings(), url.tls_client())
-                .await
-                .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+            let store = open_postgres(url).await?;
             let report = if dry_run {
                 crate::prune::dry_run_on(&store, &config.storage, now_ms()).await
             } else {
@@ -511,10 +524,7 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
     } else {
         let store = crate::store::Store::open_for_command(path)
             .map_err(|e| format!("cannot open the database: {e}"))?;
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+        let runtime = command_runtime()?;
         let report = runtime.block_on(crate::prune::prune_once(&store, &config.storage, now_ms()));
         store.close();
         report

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::store::{Db, Store};
+use crate::store::Db;
 
 #[derive(Subcommand, Debug)]
 pub(super) enum StoreCommand {
@@ -37,14 +37,9 @@ pub(super) fn run(config: Option<&Path>, command: StoreCommand) -> Result<ExitCo
     }
     let source =
         Db::open_read_only(&from).map_err(|e| format!("cannot open {}: {e}", from.display()))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let runtime = super::command_runtime()?;
     let report = runtime.block_on(async {
-        let store = Store::open_postgres(url.settings(), url.tls_client())
-            .await
-            .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))?;
+        let store = super::open_postgres(url).await?;
         let report = store
             .copy_from_sqlite(&source)
             .await

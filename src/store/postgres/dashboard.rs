@@ -265,8 +265,9 @@ impl Pg {
     }
 }
 
-/// A row of `events::SUMMARY`'s columns.
-fn summary(row: &Row) -> Result<EventSummary, StoreError> {
+/// A row of `events::SUMMARY`'s columns (also the first columns of the prune pass's batch rows,
+/// `retention.rs`).
+pub(super) fn summary(row: &Row) -> Result<EventSummary, StoreError> {
     Ok(EventSummary {
         id: row.get(0),
         endpoint: row.get(1),
@@ -281,7 +282,7 @@ fn summary(row: &Row) -> Result<EventSummary, StoreError> {
     })
 }
 
-fn status(row: &Row, idx: usize) -> Result<Status, StoreError> {
+pub(super) fn status(row: &Row, idx: usize) -> Result<Status, StoreError> {
     row.get::<_, String>(idx)
         .parse()
         .map_err(StoreError::Postgres)

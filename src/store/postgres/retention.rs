@@ -16,8 +16,8 @@ use std::collections::HashMap;
 use deadpool_postgres::{ClientWrapper, Object};
 
 use super::{Pg, error};
-use crate::store::events::{self, Attempt, EventDetail, EventSummary};
-use crate::store::{Cutoffs, PrunableGroup, Removed, Status, StoreError};
+use crate::store::events::{self, Attempt, EventDetail};
+use crate::store::{Cutoffs, PrunableGroup, Removed, StoreError};
 
 /// The retention lock: whoever holds it prunes (an arbitrary constant: "portaria" in ASCII
 /// with its last byte changed, beside the migration and alerts locks). It shows in
@@ -129,7 +129,7 @@ impl Pg {
             .map(|row| {
                 Ok(PrunableGroup {
                     endpoint: row.get(0),
-                    status: status(&row, 1)?,
+                    status: super::dashboard::status(&row, 1)?,
                     events: row.get::<_, i64>(2) as u64,
                     bytes: row.get::<_, i64>(3) as u64,
                 })
@@ -227,18 +227,7 @@ impl RetentionLock {
 /// body (kept raw on PostgreSQL), without attempts.
 fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
     Ok(EventDetail {
-        summary: EventSummary {
-            id: row.get(0),
-            endpoint: row.get(1),
-            dedup_key: row.get(2),
-            event_type: row.get(3),
-            received_at_ms: row.get(4),
-            status: status(row, 5)?,
-            attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
-            next_attempt_at_ms: row.get(7),
-            last_error: row.get(8),
-            object_id: row.get(9),
-        },
+        summary: super::dashboard::summary(row)?,
         content_type: row.get(10),
         headers: row.get(11),
         body: row.get(12),
@@ -251,13 +240,7 @@ fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
 fn removed(row: &tokio_postgres::Row) -> Result<Removed, StoreError> {
     Ok(Removed {
         endpoint: row.get(0),
-        status: status(row, 1)?,
+        status: super::dashboard::status(row, 1)?,
         bytes: row.get::<_, i64>(2) as u64,
     })
-}
-
-fn status(row: &tokio_postgres::Row, idx: usize) -> Result<Status, StoreError> {
-    row.get::<_, String>(idx)
-        .parse()
-        .map_err(StoreError::Postgres)
 }
