@@ -37,7 +37,8 @@ DELIVERY_WAIT_SECS=60
 SECRET=bench-pagarme-secret
 ENDPOINT_PATH=/webhooks/pagarme
 
-log() { printf '\n== %s\n' "$*" >&2; }
+# shellcheck source=bench/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n1 || true)
 for tool in initdb postgres pg_isready; do
@@ -47,41 +48,6 @@ for tool in initdb postgres pg_isready; do
     fi
 done
 PSQL=$PG_BIN/psql
-
-PIDS=()
-WORK=""
-MISSES=0
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 100); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-    if [[ -n $WORK && -d $WORK ]]; then
-        if [[ $MISSES -eq 0 && ${KEEP:-0} != 1 ]]; then
-            rm -rf "$WORK"
-        else
-            echo "bench: kept $WORK for inspection" >&2
-        fi
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-forget_pid() {
-    local keep=() pid
-    for pid in "${PIDS[@]}"; do
-        [[ $pid == "$1" ]] || keep+=("$pid")
-    done
-    PIDS=("${keep[@]}")
-}
 
 # As `nobody` when root (initdb refuses root).
 as_owner() {

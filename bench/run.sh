@@ -78,46 +78,9 @@ DELIVERY_WAIT_SECS=60
 SECRET=bench-pagarme-secret
 ENDPOINT_PATH=/webhooks/pagarme
 
-log() { printf '\n== %s\n' "$*" >&2; }
+# shellcheck source=bench/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 now_ms() { date +%s%3N; }
-
-# ---- processes: every one started is recorded here and stopped on exit ----
-
-PIDS=()
-WORK=""
-MISSES=0
-
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 0.1
-        done
-        kill -KILL "$pid" 2>/dev/null || true
-    done
-    if [[ -n $WORK && -d $WORK ]]; then
-        if [[ $MISSES -eq 0 && ${KEEP:-0} != 1 ]]; then
-            rm -rf "$WORK"
-        else
-            echo "bench: kept $WORK for inspection" >&2
-        fi
-    fi
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-forget_pid() {
-    local keep=() pid
-    for pid in "${PIDS[@]}"; do
-        [[ $pid == "$1" ]] || keep+=("$pid")
-    done
-    PIDS=("${keep[@]}")
-}
 
 # Stops a process we started: SIGTERM, up to 20 s, then SIGKILL. Sets STOP_RC.
 stop_pid() {

@@ -22,17 +22,9 @@ CONCURRENCY=32
 SECRET=bench-pagarme-secret
 ENDPOINT_PATH=/webhooks/pagarme
 
-PIDS=()
+# shellcheck source=bench/procs.sh
+source "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/portaria-bench-tls.XXXXXX")
-MISSES=0
-cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    if [[ $MISSES -eq 0 && ${KEEP:-0} != 1 ]]; then rm -rf "$WORK"; else echo "bench: kept $WORK" >&2; fi
-}
-trap cleanup EXIT
 
 command -v openssl >/dev/null || { echo "bench/tls.sh needs the openssl binary (for the test certificate)" >&2; exit 2; }
 cargo build --release -p portaria -p loadgen

@@ -1,0 +1,43 @@
+# bench/procs.sh: what every bench script shares, sourced at its top (after `set -euo
+# pipefail`): `log`, and the processes it starts. Each one started is appended to PIDS and
+# stopped on exit (SIGTERM, up to 10 s, then SIGKILL); WORK, the script's temporary
+# directory, is removed on exit unless a correctness check missed (MISSES > 0) or KEEP=1.
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+PIDS=()
+WORK=""
+MISSES=0
+
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        for _ in $(seq 100); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    if [[ -n $WORK && -d $WORK ]]; then
+        if [[ $MISSES -eq 0 && ${KEEP:-0} != 1 ]]; then
+            rm -rf "$WORK"
+        else
+            echo "bench: kept $WORK for inspection" >&2
+        fi
+    fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# Drops a process from PIDS once the script has stopped it itself.
+forget_pid() {
+    local keep=() pid
+    for pid in "${PIDS[@]}"; do
+        [[ $pid == "$1" ]] || keep+=("$pid")
+    done
+    PIDS=("${keep[@]}")
+}
