@@ -575,6 +575,22 @@ mod tests {
             .unwrap()
     }
 
+    /// Runs `queued` 30 ms into a 150 ms job, so that every job it sends waits behind that one
+    /// and the writer takes them as one batch.
+    async fn behind_a_busy_writer<T>(store: &Store, queued: impl Future<Output = T>) -> T {
+        let busy = store.run(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            Ok(())
+        });
+        let queued = async {
+            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+            queued.await
+        };
+        let (busy, out) = tokio::join!(busy, queued);
+        busy.unwrap();
+        out
+    }
+
     /// Runs `jobs` as one batch: queued together while the writer is busy with another job.
     async fn one_batch<A, B, C>(store: &Store, jobs: (A, B, C)) -> [Result<(), StoreError>; 3]
     where
@@ -582,16 +598,10 @@ mod tests {
         B: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
         C: FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
-        let busy = store.run(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(150));
-            Ok(())
-        });
-        let queued = async {
-            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let (a, b, c) = behind_a_busy_writer(store, async {
             tokio::join!(store.run(jobs.0), store.run(jobs.1), store.run(jobs.2))
-        };
-        let (busy, (a, b, c)) = tokio::join!(busy, queued);
-        busy.unwrap();
+        })
+        .await;
         [a, b, c]
     }
 
@@ -639,22 +649,15 @@ mod tests {
         B: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
         C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
-        let busy = store.run(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(150));
-            Ok(())
-        });
-        let queued = async {
-            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
-            let x = store.run(put("x"));
-            let (a, b, c) = (
+        let (x, a, b, c) = behind_a_busy_writer(store, async {
+            tokio::join!(
+                store.run(put("x")),
                 store.run_intake(jobs.0),
                 store.run_intake(jobs.1),
-                store.run_intake(jobs.2),
-            );
-            tokio::join!(x, a, b, c)
-        };
-        let (busy, (x, a, b, c)) = tokio::join!(busy, queued);
-        busy.unwrap();
+                store.run_intake(jobs.2)
+            )
+        })
+        .await;
         [x, a, b, c]
     }
 
@@ -715,21 +718,15 @@ mod tests {
         B: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
         C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
-        let busy = store.run(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(150));
-            Ok(())
-        });
-        let queued = async {
-            tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        let (a, b, c) = behind_a_busy_writer(store, async {
             store.count("e", super::super::Counted::Received, hour * 3_600_000);
             tokio::join!(
                 store.run_intake(jobs.0),
                 store.run_intake(jobs.1),
                 store.run_intake(jobs.2)
             )
-        };
-        let (busy, (a, b, c)) = tokio::join!(busy, queued);
-        busy.unwrap();
+        })
+        .await;
         [a, b, c]
     }
 
