@@ -83,7 +83,6 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         content_type: None,
         headers: b"x: y\r\n".to_vec(),
         body: Bytes::from_static(b"{}"),
-        stored_body: None,
         received_at_ms: NOW,
         dedup_since_ms: None,
         client_cert: None,

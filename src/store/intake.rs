@@ -23,9 +23,6 @@ pub struct NewEvent {
     /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
     pub(super) headers: Vec<u8>,
     pub(super) body: Bytes,
-    /// How the body goes into SQLite (`payload.rs`), encoded on the request's task by
-    /// [`Store::insert_event`]; None: [`insert_event`] encodes it itself.
-    pub(super) stored_body: Option<StoredBody>,
     pub(super) received_at_ms: i64,
     /// The start of the dedup window (see [`Received::dedup_since_ms`]).
     pub(super) dedup_since_ms: Option<i64>,
@@ -83,7 +80,6 @@ impl NewEvent {
             content_type: received.content_type,
             headers: received.headers,
             body: received.body,
-            stored_body: None,
             received_at_ms: received.at_ms,
             dedup_since_ms: received.dedup_since_ms,
             routes,
@@ -143,11 +139,10 @@ impl Store {
             return task.await.unwrap_or(Err(StoreError::Closed));
         }
         // The body is deflated here, on this tokio worker, not on the writer thread.
-        let mut event = event;
-        event.stored_body = Some(StoredBody::encode(&event.body));
+        let stored = StoredBody::encode(&event.body);
         // Two statements (the event, then its payload), standing or falling together in the
         // job's savepoint.
-        self.run_intake(move |conn| insert_event(conn, &event))
+        self.run_intake(move |conn| insert_stored(conn, &event, &stored))
             .await
     }
 }
@@ -185,7 +180,20 @@ pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, rout
 pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
      AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
+/// [`insert_stored`] with the body encoded here: for tests, which insert on a connection of
+/// their own.
+#[cfg(test)]
 pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
+    insert_stored(conn, e, &StoredBody::encode(&e.body))
+}
+
+/// Inserts `e` unless it is a duplicate, its body stored as `stored` (encoded by the caller,
+/// off the writer thread).
+pub(super) fn insert_stored(
+    conn: &Connection,
+    e: &NewEvent,
+    stored: &StoredBody,
+) -> rusqlite::Result<Inserted> {
     // Runs on the writer thread: a panic here is the writer's.
     crate::fault::panic_if("panic-writer");
     let status = if e.routes.is_empty() {
@@ -209,14 +217,6 @@ pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
-        let encoded;
-        let stored = match &e.stored_body {
-            Some(stored) => stored,
-            None => {
-                encoded = StoredBody::encode(&e.body);
-                &encoded
-            }
-        };
         conn.prepare_cached(INSERT_PAYLOAD)?.execute(params![
             id,
             e.headers,

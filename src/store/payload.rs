@@ -343,7 +343,7 @@ mod tests {
     #[ignore = "a measurement: cargo test --lib -- --ignored --nocapture pages_per_event"]
     fn pages_per_event() {
         use super::super::fixtures::{new_event, temp_db};
-        use super::super::intake::insert_event;
+        use super::super::intake::insert_stored;
         println!("body                   bytes stored batch  WAL raw/enc   checkpoint raw/enc");
         type Body<'a> = &'a dyn Fn(u64) -> Vec<u8>;
         let kinds: [(&str, Body); 4] = [
@@ -392,8 +392,7 @@ mod tests {
                                 StoredBody::Deflated(b) => b.len(),
                             };
                         }
-                        e.stored_body = Some(stored);
-                        insert_event(&db.conn, &e).unwrap();
+                        insert_stored(&db.conn, &e, &stored).unwrap();
                         if n % batch == batch - 1 {
                             db.conn.execute_batch("COMMIT").unwrap();
                         }
