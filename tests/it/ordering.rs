@@ -11,7 +11,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A command route's script: logs `<event id> <attempt>` per call in `$D/calls`, fails the
 /// first attempt of event 1, and logs each delivered event id in `$D/delivered`.
-fn fail_first_of_event_1(dir: &Path) -> PathBuf {
+pub(crate) fn fail_first_of_event_1(dir: &Path) -> PathBuf {
     let path = dir.join("erp.sh");
     write_executable(
         &path,
@@ -26,7 +26,7 @@ fn fail_first_of_event_1(dir: &Path) -> PathBuf {
     path
 }
 
-fn lines(dir: &Path, file: &str) -> Vec<String> {
+pub(crate) fn lines(dir: &Path, file: &str) -> Vec<String> {
     std::fs::read_to_string(dir.join(file))
         .unwrap_or_default()
         .lines()
@@ -42,7 +42,7 @@ fn route(program: &Path, settings: &str) -> String {
 }
 
 /// A payment event: `payment` is its `data.id` (the ordering key), None for none.
-fn payment(n: usize, kind: &str, payment: Option<&str>) -> Vec<u8> {
+pub(crate) fn payment(n: usize, kind: &str, payment: Option<&str>) -> Vec<u8> {
     let data = payment.map_or(String::new(), |p| format!(r#","data":{{"id":"{p}"}}"#));
     format!(r#"{{"id":"hook_{n}","type":"{kind}"{data}}}"#).into_bytes()
 }

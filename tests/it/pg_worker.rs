@@ -5,43 +5,19 @@
 //! whichever instance holds the alerts lock). The takeover's `interrupted` attempt is checked
 //! in `postgres::a_killed_instances_delivery_is_taken_over_after_its_lease`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
+use crate::ordering::{fail_first_of_event_1, lines, payment};
 use crate::pg_cluster;
+use crate::postgres::{count, server};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A config on PostgreSQL `url` with the pagarme endpoint and `pagarme_extra`.
 fn config(url: &str, pagarme_extra: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-url = "{url}"
-
-[[endpoint]]
-path = "/webhooks/pagarme"
-provider = "pagarme"
-secret = "{PAGARME_SECRET}"
-{pagarme_extra}
-"#
-    )
-}
-
-/// An in-process instance on `url`.
-async fn instance(url: &str, pagarme_extra: &str) -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let unused = dir.path().join("unused.db");
-    TestServer::start_with(dir, unused, &config(url, pagarme_extra)).await
-}
-
-async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).await.unwrap().get(0)
+    crate::postgres::config(&format!("url = \"{url}\""), pagarme_extra)
 }
 
 /// Waits until `n` events are rolled up `delivered` (the roll-up lags a delivery by ~250 ms).
@@ -52,37 +28,6 @@ async fn delivered_events(client: &tokio_postgres::Client, n: i64) {
         assert!(std::time::Instant::now() < deadline, "not {n} delivered");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// A command route's script, shared by both instances: logs `<event id> <attempt>` per call
-/// in `$D/calls`, fails the first attempt of event 1, logs each delivered id in `$D/delivered`.
-fn fail_first_of_event_1(dir: &Path) -> PathBuf {
-    let path = dir.join("erp.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nD='{}'\ncat > /dev/null\n\
-             echo \"$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT\" >> \"$D/calls\"\n\
-             if [ \"$PORTARIA_EVENT_ID\" = 1 ] && [ \"$PORTARIA_ATTEMPT\" = 1 ]; then exit 1; fi\n\
-             echo \"$PORTARIA_EVENT_ID\" >> \"$D/delivered\"\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
-fn lines(dir: &Path, file: &str) -> Vec<String> {
-    std::fs::read_to_string(dir.join(file))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
-}
-
-/// A payment event: `payment` is its `data.id` (the ordering key), None for none.
-fn payment(n: usize, kind: &str, payment: Option<&str>) -> Vec<u8> {
-    let data = payment.map_or(String::new(), |p| format!(r#","data":{{"id":"{p}"}}"#));
-    format!(r#"{{"id":"hook_{n}","type":"{kind}"{data}}}"#).into_bytes()
 }
 
 /// `order_by` with two instances on one database: a failing payment holds back only its own
@@ -101,7 +46,7 @@ async fn order_by_holds_a_key_in_order_across_instances() {
     );
     let db = pg.database().await;
     let url = pg.url(&db);
-    let (a, b) = tokio::join!(instance(&url, &route), instance(&url, &route));
+    let (a, b) = tokio::join!(server(&url, &route), server(&url, &route));
     let events = [
         payment(1, "payment.created", Some("pay_A")), // fails once, retried in ~3 s
         payment(2, "payment.created", Some("pay_B")),
@@ -201,7 +146,7 @@ async fn order_by_never_runs_one_key_twice_at_once_across_instances() {
     );
     let db = pg.database().await;
     let url = pg.url(&db);
-    let (a, b) = tokio::join!(instance(&url, &route), instance(&url, &route));
+    let (a, b) = tokio::join!(server(&url, &route), server(&url, &route));
     for n in 0..18 {
         let key = ["pay_a", "pay_b", "pay_c"][n % 3];
         let addr = if n % 2 == 0 { a.addr } else { b.addr };
