@@ -145,16 +145,7 @@ loadgen() {
     PIDS+=("$LOADGEN_PID")
 }
 
-wait_loadgen() {
-    local rc=0
-    wait "$1" || rc=$?
-    forget_pid "$1"
-    if [[ $rc -ne 0 ]]; then
-        echo "bench: a load generator failed with status $rc" >&2
-        MISSES=$((MISSES + 1))
-        exit 1
-    fi
-}
+wait_loadgen() { wait_ok "$1" "a load generator"; }
 
 # merge OUT LABEL REPORTS...: one loadgen report for several run at once (counts summed,
 # throughput over the longest run) for check.py.

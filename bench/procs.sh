@@ -41,3 +41,16 @@ forget_pid() {
     done
     PIDS=("${keep[@]}")
 }
+
+# Waits for a process the script started (WHAT names it) and forgets it; a non-zero status is
+# a correctness miss and ends the run.
+wait_ok() {
+    local pid=$1 what=$2 rc=0
+    wait "$pid" || rc=$?
+    forget_pid "$pid"
+    if [[ $rc -ne 0 ]]; then
+        echo "bench: $what failed with status $rc" >&2
+        MISSES=$((MISSES + 1))
+        exit 1
+    fi
+}

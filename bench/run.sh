@@ -198,14 +198,7 @@ run_loadgen() {
         --json-out "$WORK/$label.json" "$@" >/dev/null &
     local pid=$!
     PIDS+=("$pid")
-    local rc=0
-    wait "$pid" || rc=$?
-    forget_pid "$pid"
-    if [[ $rc -ne 0 ]]; then
-        echo "bench: loadgen ($label) failed with status $rc" >&2
-        MISSES=$((MISSES + 1))
-        exit 1
-    fi
+    wait_ok "$pid" "loadgen ($label)"
 }
 
 check() {
