@@ -15,7 +15,6 @@
 use std::io::Read;
 
 use http::{HeaderMap, header};
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::verify::Secret;
@@ -171,8 +170,8 @@ fn loopback_host(headers: &HeaderMap) -> bool {
 
 /// Constant-time equality of two secrets of any length.
 fn same(a: &[u8], b: &[u8]) -> bool {
-    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
-    bool::from(a.as_slice().ct_eq(b.as_slice()))
+    let (a, b) = (crate::digest::sha256(&[a]), crate::digest::sha256(&[b]));
+    bool::from(a.ct_eq(&b))
 }
 
 /// 32 random bytes from the kernel, hex.

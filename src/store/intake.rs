@@ -94,12 +94,7 @@ impl NewEvent {
 /// never change. Two keys may share a hash (about one chance in 10^8 among a million events);
 /// the insert compares the full key, so they are still two events.
 pub fn dedup_hash(endpoint: &str, dedup_key: &str) -> i64 {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(endpoint.as_bytes())
-        .chain_update([0u8])
-        .chain_update(dedup_key.as_bytes())
-        .finalize();
+    let digest = crate::digest::sha256(&[endpoint.as_bytes(), &[0u8], dedup_key.as_bytes()]);
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first)

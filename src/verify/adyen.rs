@@ -25,7 +25,6 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use http::HeaderMap;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
 use super::catalog::{KeyFormat, Preset, Scheme, Signed};
@@ -161,7 +160,7 @@ fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, Ve
 /// variant's bodies). Either way a function of the body alone, so a resent body gets the same
 /// key. Runs on a verified request only.
 fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
-    Ok(item_keys(body).unwrap_or_else(|| hex::encode(Sha256::digest(body))))
+    Ok(item_keys(body).unwrap_or_else(|| hex::encode(crate::digest::sha256(&[body]))))
 }
 
 fn item_keys(body: &[u8]) -> Option<String> {

@@ -14,7 +14,6 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use http::HeaderName;
-use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
 use super::catalog::{Scheme, Signed};
@@ -44,7 +43,7 @@ pub struct Credential {
 }
 
 fn digest(bytes: &[u8]) -> Vec<u8> {
-    Sha256::digest(bytes).to_vec()
+    crate::digest::sha256(&[bytes]).to_vec()
 }
 
 impl Credential {

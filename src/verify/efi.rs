@@ -23,7 +23,6 @@
 
 use http::HeaderMap;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use super::catalog::{Preset, Scheme, Signed};
 use super::credential::Credential;
@@ -75,7 +74,7 @@ impl Scheme for ClientCertificate {
 
 fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
     let Some(mut ids) = end_to_end_ids(body) else {
-        return Ok(hex::encode(Sha256::digest(body)));
+        return Ok(hex::encode(crate::digest::sha256(&[body])));
     };
     ids.sort_unstable();
     ids.dedup();
@@ -83,7 +82,10 @@ fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
     if joined.len() <= MAX_KEY_BYTES {
         Ok(joined)
     } else {
-        Ok(format!("sha256:{}", hex::encode(Sha256::digest(&joined))))
+        Ok(format!(
+            "sha256:{}",
+            hex::encode(crate::digest::sha256(&[joined.as_bytes()]))
+        ))
     }
 }
 

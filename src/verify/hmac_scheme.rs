@@ -6,10 +6,9 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
-use hmac::{Hmac, KeyInit, Mac};
 use http::{HeaderMap, HeaderName};
-use sha1::Sha1;
-use sha2::{Sha256, Sha512};
+
+use crate::digest::{MacHash, MacKey};
 
 use super::catalog::{Scheme, Signed};
 use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
@@ -73,24 +72,20 @@ impl Algorithm {
         }
     }
 
-    /// The HMAC of the concatenated `parts`; taking parts saves copying the body.
+    /// The HMAC of the concatenated `parts`, keyed for this one call (a [`Secret`] keeps
+    /// its keyed state instead); taking parts saves copying the body.
     pub fn mac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        MacKey::new(self.hash(), key).mac(parts)
+    }
+
+    /// The hash this HMAC is built on.
+    pub(super) fn hash(self) -> MacHash {
         match self {
-            Algorithm::Sha1 => hmac::<Hmac<Sha1>>(key, parts),
-            Algorithm::Sha256 => hmac::<Hmac<Sha256>>(key, parts),
-            Algorithm::Sha512 => hmac::<Hmac<Sha512>>(key, parts),
+            Algorithm::Sha1 => MacHash::Sha1,
+            Algorithm::Sha256 => MacHash::Sha256,
+            Algorithm::Sha512 => MacHash::Sha512,
         }
     }
-}
-
-fn hmac<M: Mac + KeyInit>(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-    // HMAC accepts keys of any length, so this cannot fail.
-    #[allow(clippy::expect_used)]
-    let mut mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
-    for part in parts {
-        Mac::update(&mut mac, part);
-    }
-    mac.finalize().into_bytes().to_vec()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

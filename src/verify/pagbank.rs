@@ -8,7 +8,6 @@
 //! No delivery id is documented: dedup on the body's SHA-256.
 
 use http::HeaderMap;
-use sha2::{Digest, Sha256};
 
 use super::catalog::{Preset, Scheme, Signed};
 use super::{Request, Secret, VerifyError, find_secret, header};
@@ -17,11 +16,7 @@ use crate::dedup::DedupRule;
 pub const SIGNATURE: &str = "x-authenticity-token";
 
 fn digest(token: &[u8], body: &[u8]) -> Vec<u8> {
-    let mut hasher = Sha256::new();
-    hasher.update(token);
-    hasher.update(b"-");
-    hasher.update(body);
-    hasher.finalize().to_vec()
+    crate::digest::sha256(&[token, b"-", body]).to_vec()
 }
 
 fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, VerifyError> {

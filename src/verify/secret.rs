@@ -1,17 +1,13 @@
-//! A secret's bytes, and the HMAC state keyed with them. Keying an HMAC hashes the key's
-//! inner and outer pad blocks (two compressions, about 7,000 instructions with SHA-256's
-//! portable code): done once per secret and algorithm, at its first use, and cloned for every
-//! request after that (issue 17). `Debug` prints `Secret([redacted])` and there is no
+//! A secret's bytes, and the HMAC keys made from them. Keying an HMAC hashes the key's
+//! inner and outer pad blocks (two compressions): done once per secret and algorithm, at its
+//! first use, and every request after that starts from copies of the keyed states (issue 17). `Debug` prints `Secret([redacted])` and there is no
 //! `Display`, so a secret cannot reach a log by accident; the keyed states are never printed.
 
 use std::fmt;
 use std::sync::OnceLock;
 
-use hmac::{Hmac, KeyInit, Mac};
-use sha1::Sha1;
-use sha2::{Sha256, Sha512};
-
 use super::hmac_scheme::Algorithm;
+use crate::digest::MacKey;
 
 /// Secret bytes.
 #[derive(Clone)]
@@ -20,13 +16,13 @@ pub struct Secret {
     keyed: Keyed,
 }
 
-/// The HMAC states keyed with the secret, one per algorithm, each made when first needed
-/// (boxed: a `Secret` sits in config enums, and SHA-512's state is 400 bytes).
+/// The HMAC keys made from the secret, one per algorithm, each made when first needed
+/// (boxed: a `Secret` sits in config enums).
 #[derive(Clone)]
 struct Keyed {
-    sha1: OnceLock<Box<Hmac<Sha1>>>,
-    sha256: OnceLock<Box<Hmac<Sha256>>>,
-    sha512: OnceLock<Box<Hmac<Sha512>>>,
+    sha1: OnceLock<Box<MacKey>>,
+    sha256: OnceLock<Box<MacKey>>,
+    sha512: OnceLock<Box<MacKey>>,
 }
 
 impl Secret {
@@ -52,11 +48,13 @@ impl Secret {
     /// The HMAC of the concatenated `parts` keyed with this secret: what
     /// `algorithm.mac(self.expose(), parts)` computes, without keying it again.
     pub fn mac(&self, algorithm: Algorithm, parts: &[&[u8]]) -> Vec<u8> {
-        match algorithm {
-            Algorithm::Sha1 => finish(keyed(&self.keyed.sha1, &self.bytes), parts),
-            Algorithm::Sha256 => finish(keyed(&self.keyed.sha256, &self.bytes), parts),
-            Algorithm::Sha512 => finish(keyed(&self.keyed.sha512, &self.bytes), parts),
-        }
+        let cell = match algorithm {
+            Algorithm::Sha1 => &self.keyed.sha1,
+            Algorithm::Sha256 => &self.keyed.sha256,
+            Algorithm::Sha512 => &self.keyed.sha512,
+        };
+        cell.get_or_init(|| Box::new(MacKey::new(algorithm.hash(), &self.bytes)))
+            .mac(parts)
     }
 }
 
@@ -68,24 +66,6 @@ impl Keyed {
             sha512: OnceLock::new(),
         }
     }
-}
-
-/// A copy of the state in `cell`, keyed with `key` the first time.
-fn keyed<M: Mac + KeyInit + Clone>(cell: &OnceLock<Box<M>>, key: &[u8]) -> M {
-    let state = cell.get_or_init(|| {
-        // HMAC accepts keys of any length, so this cannot fail.
-        #[allow(clippy::expect_used)]
-        let mac = <M as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
-        Box::new(mac)
-    });
-    M::clone(state)
-}
-
-fn finish<M: Mac>(mut mac: M, parts: &[&[u8]]) -> Vec<u8> {
-    for part in parts {
-        Mac::update(&mut mac, part);
-    }
-    mac.finalize().into_bytes().to_vec()
 }
 
 impl fmt::Debug for Secret {

@@ -13,9 +13,9 @@
 use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, NO_PAD, STANDARD};
-use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
-use sha2::Sha256;
+
+use crate::digest::{MacHash, MacKey};
 
 use super::catalog::{KeyFormat, Preset, Scheme, Signed, header_rule};
 use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
@@ -52,15 +52,11 @@ pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
 
 /// The raw MAC over `<id>.<timestamp>.<body>`.
 pub fn mac(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> [u8; 32] {
-    // HMAC accepts keys of any length, so this cannot fail.
-    #[allow(clippy::expect_used)]
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key");
-    mac.update(id.as_bytes());
-    mac.update(b".");
-    mac.update(timestamp.to_string().as_bytes());
-    mac.update(b".");
-    mac.update(body);
-    mac.finalize().into_bytes().into()
+    let timestamp = timestamp.to_string();
+    let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
+    let mut out = [0u8; 32];
+    out.copy_from_slice(&MacKey::new(MacHash::Sha256, key).mac(&parts));
+    out
 }
 
 /// The `webhook-signature` header value for one key: `v1,<base64 of the MAC>`.

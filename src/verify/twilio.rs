@@ -16,7 +16,6 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use super::catalog::{Preset, Scheme, Signed, header_rule};
@@ -114,7 +113,7 @@ impl Scheme for Twilio {
             .ok_or(VerifyError::Mismatch)?;
         // The URL, and so the hash in it, is signed: a body that does not hash to it was changed.
         if let Some(hash) = hashes.first() {
-            let actual = hex::encode(Sha256::digest(request.body));
+            let actual = hex::encode(crate::digest::sha256(&[request.body]));
             if !bool::from(
                 actual
                     .as_bytes()
@@ -131,7 +130,7 @@ impl Scheme for Twilio {
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, delivery_id: &str) -> Option<Signed> {
         let is_json = serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
         let (query, params) = if is_json {
-            let hash = hex::encode(Sha256::digest(body));
+            let hash = hex::encode(crate::digest::sha256(&[body]));
             (Some(format!("{BODY_HASH}={hash}")), Vec::new())
         } else {
             (None, sorted_params(body))

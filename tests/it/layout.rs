@@ -103,7 +103,7 @@ fn the_dependency_rules_hold() {
         "time",
         "shutdown",
         "logwriter",
-        "dedup",
+        "digest",
         "notify",
         "fault",
         "panics",
@@ -112,14 +112,16 @@ fn the_dependency_rules_hold() {
     }
     // The log line's format takes only the calendar maths of `time`.
     only("logline", &["time"]);
-    only("verify", &["dedup"]);
+    // Hashing is a leaf that the dedup rules, the verifiers and the store share.
+    only("dedup", &["digest"]);
+    only("verify", &["dedup", "digest"]);
     // The store takes nothing of the pipeline but the verifier's proof.
-    only("store", &["verify", "fault"]);
+    only("store", &["verify", "fault", "digest"]);
     // Metrics is a sink of label strings: the reserved endpoint label, the queue figures.
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify"]);
     // The status page reads and replays through the store's handle, nothing of the pipeline.
-    only("status", &["store", "time", "verify"]);
+    only("status", &["store", "time", "verify", "digest"]);
     assert!(
         !deps("ingest").contains("forward"),
         "ingest imports forward"

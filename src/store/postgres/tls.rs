@@ -17,7 +17,6 @@ use std::task::{Context, Poll};
 
 use rustls::ClientConfig;
 use rustls::pki_types::ServerName;
-use sha2::Digest;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect};
 use tokio_rustls::TlsConnector;
@@ -150,11 +149,11 @@ fn server_end_point(der: &[u8]) -> Option<Vec<u8>> {
     ];
     let oid = signature_algorithm(der)?;
     if SHA256.contains(&oid) {
-        Some(sha2::Sha256::digest(der).to_vec())
+        Some(crate::digest::sha256(&[der]).to_vec())
     } else if SHA384.contains(&oid) {
-        Some(sha2::Sha384::digest(der).to_vec())
+        Some(crate::digest::sha384(der))
     } else if SHA512.contains(&oid) {
-        Some(sha2::Sha512::digest(der).to_vec())
+        Some(crate::digest::sha512(der))
     } else {
         None
     }
@@ -195,6 +194,8 @@ fn element(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use sha2::Digest;
 
     #[test]
     fn the_end_point_hash_follows_the_signature_algorithm() {
