@@ -628,6 +628,8 @@ mod tests {
         let db = Db {
             conn: open(&path).unwrap(),
         };
+        // And writes a status without a temporary b-tree (schema 8).
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
         let version: i64 = db
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -798,6 +800,8 @@ mod tests {
         let db = Db {
             conn: open(&path).unwrap(),
         };
+        // And writes a status without a temporary b-tree (schema 8).
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
         for (id, status, attempts, next, error, _) in states {
             let event = db.event(id).unwrap().unwrap();
             assert_eq!(
@@ -924,6 +928,8 @@ mod tests {
         let db = Db {
             conn: open(&path).unwrap(),
         };
+        // And writes a status without a temporary b-tree (schema 8).
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
         let version: i64 = db
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -1114,7 +1120,7 @@ mod status_checks {
         ("the roll-up", ROLL_UP),
     ];
 
-    fn assert_no_temporary_b_tree(conn: &Connection) {
+    pub(super) fn assert_no_temporary_b_tree(conn: &Connection) {
         for (what, sql) in STATUS_WRITES {
             assert_eq!(temporary_b_trees(conn, sql), 0, "{what}: {sql}");
         }
