@@ -278,6 +278,23 @@ pub(super) const NEXT_DUE: &str = "SELECT next_attempt_at FROM deliveries \
 pub(super) const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
      INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL \
      AND status IN ('pending', 'delivering') GROUP BY endpoint, route";
+/// Claims one delivery (?1, ?2) for an attempt. Its number is read by [`ATTEMPTS`] after it,
+/// not with `RETURNING`: SQLite gathers a `RETURNING` statement's rows in a temporary b-tree
+/// built for each run (as the IN list of a CHECK before schema 8), where reading the row just
+/// written back is one look-up in a page already in the cache.
+pub(super) const CLAIM: &str = "UPDATE deliveries SET status = 'delivering', \
+     attempts = attempts + 1 WHERE event_id = ?1 AND route = ?2";
+/// A delivery's attempts so far.
+pub(super) const ATTEMPTS: &str =
+    "SELECT attempts FROM deliveries WHERE event_id = ?1 AND route = ?2";
+/// A failed attempt with another to come, at ?3; only a delivery still being delivered.
+pub(super) const RETRY: &str = "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3, \
+     last_error = ?4, finished_at = NULL, delivered_ms = NULL \
+     WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'";
+/// The last attempt of a delivery still being delivered: its status (?3, delivered or dead).
+pub(super) const FINISH: &str = "UPDATE deliveries SET status = ?3, last_error = ?4, \
+     finished_at = ?5, delivered_ms = ?6 \
+     WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'";
 /// Takes one event's finished deliveries (?1) out of the queue index, with the roll-up.
 pub(super) const CLEAR_FINISHED: &str = "UPDATE deliveries SET next_attempt_at = NULL \
      WHERE event_id = ?1 AND next_attempt_at IS NOT NULL AND status IN ('delivered', 'dead')";
@@ -378,17 +395,16 @@ pub(super) fn claim_due(
             .query_map(params![endpoint, route, now_ms, limit as i64], |r| r.get(0))?
             .collect::<rusqlite::Result<_>>()?,
     };
-    let mut claim = conn.prepare_cached(
-        "UPDATE deliveries SET status = 'delivering', attempts = attempts + 1 \
-         WHERE event_id = ?1 AND route = ?2 RETURNING attempts",
-    )?;
+    let mut claim = conn.prepare_cached(CLAIM)?;
+    let mut attempts = conn.prepare_cached(ATTEMPTS)?;
     let mut event = conn.prepare_cached(
         "SELECT dedup_key, event_type, content_type, received_at, headers, body, codec \
          FROM events JOIN payloads ON event_id = id WHERE id = ?1",
     )?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
-        let attempt: u32 = claim.query_row(params![id, route], |r| r.get(0))?;
+        claim.execute(params![id, route])?;
+        let attempt: u32 = attempts.query_row(params![id, route], |r| r.get(0))?;
         let (mut delivery, stored, codec) = event.query_row([id], |r| {
             let delivery = Delivery {
                 event_id: id,
@@ -498,23 +514,14 @@ pub(super) fn record_attempt(
     // clears it: setting it here would rewrite a page of the queue index per delivery.
     let moved = match after {
         AfterAttempt::RetryAt { at_ms, error } => conn
-            .prepare_cached(
-                "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3, \
-                 last_error = ?4, finished_at = NULL, delivered_ms = NULL \
-                 WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
-            )?
+            .prepare_cached(RETRY)?
             .execute(params![event_id, route, at_ms, error])?,
         AfterAttempt::Delivered | AfterAttempt::Dead { .. } => {
             let (status, delivered_ms) = match after {
                 AfterAttempt::Delivered => (Status::Delivered, Some(attempt.duration_ms)),
                 _ => (Status::Dead, None),
             };
-            conn.prepare_cached(
-                "UPDATE deliveries SET status = ?3, last_error = ?4, finished_at = ?5, \
-                 delivered_ms = ?6 \
-                 WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'",
-            )?
-            .execute(params![
+            conn.prepare_cached(FINISH)?.execute(params![
                 event_id,
                 route,
                 status.as_str(),

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 7;
+pub(super) const SCHEMA_VERSION: i64 = 8;
 
 /// The schema of a new file.
 ///
@@ -37,7 +37,8 @@ CREATE TABLE events (
     payload_bytes   INTEGER NOT NULL,   -- length of headers + body, for pruning reports
     received_at     INTEGER NOT NULL,   -- unix milliseconds
     status          TEXT    NOT NULL    -- the roll-up of its deliveries (below)
-        CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored')),
+        CONSTRAINT events_status CHECK (status = 'pending' OR status = 'delivering'
+            OR status = 'delivered' OR status = 'dead' OR status = 'stored'),
     finished_at     INTEGER,            -- when its last delivery finished
     client_cert     TEXT                -- the verified TLS client certificate's subject
 );
@@ -77,7 +78,8 @@ CREATE TABLE deliveries (
     route           TEXT    NOT NULL,
     endpoint        TEXT    NOT NULL,
     status          TEXT    NOT NULL
-        CHECK (status IN ('pending', 'delivering', 'delivered', 'dead')),
+        CONSTRAINT deliveries_status CHECK (status = 'pending' OR status = 'delivering'
+            OR status = 'delivered' OR status = 'dead'),
     attempts        INTEGER NOT NULL DEFAULT 0,
     next_attempt_at INTEGER,            -- unix milliseconds, while pending
     last_error      TEXT,
@@ -221,6 +223,37 @@ const V6_TO_V7: &str = "
 ALTER TABLE payloads ADD COLUMN codec INTEGER NOT NULL DEFAULT 0;
 ";
 
+/// One CHECK of version 8, as versions 1-7 spelled it and as [`SCHEMA`] and [`DELIVERIES`]
+/// spell it now.
+struct Respelled {
+    table: &'static str,
+    before: &'static str,
+    after: &'static str,
+}
+
+/// Version 8: the status CHECKs of `events` and `deliveries` without `IN`. SQLite evaluates
+/// `status IN (a list of more than two constants)` by building a temporary b-tree of the list
+/// once per statement run: some 10,700 instructions for every insert, claim and record that
+/// writes a status (bench/PROFILE.md). The same values as a chain of `=` ... `OR` are a few
+/// comparisons. The set is the same, and so is NULL (which only `NOT NULL` refuses, as
+/// before), so no row can break the new constraint: the upgrade edits the tables' text in
+/// `sqlite_schema` ([`respell_checks`]) and rewrites no row. The constraints are named, so a
+/// later change can drop one with `ALTER TABLE ... DROP CONSTRAINT`.
+const V7_TO_V8: [Respelled; 2] = [
+    Respelled {
+        table: "events",
+        before: "CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored'))",
+        after: "CONSTRAINT events_status CHECK (status = 'pending' OR status = 'delivering'
+            OR status = 'delivered' OR status = 'dead' OR status = 'stored')",
+    },
+    Respelled {
+        table: "deliveries",
+        before: "CHECK (status IN ('pending', 'delivering', 'delivered', 'dead'))",
+        after: "CONSTRAINT deliveries_status CHECK (status = 'pending' OR status = 'delivering'
+            OR status = 'delivered' OR status = 'dead')",
+    },
+];
+
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -315,7 +348,14 @@ fn migrate(conn: &Connection, upgrade: Upgrade) -> rusqlite::Result<()> {
         ));
     }
     let started = std::time::Instant::now();
-    if version >= 1 {
+    if version >= 6 {
+        // Versions 7 and 8 change definitions only: no row is read or written.
+        tracing::info!(
+            from = version,
+            to = SCHEMA_VERSION,
+            "upgrading the database schema"
+        );
+    } else if version >= 1 {
         // An upgrade rewrites the events table: say so, since it holds up the start.
         let events: i64 = conn.query_row("SELECT count(*) FROM events", [], |r| r.get(0))?;
         tracing::info!(
@@ -382,8 +422,82 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         // A new file too: the body's codec.
         tx.execute_batch(V6_TO_V7)?;
     }
+    if (1..8).contains(&version) {
+        // A new file has them already (SCHEMA, DELIVERIES), as has a file whose `deliveries`
+        // came with this build's DELIVERIES (an upgrade from before version 4).
+        respell_checks(&tx)?;
+    }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
+}
+
+/// Version 8's step ([`V7_TO_V8`]): each table's CHECK replaced in its `CREATE TABLE` text,
+/// by SQLite's documented procedure for a change that leaves the stored rows valid
+/// (<https://www.sqlite.org/lang_altertable.html>, "Making Other Kinds Of Table Schema
+/// Changes"): in the upgrade's transaction, `writable_schema` on, the text updated, the
+/// schema cookie (`schema_version`) moved on so every connection to the file parses it again,
+/// `writable_schema` off with the schema reloaded (`RESET`), which parses the new text here
+/// before anything commits. Defensive mode would refuse the edit, so it is off for the step,
+/// then as it was. A table whose text has neither spelling (not a file portaria made) keeps
+/// its own constraint, with a warning: the step is for speed, not for what a row may hold.
+fn respell_checks(conn: &Connection) -> rusqlite::Result<()> {
+    let mut edits = Vec::new();
+    for check in &V7_TO_V8 {
+        let sql: String = conn.query_row(
+            "SELECT sql FROM sqlite_schema WHERE type = 'table' AND name = ?1",
+            [check.table],
+            |r| r.get(0),
+        )?;
+        if sql.matches(check.before).count() == 1 {
+            edits.push((check.table, sql.replacen(check.before, check.after, 1)));
+        } else if !sql.contains(check.after) {
+            tracing::warn!(
+                table = check.table,
+                "the table's status CHECK is not one portaria wrote; it is kept as it is"
+            );
+        }
+    }
+    if edits.is_empty() {
+        return Ok(());
+    }
+    use rusqlite::config::DbConfig::SQLITE_DBCONFIG_DEFENSIVE;
+    let defensive = conn.db_config(SQLITE_DBCONFIG_DEFENSIVE)?;
+    if defensive {
+        conn.set_db_config(SQLITE_DBCONFIG_DEFENSIVE, false)?;
+    }
+    let edited = edit_schema(conn, &edits);
+    if defensive {
+        conn.set_db_config(SQLITE_DBCONFIG_DEFENSIVE, true)?;
+    }
+    edited
+}
+
+/// Replaces each (table, text) in `sqlite_schema` (the caller's transaction), then makes
+/// SQLite parse the schema again.
+fn edit_schema(conn: &Connection, edits: &[(&str, String)]) -> rusqlite::Result<()> {
+    let cookie: i32 = conn.query_row("PRAGMA schema_version", [], |r| r.get(0))?;
+    conn.execute_batch("PRAGMA writable_schema = ON")?;
+    let written = edits.iter().try_for_each(|(table, sql)| {
+        conn.execute(
+            "UPDATE sqlite_schema SET sql = ?2 WHERE type = 'table' AND name = ?1",
+            rusqlite::params![table, sql],
+        )
+        .map(drop)
+    });
+    let bumped = written.and_then(|()| {
+        conn.execute_batch(&format!(
+            "PRAGMA schema_version = {}",
+            cookie.wrapping_add(1)
+        ))
+    });
+    // Off whatever happened, with the schema read again from the (edited) table.
+    conn.execute_batch("PRAGMA writable_schema = RESET")?;
+    bumped?;
+    // The new text parses: a statement on each table is prepared against it.
+    for (table, _) in edits {
+        conn.prepare(&format!("SELECT status FROM {table} LIMIT 0"))?;
+    }
+    Ok(())
 }
 
 /// Computes `dedup_hash` for every row (rows of a file from before version 3).
@@ -514,6 +628,8 @@ mod tests {
         let db = Db {
             conn: open(&path).unwrap(),
         };
+        // And writes a status without a temporary b-tree (schema 8).
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
         let version: i64 = db
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -684,6 +800,8 @@ mod tests {
         let db = Db {
             conn: open(&path).unwrap(),
         };
+        // And writes a status without a temporary b-tree (schema 8).
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
         for (id, status, attempts, next, error, _) in states {
             let event = db.event(id).unwrap().unwrap();
             assert_eq!(
@@ -810,6 +928,8 @@ mod tests {
         let db = Db {
             conn: open(&path).unwrap(),
         };
+        // And writes a status without a temporary b-tree (schema 8).
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
         let version: i64 = db
             .conn
             .query_row("PRAGMA user_version", [], |r| r.get(0))
@@ -896,17 +1016,14 @@ mod tests {
     fn a_file_from_before_version_7_gains_the_codec_and_keeps_its_raw_bodies_readable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
-        // The file of the version before: today's schema without version 7's column (so it
-        // is whatever version 6 is, or 5 where 6 is not there yet: 7's step needs nothing of
-        // 6), holding a body that would be deflated now, stored raw as every body was.
+        // The file of the version before: today's schema without version 7's column, marked
+        // version 6 (7's step needs nothing of 6; 8's finds its CHECKs there already),
+        // holding a body that would be deflated now, stored raw as every body was.
         let body = super::super::fixtures::charge_paid();
         {
             let v5 = open(&path).unwrap();
-            v5.execute_batch(&format!(
-                "ALTER TABLE payloads DROP COLUMN codec; PRAGMA user_version = {};",
-                SCHEMA_VERSION - 1
-            ))
-            .unwrap();
+            v5.execute_batch("ALTER TABLE payloads DROP COLUMN codec; PRAGMA user_version = 6;")
+                .unwrap();
             v5.execute(
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (3, 'pagarme', 'old', ?1, ?2, 1, 'stored')",
@@ -923,8 +1040,7 @@ mod tests {
             .unwrap();
         }
         let refused = Db::open(&path).err().expect("refused").to_string();
-        let older = format!("schema version {} is older", SCHEMA_VERSION - 1);
-        assert!(refused.contains(&older), "{refused}");
+        assert!(refused.contains("schema version 6 is older"), "{refused}");
         let db = Db {
             conn: open(&path).unwrap(),
         };
@@ -966,5 +1082,335 @@ mod tests {
                 .collect()
         };
         assert_eq!(columns(&db.conn), columns(&fresh.conn));
+    }
+}
+
+#[cfg(test)]
+mod status_checks {
+    //! Version 8: the status CHECKs without a temporary b-tree, on a new file and on a real
+    //! version 7 file (`tests/fixtures/schema_v7.sql`) upgraded in place.
+
+    use super::super::fixtures::{new_event, temp_db};
+    use super::super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW, insert_event};
+    use super::super::queue::{CLAIM, FINISH, RETRY, ROLL_UP};
+    use super::super::{Db, Inserted};
+    use super::*;
+
+    /// The whole schema of a version 7 file, each statement as such a file holds it.
+    const SCHEMA_V7: &str = include_str!("../../tests/fixtures/schema_v7.sql");
+
+    /// How many temporary b-trees the program of `sql` opens.
+    fn temporary_b_trees(conn: &Connection, sql: &str) -> usize {
+        let mut explain = conn.prepare(&format!("EXPLAIN {sql}")).unwrap();
+        let mut rows = explain.raw_query();
+        let mut n = 0;
+        while let Some(row) = rows.next().unwrap() {
+            n += usize::from(row.get::<_, String>(1).unwrap() == "OpenEphemeral");
+        }
+        n
+    }
+
+    /// Every statement of intake, the claim, the record and the roll-up that writes a status.
+    const STATUS_WRITES: [(&str, &str); 6] = [
+        ("intake's barrier", INSERT_UNLESS_KNOWN),
+        ("a delivery row", INSERT_DELIVERY),
+        ("the claim", CLAIM),
+        ("a retry", RETRY),
+        ("the last attempt", FINISH),
+        ("the roll-up", ROLL_UP),
+    ];
+
+    pub(super) fn assert_no_temporary_b_tree(conn: &Connection) {
+        for (what, sql) in STATUS_WRITES {
+            assert_eq!(temporary_b_trees(conn, sql), 0, "{what}: {sql}");
+        }
+    }
+
+    /// Every status each table allows goes in; another, or none, does not, on insert or
+    /// update. Leaves nothing behind.
+    fn assert_status_checked(conn: &Connection) {
+        let tx =
+            rusqlite::Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Deferred)
+                .unwrap();
+        let event = |status: Option<&str>| {
+            tx.execute(
+                "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, \
+                 received_at, status) VALUES ('checked', 'k', 0, 0, 0, ?1)",
+                [status],
+            )
+        };
+        for status in ["pending", "delivering", "delivered", "dead", "stored"] {
+            event(Some(status)).unwrap();
+        }
+        let id = tx.last_insert_rowid();
+        let delivery = |route: &str, status: Option<&str>| {
+            tx.execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status) \
+                 VALUES (?1, ?2, 'checked', ?3)",
+                rusqlite::params![id, route, status],
+            )
+        };
+        for status in ["pending", "delivering", "delivered", "dead"] {
+            delivery(status, Some(status)).unwrap();
+        }
+        let refused = |result: rusqlite::Result<usize>, why: &str| {
+            let err = result.expect_err(why).to_string();
+            assert!(err.contains(why), "{err}");
+        };
+        let check = "CHECK constraint failed: events_status";
+        refused(event(Some("sent")), check);
+        refused(event(Some("")), check);
+        refused(event(Some("Pending")), check);
+        refused(event(None), "NOT NULL constraint failed: events.status");
+        refused(
+            tx.execute("UPDATE events SET status = 'sent' WHERE id = ?1", [id]),
+            check,
+        );
+        let check = "CHECK constraint failed: deliveries_status";
+        refused(delivery("x", Some("stored")), check);
+        refused(delivery("x", Some("sent")), check);
+        refused(
+            delivery("x", None),
+            "NOT NULL constraint failed: deliveries.status",
+        );
+        refused(
+            tx.execute(
+                "UPDATE deliveries SET status = 'stored' WHERE event_id = ?1",
+                [id],
+            ),
+            check,
+        );
+        // The barrier's NULL is still how a known key is skipped.
+        tx.execute("UPDATE events SET dedup_hash = 7 WHERE id = ?1", [id])
+            .unwrap();
+        let barrier = |key: &str| {
+            tx.execute(
+                INSERT_UNLESS_KNOWN,
+                rusqlite::params![
+                    "checked",
+                    key,
+                    7,
+                    None::<String>,
+                    None::<String>,
+                    0,
+                    1,
+                    "stored",
+                    NO_WINDOW,
+                    None::<String>,
+                    None::<String>
+                ],
+            )
+            .unwrap()
+        };
+        assert_eq!(barrier("k"), 0, "a known key: ignored, not refused");
+        assert_eq!(barrier("other"), 1);
+        tx.rollback().unwrap();
+    }
+
+    #[test]
+    fn a_new_file_writes_a_status_without_a_temporary_b_tree_and_still_checks_it() {
+        let (_dir, db) = temp_db();
+        assert_no_temporary_b_tree(&db.conn);
+        assert_status_checked(&db.conn);
+    }
+
+    /// A version 7 file at `path`, as that version made it, with an event in every status and
+    /// a delivery in every status of its own.
+    fn version_7_file(path: &Path) -> Connection {
+        let v7 = Connection::open(path).unwrap();
+        v7.execute_batch(
+            "PRAGMA page_size = 1024; PRAGMA auto_vacuum = INCREMENTAL; \
+             PRAGMA journal_mode = WAL;",
+        )
+        .unwrap();
+        v7.execute_batch(SCHEMA_V7).unwrap();
+        for (id, status) in [
+            (1, "pending"),
+            (2, "delivering"),
+            (3, "delivered"),
+            (4, "dead"),
+            (5, "stored"),
+        ] {
+            let key = format!("k{id}");
+            v7.execute(
+                "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
+                 received_at, status) VALUES (?1, 'shop', ?2, ?3, 2, ?1, ?4)",
+                rusqlite::params![id, key, super::super::dedup_hash("shop", &key), status],
+            )
+            .unwrap();
+            v7.execute(
+                "INSERT INTO payloads (event_id, headers, body) VALUES (?1, x'', x'7b7d')",
+                [id],
+            )
+            .unwrap();
+            if status != "stored" {
+                v7.execute(
+                    "INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
+                     next_attempt_at) VALUES (?1, 'default', 'shop', ?2, 1, ?1)",
+                    rusqlite::params![id, status],
+                )
+                .unwrap();
+            }
+        }
+        v7
+    }
+
+    /// Every row of `events` and `deliveries`.
+    fn rows(conn: &Connection) -> Vec<String> {
+        conn.prepare(
+            "SELECT 'e ' || id || ' ' || status FROM events \
+             UNION ALL SELECT 'd ' || event_id || ' ' || route || ' ' || status || ' ' || \
+             attempts || ' ' || next_attempt_at FROM deliveries ORDER BY 1",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    /// (type, name, sql) of every schema object, or its root page.
+    fn schema(conn: &Connection, column: &str) -> Vec<(String, String, Option<String>)> {
+        conn.prepare(&format!(
+            "SELECT type, name, CAST({column} AS TEXT) FROM sqlite_schema ORDER BY name"
+        ))
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+    }
+
+    fn pragma_i64(conn: &Connection, pragma: &str) -> i64 {
+        conn.query_row(&format!("PRAGMA {pragma}"), [], |r| r.get(0))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_version_7_file_gets_the_new_checks_in_place_with_its_rows_and_pages_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let v7 = version_7_file(&path);
+        // The cost this version removes: the old CHECK's list, built per insert.
+        assert!(temporary_b_trees(&v7, INSERT_UNLESS_KNOWN) > 0);
+        let before = rows(&v7);
+        assert_eq!(before.len(), 9);
+        let roots = schema(&v7, "rootpage");
+        let cookie = pragma_i64(&v7, "schema_version");
+        // `v7` stays open, its schema read: a process that had the file open (a command
+        // refused by the upgrade, say) must not go on with the old one.
+        let refused = Db::open(&path).err().expect("refused").to_string();
+        assert!(refused.contains("schema version 7 is older"), "{refused}");
+
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        assert_eq!(pragma_i64(&db.conn, "user_version"), SCHEMA_VERSION);
+        assert!(pragma_i64(&db.conn, "schema_version") > cookie);
+        let ok: String = db
+            .conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(ok, "ok");
+        // Nothing rebuilt: every table and index is where it was, every row as it was.
+        assert_eq!(schema(&db.conn, "rootpage"), roots);
+        assert_eq!(rows(&db.conn), before);
+        // The schema is a new file's, word for word.
+        let (_fresh_dir, fresh) = temp_db();
+        assert_eq!(schema(&db.conn, "sql"), schema(&fresh.conn, "sql"));
+        assert_no_temporary_b_tree(&db.conn);
+        assert_status_checked(&db.conn);
+        // The connection open since before reads the new schema too: its next statement sees
+        // the schema cookie moved and parses it again (EXPLAIN alone runs nothing).
+        assert_eq!(rows(&v7), before);
+        assert_no_temporary_b_tree(&v7);
+        // And the barrier still holds the old keys.
+        assert_eq!(
+            insert_event(&db.conn, &new_event("shop", "k4")).unwrap(),
+            Inserted::Duplicate(4)
+        );
+        assert!(matches!(
+            insert_event(&db.conn, &new_event("shop", "k6")).unwrap(),
+            Inserted::New(_)
+        ));
+    }
+
+    #[test]
+    fn the_upgrade_edits_the_schema_on_a_connection_in_defensive_mode_and_leaves_it_on() {
+        use rusqlite::config::DbConfig::SQLITE_DBCONFIG_DEFENSIVE;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        drop(version_7_file(&path));
+        let conn = Connection::open(&path).unwrap();
+        conn.set_db_config(SQLITE_DBCONFIG_DEFENSIVE, true).unwrap();
+        migrate(&conn, Upgrade::Allowed).unwrap();
+        assert!(conn.db_config(SQLITE_DBCONFIG_DEFENSIVE).unwrap());
+        assert_eq!(pragma_i64(&conn, "user_version"), SCHEMA_VERSION);
+        assert_no_temporary_b_tree(&conn);
+    }
+
+    #[test]
+    fn a_check_portaria_did_not_write_is_kept_and_the_rest_upgraded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        {
+            // A file whose events table someone made with a CHECK of their own.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(&SCHEMA_V7.replace(
+                V7_TO_V8[0].before,
+                "CHECK (status IN ('pending', 'delivering', 'delivered', 'dead', 'stored', 'x'))",
+            ))
+            .unwrap();
+        }
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        assert_eq!(pragma_i64(&db.conn, "user_version"), SCHEMA_VERSION);
+        let sql = |table: &str| -> String {
+            db.conn
+                .query_row(
+                    "SELECT sql FROM sqlite_schema WHERE name = ?1",
+                    [table],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        assert!(
+            sql("events").contains("'stored', 'x'))"),
+            "{}",
+            sql("events")
+        );
+        assert!(sql("deliveries").contains(V7_TO_V8[1].after));
+        assert_eq!(temporary_b_trees(&db.conn, INSERT_DELIVERY), 0);
+    }
+
+    #[test]
+    fn a_schema_edit_that_does_not_parse_is_rolled_back_and_the_file_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        drop(version_7_file(&path));
+        let conn = Connection::open(&path).unwrap();
+        let tx =
+            rusqlite::Transaction::new_unchecked(&conn, rusqlite::TransactionBehavior::Immediate)
+                .unwrap();
+        let broken = [(
+            "events",
+            "CREATE TABLE events (id INTEGER PRIMARY KEY,".to_string(),
+        )];
+        let err = edit_schema(&tx, &broken).expect_err("refused").to_string();
+        assert!(err.contains("malformed database schema"), "{err}");
+        tx.rollback().unwrap();
+        // Off again, and the file as it was: still version 7, and it upgrades.
+        let writable: bool = conn
+            .query_row("PRAGMA writable_schema", [], |r| r.get(0))
+            .unwrap();
+        assert!(!writable);
+        assert_eq!(rows(&conn).len(), 9);
+        drop(conn);
+        let db = Db {
+            conn: open(&path).unwrap(),
+        };
+        assert_eq!(pragma_i64(&db.conn, "user_version"), SCHEMA_VERSION);
+        assert_eq!(rows(&db.conn).len(), 9);
     }
 }

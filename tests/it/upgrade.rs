@@ -1,8 +1,10 @@
-//! Schema upgrades under the real server: a file of the previous version (5), made with that
-//! version's own DDL (`tests/fixtures/schema_v5.sql`), is upgraded when `serve` starts, and
-//! what it held waiting is delivered to a real local HTTP target: the fresh delivery, and the
-//! one a crash cut off (as an interrupted attempt, then delivered). New events go as well, and
-//! the finished deliveries leave the queue index (the worker's batched roll-up clears them).
+//! Schema upgrades under the real server: a file of version 5, made with that version's own
+//! DDL (`tests/fixtures/schema_v5.sql`), is upgraded when `serve` starts, and what it held
+//! waiting is delivered to a real local HTTP target: the fresh delivery, and the one a crash
+//! cut off (as an interrupted attempt, then delivered). New events go as well, and the finished
+//! deliveries leave the queue index (the worker's batched roll-up clears them). A file of
+//! version 7 (`tests/fixtures/schema_v7.sql`) gets version 8's status CHECKs in place: its
+//! schema becomes a new file's, word for word, and its rows stay where they were.
 
 use std::time::Duration;
 
@@ -11,6 +13,7 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(20);
 
 const SCHEMA_V5: &str = include_str!("../fixtures/schema_v5.sql");
+const SCHEMA_V7: &str = include_str!("../fixtures/schema_v7.sql");
 
 /// (event id, delivery status, attempts) in the v5 file: waiting, cut off mid-attempt, done.
 const ROWS: [(i64, &str, u32); 3] = [(1, "pending", 0), (2, "delivering", 1), (3, "delivered", 1)];
@@ -55,7 +58,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 7, "upgraded to the current schema");
+    assert_eq!(version, 8, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -101,5 +104,116 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     })
     .await;
     assert_eq!(target.count(), 3, "each once");
+    server.stop().await;
+}
+
+/// Every schema object's (type, name, text), or its root page for the text.
+fn schema(db: &rusqlite::Connection, column: &str) -> Vec<(String, String, Option<String>)> {
+    db.prepare(&format!(
+        "SELECT type, name, CAST({column} AS TEXT) FROM sqlite_schema ORDER BY name"
+    ))
+    .unwrap()
+    .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+#[tokio::test]
+async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let v7 = rusqlite::Connection::open(&db).unwrap();
+    v7.execute_batch(
+        "PRAGMA page_size = 1024; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;",
+    )
+    .unwrap();
+    v7.execute_batch(SCHEMA_V7).unwrap();
+    // Waiting, delivered, stored (no route took it).
+    for (id, status) in [(1, "pending"), (2, "delivered"), (3, "stored")] {
+        v7.execute(
+            "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
+             received_at, status) VALUES (?1, 'pagarme', ?2, ?1, 2, ?3, ?4)",
+            rusqlite::params![id, format!("old-{id}"), now_secs() * 1000, status],
+        )
+        .unwrap();
+        v7.execute(
+            "INSERT INTO payloads (event_id, headers, body, codec) VALUES (?1, x'', ?2, 0)",
+            rusqlite::params![id, format!("{{\"old\":{id}}}").into_bytes()],
+        )
+        .unwrap();
+        if status != "stored" {
+            v7.execute(
+                "INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
+                 next_attempt_at, finished_at) VALUES (?1, 'default', 'pagarme', ?2, \
+                 ?1 - 1, CASE WHEN ?2 = 'pending' THEN 0 END, \
+                 CASE WHEN ?2 = 'delivered' THEN 1 END)",
+                rusqlite::params![id, status],
+            )
+            .unwrap();
+        }
+    }
+    let roots = schema(&v7, "rootpage");
+    drop(v7);
+
+    let target = Target::start(vec![200]).await;
+    let forward = format!("forward = {{ url = \"http://{}/in\" }}", target.addr);
+    let text = base_config(&db, "", &forward);
+    let server = TestServer::start_with(dir, db, &text).await;
+    let version: i64 = server.one("PRAGMA user_version");
+    assert_eq!(version, 8);
+    let check: String = server.one("PRAGMA integrity_check");
+    assert_eq!(check, "ok");
+    // In place: every table and index on the pages it had. And a new file's schema exactly.
+    assert_eq!(schema(&server.db(), "rootpage"), roots);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = fresh_dir.path().join("fresh.db");
+    drop(portaria::store::Db::open(&fresh).unwrap());
+    assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
+
+    // What it held waiting goes, and a new event after it.
+    eventually(WAIT, "the waiting delivery delivered", || {
+        target.count() == 1
+    })
+    .await;
+    assert_eq!(
+        target.seen.lock().unwrap()[0].body,
+        br#"{"old":1}"#.to_vec()
+    );
+    let reply = post_pagarme(server.addr, &payment_body(7)).await;
+    assert_eq!(reply.status, 200);
+    eventually(WAIT, "the new event delivered", || target.count() == 2).await;
+    eventually(WAIT, "every event rolled up", || {
+        server.one::<i64>("SELECT count(*) FROM events WHERE status IN ('pending', 'delivering')")
+            == 0
+    })
+    .await;
+    let statuses: Vec<String> = server
+        .db()
+        .prepare("SELECT status FROM events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(statuses, ["delivered", "delivered", "stored", "delivered"]);
+
+    // The constraint still holds on the upgraded file.
+    let refused = server
+        .db()
+        .execute("UPDATE events SET status = 'sent' WHERE id = 3", [])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        refused.contains("CHECK constraint failed: events_status"),
+        "{refused}"
+    );
+    let refused = server
+        .db()
+        .execute("UPDATE deliveries SET status = NULL WHERE event_id = 1", [])
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("NOT NULL constraint failed"), "{refused}");
+    assert_eq!(target.count(), 2, "each once");
     server.stop().await;
 }
