@@ -37,8 +37,8 @@ pub fn describe(event_type_header: Option<&str>, headers: &HeaderMap, body: &[u8
         ..Found::default()
     };
     let read = serde_json::Deserializer::from_slice(body).deserialize_map(Top(&mut found));
-    // The end of the object or the early stop; anything else is a body that is not JSON (or
-    // not an object) before the point the stop would have come.
+    // The end of the object, or the early stop (which may end in an error: `Found::stop`);
+    // any other error is a body that is not JSON, or not an object, before the stop point.
     if read.is_err() && !found.stopped {
         found = Found::default();
     }
@@ -72,10 +72,13 @@ impl Found {
             || (self.kind.is_some() && self.event.is_some())
     }
 
-    /// Ends the parse: everything wanted is found.
-    fn stop<E: de::Error>(&mut self) -> Result<(), E> {
+    /// Ends the parse: everything wanted is found. A visitor returns from the middle of its
+    /// object, and serde_json's check for the object's end fails it: a syntax error, cheaper
+    /// than one of ours (`de::Error::custom` searches its message for a position), and never
+    /// shown.
+    fn stop<E>(&mut self) -> Result<(), E> {
         self.stopped = true;
-        Err(E::custom("describe: found what it reads"))
+        Ok(())
     }
 }
 
@@ -233,7 +236,14 @@ impl<'de> Visitor<'de> for ScalarValue {
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-        Ok((!s.is_empty()).then(|| s.chars().take(MAX_CHARS).collect()))
+        // One allocation of the kept prefix (`collect` of the chars would grow it char by char).
+        let end = s
+            .char_indices()
+            .nth(MAX_CHARS)
+            .map_or(s.len(), |(at, _)| at);
+        Ok(s.get(..end)
+            .filter(|kept| !kept.is_empty())
+            .map(str::to_owned))
     }
 
     fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
