@@ -20,6 +20,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
+mod describe;
+
+pub use describe::{Described, describe};
+
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
@@ -487,49 +491,6 @@ fn log(
 /// resolution, the query string left out), matched exactly against the configured paths.
 pub fn route<'a, E>(endpoints: &'a HashMap<String, E>, target: &http::Uri) -> Option<&'a E> {
     endpoints.get(target.path())
-}
-
-/// What the body says about itself, best effort, for the store and the log line.
-#[derive(Debug, Default)]
-pub struct Described {
-    /// The provider's event-type header, else a top-level `type` or `event`.
-    pub event_type: Option<String>,
-    /// `data.id`, the object the event is about (a charge, an order), when there is one.
-    pub object_id: Option<String>,
-}
-
-/// Reads the event type (from `event_type_header`, the provider's, if it sent it) and the
-/// object id, parsing the body at most once (and not at all when the provider names the type
-/// in a header and the body is not JSON).
-pub fn describe(event_type_header: Option<&str>, headers: &HeaderMap, body: &[u8]) -> Described {
-    #[derive(serde::Deserialize)]
-    struct Data {
-        id: Option<serde_json::Value>,
-    }
-    #[derive(serde::Deserialize)]
-    struct Top {
-        #[serde(rename = "type")]
-        kind: Option<serde_json::Value>,
-        event: Option<serde_json::Value>,
-        data: Option<Data>,
-    }
-    let scalar = |v: serde_json::Value| match v {
-        serde_json::Value::String(s) if !s.is_empty() => Some(s.chars().take(200).collect()),
-        serde_json::Value::Number(n) => Some(n.to_string()),
-        _ => None,
-    };
-    let from_header = event_type_header.and_then(|h| header_text(headers, h));
-    let Ok(top) = serde_json::from_slice::<Top>(body) else {
-        return Described {
-            event_type: from_header,
-            object_id: None,
-        };
-    };
-    Described {
-        event_type: from_header
-            .or_else(|| [top.kind, top.event].into_iter().flatten().find_map(scalar)),
-        object_id: top.data.and_then(|d| d.id).and_then(scalar),
-    }
 }
 
 fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {

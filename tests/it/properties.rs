@@ -309,3 +309,111 @@ fn a_verified_request_never_panics_dedup_or_describe() {
         }
     });
 }
+
+/// A JSON value as a body writes it: objects as member lists, so a name may repeat and members
+/// come in any order.
+#[derive(Clone, Debug)]
+enum Json {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Quarter(i32),
+    Str(String),
+    Array(Vec<Json>),
+    Object(Vec<(String, Json)>),
+}
+
+impl Json {
+    fn write(&self, out: &mut String) {
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Int(n) => out.push_str(&n.to_string()),
+            Json::Quarter(q) => out.push_str(&serde_json::to_string(&(*q as f64 / 4.0)).unwrap()),
+            Json::Str(s) => out.push_str(&serde_json::to_string(s).unwrap()),
+            Json::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    out.push_str(if i > 0 { ", " } else { "" });
+                    item.write(out);
+                }
+                out.push(']');
+            }
+            Json::Object(members) => {
+                out.push('{');
+                for (i, (name, value)) in members.iter().enumerate() {
+                    out.push_str(if i > 0 { ",\n " } else { "" });
+                    out.push_str(&serde_json::to_string(name).unwrap());
+                    out.push(':');
+                    value.write(out);
+                }
+                out.push('}');
+            }
+        }
+    }
+
+    /// The rules of README's "The event type and object id", read off the value itself.
+    fn scalar(&self) -> Option<String> {
+        match self {
+            Json::Str(s) if !s.is_empty() => Some(s.chars().take(200).collect()),
+            Json::Int(n) => Some(n.to_string()),
+            Json::Quarter(q) => Some(serde_json::Number::from_f64(*q as f64 / 4.0)?.to_string()),
+            _ => None,
+        }
+    }
+
+    fn first(&self, name: &str) -> Option<&Json> {
+        match self {
+            Json::Object(members) => members.iter().find(|(n, _)| n == name).map(|(_, v)| v),
+            _ => None,
+        }
+    }
+}
+
+fn json() -> impl Strategy<Value = Json> {
+    let leaf = prop_oneof![
+        Just(Json::Null),
+        any::<bool>().prop_map(Json::Bool),
+        any::<i64>().prop_map(Json::Int),
+        (-4000..4000).prop_map(Json::Quarter),
+        "[a-z.\"\\\\é]{0,6}".prop_map(Json::Str),
+        Just(Json::Str("x".repeat(250))),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        let name = prop_oneof![
+            Just("type".to_string()),
+            Just("event".to_string()),
+            Just("data".to_string()),
+            Just("id".to_string()),
+            "[a-z]{1,3}",
+        ];
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Json::Array),
+            prop::collection::vec((name, inner), 0..6).prop_map(Json::Object),
+        ]
+    })
+}
+
+#[test]
+fn describe_reads_any_json_body_by_its_rules() {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-topic", HeaderValue::from_static("from.header"));
+    proptest!(config(), |(body in json(), tail in "[ -~]{0,8}")| {
+        let (event_type, object_id) = match &body {
+            Json::Object(_) => (
+                body.first("type").and_then(Json::scalar).or_else(|| body.first("event").and_then(Json::scalar)),
+                body.first("data").and_then(|d| d.first("id")).and_then(Json::scalar),
+            ),
+            _ => (None, None),
+        };
+        let mut text = String::new();
+        body.write(&mut text);
+        // Whatever follows the body's value is never read.
+        text.push_str(&tail);
+        let d = describe(None, &headers, text.as_bytes());
+        prop_assert_eq!((&d.event_type, &d.object_id), (&event_type, &object_id), "{}", text);
+        let d = describe(Some("x-topic"), &headers, text.as_bytes());
+        prop_assert_eq!(d.event_type.as_deref(), Some("from.header"));
+        prop_assert_eq!(&d.object_id, &object_id, "{}", text);
+    });
+}
