@@ -16,6 +16,15 @@
 //! The threshold is a trade: a longer log means a page written many times (the hot pages of the
 //! dedup index) is copied to the database once per checkpoint rather than once per commit,
 //! which is most of what an SD card is spared.
+//!
+//! One pass per cycle, and a short tail (issue 17): the hook nudges the thread once when the
+//! log passes the threshold, and again only after the log has started over (or the writer's
+//! tail could not finish it), not after every commit past it: each pass ends with an fsync of
+//! the database file, and passes run back to back made the writer's own tail lose the race
+//! (busy) again and again while they competed with its commits' fsyncs. The thread passes
+//! again while its last pass copied more than [`TAIL_PAGES`] (a busy writer commits about a
+//! thousand pages during a 20 ms pass), so that the writer's tail, which every request in
+//! flight waits for, copies what a short pass let through, not a long one.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,6 +38,14 @@ use super::StoreError;
 /// Log pages (1 KiB each) after which the checkpointer is nudged: 16 MiB of WAL.
 pub const CHECKPOINT_PAGES: i32 = 16384;
 
+/// The thread passes again while its last pass copied more log pages than this, so that the
+/// writer's tail (what was committed during the thread's last pass) is short.
+const TAIL_PAGES: i64 = 256;
+
+/// Passes the thread makes for one nudge at most (a reader's snapshot can hold the copy back
+/// for as long as it lasts; the writer's tail and the next nudge take over then).
+const PASSES_PER_NUDGE: u32 = 4;
+
 /// The writer's end: nudges the checkpointer from the WAL hook, and stops it when dropped.
 pub(super) struct Checkpointer {
     nudge: Option<mpsc::SyncSender<()>>,
@@ -41,6 +58,9 @@ pub(super) struct Checkpointer {
 struct Progress {
     /// Set by the thread after a pass: the writer should copy the rest itself.
     caught_up: AtomicBool,
+    /// The hook may nudge: set while the log is under the threshold, and again when a pass or
+    /// the writer's tail could not copy it all; cleared by the nudge it sends.
+    armed: AtomicBool,
     /// Nudges the hook sent, and the passes the thread ended (one per nudge, failed or not):
     /// equal when no pass is waiting or running.
     nudges: AtomicU64,
@@ -56,12 +76,20 @@ impl Checkpointer {
         conn.execute_batch("PRAGMA synchronous = FULL")?;
         let (nudge, nudged) = mpsc::sync_channel::<()>(1);
         let hook_nudge = nudge.clone();
-        let progress = Arc::new(Progress::default());
+        let progress = Arc::new(Progress {
+            armed: AtomicBool::new(true),
+            ..Progress::default()
+        });
         let hook_progress = progress.clone();
         // Replaces SQLite's own auto-checkpoint (the two share one hook).
         writer.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages: i32| {
-            // Full means a nudge is already waiting: nothing to add.
-            if pages >= CHECKPOINT_PAGES && hook_nudge.try_send(()).is_ok() {
+            if pages < CHECKPOINT_PAGES {
+                // The log started over (or has not reached the threshold yet).
+                hook_progress.armed.store(true, Ordering::Release);
+            } else if hook_progress.armed.swap(false, Ordering::AcqRel)
+                // Full means a nudge is already waiting: nothing to add.
+                && hook_nudge.try_send(()).is_ok()
+            {
                 hook_progress.nudges.fetch_add(1, Ordering::AcqRel);
             }
             Ok(())
@@ -82,10 +110,27 @@ impl Checkpointer {
     /// copies what was committed during it, so that the next transaction starts the log over.
     pub(super) fn finish_pass(&self, writer: &Connection) {
         if self.progress.caught_up.swap(false, Ordering::AcqRel) {
-            let done: rusqlite::Result<i64> =
-                writer.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(0));
-            if let Err(e) = done {
-                tracing::warn!(error = %e, "finishing a checkpoint failed");
+            let started = std::time::Instant::now();
+            let done = pass(writer);
+            if let Ok(p) = &done {
+                let (log, copied, busy) = (p.log, p.copied, p.busy);
+                let us = started.elapsed().as_micros() as u64;
+                tracing::debug!(log, copied, busy, us, "checkpoint tail");
+            }
+            match done {
+                // All copied: the next transaction starts the log over.
+                Ok(Pass {
+                    busy: false,
+                    log,
+                    copied,
+                }) if log == copied => {}
+                // The thread is in a pass, or a reader's snapshot holds the copy back: the
+                // next commit nudges the thread again.
+                Ok(_) => self.progress.armed.store(true, Ordering::Release),
+                Err(e) => {
+                    tracing::warn!(error = %e, "finishing a checkpoint failed");
+                    self.progress.armed.store(true, Ordering::Release);
+                }
             }
         }
     }
@@ -105,20 +150,66 @@ fn run(conn: Connection, nudged: mpsc::Receiver<()>, progress: &Progress) {
     crate::fault::panic_if("panic-checkpoint");
     // Ends when the writer drops its sender (and the hook's clone with `wal_hook(None)`).
     while nudged.recv().is_ok() {
-        let done: rusqlite::Result<(i64, i64, i64)> =
-            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-            });
-        match done {
-            Ok((_, log, copied)) => {
-                tracing::debug!(log, copied, "checkpoint");
-                progress.caught_up.store(true, Ordering::Release);
+        // Pages copied by the pass before: a pass that copies no more than `TAIL_PAGES` was
+        // short, so little can have been committed during it.
+        let mut before = 0;
+        let mut copying = false;
+        for _ in 0..PASSES_PER_NUDGE {
+            copying = false;
+            let started = std::time::Instant::now();
+            match pass(&conn) {
+                Ok(Pass {
+                    busy: false,
+                    log,
+                    copied,
+                }) => {
+                    let us = started.elapsed().as_micros() as u64;
+                    tracing::debug!(log, copied, us, "checkpoint");
+                    copying = true;
+                    // Another pass while the last one copied a lot: the writer committed
+                    // about as much during it, and its tail would copy that.
+                    if copied - before <= TAIL_PAGES {
+                        break;
+                    }
+                    before = copied;
+                }
+                Ok(Pass { busy: true, .. }) => {
+                    // The writer's tail is copying: the next commit nudges again if needed.
+                    progress.armed.store(true, Ordering::Release);
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "checkpoint failed; the next nudge tries again");
+                    progress.armed.store(true, Ordering::Release);
+                    break;
+                }
             }
-            Err(e) => tracing::warn!(error = %e, "checkpoint failed; the next nudge tries again"),
+        }
+        if copying {
+            // The writer copies what was committed during the passes.
+            progress.caught_up.store(true, Ordering::Release);
         }
         progress.passes.fetch_add(1, Ordering::AcqRel);
     }
     let _ = conn.close();
+}
+
+/// What one `PRAGMA wal_checkpoint(PASSIVE)` did: `busy` when another connection was
+/// checkpointing; `log` pages in the WAL, `copied` of them in the database file.
+struct Pass {
+    busy: bool,
+    log: i64,
+    copied: i64,
+}
+
+fn pass(conn: &Connection) -> rusqlite::Result<Pass> {
+    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+        Ok(Pass {
+            busy: r.get::<_, i64>(0)? != 0,
+            log: r.get(1)?,
+            copied: r.get(2)?,
+        })
+    })
 }
 
 #[cfg(test)]
@@ -203,6 +294,134 @@ mod tests {
         checkpointer.stop(&mut conn);
         conn.close().unwrap();
         assert!(!wal.exists(), "closing checkpoints and removes the WAL");
+    }
+
+    /// Commits batches until the log passes the threshold, and waits for the pass it nudged.
+    fn fill_past_the_threshold(conn: &Connection, checkpointer: &Checkpointer, first: u64) -> u64 {
+        let mut batch = first;
+        while checkpointer.progress.nudges.load(Ordering::Acquire) == 0 || batch == first {
+            insert_batch(conn, batch);
+            batch += 1;
+            assert!(batch - first < 1_000, "the log never passed the threshold");
+        }
+        wait_for_the_pass(checkpointer);
+        batch
+    }
+
+    // Each pass fsyncs the database file: commits past the threshold must not each nudge
+    // another pass while the writer has not yet copied the tail and started the log over.
+    #[test]
+    fn the_hook_nudges_once_per_cycle_of_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let mut conn = schema::open(&path).unwrap();
+        let checkpointer = Checkpointer::start(&path, &mut conn).unwrap();
+        let progress = checkpointer.progress.clone();
+        // A reader's snapshot in the log keeps it from starting over (which a commit after a
+        // pass that copied everything would otherwise do by itself).
+        insert_batch(&conn, 0);
+        let reader = Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        let mut batch = fill_past_the_threshold(&conn, &checkpointer, 1);
+        assert_eq!(progress.nudges.load(Ordering::Acquire), 1);
+        // More commits past the threshold, the tail not yet finished: no new nudge.
+        for _ in 0..5 {
+            insert_batch(&conn, batch);
+            batch += 1;
+            wait_for_the_pass(&checkpointer);
+        }
+        assert_eq!(
+            progress.nudges.load(Ordering::Acquire),
+            1,
+            "commits past the threshold nudged again before the log started over"
+        );
+        // The reader done, the writer's tail copies the rest; the next transaction starts the
+        // log over, and the next crossing of the threshold nudges once more.
+        reader.execute_batch("COMMIT").unwrap();
+        checkpointer.finish_pass(&conn);
+        let pages_after = |conn: &Connection| -> i64 {
+            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+                .unwrap()
+        };
+        insert_batch(&conn, batch);
+        batch += 1;
+        assert!(
+            pages_after(&conn) < i64::from(CHECKPOINT_PAGES) / 2,
+            "the log started over"
+        );
+        fill_past_the_threshold_again(&conn, &checkpointer, batch, 2);
+        checkpointer.stop(&mut conn);
+    }
+
+    fn fill_past_the_threshold_again(
+        conn: &Connection,
+        checkpointer: &Checkpointer,
+        mut batch: u64,
+        nudges: u64,
+    ) {
+        let start = batch;
+        while checkpointer.progress.nudges.load(Ordering::Acquire) < nudges {
+            insert_batch(conn, batch);
+            batch += 1;
+            assert!(
+                batch - start < 1_000,
+                "the log never passed the threshold again"
+            );
+        }
+        wait_for_the_pass(checkpointer);
+        assert_eq!(checkpointer.progress.nudges.load(Ordering::Acquire), nudges);
+    }
+
+    // A reader's snapshot holds the copy back: the writer's tail cannot finish the log, so the
+    // hook must be armed again, or the log would grow with no pass ever nudged again (it can
+    // only start over once a pass has copied it all).
+    #[test]
+    fn a_tail_that_cannot_finish_arms_the_next_nudge() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let mut conn = schema::open(&path).unwrap();
+        let checkpointer = Checkpointer::start(&path, &mut conn).unwrap();
+        let progress = checkpointer.progress.clone();
+        // A reader whose snapshot is in the log: nothing committed after it can be copied, and
+        // the log cannot start over while it lasts.
+        insert_batch(&conn, 0);
+        let reader = Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        let batch = fill_past_the_threshold(&conn, &checkpointer, 1);
+        assert_eq!(progress.nudges.load(Ordering::Acquire), 1);
+        checkpointer.finish_pass(&conn);
+        assert!(
+            progress.armed.load(Ordering::Acquire),
+            "an unfinished tail arms the hook again"
+        );
+        insert_batch(&conn, batch);
+        wait_for_the_pass(&checkpointer);
+        assert_eq!(
+            progress.nudges.load(Ordering::Acquire),
+            2,
+            "the next commit past the threshold nudged the thread again"
+        );
+        // Once the reader is done, a pass and the tail finish the log, and it starts over.
+        reader.execute_batch("COMMIT").unwrap();
+        checkpointer.finish_pass(&conn);
+        insert_batch(&conn, batch + 1);
+        wait_for_the_pass(&checkpointer);
+        checkpointer.finish_pass(&conn);
+        insert_batch(&conn, batch + 2);
+        let log: i64 = conn
+            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+            .unwrap();
+        assert!(
+            log < i64::from(CHECKPOINT_PAGES) / 2,
+            "the log started over once the reader was done ({log} pages)"
+        );
+        checkpointer.stop(&mut conn);
     }
 
     #[tokio::test]
