@@ -3,9 +3,10 @@
 //! Every accepted webhook is hashed two or three times (its signature's HMAC, the body's
 //! SHA-256 when that is the provider's dedup key, the dedup hash), and hashing was the
 //! largest share of its instructions. `ring` is in the binary already (rustls's crypto
-//! provider) and hashes in assembly: SHA-NI where the CPU has it, else its vector (x86) or
-//! scalar (ARM) code, which counts 37 % fewer instructions than `sha2`'s portable Rust for a
-//! 900-byte body under callgrind (bench/PROFILE.md). The results are the same bytes: tests
+//! provider) and hashes in assembly, chosen at run time: SHA-NI where the CPU has it, else
+//! AVX or SSSE3 code on x86 (37 % fewer instructions than `sha2`'s portable Rust for a
+//! 900-byte body under callgrind, bench/PROFILE.md), NEON on 32-bit ARM, scalar assembly on a
+//! 64-bit ARM without the crypto extensions. The results are the same bytes: tests
 //! check them against `sha2`/`hmac` and the providers' published vectors.
 //!
 //! A leaf: imports nothing of the crate.
