@@ -308,6 +308,18 @@ mod tests {
         batch
     }
 
+    /// Commits a batch and opens a read transaction on it from another connection: its
+    /// snapshot is in the log until the returned connection commits.
+    fn pin_the_log(conn: &Connection, path: &Path) -> Connection {
+        insert_batch(conn, 0);
+        let reader = Connection::open(path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let _: i64 = reader
+            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
+            .unwrap();
+        reader
+    }
+
     // Each pass fsyncs the database file: commits past the threshold must not each nudge
     // another pass while the writer has not yet copied the tail and started the log over.
     #[test]
@@ -319,12 +331,7 @@ mod tests {
         let progress = checkpointer.progress.clone();
         // A reader's snapshot in the log keeps it from starting over (which a commit after a
         // pass that copied everything would otherwise do by itself).
-        insert_batch(&conn, 0);
-        let reader = Connection::open(&path).unwrap();
-        reader.execute_batch("BEGIN").unwrap();
-        let _: i64 = reader
-            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-            .unwrap();
+        let reader = pin_the_log(&conn, &path);
         let mut batch = fill_past_the_threshold(&conn, &checkpointer, 1);
         assert_eq!(progress.nudges.load(Ordering::Acquire), 1);
         // More commits past the threshold, the tail not yet finished: no new nudge.
@@ -385,14 +392,9 @@ mod tests {
         let mut conn = schema::open(&path).unwrap();
         let checkpointer = Checkpointer::start(&path, &mut conn).unwrap();
         let progress = checkpointer.progress.clone();
-        // A reader whose snapshot is in the log: nothing committed after it can be copied, and
-        // the log cannot start over while it lasts.
-        insert_batch(&conn, 0);
-        let reader = Connection::open(&path).unwrap();
-        reader.execute_batch("BEGIN").unwrap();
-        let _: i64 = reader
-            .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
-            .unwrap();
+        // Nothing committed after the reader's snapshot can be copied, and the log cannot start
+        // over while it lasts.
+        let reader = pin_the_log(&conn, &path);
         let batch = fill_past_the_threshold(&conn, &checkpointer, 1);
         assert_eq!(progress.nudges.load(Ordering::Acquire), 1);
         checkpointer.finish_pass(&conn);
