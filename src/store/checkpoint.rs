@@ -296,15 +296,23 @@ mod tests {
         assert!(!wal.exists(), "closing checkpoints and removes the WAL");
     }
 
-    /// Commits batches until the log passes the threshold, and waits for the pass it nudged.
-    fn fill_past_the_threshold(conn: &Connection, checkpointer: &Checkpointer, first: u64) -> u64 {
+    /// Commits batches from `first` until the hook has sent `nudges` nudges in all, waits for
+    /// the pass, checks that it sent no more, and returns the next batch number.
+    fn fill_until_nudged(
+        conn: &Connection,
+        checkpointer: &Checkpointer,
+        first: u64,
+        nudges: u64,
+    ) -> u64 {
+        let sent = || checkpointer.progress.nudges.load(Ordering::Acquire);
         let mut batch = first;
-        while checkpointer.progress.nudges.load(Ordering::Acquire) == 0 || batch == first {
+        while sent() < nudges {
             insert_batch(conn, batch);
             batch += 1;
             assert!(batch - first < 1_000, "the log never passed the threshold");
         }
         wait_for_the_pass(checkpointer);
+        assert_eq!(sent(), nudges);
         batch
     }
 
@@ -332,8 +340,7 @@ mod tests {
         // A reader's snapshot in the log keeps it from starting over (which a commit after a
         // pass that copied everything would otherwise do by itself).
         let reader = pin_the_log(&conn, &path);
-        let mut batch = fill_past_the_threshold(&conn, &checkpointer, 1);
-        assert_eq!(progress.nudges.load(Ordering::Acquire), 1);
+        let mut batch = fill_until_nudged(&conn, &checkpointer, 1, 1);
         // More commits past the threshold, the tail not yet finished: no new nudge.
         for _ in 0..5 {
             insert_batch(&conn, batch);
@@ -349,37 +356,14 @@ mod tests {
         // log over, and the next crossing of the threshold nudges once more.
         reader.execute_batch("COMMIT").unwrap();
         checkpointer.finish_pass(&conn);
-        let pages_after = |conn: &Connection| -> i64 {
-            conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
-                .unwrap()
-        };
         insert_batch(&conn, batch);
         batch += 1;
         assert!(
-            pages_after(&conn) < i64::from(CHECKPOINT_PAGES) / 2,
+            pass(&conn).unwrap().log < i64::from(CHECKPOINT_PAGES) / 2,
             "the log started over"
         );
-        fill_past_the_threshold_again(&conn, &checkpointer, batch, 2);
+        fill_until_nudged(&conn, &checkpointer, batch, 2);
         checkpointer.stop(&mut conn);
-    }
-
-    fn fill_past_the_threshold_again(
-        conn: &Connection,
-        checkpointer: &Checkpointer,
-        mut batch: u64,
-        nudges: u64,
-    ) {
-        let start = batch;
-        while checkpointer.progress.nudges.load(Ordering::Acquire) < nudges {
-            insert_batch(conn, batch);
-            batch += 1;
-            assert!(
-                batch - start < 1_000,
-                "the log never passed the threshold again"
-            );
-        }
-        wait_for_the_pass(checkpointer);
-        assert_eq!(checkpointer.progress.nudges.load(Ordering::Acquire), nudges);
     }
 
     // A reader's snapshot holds the copy back: the writer's tail cannot finish the log, so the
@@ -395,8 +379,7 @@ mod tests {
         // Nothing committed after the reader's snapshot can be copied, and the log cannot start
         // over while it lasts.
         let reader = pin_the_log(&conn, &path);
-        let batch = fill_past_the_threshold(&conn, &checkpointer, 1);
-        assert_eq!(progress.nudges.load(Ordering::Acquire), 1);
+        let batch = fill_until_nudged(&conn, &checkpointer, 1, 1);
         checkpointer.finish_pass(&conn);
         assert!(
             progress.armed.load(Ordering::Acquire),
@@ -416,9 +399,7 @@ mod tests {
         wait_for_the_pass(&checkpointer);
         checkpointer.finish_pass(&conn);
         insert_batch(&conn, batch + 2);
-        let log: i64 = conn
-            .query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
-            .unwrap();
+        let log = pass(&conn).unwrap().log;
         assert!(
             log < i64::from(CHECKPOINT_PAGES) / 2,
             "the log started over once the reader was done ({log} pages)"
