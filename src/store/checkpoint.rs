@@ -110,13 +110,7 @@ impl Checkpointer {
     /// copies what was committed during it, so that the next transaction starts the log over.
     pub(super) fn finish_pass(&self, writer: &Connection) {
         if self.progress.caught_up.swap(false, Ordering::AcqRel) {
-            let started = std::time::Instant::now();
-            let done = pass(writer);
-            if let Ok(p) = &done {
-                let (log, copied, busy) = (p.log, p.copied, p.busy);
-                let us = started.elapsed().as_micros() as u64;
-                tracing::debug!(log, copied, busy, us, "checkpoint tail");
-            }
+            let done = pass(writer, "checkpoint tail");
             match done {
                 // All copied: the next transaction starts the log over.
                 Ok(Pass {
@@ -150,48 +144,40 @@ fn run(conn: Connection, nudged: mpsc::Receiver<()>, progress: &Progress) {
     crate::fault::panic_if("panic-checkpoint");
     // Ends when the writer drops its sender (and the hook's clone with `wal_hook(None)`).
     while nudged.recv().is_ok() {
-        // Pages copied by the pass before: a pass that copies no more than `TAIL_PAGES` was
-        // short, so little can have been committed during it.
-        let mut before = 0;
-        let mut copying = false;
-        for _ in 0..PASSES_PER_NUDGE {
-            copying = false;
-            let started = std::time::Instant::now();
-            match pass(&conn) {
-                Ok(Pass {
-                    busy: false,
-                    log,
-                    copied,
-                }) => {
-                    let us = started.elapsed().as_micros() as u64;
-                    tracing::debug!(log, copied, us, "checkpoint");
-                    copying = true;
-                    // Another pass while the last one copied a lot: the writer committed
-                    // about as much during it, and its tail would copy that.
-                    if copied - before <= TAIL_PAGES {
-                        break;
-                    }
-                    before = copied;
-                }
-                Ok(Pass { busy: true, .. }) => {
-                    // The writer's tail is copying: the next commit nudges again if needed.
-                    progress.armed.store(true, Ordering::Release);
-                    break;
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "checkpoint failed; the next nudge tries again");
-                    progress.armed.store(true, Ordering::Release);
-                    break;
-                }
-            }
-        }
-        if copying {
+        if copy_until_short(&conn, progress) {
             // The writer copies what was committed during the passes.
             progress.caught_up.store(true, Ordering::Release);
         }
         progress.passes.fetch_add(1, Ordering::AcqRel);
     }
     let _ = conn.close();
+}
+
+/// Passes until one copies no more than [`TAIL_PAGES`] (the one before it was short, so little
+/// can have been committed meanwhile), at most [`PASSES_PER_NUDGE`]. False when a pass was
+/// busy (the writer's tail is copying) or failed: the hook is armed again instead.
+fn copy_until_short(conn: &Connection, progress: &Progress) -> bool {
+    let mut before = 0;
+    for _ in 0..PASSES_PER_NUDGE {
+        match pass(conn, "checkpoint") {
+            Ok(Pass {
+                busy: false,
+                copied,
+                ..
+            }) if copied - before > TAIL_PAGES => before = copied,
+            Ok(Pass { busy: false, .. }) => return true,
+            Ok(Pass { busy: true, .. }) => {
+                progress.armed.store(true, Ordering::Release);
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "checkpoint failed; the next nudge tries again");
+                progress.armed.store(true, Ordering::Release);
+                return false;
+            }
+        }
+    }
+    true
 }
 
 /// What one `PRAGMA wal_checkpoint(PASSIVE)` did: `busy` when another connection was
@@ -202,14 +188,25 @@ struct Pass {
     copied: i64,
 }
 
-fn pass(conn: &Connection) -> rusqlite::Result<Pass> {
-    conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+/// One PASSIVE checkpoint, logged at debug level as `what` with its time.
+fn pass(conn: &Connection, what: &'static str) -> rusqlite::Result<Pass> {
+    let started = std::time::Instant::now();
+    let pass = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
         Ok(Pass {
             busy: r.get::<_, i64>(0)? != 0,
             log: r.get(1)?,
             copied: r.get(2)?,
         })
-    })
+    })?;
+    let us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    tracing::debug!(
+        log = pass.log,
+        copied = pass.copied,
+        busy = pass.busy,
+        us,
+        "{what}"
+    );
+    Ok(pass)
 }
 
 #[cfg(test)]
@@ -359,7 +356,7 @@ mod tests {
         insert_batch(&conn, batch);
         batch += 1;
         assert!(
-            pass(&conn).unwrap().log < i64::from(CHECKPOINT_PAGES) / 2,
+            pass(&conn, "test").unwrap().log < i64::from(CHECKPOINT_PAGES) / 2,
             "the log started over"
         );
         fill_until_nudged(&conn, &checkpointer, batch, 2);
@@ -399,7 +396,7 @@ mod tests {
         wait_for_the_pass(&checkpointer);
         checkpointer.finish_pass(&conn);
         insert_batch(&conn, batch + 2);
-        let log = pass(&conn).unwrap().log;
+        let log = pass(&conn, "test").unwrap().log;
         assert!(
             log < i64::from(CHECKPOINT_PAGES) / 2,
             "the log started over once the reader was done ({log} pages)"
