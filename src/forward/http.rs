@@ -148,7 +148,7 @@ impl HttpTarget {
         if let Some(key) = &self.signing_key {
             let id = d.event_id.to_string();
             let timestamp = crate::time::unix_secs(SystemTime::now());
-            let signature = standard_webhooks::signature(key.expose(), &id, timestamp, &d.body);
+            let signature = standard_webhooks::signature(key, &id, timestamp, &d.body);
             headers.insert(WEBHOOK_ID.clone(), HeaderValue::from(d.event_id));
             headers.insert(WEBHOOK_TIMESTAMP.clone(), HeaderValue::from(timestamp));
             // `v1,` plus base64 is always a valid header value; the fallible conversion is

@@ -29,7 +29,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use super::catalog::{KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, find_keyed, header};
+use super::{Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule};
 
 pub const SIGNATURE: &str = "hmacsignature";
@@ -136,9 +136,7 @@ fn verify_items(keys: &[Secret], body: &[u8]) -> Result<usize, VerifyError> {
     for (index, key) in keys.iter().enumerate() {
         let mut all = Choice::from(1);
         for (message, mac) in &signed {
-            all &= Algorithm::Sha256
-                .mac(key.expose(), &[message.as_bytes()])
-                .ct_eq(mac);
+            all &= key.mac(Algorithm::Sha256, &[message.as_bytes()]).ct_eq(mac);
         }
         if bool::from(all) && found.is_none() {
             found = Some(index);
@@ -150,7 +148,7 @@ fn verify_items(keys: &[Secret], body: &[u8]) -> Result<usize, VerifyError> {
 fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, VerifyError> {
     if headers.contains_key(SIGNATURE) {
         let mac = decode_mac(header(headers, SIGNATURE)?, "header `HmacSignature`")?;
-        return find_keyed(keys, &[mac], |key| key.mac(Algorithm::Sha256, &[body]));
+        return find_secret(keys, &[mac], |key| key.mac(Algorithm::Sha256, &[body]));
     }
     verify_items(keys, body)
 }

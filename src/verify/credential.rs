@@ -148,7 +148,7 @@ fn basic_credentials(value: &str) -> Result<Vec<u8>, VerifyError> {
 
 /// The index of the secret equal to `received`.
 fn matching_secret(keys: &[Secret], received: &[u8]) -> Result<usize, VerifyError> {
-    find_secret(keys, &[digest(received)], digest)
+    find_secret(keys, &[digest(received)], |key| digest(key.expose()))
 }
 
 impl Scheme for Credential {

@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderName};
 use crate::digest::{MacHash, MacKey};
 
 use super::catalog::{Scheme, Signed};
-use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 /// The raw `[endpoint.signature]` table for `provider = "hmac"`.
 #[derive(Debug, Clone, Default, serde::Deserialize, PartialEq)]
@@ -307,7 +307,7 @@ impl HmacScheme {
                 Part::Header(name) => header(headers, name.as_str())?.as_bytes(),
             });
         }
-        let index = find_keyed(keys, &[received], |key| key.mac(self.algorithm, &message))?;
+        let index = find_secret(keys, &[received], |key| key.mac(self.algorithm, &message))?;
         if let Some(timestamp) = timestamp {
             check_window(timestamp, now, tolerance_secs)?;
         }

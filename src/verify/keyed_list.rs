@@ -12,7 +12,7 @@ use http::HeaderName;
 
 use super::catalog::{Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 #[derive(Debug, Clone)]
 pub struct KeyedList {
@@ -90,7 +90,7 @@ impl Scheme for KeyedList {
         if signature_items == 0 {
             return Err(malformed(format!("has no `{sig_key}=` signature")));
         }
-        let index = find_keyed(keys, &received, |key| {
+        let index = find_secret(keys, &received, |key| {
             self.mac(key, timestamp_text, request.body)
         })?;
         check_window(timestamp, now, tolerance_secs)?;

@@ -108,8 +108,8 @@ fn parse_signature(value: &str) -> Result<(&str, Vec<u8>), VerifyError> {
 }
 
 /// The MAC of `manifest` under a key, for [`find_secret`].
-fn mac(manifest: &str) -> impl Fn(&[u8]) -> Vec<u8> + '_ {
-    move |key| Algorithm::Sha256.mac(key, &[manifest.as_bytes()])
+fn mac(manifest: &str) -> impl Fn(&Secret) -> Vec<u8> + '_ {
+    move |key| key.mac(Algorithm::Sha256, &[manifest.as_bytes()])
 }
 
 /// `ts` in seconds: milliseconds when it has 13 digits or more.

@@ -449,18 +449,9 @@ fn check_window(timestamp: i64, now: i64, tolerance_secs: u64) -> Result<(), Ver
 
 /// Returns the index of the first key whose MAC equals one of the `received` ones. Every key
 /// is tried against every signature with no early exit, so the time taken does not tell which
-/// key matched, and the bytes are compared in constant time.
+/// key matched, and the bytes are compared in constant time. `expected_mac` gets the
+/// [`Secret`] itself, so that an HMAC starts from its keyed state ([`Secret::mac`]).
 fn find_secret(
-    keys: &[Secret],
-    received: &[Vec<u8>],
-    expected_mac: impl Fn(&[u8]) -> Vec<u8>,
-) -> Result<usize, VerifyError> {
-    find_keyed(keys, received, |key| expected_mac(key.expose()))
-}
-
-/// [`find_secret`], handing each [`Secret`] itself to `expected_mac` (for its keyed HMAC
-/// state, [`Secret::mac`]).
-fn find_keyed(
     keys: &[Secret],
     received: &[Vec<u8>],
     expected_mac: impl Fn(&Secret) -> Vec<u8>,

@@ -27,7 +27,7 @@ fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, Ve
         .ok_or_else(|| {
             VerifyError::Malformed(format!("header `{SIGNATURE}` is not 64 hex digits"))
         })?;
-    find_secret(keys, &[received], |token| digest(token, body))
+    find_secret(keys, &[received], |token| digest(token.expose(), body))
 }
 
 pub(super) fn preset() -> Preset {

@@ -6,7 +6,7 @@ use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "x-relya-signature";
 pub const TIMESTAMP: &str = "x-relya-timestamp";
@@ -46,7 +46,7 @@ pub(super) fn verify(
             "header `{DELIVERY_ID}` contains a `.`"
         )));
     }
-    let index = find_keyed(keys, &[received], |key| {
+    let index = find_secret(keys, &[received], |key| {
         signed_mac(key, timestamp_text, delivery_id, body)
     })?;
     check_window(timestamp, now, tolerance_secs)?;

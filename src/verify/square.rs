@@ -45,13 +45,13 @@ impl Scheme for Square {
         }
         let url = self.url.with_query(request.query);
         find_secret(keys, &[received], |key| {
-            Algorithm::Sha256.mac(key, &[url.as_bytes(), request.body])
+            key.mac(Algorithm::Sha256, &[url.as_bytes(), request.body])
         })
     }
 
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
         let url = self.url.with_query(None);
-        let mac = Algorithm::Sha256.mac(key.expose(), &[url.as_bytes(), body]);
+        let mac = key.mac(Algorithm::Sha256, &[url.as_bytes(), body]);
         Some(vec![(SIGNATURE.to_string(), STANDARD.encode(mac))].into())
     }
 }

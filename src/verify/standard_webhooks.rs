@@ -15,9 +15,8 @@ use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, NO_PAD, STANDARD};
 use http::HeaderMap;
 
-use crate::digest::{MacHash, MacKey};
-
 use super::catalog::{KeyFormat, Preset, Scheme, Signed, header_rule};
+use super::hmac_scheme::Algorithm;
 use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 pub const ID: &str = "webhook-id";
@@ -50,17 +49,17 @@ pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
     Ok(key)
 }
 
-/// The raw MAC over `<id>.<timestamp>.<body>`.
-pub fn mac(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> [u8; 32] {
+/// The raw MAC over `<id>.<timestamp>.<body>` (the key already decoded from `whsec_`).
+pub fn mac(key: &Secret, id: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {
     let timestamp = timestamp.to_string();
-    let parts: [&[u8]; 5] = [id.as_bytes(), b".", timestamp.as_bytes(), b".", body];
-    let mut out = [0u8; 32];
-    out.copy_from_slice(&MacKey::new(MacHash::Sha256, key).mac(&parts));
-    out
+    key.mac(
+        Algorithm::Sha256,
+        &[id.as_bytes(), b".", timestamp.as_bytes(), b".", body],
+    )
 }
 
 /// The `webhook-signature` header value for one key: `v1,<base64 of the MAC>`.
-pub fn signature(key: &[u8], id: &str, timestamp: i64, body: &[u8]) -> String {
+pub fn signature(key: &Secret, id: &str, timestamp: i64, body: &[u8]) -> String {
     format!("v1,{}", STANDARD.encode(mac(key, id, timestamp, body)))
 }
 
@@ -113,9 +112,7 @@ pub(super) fn verify(
             "header `{signature_name}` has no `v1,` signature"
         )));
     }
-    let index = find_secret(keys, &received, |key| {
-        mac(key, id, timestamp, body).to_vec()
-    })?;
+    let index = find_secret(keys, &received, |key| mac(key, id, timestamp, body))?;
     check_window(timestamp, now, tolerance_secs)?;
     Ok(index)
 }
@@ -137,10 +134,7 @@ pub(super) fn sign_headers(
     vec![
         (id_name.to_string(), id.to_string()),
         (timestamp_name.to_string(), now.to_string()),
-        (
-            signature_name.to_string(),
-            signature(key.expose(), id, now, body),
-        ),
+        (signature_name.to_string(), signature(key, id, now, body)),
     ]
 }
 
@@ -190,7 +184,7 @@ mod tests {
     // Published vector: standard-webhooks `libraries/python/tests/test_webhooks.py::test_sign_function`.
     #[test]
     fn signs_the_spec_example() {
-        let key = decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap();
+        let key = Secret::new(decode_secret("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").unwrap());
         let sig = signature(
             &key,
             "msg_p5jXN8AQM9LWM0D4loKWxJek",
@@ -203,7 +197,7 @@ mod tests {
     // Published vector: standard-webhooks `libraries/rust/src/lib.rs::test_sign`.
     #[test]
     fn signs_the_rust_library_example() {
-        let key = decode_secret("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap();
+        let key = Secret::new(decode_secret("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").unwrap());
         let body = br#"{"email":"test@example.com","username":"test_user"}"#;
         let sig = signature(&key, "msg_27UH4WbU6Z5A5EzD8u03UvzRbpk", 1649367553, body);
         assert_eq!(sig, "v1,tZ1I4/hDygAJgO5TYxiSd6Sd0kDW6hPenDe+bTa3Kkw=");

@@ -8,7 +8,7 @@ use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_keyed, header, parse_timestamp};
+use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "stripe-signature";
 
@@ -52,7 +52,7 @@ pub(super) fn verify(
     if v1_entries == 0 {
         return Err(malformed("has no `v1=` signature"));
     }
-    let index = find_keyed(keys, &received, |key| signed_mac(key, timestamp_text, body))?;
+    let index = find_secret(keys, &received, |key| signed_mac(key, timestamp_text, body))?;
     check_window(timestamp, now, tolerance_secs)?;
     Ok(index)
 }

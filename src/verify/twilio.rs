@@ -50,14 +50,14 @@ fn sorted_params(body: &[u8]) -> Vec<(String, String)> {
     params
 }
 
-fn mac(algorithm: Algorithm, key: &[u8], url: &str, params: &[(String, String)]) -> Vec<u8> {
+fn mac(algorithm: Algorithm, key: &Secret, url: &str, params: &[(String, String)]) -> Vec<u8> {
     let mut parts: Vec<&[u8]> = Vec::with_capacity(1 + 2 * params.len());
     parts.push(url.as_bytes());
     for (name, value) in params {
         parts.push(name.as_bytes());
         parts.push(value.as_bytes());
     }
-    algorithm.mac(key, &parts)
+    key.mac(algorithm, &parts)
 }
 
 /// The algorithm the settings header names; none means the Auth Token's HMAC-SHA1.
@@ -136,7 +136,7 @@ impl Scheme for Twilio {
             (None, sorted_params(body))
         };
         let url = self.url.with_query(query.as_deref());
-        let signature = STANDARD.encode(mac(Algorithm::Sha1, key.expose(), &url, &params));
+        let signature = STANDARD.encode(mac(Algorithm::Sha1, key, &url, &params));
         Some(Signed {
             headers: vec![
                 (SIGNATURE.to_string(), signature),
@@ -306,7 +306,7 @@ mod tests {
         let url = format!("https://mycompany.com/myapp.php?{QUERY}");
         let mac = super::mac(
             super::Algorithm::Sha256,
-            TOKEN.as_bytes(),
+            &super::Secret::new(TOKEN.as_bytes().to_vec()),
             &url,
             &super::sorted_params(PARAMS.as_bytes()),
         );
