@@ -328,20 +328,25 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
     (sql, args)
 }
 
-/// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`) and
-/// the test for text inside text. The rest of the statement is the same on both.
+/// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`), the
+/// test for text inside text, and the deliveries waiting or under way (SQLite's through its
+/// partial queue index, named: `INDEXED BY` is SQLite's alone). The rest of the statement is
+/// the same on both.
 pub(super) struct Dialect {
     param: &'static str,
     contains: &'static str,
+    queued: &'static str,
 }
 
 pub(super) const SQLITE: Dialect = Dialect {
     param: "?",
     contains: "instr",
+    queued: "deliveries INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL AND",
 };
 pub(super) const POSTGRES: Dialect = Dialect {
     param: "$",
     contains: "strpos",
+    queued: "deliveries WHERE",
 };
 
 /// An argument of the list's statement.
@@ -377,8 +382,10 @@ pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>
             Arg::Text(Status::Dead.as_str().to_string()),
         ),
         Some(status @ (Status::Pending | Status::Delivering)) => when(
-            "events.id IN (SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
-             WHERE next_attempt_at IS NOT NULL AND status = ?)",
+            &format!(
+                "events.id IN (SELECT event_id FROM {} status = ?)",
+                dialect.queued
+            ),
             Arg::Text(status.as_str().to_string()),
         ),
         Some(status) => when("events.status = ?", Arg::Text(status.as_str().to_string())),
