@@ -229,13 +229,9 @@ impl Store {
             return pg.roll_up(event_ids).await;
         }
         self.run_bookkeeping(move |conn| {
-            let mut roll_up = conn.prepare_cached(ROLL_UP)?;
-            let mut clear = conn.prepare_cached(CLEAR_FINISHED)?;
-            for id in event_ids {
-                clear.execute([id])?;
-                roll_up.execute([id])?;
-            }
-            Ok(())
+            event_ids
+                .into_iter()
+                .try_for_each(|id| roll_up_one(conn, id))
         })
         .await
     }
@@ -440,11 +436,18 @@ pub(super) fn claim_due(
                 };
                 record_attempt(conn, id, route, &tried, &dead)?;
                 // No slot runs it, so no slot hands it to the roll-up task: roll it up here.
-                conn.prepare_cached(ROLL_UP)?.execute([id])?;
+                roll_up_one(conn, id)?;
             }
         }
     }
     Ok(out)
+}
+
+/// Takes the event's finished deliveries out of the queue index and writes its roll-up status.
+fn roll_up_one(conn: &Connection, id: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(CLEAR_FINISHED)?.execute([id])?;
+    conn.prepare_cached(ROLL_UP)?.execute([id])?;
+    Ok(())
 }
 
 pub(super) fn next_due(

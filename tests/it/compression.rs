@@ -161,6 +161,10 @@ async fn a_corrupt_stored_body_kills_its_delivery_with_the_reason_and_the_lane_g
         server.one::<String>("SELECT status FROM events WHERE id = 1") == "dead"
     })
     .await;
+    // And out of the queue index, as a delivery the roll-up task finished is.
+    let queued: i64 = server
+        .one("SELECT count(*) FROM deliveries WHERE event_id = 1 AND next_attempt_at IS NOT NULL");
+    assert_eq!(queued, 0, "the dead delivery left the queue index");
     let next = json_body(8);
     assert_eq!(post_pagarme(server.addr, &next).await.status, 200);
     eventually(WAIT, "the next event delivered", || target.count() == 2).await;
