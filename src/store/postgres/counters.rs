@@ -82,11 +82,7 @@ pub(super) async fn fold(pool: &Pool, tally: &Tally, now_ms: i64) -> Result<(), 
     if rows.is_empty() && !trim {
         return Ok(());
     }
-    let client = pool
-        .get()
-        .await
-        .map_err(|e| StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {e}")));
-    let client = match client {
+    let client = match super::client_of(pool).await {
         Ok(client) => client,
         Err(e) => {
             tally.put_back(rows);

@@ -81,12 +81,9 @@ async fn committer(pool: Pool, waiting: Arc<Mutex<mpsc::UnboundedReceiver<Job>>>
 
 /// Commits `jobs` and answers each.
 async fn commit(pool: &Pool, mut jobs: Vec<Job>) {
-    let client = match pool.get().await {
+    let client = match super::client_of(pool).await {
         Ok(client) => client,
-        Err(e) => {
-            let e = StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {e}"));
-            return answer_all(jobs, &e);
-        }
+        Err(e) => return answer_all(jobs, &e),
     };
     // One lock order for every transaction (stable: copies of a key keep their arrival order).
     jobs.sort_by(|a, b| {

@@ -128,10 +128,11 @@ async fn announcer(pool: Pool, accepted: Arc<Notify>, mut stop: watch::Receiver<
             _ = accepted.notified() => {}
             _ = stop.wait_for(|s| *s) => return,
         }
-        let sent = match pool.get().await {
-            Ok(client) => client.batch_execute(ANNOUNCE).await.map_err(error),
-            Err(e) => Err(StoreError::Postgres(format!("no connection: {e}"))),
-        };
+        let sent = async {
+            let client = super::client_of(&pool).await?;
+            client.batch_execute(ANNOUNCE).await.map_err(error)
+        }
+        .await;
         if let Err(e) = sent {
             tracing::debug!(error = %e, "cannot notify the other instances of a new event");
         }

@@ -136,13 +136,7 @@ impl Pg {
 
     /// A connection from the pool, within [`CONNECTION_WAIT`].
     pub(super) async fn client(&self) -> Result<Object, StoreError> {
-        self.pool.get().await.map_err(|e| {
-            let why = match e {
-                deadpool_postgres::PoolError::Backend(e) => with_causes(&e),
-                other => other.to_string(),
-            };
-            StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {why}"))
-        })
+        client_of(&self.pool).await
     }
 
     /// Stores `e` unless its (endpoint, dedup key) is known within its window, in the next
@@ -177,6 +171,18 @@ pub(super) fn error(e: tokio_postgres::Error) -> StoreError {
         Some(db) => StoreError::Postgres(format!("{} ({})", db.message(), db.code().code())),
         None => StoreError::Postgres(with_causes(&e)),
     }
+}
+
+/// A connection from `pool`, or an error that names what is behind a failed connection (the
+/// TLS or OS error): for [`Pg::client`] and the tasks that hold the pool alone.
+pub(super) async fn client_of(pool: &Pool) -> Result<Object, StoreError> {
+    pool.get().await.map_err(|e| {
+        let why = match e {
+            deadpool_postgres::PoolError::Backend(e) => with_causes(&e),
+            other => other.to_string(),
+        };
+        StoreError::Postgres(format!("cannot get a connection to PostgreSQL: {why}"))
+    })
 }
 
 /// The client's message and the errors behind it (what a TLS handshake found wrong with
