@@ -151,7 +151,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Needs::ALL, Message::Job, None).await
+        self.submit(f, Needs::ALL, Message::Job).await
     }
 
     /// Like [`Store::run`], for an intake insert: its outcome, COMMIT included, is recorded
@@ -163,7 +163,6 @@ impl Store {
         T: Send + 'static,
         F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let sqlite = self.sqlite()?;
         let (reply, rx) = oneshot::channel();
         let job = Box::new(Repeatable {
             f,
@@ -171,10 +170,7 @@ impl Store {
             health: self.inner.intake.clone(),
             last: None,
         });
-        if sqlite.tx.send(Message::Job(job)).is_err() {
-            return Err(StoreError::Closed);
-        }
-        rx.await.unwrap_or(Err(StoreError::Closed))
+        self.send(Message::Job, job, rx).await
     }
 
     /// Like [`Store::run`], for delivery bookkeeping: the batch may commit without an fsync
@@ -184,7 +180,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Needs::BOOKKEEPING, Message::Job, None).await
+        self.submit(f, Needs::BOOKKEEPING, Message::Job).await
     }
 
     /// Runs `f` on the writer thread alone, outside any transaction (after the batch in front
@@ -194,7 +190,7 @@ impl Store {
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        self.submit(f, Needs::ALL, Message::Solo, None).await
+        self.submit(f, Needs::ALL, Message::Solo).await
     }
 
     async fn submit<T, F>(
@@ -202,21 +198,24 @@ impl Store {
         f: F,
         needs: Needs,
         wrap: fn(Box<dyn Job>) -> Message,
-        health: Option<Arc<super::observe::IntakeHealth>>,
     ) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
-        let sqlite = self.sqlite()?;
         let (reply, rx) = oneshot::channel();
-        let job = Box::new(Work {
-            f,
-            needs,
-            reply,
-            health,
-        });
-        if sqlite.tx.send(wrap(job)).is_err() {
+        self.send(wrap, Box::new(Work { f, needs, reply }), rx)
+            .await
+    }
+
+    /// Hands `job` to the writer and waits for its answer on `rx`.
+    async fn send<T>(
+        &self,
+        wrap: fn(Box<dyn Job>) -> Message,
+        job: Box<dyn Job>,
+        rx: oneshot::Receiver<Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        if self.sqlite()?.tx.send(wrap(job)).is_err() {
             return Err(StoreError::Closed);
         }
         // A job still queued when the writer stops is dropped with its reply sender.
@@ -244,8 +243,6 @@ struct Work<F, T> {
     f: F,
     needs: Needs,
     reply: oneshot::Sender<Result<T, StoreError>>,
-    /// Where an intake job's outcome is recorded.
-    health: Option<Arc<super::observe::IntakeHealth>>,
 }
 
 impl<F, T> Job for Work<F, T>
@@ -258,24 +255,19 @@ where
     }
 
     fn run(self: Box<Self>, conn: &Connection) -> (bool, Finish) {
-        let Work {
-            f, reply, health, ..
-        } = *self;
+        let Work { f, reply, .. } = *self;
         let result = f(conn).map_err(|e| StoreError::on(conn, e));
         let ok = result.is_ok();
-        (ok, finish(result, health, reply))
+        (ok, finish(result, None, reply))
     }
 
     fn abort(self: Box<Self>, err: StoreError) {
-        if let Some(health) = &self.health {
-            health.record(Err(&err));
-        }
         let _ = self.reply.send(Err(err));
     }
 }
 
 /// What answers the caller once the batch committed (or failed to): the job's own result,
-/// unless the COMMIT failed.
+/// unless the COMMIT failed; an intake insert's answer is also recorded in `health`.
 fn finish<T: Send + 'static>(
     result: Result<T, StoreError>,
     health: Option<Arc<super::observe::IntakeHealth>>,
