@@ -40,77 +40,40 @@ pub fn panic_if(name: &str) {
     }
 }
 
-/// How long to hold each fsync'd COMMIT back, if asked.
+/// `var` in milliseconds, at least `floor_ms`, when a test sets it (debug builds only: a
+/// release build never reads it).
 #[cfg(debug_assertions)]
-pub fn commit_delay() -> Option<Duration> {
-    let ms: u64 = std::env::var("PORTARIA_TEST_COMMIT_DELAY_MS")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms))
+fn env_ms(var: &str, floor_ms: u64) -> Option<Duration> {
+    let ms: u64 = std::env::var(var).ok()?.parse().ok()?;
+    Some(Duration::from_millis(ms.max(floor_ms)))
 }
 
 #[cfg(not(debug_assertions))]
-pub fn commit_delay() -> Option<Duration> {
+fn env_ms(_var: &str, _floor_ms: u64) -> Option<Duration> {
     None
+}
+
+/// How long to hold each fsync'd COMMIT back, if asked.
+pub fn commit_delay() -> Option<Duration> {
+    env_ms("PORTARIA_TEST_COMMIT_DELAY_MS", 0)
 }
 
 /// How often to look at the TLS files, if a test asks for other than once a minute.
-#[cfg(debug_assertions)]
 pub fn tls_check_every() -> Option<Duration> {
-    let ms: u64 = std::env::var("PORTARIA_TEST_TLS_CHECK_MS")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms.max(10)))
-}
-
-#[cfg(not(debug_assertions))]
-pub fn tls_check_every() -> Option<Duration> {
-    None
+    env_ms("PORTARIA_TEST_TLS_CHECK_MS", 10)
 }
 
 /// The PostgreSQL backend's delivery lease, if a test asks for other than a minute.
-#[cfg(debug_assertions)]
 pub fn pg_lease() -> Option<Duration> {
-    let ms: u64 = std::env::var("PORTARIA_TEST_PG_LEASE_MS")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms.max(100)))
-}
-
-#[cfg(not(debug_assertions))]
-pub fn pg_lease() -> Option<Duration> {
-    None
+    env_ms("PORTARIA_TEST_PG_LEASE_MS", 100)
 }
 
 /// How often the worker looks for other processes' commits, if a test asks for other than 2 s.
-#[cfg(debug_assertions)]
 pub fn external_check() -> Option<Duration> {
-    let ms: u64 = std::env::var("PORTARIA_TEST_EXTERNAL_CHECK_MS")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms.max(10)))
-}
-
-#[cfg(not(debug_assertions))]
-pub fn external_check() -> Option<Duration> {
-    None
+    env_ms("PORTARIA_TEST_EXTERNAL_CHECK_MS", 10)
 }
 
 /// How often the server prunes, if a test asks for other than hourly.
-#[cfg(debug_assertions)]
 pub fn prune_every() -> Option<Duration> {
-    let ms: u64 = std::env::var("PORTARIA_TEST_PRUNE_EVERY_MS")
-        .ok()?
-        .parse()
-        .ok()?;
-    Some(Duration::from_millis(ms.max(10)))
-}
-
-#[cfg(not(debug_assertions))]
-pub fn prune_every() -> Option<Duration> {
-    None
+    env_ms("PORTARIA_TEST_PRUNE_EVERY_MS", 10)
 }
