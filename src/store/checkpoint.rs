@@ -144,7 +144,7 @@ fn run(conn: Connection, nudged: mpsc::Receiver<()>, progress: &Progress) {
     crate::fault::panic_if("panic-checkpoint");
     // Ends when the writer drops its sender (and the hook's clone with `wal_hook(None)`).
     while nudged.recv().is_ok() {
-        if copy_until_short(&conn, progress) {
+        if copy_until_short(&conn, progress).is_some() {
             // The writer copies what was committed during the passes.
             progress.caught_up.store(true, Ordering::Release);
         }
@@ -154,30 +154,31 @@ fn run(conn: Connection, nudged: mpsc::Receiver<()>, progress: &Progress) {
 }
 
 /// Passes until one copies no more than [`TAIL_PAGES`] (the one before it was short, so little
-/// can have been committed meanwhile), at most [`PASSES_PER_NUDGE`]. False when a pass was
-/// busy (the writer's tail is copying) or failed: the hook is armed again instead.
-fn copy_until_short(conn: &Connection, progress: &Progress) -> bool {
+/// can have been committed meanwhile), at most [`PASSES_PER_NUDGE`]; the passes made. None
+/// when a pass was busy (the writer's tail is copying) or failed: the hook is armed again
+/// instead.
+fn copy_until_short(conn: &Connection, progress: &Progress) -> Option<u32> {
     let mut before = 0;
-    for _ in 0..PASSES_PER_NUDGE {
+    for made in 1..=PASSES_PER_NUDGE {
         match pass(conn, "checkpoint") {
             Ok(Pass {
                 busy: false,
                 copied,
                 ..
             }) if copied - before > TAIL_PAGES => before = copied,
-            Ok(Pass { busy: false, .. }) => return true,
+            Ok(Pass { busy: false, .. }) => return Some(made),
             Ok(Pass { busy: true, .. }) => {
                 progress.armed.store(true, Ordering::Release);
-                return false;
+                return None;
             }
             Err(e) => {
                 tracing::warn!(error = %e, "checkpoint failed; the next nudge tries again");
                 progress.armed.store(true, Ordering::Release);
-                return false;
+                return None;
             }
         }
     }
-    true
+    Some(PASSES_PER_NUDGE)
 }
 
 /// What one `PRAGMA wal_checkpoint(PASSIVE)` did: `busy` when another connection was
@@ -323,6 +324,28 @@ mod tests {
             .query_row("SELECT count(*) FROM events", [], |r| r.get(0))
             .unwrap();
         reader
+    }
+
+    // A long pass is followed by another (the writer committed meanwhile), a short one is not.
+    #[test]
+    fn a_pass_that_copied_much_is_followed_by_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        let conn = schema::open(&path).unwrap();
+        conn.execute_batch("PRAGMA wal_autocheckpoint = 0").unwrap();
+        let thread = Connection::open(&path).unwrap();
+        let progress = Progress::default();
+        // Three batches, over 400 pages: the first pass copies more than the tail's worth, so
+        // it is followed by a second (which finds nothing new here).
+        for batch in 0..3 {
+            insert_batch(&conn, batch);
+        }
+        assert_eq!(copy_until_short(&thread, &progress), Some(2));
+        // A short first pass is the last.
+        conn.execute_batch("INSERT INTO meta (key, value) VALUES ('k', 'v')")
+            .unwrap();
+        assert_eq!(copy_until_short(&thread, &progress), Some(1));
+        assert!(!progress.armed.load(Ordering::Acquire));
     }
 
     // Each pass fsyncs the database file: commits past the threshold must not each nudge
