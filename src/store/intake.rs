@@ -164,8 +164,25 @@ pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endp
 pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint; the body as
 /// `payload.rs` encoded it (?4, its codec).
-pub(super) const INSERT_PAYLOAD: &str =
+const INSERT_PAYLOAD: &str =
     "INSERT INTO payloads (event_id, headers, body, codec) VALUES (?1, ?2, ?3, ?4)";
+/// The payload row of event `id`: its headers, and its body as `stored` encodes it.
+pub(super) fn insert_payload(
+    conn: &Connection,
+    id: i64,
+    headers: &[u8],
+    body: &[u8],
+    stored: &StoredBody,
+) -> rusqlite::Result<()> {
+    conn.prepare_cached(INSERT_PAYLOAD)?.execute(params![
+        id,
+        headers,
+        stored.column(body),
+        stored.codec()
+    ])?;
+    Ok(())
+}
+
 /// One delivery of the event just inserted, due at once.
 pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
      status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
@@ -212,12 +229,7 @@ pub(super) fn insert_stored(
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
-        conn.prepare_cached(INSERT_PAYLOAD)?.execute(params![
-            id,
-            e.headers,
-            stored.column(&e.body),
-            stored.codec()
-        ])?;
+        insert_payload(conn, id, &e.headers, &e.body, stored)?;
         let mut delivery = conn.prepare_cached(INSERT_DELIVERY)?;
         for d in &e.routes {
             delivery.execute(params![

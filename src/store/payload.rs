@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use rusqlite::types::{ToSqlOutput, Type, ValueRef};
-use rusqlite::{Row, ToSql};
+use rusqlite::Row;
+use rusqlite::types::Type;
 
 /// `payloads.codec` of a body kept as received.
 pub(super) const RAW: i64 = 0;
@@ -72,10 +72,10 @@ impl StoredBody {
     }
 
     /// The `payloads.body` value, `raw` being the body as received.
-    pub fn column<'a>(&'a self, raw: &'a [u8]) -> StoredColumn<'a> {
+    pub fn column<'a>(&'a self, raw: &'a [u8]) -> &'a [u8] {
         match self {
-            StoredBody::Raw => StoredColumn(raw),
-            StoredBody::Deflated(bytes) => StoredColumn(bytes),
+            StoredBody::Raw => raw,
+            StoredBody::Deflated(bytes) => bytes,
         }
     }
 }
@@ -87,15 +87,6 @@ fn deflated(body: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     out.extend_from_slice(&zlib);
     out
-}
-
-/// The bytes bound to `payloads.body`.
-pub struct StoredColumn<'a>(&'a [u8]);
-
-impl ToSql for StoredColumn<'_> {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(ValueRef::Blob(self.0)))
-    }
 }
 
 /// A stored body that cannot be turned back into the bytes received.
@@ -205,7 +196,7 @@ mod tests {
         mostly.extend_from_slice(&[b' '; 180]);
         assert_eq!(StoredBody::encode(&mostly), StoredBody::Raw);
         // Raw is stored as is.
-        assert_eq!(StoredBody::Raw.column(b"xyz").0, b"xyz");
+        assert_eq!(StoredBody::Raw.column(b"xyz"), b"xyz");
         assert_eq!(decode(1, RAW, b"xyz".to_vec()).unwrap(), b"xyz");
     }
 

@@ -10,9 +10,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::events::{EventDetail, SUMMARY, attempts, detail};
-use super::intake::{
-    INSERT_DELIVERY, INSERT_PAYLOAD, INSERT_UNLESS_KNOWN, NO_WINDOW, NewDelivery, dedup_hash,
-};
+use super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW, NewDelivery, dedup_hash};
 use super::payload::StoredBody;
 use super::{Db, Status, Store, StoreError, schema, status_column};
 
@@ -392,13 +390,13 @@ pub(super) fn restore(
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
-            let body = StoredBody::encode(&e.body);
-            conn.prepare_cached(INSERT_PAYLOAD)?.execute(params![
+            super::intake::insert_payload(
+                conn,
                 id,
-                e.headers,
-                body.column(&e.body),
-                body.codec()
-            ])?;
+                &e.headers,
+                &e.body,
+                &StoredBody::encode(&e.body),
+            )?;
             deliver_to(id)?;
             out.inserted += 1;
         } else if let Some(id) = reset
