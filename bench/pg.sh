@@ -112,24 +112,13 @@ start_portaria() {
         --config "$dir/portaria.toml" 2> >(exec cat >"$dir/$name.log") &
     PORTARIA_PID=$!
     PIDS+=("$PORTARIA_PID")
-    ADDR=""
-    for _ in $(seq 200); do
-        ADDR=$(grep -o 'listening addr=[0-9.:]*' "$dir/$name.log" 2>/dev/null | head -n1 | cut -d= -f2 || true)
-        [[ -n $ADDR ]] && return 0
-        kill -0 "$PORTARIA_PID" 2>/dev/null || { cat "$dir/$name.log" >&2; exit 1; }
-        sleep 0.1
-    done
-    echo "bench: portaria did not start within 20 s" >&2
-    exit 1
+    wait_for_addr "$PORTARIA_PID" "$dir/$name.log" "portaria ($name)"
 }
 
 stop_portaria() {
-    local pid=$1 rc=0
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || rc=$?
-    forget_pid "$pid"
-    if [[ $rc -ne 0 ]]; then
-        echo "CORRECTNESS MISS: portaria exited with status $rc on SIGTERM" >&2
+    stop_pid "$1" portaria
+    if [[ $STOP_RC -ne 0 ]]; then
+        echo "CORRECTNESS MISS: portaria exited with status $STOP_RC on SIGTERM" >&2
         MISSES=$((MISSES + 1))
     fi
 }

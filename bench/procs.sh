@@ -1,5 +1,6 @@
 # bench/procs.sh: what every bench script shares, sourced at its top (after `set -euo
-# pipefail`): `log`, and the processes it starts. Each one started is appended to PIDS and
+# pipefail`): `log`, and the processes it starts, stops (`stop_pid`) and waits for
+# (`wait_for_addr`). Each one started is appended to PIDS and
 # stopped on exit (SIGTERM, up to 10 s, then SIGKILL); WORK, the script's temporary
 # directory, is removed on exit unless a correctness check missed (MISSES > 0) or KEEP=1.
 
@@ -53,4 +54,45 @@ wait_ok() {
         MISSES=$((MISSES + 1))
         exit 1
     fi
+}
+
+# Stops a process we started: SIGTERM, up to 20 s, then SIGKILL. Sets STOP_RC.
+stop_pid() {
+    local pid=$1 name=$2
+    STOP_RC=0
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 200); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "bench: $name did not stop within 20 s of SIGTERM; killing it" >&2
+        kill -KILL "$pid" 2>/dev/null || true
+        STOP_RC=124
+    fi
+    local rc=0
+    wait "$pid" 2>/dev/null || rc=$?
+    if [[ $STOP_RC -eq 0 ]]; then
+        STOP_RC=$rc
+    fi
+    forget_pid "$pid"
+}
+
+# Waits for `listening addr=` in a log; sets ADDR.
+wait_for_addr() {
+    local pid=$1 logfile=$2 name=$3
+    ADDR=""
+    for _ in $(seq 200); do
+        ADDR=$(grep -o 'listening addr=[0-9.:]*' "$logfile" 2>/dev/null | head -n1 | cut -d= -f2 || true)
+        [[ -n $ADDR ]] && return 0
+        if ! kill -0 "$pid" 2>/dev/null; then
+            echo "bench: $name exited during start-up:" >&2
+            cat "$logfile" >&2
+            exit 1
+        fi
+        sleep 0.1
+    done
+    echo "bench: $name did not report its address within 20 s" >&2
+    cat "$logfile" >&2
+    exit 1
 }

@@ -37,17 +37,24 @@ set -euo pipefail
 
 MODE=full
 STORE=sqlite
-for arg in "$@"; do
-    case "$arg" in
+usage() {
+    echo "usage: bench/run.sh [--quick] [--store sqlite|postgres]" >&2
+    exit 2
+}
+while [[ $# -gt 0 ]]; do
+    case "$1" in
         --quick) MODE=quick ;;
-        --store=postgres | postgres) STORE=postgres ;;
-        --store | --store=sqlite | sqlite) ;;
-        *)
-            echo "usage: bench/run.sh [--quick] [--store sqlite|postgres]" >&2
-            exit 2
+        --store=*) STORE=${1#--store=} ;;
+        --store)
+            [[ $# -ge 2 ]] || usage
+            STORE=$2
+            shift
             ;;
+        *) usage ;;
     esac
+    shift
 done
+[[ $STORE == sqlite || $STORE == postgres ]] || usage
 # The PostgreSQL backend has a run of its own (one and two instances on one database).
 if [[ $STORE == postgres ]]; then
     exec "$(dirname "${BASH_SOURCE[0]}")/pg.sh" "$MODE"
@@ -81,47 +88,6 @@ ENDPOINT_PATH=/webhooks/pagarme
 # shellcheck source=bench/procs.sh
 source "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 now_ms() { date +%s%3N; }
-
-# Stops a process we started: SIGTERM, up to 20 s, then SIGKILL. Sets STOP_RC.
-stop_pid() {
-    local pid=$1 name=$2
-    STOP_RC=0
-    kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 200); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-        echo "bench: $name did not stop within 20 s of SIGTERM; killing it" >&2
-        kill -KILL "$pid" 2>/dev/null || true
-        STOP_RC=124
-    fi
-    local rc=0
-    wait "$pid" 2>/dev/null || rc=$?
-    if [[ $STOP_RC -eq 0 ]]; then
-        STOP_RC=$rc
-    fi
-    forget_pid "$pid"
-}
-
-# Waits for `listening addr=` in a log; sets ADDR.
-wait_for_addr() {
-    local pid=$1 logfile=$2 name=$3
-    ADDR=""
-    for _ in $(seq 200); do
-        ADDR=$(grep -o 'listening addr=[0-9.:]*' "$logfile" 2>/dev/null | head -n1 | cut -d= -f2 || true)
-        [[ -n $ADDR ]] && return 0
-        if ! kill -0 "$pid" 2>/dev/null; then
-            echo "bench: $name exited during start-up:" >&2
-            cat "$logfile" >&2
-            exit 1
-        fi
-        sleep 0.1
-    done
-    echo "bench: $name did not report its address within 20 s" >&2
-    cat "$logfile" >&2
-    exit 1
-}
 
 # ---- /proc readings ----
 
