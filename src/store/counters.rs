@@ -277,10 +277,7 @@ mod tests {
     async fn counts_reach_the_table_with_the_next_batch_and_add_up() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("p.db")).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
+        let now = crate::time::now_ms();
         let h = now.div_euclid(HOUR_MS) - 2;
         let t = h * HOUR_MS + 5;
         store.count("a", Counted::Received, t);
@@ -321,10 +318,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
         let store = Store::open(&path).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64;
+        let now = crate::time::now_ms();
         let hour = now.div_euclid(HOUR_MS) * HOUR_MS;
         // A batch folds (the first fold is due at once); then a count and its batch come
         // too soon for another fold, and the writer has nothing more to do.

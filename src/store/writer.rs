@@ -42,6 +42,7 @@ use rusqlite::Connection;
 use super::StoreError;
 use super::checkpoint::Checkpointer;
 use super::counters::Tally;
+use crate::time::now_ms;
 
 /// Called once the batch a job ran in has committed (or failed to).
 pub(super) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
@@ -473,12 +474,6 @@ fn fold_counters(conn: &Connection, tally: &Tally) {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
-}
-
 /// Runs one of the writer's fixed statements through the statement cache: they run for every
 /// batch or job, and parsing them anew each time showed in the profile.
 fn exec(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
@@ -741,11 +736,7 @@ mod tests {
         let hours = |conn: &Connection| {
             conn.query_row("SELECT count(*) FROM hourly", [], |r| r.get::<_, i64>(0))
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-            / 3_600_000;
+        let now = now_ms() / 3_600_000;
         let [a, b, c] = bare_batch(&store, (put("a"), half_then_fail, put("c")), now).await;
         assert!(a.is_ok() && b.is_err() && c.is_ok(), "{a:?} {b:?} {c:?}");
         assert!(store.tally().is_empty(), "the batch folded the tally");
@@ -771,11 +762,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(&dir.path().join("p.db")).unwrap();
         let rolled_back = |conn: &Connection| conn.execute_batch("ROLLBACK");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-            / 3_600_000;
+        let now = now_ms() / 3_600_000;
         let [a, b, c] = bare_batch(&store, (put("a"), rolled_back, put("c")), now).await;
         assert!(a.is_err() && b.is_err() && c.is_err(), "{a:?} {b:?} {c:?}");
         assert!(

@@ -116,7 +116,7 @@ fn the_dependency_rules_hold() {
     only("dedup", &["digest"]);
     only("verify", &["dedup", "digest"]);
     // The store takes nothing of the pipeline but the verifier's proof.
-    only("store", &["verify", "fault", "digest"]);
+    only("store", &["verify", "fault", "digest", "time"]);
     // Metrics is a sink of label strings: the reserved endpoint label, the queue figures.
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify"]);

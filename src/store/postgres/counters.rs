@@ -59,12 +59,12 @@ pub(super) async fn counter_keeper(
                 if pool.is_closed() {
                     return;
                 }
-                if let Err(e) = fold(&pool, &tally, unix_ms()).await {
+                if let Err(e) = fold(&pool, &tally, crate::time::now_ms()).await {
                     tracing::warn!(error = %e, "cannot write the status page's counters; kept for the next try");
                 }
             }
             done = closing.recv() => {
-                if let Err(e) = fold(&pool, &tally, unix_ms()).await {
+                if let Err(e) = fold(&pool, &tally, crate::time::now_ms()).await {
                     tracing::warn!(error = %e, "cannot write the status page's counters at close");
                 }
                 if let Some(done) = done {
@@ -115,12 +115,6 @@ pub(super) async fn fold(pool: &Pool, tally: &Tally, now_ms: i64) -> Result<(), 
         tracing::debug!(error = %error(e), "cannot delete old rows of the status page's counters");
     }
     Ok(())
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
 
 #[cfg(test)]

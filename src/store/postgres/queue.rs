@@ -394,15 +394,9 @@ pub(super) async fn lease_keeper(pool: Pool, instance: String, lease_ms: i64) {
         let Ok(client) = pool.get().await else {
             continue;
         };
-        let until = unix_ms() + lease_ms;
+        let until = crate::time::now_ms() + lease_ms;
         if let Err(e) = client.execute(RENEW, &[&instance, &until]).await {
             tracing::warn!(error = %error(e), "cannot renew the delivery leases");
         }
     }
-}
-
-fn unix_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64)
 }
