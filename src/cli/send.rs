@@ -187,10 +187,7 @@ pub(super) fn run(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, Str
         (None, None) => return Err("give the payload with --data or --file".into()),
     };
     let signed = prepare(&config, endpoint, body, args.url.as_deref())?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let runtime = super::command_runtime()?;
     let repeat = usize::from(args.repeat);
     println!(
         "POST {} ({} bytes, signed as {})",
