@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::pg_cluster;
-use crate::pg_retention::{seed, until_count, write_config};
-use crate::postgres::count;
+use crate::pg_retention::{seed, write_config};
+use crate::postgres::{count, until_count};
 use crate::support::*;
 
 const DAY_MS: i64 = 86_400_000;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::pg_cluster;
-use crate::postgres::count;
+use crate::postgres::{count, until_count};
 use crate::support::*;
 
 const DAY_MS: i64 = 86_400_000;
@@ -113,19 +113,6 @@ pub(crate) async fn seed(
          SELECT count(*) FROM e"
     );
     client.query_one(&sql, &[]).await.unwrap().get(0)
-}
-
-/// Polls `sql` (one bigint) until it is `want`, or panics after 20 s.
-pub(crate) async fn until_count(client: &tokio_postgres::Client, sql: &str, want: i64) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let n = count(client, sql).await;
-        if n == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{sql}: {n}, not {want}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The events an instance's log says it pruned, summed over its passes.

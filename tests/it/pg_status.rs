@@ -6,22 +6,9 @@
 use std::time::{Duration, Instant};
 
 use crate::pg_cluster::{self, Cluster};
-use crate::postgres::{count, server};
+use crate::postgres::{count, server, until_count};
 use crate::status::{csrf, form, forward_to, get, json};
 use crate::support::*;
-
-/// Polls `sql` (one bigint) until it is `want`, or panics after 15 s.
-async fn until_count(client: &tokio_postgres::Client, sql: &str, want: i64) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let n = count(client, sql).await;
-        if n == want {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{sql}: {n}, not {want}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
 
 async fn bad_signature(addr: std::net::SocketAddr) {
     let bad = post(

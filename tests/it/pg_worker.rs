@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::ordering::{fail_first_of_event_1, lines, payment};
 use crate::pg_cluster;
-use crate::postgres::{count, server};
+use crate::postgres::{count, server, until_count};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -22,12 +22,12 @@ fn config(url: &str, pagarme_extra: &str) -> String {
 
 /// Waits until `n` events are rolled up `delivered` (the roll-up lags a delivery by ~250 ms).
 async fn delivered_events(client: &tokio_postgres::Client, n: i64) {
-    let deadline = std::time::Instant::now() + WAIT;
-    let sql = "SELECT count(*) FROM events WHERE status = 'delivered'";
-    while count(client, sql).await != n {
-        assert!(std::time::Instant::now() < deadline, "not {n} delivered");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_count(
+        client,
+        "SELECT count(*) FROM events WHERE status = 'delivered'",
+        n,
+    )
+    .await;
 }
 
 /// `order_by` with two instances on one database: a failing payment holds back only its own

@@ -41,6 +41,22 @@ pub(crate) async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
     client.query_one(sql, &[]).await.unwrap().get(0)
 }
 
+/// Waits (up to 20 s) until `sql`'s count is `want`.
+pub(crate) async fn until_count(client: &tokio_postgres::Client, sql: &str, want: i64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let n = count(client, sql).await;
+        if n == want {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{sql}: {n}, not {want}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn copies_racing_through_two_instances_make_one_event() {
     let Some(pg) = pg_cluster::shared() else {
