@@ -515,24 +515,22 @@ pub(super) fn record_attempt(
     // Only a delivery still marked delivering moves on: a replay that raced this attempt wins.
     // A finished delivery keeps its due time (and so its queue entry) until the roll-up
     // clears it: setting it here would rewrite a page of the queue index per delivery.
+    let finish = |status: Status, delivered_ms: Option<i64>| {
+        conn.prepare_cached(FINISH)?.execute(params![
+            event_id,
+            route,
+            status.as_str(),
+            after.error(),
+            finished,
+            delivered_ms
+        ])
+    };
     let moved = match after {
         AfterAttempt::RetryAt { at_ms, error } => conn
             .prepare_cached(RETRY)?
             .execute(params![event_id, route, at_ms, error])?,
-        AfterAttempt::Delivered | AfterAttempt::Dead { .. } => {
-            let (status, delivered_ms) = match after {
-                AfterAttempt::Delivered => (Status::Delivered, Some(attempt.duration_ms)),
-                _ => (Status::Dead, None),
-            };
-            conn.prepare_cached(FINISH)?.execute(params![
-                event_id,
-                route,
-                status.as_str(),
-                after.error(),
-                finished,
-                delivered_ms
-            ])?
-        }
+        AfterAttempt::Delivered => finish(Status::Delivered, Some(attempt.duration_ms))?,
+        AfterAttempt::Dead { .. } => finish(Status::Dead, None)?,
     };
     if moved == 0 && *after == AfterAttempt::Delivered {
         // A replay (or a recovery elsewhere) won the race: the row is not ours to finish, but
