@@ -224,25 +224,14 @@ fn commit_batch(
         Bare::Ran => {
             fold_counters(conn, tally);
             if conn.is_autocommit() {
-                let err = rolled_back();
-                tracing::error!(error = %err, "batch lost; every job in it hears the error");
-                for job in batch.drain(..) {
-                    job.abort(err.clone());
-                }
-                return;
+                return lose(rolled_back(), batch.drain(..));
             }
             // Each job hands back its result: none runs again.
             batch.drain(..).map(|job| job.run(conn).1).collect()
         }
-        Bare::Lost(err) => {
-            tracing::error!(error = %err, "batch lost; every job in it hears the error");
-            for job in batch.drain(..) {
-                job.abort(err.clone());
-            }
-            return;
-        }
-        Bare::RolledBack => {
-            if !begin(conn, batch) {
+        Bare::Lost(err) => return lose(err, batch.drain(..)),
+        bare @ (Bare::RolledBack | Bare::NotTried) => {
+            if matches!(bare, Bare::RolledBack) && !begin(conn, batch) {
                 return;
             }
             match run_jobs(conn, batch, tally) {
@@ -250,10 +239,6 @@ fn commit_batch(
                 None => return,
             }
         }
-        Bare::NotTried => match run_jobs(conn, batch, tally) {
-            Some(finishes) => finishes,
-            None => return,
-        },
     };
     if let Some(delay) = delay {
         std::thread::sleep(delay);
@@ -266,6 +251,21 @@ fn commit_batch(
     for finish in finishes {
         finish(result.clone());
     }
+}
+
+/// The batch is lost: logged once, and every job not yet run hears `err`.
+fn lose(err: StoreError, jobs: impl Iterator<Item = Box<dyn Job>>) {
+    tracing::error!(error = %err, "batch lost; every job in it hears the error");
+    for job in jobs {
+        job.abort(err.clone());
+    }
+}
+
+/// Tries each repeatable job in turn inside the open transaction; false at the first failure,
+/// or when the transaction is gone (the next job would run, and commit, on its own).
+fn attempt_all(conn: &Connection, jobs: &mut [Box<dyn Job>]) -> bool {
+    jobs.iter_mut()
+        .all(|job| job.attempt(conn) && !conn.is_autocommit())
 }
 
 /// `BEGIN IMMEDIATE`; if it fails, every job of `batch` hears why.
@@ -302,11 +302,7 @@ fn run_bare(conn: &Connection, batch: &mut [Box<dyn Job>]) -> Bare {
     if batch.is_empty() || !batch.iter().all(|job| job.repeatable()) {
         return Bare::NotTried;
     }
-    // Stop at the first failure, and when the transaction is gone: the next job would run
-    // (and commit) on its own.
-    let all_ok = batch
-        .iter_mut()
-        .all(|job| job.attempt(conn) && !conn.is_autocommit());
+    let all_ok = attempt_all(conn, batch);
     if conn.is_autocommit() {
         return Bare::Lost(rolled_back());
     }
@@ -347,10 +343,7 @@ fn run_jobs(
             run_alone(conn, job, &mut finishes)
         };
         if let Err(err) = step {
-            tracing::error!(error = %err, "batch lost; every job in it hears the error");
-            for job in jobs {
-                job.abort(err.clone());
-            }
+            lose(err.clone(), jobs);
             for finish in finishes {
                 finish(Err(err.clone()));
             }
@@ -360,17 +353,21 @@ fn run_jobs(
     Some(finishes)
 }
 
-/// Runs one job in its own savepoint, so that if it fails it rolls back alone. An error: the
+/// Runs one job in its own savepoint, so that if it fails it rolls back alone; a repeatable
+/// job is tried anew (an earlier try's work may have been rolled back since). An error: the
 /// batch is lost (the job already heard of it through its `Finish`, pushed first).
 fn run_alone(
     conn: &Connection,
-    job: Box<dyn Job>,
+    mut job: Box<dyn Job>,
     finishes: &mut Vec<Finish>,
 ) -> Result<(), StoreError> {
     // Never run a job outside its savepoint: half of it could commit without the rest.
     if let Err(e) = exec(conn, JOB.open) {
         job.abort(StoreError::from(e));
         return Ok(());
+    }
+    if job.repeatable() {
+        job.attempt(conn);
     }
     let (ok, finish) = job.run(conn);
     finishes.push(finish);
@@ -400,11 +397,7 @@ fn run_row(
         }
         return Ok(());
     }
-    // Stop at the first failure, and when the transaction is gone: the next job would run
-    // (and commit) on its own.
-    let all_ok = row
-        .iter_mut()
-        .all(|job| job.attempt(conn) && !conn.is_autocommit());
+    let all_ok = attempt_all(conn, &mut row);
     if let Err(err) = end_savepoint(conn, &ROW, all_ok) {
         for job in row {
             job.abort(err.clone());
@@ -417,14 +410,8 @@ fn run_row(
     }
     // Rolled back: once more, each alone.
     let mut row = row.into_iter();
-    while let Some(mut job) = row.next() {
-        if let Err(e) = exec(conn, JOB.open) {
-            job.abort(StoreError::from(e));
-            continue;
-        }
-        let ok = job.attempt(conn);
-        finishes.push(job.run(conn).1);
-        if let Err(err) = end_savepoint(conn, &JOB, ok) {
+    while let Some(job) = row.next() {
+        if let Err(err) = run_alone(conn, job, finishes) {
             for job in row {
                 job.abort(err.clone());
             }
