@@ -533,6 +533,24 @@ mod tests {
     use super::super::{Db, Inserted, Status};
     use super::*;
 
+    /// A file of schema `from`: a command refuses it, the server upgrades it to this version,
+    /// whose status writes build no temporary b-tree (schema 8).
+    fn upgraded(path: &Path, from: i64) -> Db {
+        let refused = Db::open(path).err().expect("refused").to_string();
+        let older = format!("schema version {from} is older");
+        assert!(refused.contains(&older), "{refused}");
+        let db = Db {
+            conn: open(path).unwrap(),
+        };
+        super::status_checks::assert_no_temporary_b_tree(&db.conn);
+        let version: i64 = db
+            .conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, SCHEMA_VERSION);
+        db
+    }
+
     #[test]
     fn every_row_gets_its_hash_whatever_the_chunk_size() {
         let conn = Connection::open_in_memory().unwrap();
@@ -621,20 +639,7 @@ mod tests {
             .unwrap()
             .execute_batch(SCHEMA_V2)
             .unwrap();
-        // A command refuses to upgrade it.
-        let refused = Db::open(&path).err().expect("refused").to_string();
-        assert!(refused.contains("schema version 2 is older"), "{refused}");
-        // The server upgrades it.
-        let db = Db {
-            conn: open(&path).unwrap(),
-        };
-        // And writes a status without a temporary b-tree (schema 8).
-        super::status_checks::assert_no_temporary_b_tree(&db.conn);
-        let version: i64 = db
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        let db = upgraded(&path, 2);
         // Version 4's column is there, empty for the old rows.
         assert_eq!(db.client_cert(7).unwrap(), None);
         // Version 5's counters and index came with it.
@@ -795,13 +800,7 @@ mod tests {
             }
         }
         drop(v3);
-        let refused = Db::open(&path).err().expect("refused").to_string();
-        assert!(refused.contains("schema version 3 is older"), "{refused}");
-        let db = Db {
-            conn: open(&path).unwrap(),
-        };
-        // And writes a status without a temporary b-tree (schema 8).
-        super::status_checks::assert_no_temporary_b_tree(&db.conn);
+        let db = upgraded(&path, 3);
         for (id, status, attempts, next, error, _) in states {
             let event = db.event(id).unwrap().unwrap();
             assert_eq!(
@@ -923,18 +922,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
         version_5_file(&path);
-        let refused = Db::open(&path).err().expect("refused").to_string();
-        assert!(refused.contains("schema version 5 is older"), "{refused}");
-        let db = Db {
-            conn: open(&path).unwrap(),
-        };
-        // And writes a status without a temporary b-tree (schema 8).
-        super::status_checks::assert_no_temporary_b_tree(&db.conn);
-        let version: i64 = db
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        let db = upgraded(&path, 5);
         // The same indexes as a new file's, by definition.
         let (_fresh_dir, fresh) = temp_db();
         let indexes = |conn: &Connection| -> Vec<(String, String)> {
@@ -1039,16 +1027,7 @@ mod tests {
             )
             .unwrap();
         }
-        let refused = Db::open(&path).err().expect("refused").to_string();
-        assert!(refused.contains("schema version 6 is older"), "{refused}");
-        let db = Db {
-            conn: open(&path).unwrap(),
-        };
-        let version: i64 = db
-            .conn
-            .query_row("PRAGMA user_version", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(version, SCHEMA_VERSION);
+        let db = upgraded(&path, 6);
         // The old row is raw, untouched, and reads as it was.
         let codec = |id: i64| -> (i64, i64) {
             db.conn
