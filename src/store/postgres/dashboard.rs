@@ -10,7 +10,7 @@ use tokio_postgres::types::ToSql;
 
 use super::{Pg, error};
 use crate::store::dashboard::Chart;
-use crate::store::events::{self, Arg, Attempt, EventDetail, EventSummary, ListFilter, RouteState};
+use crate::store::events::{self, Arg, EventDetail, EventSummary, ListFilter, RouteState};
 use crate::store::{EndpointNow, HourCounts, Overview, Rejected, Status, StoreError};
 
 const HOUR_MS: i64 = 3_600_000;
@@ -28,13 +28,6 @@ const CHART: &str = "SELECT hour, sum(received)::bigint, sum(duplicate)::bigint,
      GROUP BY hour ORDER BY hour";
 const ROUTES: &str = "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, \
      order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
-/// The failed and interrupted attempts have rows; a delivered one is its delivery row.
-const ATTEMPTS: &str = "SELECT attempt, started_at, duration_ms, outcome, error, route, id \
-     FROM attempts WHERE event_id = $1 \
-     UNION ALL SELECT attempts, finished_at - delivered_ms, delivered_ms, 'delivered', NULL, \
-       route, NULL FROM deliveries \
-     WHERE event_id = $1 AND status = 'delivered' AND delivered_ms IS NOT NULL \
-     ORDER BY 2, 7";
 const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
 /// The chosen deliveries (not one being delivered) locked, a delivered attempt given a row of
 /// its own (its delivery row is reset), the deliveries pending again and due now, their events
@@ -186,28 +179,13 @@ impl Pg {
         let Some(row) = client.query_opt(&sql, &[&id]).await.map_err(error)? else {
             return Ok(None);
         };
-        let attempts = client
-            .query(ATTEMPTS, &[&id])
-            .await
-            .map_err(error)?
-            .iter()
-            .map(|r| Attempt {
-                attempt: count_u32(r.get::<_, i32>(0)),
-                started_at_ms: r.get(1),
-                duration_ms: r.get(2),
-                outcome: r.get(3),
-                error: r.get(4),
-                route: r.get(5),
-            })
-            .collect();
-        Ok(Some(EventDetail {
-            summary: summary(&row)?,
-            content_type: row.get(10),
-            headers: row.get(11),
-            body: row.get(12),
-            routes: self.event_routes(id).await?,
-            attempts,
-        }))
+        let mut detail = super::retention::detail(&row)?;
+        detail.attempts = super::retention::attempts_of(&client, &[id])
+            .await?
+            .remove(&id)
+            .unwrap_or_default();
+        detail.routes = self.event_routes(id).await?;
+        Ok(Some(detail))
     }
 
     pub(in crate::store) async fn event_routes(

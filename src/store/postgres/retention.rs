@@ -62,7 +62,7 @@ fn prunable_batch() -> String {
 }
 
 /// The attempts of these events: the failed and interrupted ones have rows, a delivered one
-/// is its delivery row (as `dashboard.rs` reads one event's).
+/// is its delivery row.
 const ATTEMPTS_OF: &str = "SELECT event_id, attempt, started_at, duration_ms, outcome, error, \
        route, id FROM attempts WHERE event_id = ANY($1) \
      UNION ALL SELECT event_id, attempts, finished_at - delivered_ms, delivered_ms, \
@@ -183,22 +183,7 @@ impl RetentionLock {
             .map_err(error)?;
         let mut batch = rows.iter().map(detail).collect::<Result<Vec<_>, _>>()?;
         let ids: Vec<i64> = batch.iter().map(|e| e.summary.id).collect();
-        let mut attempts: HashMap<i64, Vec<Attempt>> = HashMap::new();
-        for r in self
-            .client
-            .query(ATTEMPTS_OF, &[&ids])
-            .await
-            .map_err(error)?
-        {
-            attempts.entry(r.get(0)).or_default().push(Attempt {
-                attempt: u32::try_from(r.get::<_, i32>(1)).unwrap_or(0),
-                started_at_ms: r.get(2),
-                duration_ms: r.get(3),
-                outcome: r.get(4),
-                error: r.get(5),
-                route: r.get(6),
-            });
-        }
+        let mut attempts = attempts_of(&self.client, &ids).await?;
         for event in &mut batch {
             event.attempts = attempts.remove(&event.summary.id).unwrap_or_default();
         }
@@ -223,9 +208,28 @@ impl RetentionLock {
     }
 }
 
-/// A row of [`prunable_batch`]: `events::SUMMARY`'s columns, then content type, headers and
-/// body (kept raw on PostgreSQL), without attempts.
-fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
+/// The attempts of the events `ids`, by event, each event's in the order they started.
+pub(super) async fn attempts_of(
+    client: &tokio_postgres::Client,
+    ids: &[i64],
+) -> Result<HashMap<i64, Vec<Attempt>>, StoreError> {
+    let mut attempts: HashMap<i64, Vec<Attempt>> = HashMap::new();
+    for r in client.query(ATTEMPTS_OF, &[&ids]).await.map_err(error)? {
+        attempts.entry(r.get(0)).or_default().push(Attempt {
+            attempt: u32::try_from(r.get::<_, i32>(1)).unwrap_or(0),
+            started_at_ms: r.get(2),
+            duration_ms: r.get(3),
+            outcome: r.get(4),
+            error: r.get(5),
+            route: r.get(6),
+        });
+    }
+    Ok(attempts)
+}
+
+/// A row of `events::SUMMARY`'s columns, then content type, headers and body (kept raw on
+/// PostgreSQL), without routes or attempts ([`prunable_batch`], one event's detail).
+pub(super) fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
     Ok(EventDetail {
         summary: super::dashboard::summary(row)?,
         content_type: row.get(10),
