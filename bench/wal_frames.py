@@ -38,14 +38,9 @@ def frames(path):
     return pages, commits
 
 
-def main():
-    before, after, db, events = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
-    f0, c0 = frames(before)
-    f1, c1 = frames(after)
-    if f1[: len(f0)] != f0:
-        sys.exit("the WAL started over between the two copies (a checkpoint): no comparison")
-    new, commits = f1[len(f0) :], c1 - c0
-    conn = sqlite3.connect(db)
+def page_names(conn, db):
+    """Each page of the database `conn` has open (file `db`) by its table or index, from
+    `dbstat`, and its pointer-map pages (with auto_vacuum) as "(pointer map)"."""
     names = dict(conn.execute("SELECT pageno, name FROM dbstat"))
     if conn.execute("PRAGMA auto_vacuum").fetchone()[0]:
         # The first pointer-map page is page 2; each maps the usable_size / 5 pages after it.
@@ -54,6 +49,17 @@ def main():
         step = (page_size - reserved) // 5 + 1
         last = conn.execute("PRAGMA page_count").fetchone()[0]
         names.update((p, "(pointer map)") for p in range(2, last + step, step))
+    return names
+
+
+def main():
+    before, after, db, events = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    f0, c0 = frames(before)
+    f1, c1 = frames(after)
+    if f1[: len(f0)] != f0:
+        sys.exit("the WAL started over between the two copies (a checkpoint): no comparison")
+    new, commits = f1[len(f0) :], c1 - c0
+    names = page_names(sqlite3.connect(db), db)
     per = collections.Counter(names.get(p, "(freed)") for p in new)
     print(
         f"frames {len(new)} ({len(new) / events:.2f} per event), "

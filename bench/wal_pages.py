@@ -22,12 +22,16 @@ import sys
 import tempfile
 import zlib
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from wal_frames import frames, page_names  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 src = open(os.path.join(ROOT, "src/store/schema.rs")).read()
 def const(name):
     m = re.search(r'const %s: &str = "(.*?)";' % name, src, re.S)
     return m.group(1).replace('\\\\', '\\')
-schema = ''.join(const(n) for n in ['SCHEMA', 'DELIVERIES', 'V4_TO_V5', 'V6_TO_V7'])
+# What `migrate_in_one_transaction` runs for a new file, in its order.
+schema = ''.join(const(n) for n in ['SCHEMA', 'DELIVERIES', 'V4_TO_V5', 'V5_TO_V6', 'V6_TO_V7'])
 deflate = sys.argv[1] == 'deflate'
 batch = int(sys.argv[2])
 work = tempfile.TemporaryDirectory()
@@ -61,13 +65,12 @@ for _ in range(commits):
     c.execute("BEGIN IMMEDIATE")
     for _ in range(batch): insert(n); n += 1
     c.execute("COMMIT")
-wal = open(db + '-wal', 'rb').read()
-pages = [struct.unpack('>I', wal[32 + i*(24+1024):36 + i*(24+1024)])[0] for i in range((len(wal) - 32) // (24+1024))]
-names = {r[1]: r[0] for r in c.execute("SELECT name, pageno, pagetype FROM dbstat")}
-kinds = {r[1]: r[2] for r in c.execute("SELECT name, pageno, pagetype FROM dbstat")}
+pages, _ = frames(db + '-wal')
+names = page_names(c, db)
+kinds = dict(c.execute("SELECT pageno, pagetype FROM dbstat"))
 count = collections.Counter()
 for p in pages:
-    count[(names.get(p, 'ptrmap' if p != 1 else 'header'), kinds.get(p, ''))] += 1
+    count[(names.get(p, '(freed)'), kinds.get(p, ''))] += 1
 events = commits * batch
 print(f"{'deflated' if deflate else 'raw'} batch {batch}: {len(pages)/events:.2f} WAL frames per event, {len(set(pages))/events:.2f} distinct pages")
 for k, v in sorted(count.items(), key=lambda kv: -kv[1]):
