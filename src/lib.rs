@@ -34,6 +34,7 @@ pub mod cli;
 pub mod client_ip;
 pub mod config;
 pub mod dedup;
+pub mod der;
 pub mod digest;
 pub mod fault;
 pub mod forward;

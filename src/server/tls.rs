@@ -10,6 +10,7 @@
 //! logged and the old certificate keeps serving. Each handshake takes the configuration in
 //! force when it starts: new connections get the new certificate, open ones keep theirs.
 
+use crate::der::tlv;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, SystemTime};
@@ -204,23 +205,6 @@ fn common_name(mut name: &[u8]) -> Option<String> {
         }
     }
     found
-}
-
-/// One DER tag-length-value: the tag, the contents, what follows.
-fn tlv(input: &[u8]) -> Option<(u8, &[u8], &[u8])> {
-    let (&tag, rest) = input.split_first()?;
-    let (&first, rest) = rest.split_first()?;
-    let (len, rest) = match first {
-        0..=0x7f => (usize::from(first), rest),
-        0x81 => (usize::from(*rest.first()?), rest.get(1..)?),
-        0x82 => (
-            usize::from(*rest.first()?) << 8 | usize::from(*rest.get(1)?),
-            rest.get(2..)?,
-        ),
-        _ => return None,
-    };
-    let contents = rest.get(..len)?;
-    Some((tag, contents, rest.get(len..)?))
 }
 
 #[cfg(test)]

@@ -104,6 +104,7 @@ fn the_dependency_rules_hold() {
         "shutdown",
         "logwriter",
         "digest",
+        "der",
         "notify",
         "fault",
         "panics",
@@ -116,7 +117,7 @@ fn the_dependency_rules_hold() {
     only("dedup", &["digest"]);
     only("verify", &["dedup", "digest"]);
     // The store takes nothing of the pipeline but the verifier's proof.
-    only("store", &["verify", "fault", "digest", "time"]);
+    only("store", &["verify", "fault", "digest", "time", "der"]);
     // Metrics is a sink of label strings: the reserved endpoint label, the queue figures.
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify"]);

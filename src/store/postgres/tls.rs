@@ -9,6 +9,7 @@
 //! with its signature's hash, SHA-256 for MD5 and SHA-1), so a `channel_binding=require`
 //! in the URL works and a man in the middle cannot relay the password exchange.
 
+use crate::der::element;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -167,28 +168,6 @@ fn signature_algorithm(der: &[u8]) -> Option<&[u8]> {
     let (algorithm, _) = element(rest, 0x30)?;
     let (oid, _) = element(algorithm, 0x06)?;
     Some(oid)
-}
-
-/// The content of the DER element at the start of `input` if its tag is `tag`, and what
-/// follows it.
-fn element(input: &[u8], tag: u8) -> Option<(&[u8], &[u8])> {
-    let (&first, rest) = input.split_first()?;
-    if first != tag {
-        return None;
-    }
-    let (&len, rest) = rest.split_first()?;
-    let (len, rest) = if len < 0x80 {
-        (usize::from(len), rest)
-    } else {
-        let count = usize::from(len & 0x7f);
-        if count == 0 || count > 4 || rest.len() < count {
-            return None;
-        }
-        let (bytes, rest) = rest.split_at(count);
-        let len = bytes.iter().fold(0usize, |n, b| (n << 8) | usize::from(*b));
-        (len, rest)
-    };
-    (rest.len() >= len).then(|| rest.split_at(len))
 }
 
 #[cfg(test)]
