@@ -206,12 +206,14 @@ const COUNTED_SINCE: &str = "SELECT sum(duplicate), sum(bad_signature), sum(stal
 /// Endpoints counted since an hour (`hourly` is small: endpoints x 8 days of hours).
 const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= ?1";
 
-/// Every endpoint's hours since an hour, summed per hour.
-fn chart_sql() -> String {
-    let sum = |c: &str| format!("sum({c})");
-    let rejected = COLUMNS[2..7].join(" + ");
+/// Every endpoint's hours since an hour (the first parameter, `param` its mark: `?` or `$`),
+/// summed per hour, each sum followed by `cast` (PostgreSQL's `::bigint`); the rejected are
+/// [`COLUMNS`]' rejection counts together, on both backends.
+pub(super) fn chart_sql(param: &str, cast: &str) -> String {
+    let sum = |c: &str| format!("sum({c}){cast}");
+    let rejected = sum(&COLUMNS[2..7].join(" + "));
     format!(
-        "SELECT hour, {}, {}, sum({rejected}), {}, {} FROM hourly WHERE hour >= ?1 \
+        "SELECT hour, {}, {}, {rejected}, {}, {} FROM hourly WHERE hour >= {param}1 \
          GROUP BY hour ORDER BY hour",
         sum("received"),
         sum("duplicate"),
@@ -282,7 +284,7 @@ fn overview(
         });
     }
     let mut chart = Chart::new(this_hour, hours);
-    let mut stmt = conn.prepare_cached(&chart_sql())?;
+    let mut stmt = conn.prepare_cached(&chart_sql("?", ""))?;
     let rows = stmt.query_map([chart.first_ms()], |r| {
         Ok(HourCounts {
             hour_ms: r.get(0)?,

@@ -22,10 +22,6 @@ const COUNTED_SINCE: &str = "SELECT sum(duplicate)::bigint, sum(bad_signature)::
      sum(stale_timestamp)::bigint, sum(too_large)::bigint, sum(bad_request)::bigint, \
      sum(storage_error)::bigint FROM hourly WHERE endpoint = $1 AND hour >= $2";
 const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= $1";
-const CHART: &str = "SELECT hour, sum(received)::bigint, sum(duplicate)::bigint, \
-     sum(bad_signature + stale_timestamp + too_large + bad_request + storage_error)::bigint, \
-     sum(delivered)::bigint, sum(failed)::bigint FROM hourly WHERE hour >= $1 \
-     GROUP BY hour ORDER BY hour";
 const ROUTES: &str = "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, \
      order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
 const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
@@ -124,7 +120,10 @@ impl Pg {
         }
         let mut chart = Chart::new(this_hour, hours);
         for r in client
-            .query(CHART, &[&chart.first_ms()])
+            .query(
+                &crate::store::dashboard::chart_sql("$", "::bigint"),
+                &[&chart.first_ms()],
+            )
             .await
             .map_err(error)?
         {
