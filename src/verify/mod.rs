@@ -153,9 +153,19 @@ pub struct Verifier {
 #[derive(Debug)]
 pub struct Verified {
     secret_index: usize,
+    /// The id of the object the signature covers, where the scheme signs one apart from the
+    /// body (Mercado Pago's query `data.id`); None where the scheme signs the whole body (the
+    /// body is then the signed fact) or signs no id.
+    signed_id: Option<String>,
 }
 
 impl Verified {
+    /// The id the provider signed, apart from the body, for targets to trust instead of the
+    /// body's (`PORTARIA_SIGNED_ID`): the body of such a scheme is not proof of anything.
+    pub fn signed_id(&self) -> Option<&str> {
+        self.signed_id.as_deref()
+    }
+
     /// Which configured secret matched (0 = first): after a rotation, a request still signed
     /// with the old secret shows up here.
     pub fn secret_index(&self) -> usize {
@@ -316,7 +326,10 @@ impl Verifier {
             self.preset
                 .scheme
                 .verify(&self.keys, request, now_unix, self.tolerance_secs)?;
-        Ok(Verified { secret_index })
+        Ok(Verified {
+            secret_index,
+            signed_id: None,
+        })
     }
 
     /// The answer to a verified request that is the provider checking the URL rather than an
@@ -345,6 +358,14 @@ impl Verifier {
     /// The header carrying the event type for this provider, if it sends one.
     pub fn event_type_header(&self) -> Option<&'static str> {
         self.preset.event_type_header
+    }
+
+    /// Whether the event type this provider's requests carry is covered by what the signature
+    /// signs: false where it comes from an unsigned header (GitHub's `X-GitHub-Event`,
+    /// Shopify's topic, ...) or from a body the scheme does not sign (Mercado Pago's). Targets
+    /// are told (`PORTARIA_EVENT_TYPE_SIGNED=0`).
+    pub fn event_type_signed(&self) -> bool {
+        self.preset.event_type_header.is_none() && self.preset.name != "mercadopago"
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
