@@ -19,6 +19,7 @@ mod hostile;
 mod kill_storm;
 mod layout;
 mod locked;
+mod log_lines;
 mod observability;
 mod oracle;
 mod ordering;

@@ -1,0 +1,116 @@
+//! What a request can do to the log (issue 23): its text stays inside its fields, one line
+//! per request, in either format (`src/logescape.rs`); a flood of rejected webhooks is a
+//! bounded number of lines (`src/ingest/flood.rs`); and what `check` and `serve` warn of in a
+//! config (short or space-padded secrets, PostgreSQL TLS that checks nobody), never quoting
+//! a secret. The real binary, its stderr a pipe as under journald.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A signed Pagar.me event whose type and object id hold a terminal's commands (a colour, a
+/// window title with its BEL, a C1 CSI, DEL) and line breaks: JSON escapes in the body, raw
+/// characters once parsed.
+fn hostile_body(n: usize) -> Vec<u8> {
+    format!(
+        r#"{{"id":"hook_{n}","type":"charge\u001b[31m.paid\u009b2J\u007f\nFORGED  INFO portaria: webhook","data":{{"id":"ch_{n}\u001b]0;pwned\u0007\r\n2","amount":1}}}}"#
+    )
+    .into_bytes()
+}
+
+const EVENT_TYPE: &str = "charge\u{1b}[31m.paid\u{9b}2J\u{7f}\nFORGED  INFO portaria: webhook";
+
+/// The binary logging in `format`, its pagarme endpoint forwarding to contrib's pipe handler,
+/// which writes each event's type to its stderr (logged by portaria); the log once both
+/// webhooks (one hostile, one not) are answered and the handler's lines are in.
+async fn log_of_a_hostile_webhook(format: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let config = dir.path().join("portaria.toml");
+    let handler = Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/pipe-handler.py");
+    let forward = format!(
+        "forward = {{ pipe = [\"python3\", {:?}] }}",
+        handler.display().to_string()
+    );
+    std::fs::write(&config, base_config(&db, "", &forward)).unwrap();
+    let mut command = portaria();
+    command
+        .args(["serve", "--log-format", format, "--config"])
+        .arg(&config);
+    let process = Process::spawn_command(command).await;
+    for body in [hostile_body(1), payment_body(2)] {
+        assert_eq!(post_pagarme(process.addr, &body).await.status, 200);
+    }
+    eventually(WAIT, "the handler's stderr lines for both events", || {
+        let log = process.log.lock().unwrap();
+        log.contains("charge.paid)") && log.contains("FORGED")
+    })
+    .await;
+    process.log.lock().unwrap().clone()
+}
+
+/// No character of the log is a control character but the line ends.
+fn assert_inert(log: &str) {
+    let raw: Vec<char> = log
+        .chars()
+        .filter(|&c| c.is_control() && c != '\n')
+        .collect();
+    assert!(raw.is_empty(), "raw {raw:?} in the log:\n{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_event_type_and_object_id_stay_inside_their_fields_in_the_text_log() {
+    let log = log_of_a_hostile_webhook("text").await;
+    assert_inert(&log);
+    let accepted: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("outcome=\"accepted\""))
+        .collect();
+    assert_eq!(accepted.len(), 2, "one line per request:\n{log}");
+    assert!(
+        accepted[0].contains(
+            r#"event_type="charge\u{1b}[31m.paid\u{9b}2J\u{7f}\nFORGED  INFO portaria: webhook""#
+        ),
+        "{log}"
+    );
+    assert!(
+        accepted[0].contains(r#"object_id="ch_1\u{1b}]0;pwned\u{7}\r\n2""#),
+        "{log}"
+    );
+    // The handler wrote the type raw, a line break in it: two lines of its stderr, each
+    // logged as one line of portaria's, escaped.
+    assert!(
+        log.contains(r"stderr=event 1 (charge\u{1b}[31m.paid\u{9b}2J\u{7f}"),
+        "{log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("FORGED")),
+        "no forged line:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_event_type_and_object_id_stay_inside_their_fields_in_the_json_log() {
+    let log = log_of_a_hostile_webhook("json").await;
+    assert_inert(&log);
+    let lines: Vec<serde_json::Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    let accepted: Vec<&serde_json::Value> = lines
+        .iter()
+        .filter(|v| v["outcome"] == "accepted")
+        .collect();
+    assert_eq!(accepted.len(), 2, "one line per request:\n{log}");
+    // Exactly the text, for a reader of the JSON.
+    assert_eq!(accepted[0]["event_type"], EVENT_TYPE);
+    assert_eq!(accepted[0]["object_id"], "ch_1\u{1b}]0;pwned\u{7}\r\n2");
+    let stderr: Vec<&str> = lines.iter().filter_map(|v| v["stderr"].as_str()).collect();
+    assert!(
+        stderr.contains(&"event 1 (charge\u{1b}[31m.paid\u{9b}2J\u{7f}"),
+        "{stderr:?}"
+    );
+}
