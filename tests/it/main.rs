@@ -15,6 +15,7 @@ mod compression;
 mod crowds;
 mod disk_full;
 mod forwarding;
+mod handover;
 mod hostile;
 mod kill_storm;
 mod layout;
