@@ -4,7 +4,7 @@
 //! config (short or space-padded secrets, PostgreSQL TLS that checks nobody), never quoting
 //! a secret. The real binary, its stderr a pipe as under journald.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::support::*;
@@ -113,4 +113,55 @@ async fn a_hostile_event_type_and_object_id_stay_inside_their_fields_in_the_json
         stderr.contains(&"event 1 (charge\u{1b}[31m.paid\u{9b}2J\u{7f}"),
         "{stderr:?}"
     );
+}
+
+/// Writes a config: the base one plus `extra` (endpoints, a `[storage]` replaced by the
+/// caller's), in `dir`.
+fn config_with(dir: &Path, text: &str) -> PathBuf {
+    let path = dir.join("portaria.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// An endpoint whose secrets are too short and space-padded: what `check` and `serve` warn
+/// of, never quoting them.
+const WEAK_ENDPOINT: &str = "\n[[endpoint]]\npath = \"/webhooks/weak\"\nprovider = \"github\"\n\
+     secrets = [\"hunter2\", \"correct horse battery staple \"]\n";
+
+#[test]
+fn check_warns_of_weak_secrets_and_unchecked_database_tls_without_quoting_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = base_config(&dir.path().join("portaria.db"), "", "") + WEAK_ENDPOINT;
+    let out = run_cli(&["check"], &config_with(dir.path(), &text));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(ok_stdout(&out).trim(), "ok");
+    assert!(
+        stderr.contains("warning: endpoint[4] (line 32): secret 1 of 2 is 7 bytes long; a secret shorter than 16 bytes can be guessed"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("secret 2 of 2 starts or ends with whitespace"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("hunter2") && !stderr.contains("horse"),
+        "{stderr}"
+    );
+
+    // PostgreSQL over TLS that checks nobody, to another host.
+    let db = dir.path().join("portaria.db").display().to_string();
+    let text = base_config(&dir.path().join("portaria.db"), "", "").replace(
+        &format!("path = \"{db}\""),
+        "url = \"postgres://portaria@db.example.net/portaria?sslmode=require\"",
+    );
+    let out = run_cli(&["check"], &config_with(dir.path(), &text));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(ok_stdout(&out).trim(), "ok");
+    assert!(
+        stderr.contains(
+            "warning: storage.url: sslmode=require without a CA, to a database that is not on this machine"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("db.example.net"), "{stderr}");
 }
