@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 mod describe;
+mod flood;
 
 pub use describe::{Described, describe};
 
@@ -48,6 +49,8 @@ pub struct Intake {
     metrics: Arc<Metrics>,
     /// [`STORE_DEADLINE`] (a test may shorten it: `fault::store_deadline`).
     store_deadline: Duration,
+    /// Rejections anyone can cause, summarised in the log per endpoint and outcome.
+    rejections: Arc<flood::Rejections>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -225,6 +228,9 @@ impl Intake {
             new_event,
             metrics,
             store_deadline: crate::fault::store_deadline().unwrap_or(STORE_DEADLINE),
+            rejections: flood::Rejections::new(
+                crate::fault::log_summary_every().unwrap_or(flood::SUMMARY_EVERY),
+            ),
         }
     }
 
@@ -256,7 +262,9 @@ impl Intake {
             None => (Outcome::NotFound, EventMeta::default()),
         };
         let elapsed = started.elapsed();
-        log(endpoint.as_deref(), client, &outcome, &meta, elapsed);
+        if self.worth_a_line(endpoint.as_deref(), &outcome) {
+            log(endpoint.as_deref(), client, &outcome, &meta, elapsed);
+        }
         let name = endpoint.as_deref().map(|e| e.name.as_str());
         self.metrics.request(name, outcome.label(), elapsed);
         if let (Some(name), Some(counted)) = (name, outcome.counted()) {
@@ -267,6 +275,26 @@ impl Intake {
         }
         let ack = endpoint.as_deref().and_then(|e| e.verifier.ack_reply());
         outcome.response(routes.max_body_bytes, ack)
+    }
+
+    /// Whether this request gets its log line: a rejection that anyone who reaches the URL
+    /// can cause, as often as they like, is logged once per endpoint and outcome in an
+    /// interval, the others counted into one summary line (`flood`).
+    fn worth_a_line(&self, endpoint: Option<&Endpoint>, outcome: &Outcome) -> bool {
+        let floodable = matches!(
+            outcome,
+            Outcome::BadSignature(_)
+                | Outcome::StaleTimestamp
+                | Outcome::BadRequest(_)
+                | Outcome::Forbidden
+                | Outcome::NoClientCert
+                | Outcome::TooLarge
+                | Outcome::BodyTimeout
+        );
+        match endpoint {
+            Some(endpoint) if floodable => self.rejections.first(&endpoint.name, outcome.label()),
+            _ => true,
+        }
     }
 
     async fn pipeline(

@@ -5,7 +5,7 @@
 //! a secret. The real binary, its stderr a pipe as under journald.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::support::*;
 
@@ -127,6 +127,76 @@ fn config_with(dir: &Path, text: &str) -> PathBuf {
 /// of, never quoting them.
 const WEAK_ENDPOINT: &str = "\n[[endpoint]]\npath = \"/webhooks/weak\"\nprovider = \"github\"\n\
      secrets = [\"hunter2\", \"correct horse battery staple \"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_bad_signatures_is_a_bounded_number_of_lines_and_every_one_is_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = base_config(&dir.path().join("portaria.db"), "", "") + WEAK_ENDPOINT;
+    let config = config_with(dir.path(), &text);
+    let every = Duration::from_secs(2);
+    let mut command = portaria();
+    command.args(["serve", "--config"]).arg(&config).env(
+        "PORTARIA_TEST_LOG_SUMMARY_MS",
+        every.as_millis().to_string(),
+    );
+    let process = Process::spawn_command(command).await;
+    let started = Instant::now();
+    let bad = vec![h("x-hub-signature", format!("sha256={}", "0".repeat(64)))];
+    for n in 0..200 {
+        let reply = post(process.addr, "/webhooks/pagarme", &bad, &payment_body(n)).await;
+        assert_eq!(reply.status, 401);
+    }
+    let flood = started.elapsed();
+    // Every one counted by metrics.
+    let metrics = send(process.admin.unwrap(), "GET", "/metrics", &[], b"").await;
+    assert!(
+        metrics
+            .body
+            .contains(r#"portaria_requests_total{endpoint="pagarme",outcome="bad_signature"} 200"#),
+        "{}",
+        metrics.body
+    );
+    // In the log: the first of each interval in full, then one line saying how many more.
+    let told = |log: &str| -> (usize, u64) {
+        let full = log.matches("webhook rejected").count();
+        let more = log
+            .lines()
+            .filter(|l| l.contains("more webhooks rejected like this (bad_signature)"))
+            .map(|l| {
+                l.split("more=")
+                    .nth(1)
+                    .unwrap()
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap()
+            })
+            .sum();
+        (full, more)
+    };
+    eventually(WAIT, "the summary lines", || {
+        let (full, more) = told(&process.log.lock().unwrap());
+        full as u64 + more == 200
+    })
+    .await;
+    let log = process.log.lock().unwrap().clone();
+    let (full, _) = told(&log);
+    let intervals = (flood.as_millis() / every.as_millis()) as usize + 1;
+    assert!(
+        full <= intervals,
+        "{full} full lines for {intervals} intervals of {every:?} ({flood:?} of flood):\n{log}"
+    );
+    eprintln!("flood: 200 bad signatures in {flood:?}, {full} full lines");
+    // `serve` warned of the weak secrets at start, without them.
+    assert!(
+        log.contains("endpoint[4] (line 32): secret 1 of 2 is 7 bytes long"),
+        "{log}"
+    );
+    assert!(
+        log.contains("secret 2 of 2 starts or ends with whitespace"),
+        "{log}"
+    );
+    assert!(!log.contains("hunter2") && !log.contains("horse"), "{log}");
+}
 
 #[test]
 fn check_warns_of_weak_secrets_and_unchecked_database_tls_without_quoting_them() {
