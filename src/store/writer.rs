@@ -13,6 +13,11 @@
 //! disk full, I/O errors and out of memory): the jobs already run hear the error, the jobs not
 //! yet run are not run, and none of them is committed piecemeal.
 //!
+//! An intake insert is *taken* (`handover.rs`) only once its batch's `BEGIN IMMEDIATE` holds
+//! the write lock; one whose request gave up at its deadline before that (the writer busy
+//! with the batch in front, or waiting for another process's lock) is dropped unrun, so a
+//! webhook answered 503 is never committed afterwards.
+//!
 //! A batch is committed with `synchronous=FULL` (an fsync before its callers hear back) when
 //! any of its jobs needs that: every intake insert does. A batch of nothing but delivery
 //! bookkeeping commits with `synchronous=NORMAL`: no fsync of its own, durable at the next FULL
