@@ -9,6 +9,11 @@
 //!   thread, running an intake insert).
 //! - `PORTARIA_TEST_COMMIT_DELAY_MS`: the writer sleeps this long before each COMMIT of a batch
 //!   that needs an fsync (every intake insert), to show that no answer leaves before it.
+//! - `PORTARIA_TEST_STORE_DEADLINE_MS`: how long a webhook waits for the store to take its
+//!   insert before it is given up and answered 503 (5 s otherwise), so a test can hold the
+//!   writer past it in a second.
+//! - `PORTARIA_TEST_LOG_SUMMARY_MS`: the interval over which like rejected webhooks are
+//!   summarised in one log line (a minute otherwise), so a test sees the summary.
 //! - `PORTARIA_TEST_TLS_CHECK_MS`: how often the TLS files' modification times are looked at
 //!   (once a minute otherwise), so a test sees a renewal in well under a minute.
 //! - `PORTARIA_TEST_PG_LEASE_MS`: the PostgreSQL backend's delivery lease (a minute
@@ -56,6 +61,16 @@ fn env_ms(_var: &str, _floor_ms: u64) -> Option<Duration> {
 /// How long to hold each fsync'd COMMIT back, if asked.
 pub fn commit_delay() -> Option<Duration> {
     env_ms("PORTARIA_TEST_COMMIT_DELAY_MS", 0)
+}
+
+/// How long intake waits for the store to take an insert, if a test asks for other than 5 s.
+pub fn store_deadline() -> Option<Duration> {
+    env_ms("PORTARIA_TEST_STORE_DEADLINE_MS", 10)
+}
+
+/// The interval of a summary of rejected webhooks, if a test asks for other than a minute.
+pub fn log_summary_every() -> Option<Duration> {
+    env_ms("PORTARIA_TEST_LOG_SUMMARY_MS", 10)
 }
 
 /// How often to look at the TLS files, if a test asks for other than once a minute.

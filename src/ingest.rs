@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 mod describe;
+mod flood;
 
 pub use describe::{Described, describe};
 
@@ -31,8 +32,10 @@ use crate::store::{Counted, Inserted, NewDelivery, NewEvent, Received, Rejection
 use crate::time::{now_ms, unix_millis, unix_secs};
 use crate::verify::{self, Ack, Reply, VerifyError};
 
-/// How long a request waits for its batch to commit before the gateway is told 503. Gateways
-/// give up after 10-30 s; a quick 503 makes them retry instead of wondering.
+/// How long a request waits for the store to take its insert for a commit before the gateway
+/// is told 503 (and the insert is given up, never to run). Gateways give up after 10-30 s; a
+/// quick 503 makes them retry instead of wondering. An insert taken in time is waited for
+/// to its end: its answer is the real one (`Store::insert_event`).
 pub const STORE_DEADLINE: Duration = Duration::from_secs(5);
 
 /// What the pipeline needs, shared by every connection.
@@ -44,6 +47,10 @@ pub struct Intake {
     new_event: Arc<Notify>,
     /// Counts every answer, by endpoint and outcome.
     metrics: Arc<Metrics>,
+    /// [`STORE_DEADLINE`] (a test may shorten it: `fault::store_deadline`).
+    store_deadline: Duration,
+    /// Rejections anyone can cause, summarised in the log per endpoint and outcome.
+    rejections: Arc<flood::Rejections>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -220,6 +227,10 @@ impl Intake {
             store,
             new_event,
             metrics,
+            store_deadline: crate::fault::store_deadline().unwrap_or(STORE_DEADLINE),
+            rejections: flood::Rejections::new(
+                crate::fault::log_summary_every().unwrap_or(flood::SUMMARY_EVERY),
+            ),
         }
     }
 
@@ -251,7 +262,9 @@ impl Intake {
             None => (Outcome::NotFound, EventMeta::default()),
         };
         let elapsed = started.elapsed();
-        log(endpoint.as_deref(), client, &outcome, &meta, elapsed);
+        if self.worth_a_line(endpoint.as_deref(), &outcome) {
+            log(endpoint.as_deref(), client, &outcome, &meta, elapsed);
+        }
         let name = endpoint.as_deref().map(|e| e.name.as_str());
         self.metrics.request(name, outcome.label(), elapsed);
         if let (Some(name), Some(counted)) = (name, outcome.counted()) {
@@ -262,6 +275,26 @@ impl Intake {
         }
         let ack = endpoint.as_deref().and_then(|e| e.verifier.ack_reply());
         outcome.response(routes.max_body_bytes, ack)
+    }
+
+    /// Whether this request gets its log line: a rejection that anyone who reaches the URL
+    /// can cause, as often as they like, is logged once per endpoint and outcome in an
+    /// interval, the others counted into one summary line (`flood`).
+    fn worth_a_line(&self, endpoint: Option<&Endpoint>, outcome: &Outcome) -> bool {
+        let floodable = matches!(
+            outcome,
+            Outcome::BadSignature(_)
+                | Outcome::StaleTimestamp
+                | Outcome::BadRequest(_)
+                | Outcome::Forbidden
+                | Outcome::NoClientCert
+                | Outcome::TooLarge
+                | Outcome::BodyTimeout
+        );
+        match endpoint {
+            Some(endpoint) if floodable => self.rejections.first(&endpoint.name, outcome.label()),
+            _ => true,
+        }
     }
 
     async fn pipeline(
@@ -352,22 +385,19 @@ impl Intake {
             .collect();
         let unrouted = routes.is_empty() && endpoint.forwards();
         let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, routes);
-        let outcome =
-            match tokio::time::timeout(STORE_DEADLINE, self.store.insert_event(event)).await {
-                Ok(Ok(Inserted::New(id))) => {
-                    if unrouted {
-                        // No route takes this event type: stored only, and counted.
-                        self.metrics.unrouted(&endpoint.name);
-                    }
-                    Outcome::Accepted(id)
+        // Not taken by the store within the deadline: given up, never stored, 503. Taken: the
+        // real answer, however long after the deadline it comes.
+        let outcome = match self.store.insert_event(event, self.store_deadline).await {
+            Ok(Inserted::New(id)) => {
+                if unrouted {
+                    // No route takes this event type: stored only, and counted.
+                    self.metrics.unrouted(&endpoint.name);
                 }
-                Ok(Ok(Inserted::Duplicate(id))) => Outcome::Duplicate(id),
-                Ok(Err(e)) => Outcome::StorageError(e.to_string()),
-                Err(_) => Outcome::StorageError(format!(
-                    "no commit within {} s (database locked or disk stalled)",
-                    STORE_DEADLINE.as_secs()
-                )),
-            };
+                Outcome::Accepted(id)
+            }
+            Ok(Inserted::Duplicate(id)) => Outcome::Duplicate(id),
+            Err(e) => Outcome::StorageError(e.to_string()),
+        };
         (outcome, meta)
     }
 }

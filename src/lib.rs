@@ -19,7 +19,8 @@
 //!   `/metrics` on a second, loopback listener.
 //! - [`alerts`] tells the owner (an `[alerts]` command or URL) when events go dead, an endpoint
 //!   falls quiet, duplicates, storage errors or slow deliveries pile up.
-//! - [`logwriter`] takes log output off the request path.
+//! - [`logwriter`] takes log output off the request path; [`logline`] writes the text line
+//!   and [`logescape`] escapes control characters in every field of every format.
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
 //! - [`panics`] ends `serve` on any panic, naming the task, so systemd restarts it;
@@ -39,6 +40,7 @@ pub mod digest;
 pub mod fault;
 pub mod forward;
 pub mod ingest;
+pub mod logescape;
 pub mod logline;
 pub mod logwriter;
 pub mod metrics;

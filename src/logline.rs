@@ -4,7 +4,9 @@
 //! written with a few `write_str` calls: the default formatter goes through `core::fmt` and
 //! its colour wrappers for every field even with colour off, about 20,000 instructions per
 //! request line (issue 17). What it has no fast path for (errors, floats, a string that
-//! needs escaping, the message, spans) it hands to the default formatter's own visitor.
+//! needs escaping, the message, spans) it hands to the visitor of `logescape`, the default
+//! formatter's with control characters escaped in every value (issue 23): the line is the
+//! default one but for those.
 
 use std::fmt::{self, Write};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -12,9 +14,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::field::VisitOutput;
-use tracing_subscriber::fmt::format::{DefaultVisitor, Writer};
+use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, FormattedFields};
 use tracing_subscriber::registry::LookupSpan;
+
+use crate::logescape::FieldVisitor;
 
 /// The event format: timestamp (unless journald stamps the lines), level, spans, target,
 /// fields.
@@ -102,9 +106,9 @@ impl Fields<'_> {
         self.writer.write_char('=')
     }
 
-    /// Hands one field to the default formatter's visitor.
-    fn default_visitor(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
-        let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.empty);
+    /// Hands one field to the escaping visitor.
+    fn escaping_visitor(&mut self, record: impl FnOnce(&mut FieldVisitor<'_>)) {
+        let mut visitor = FieldVisitor::new(self.writer.by_ref(), self.empty);
         record(&mut visitor);
         self.result = visitor.finish();
         self.empty = false;
@@ -129,7 +133,7 @@ impl Visit for Fields<'_> {
             .bytes()
             .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\');
         if !(verbatim && Fields::plain(field)) {
-            return self.default_visitor(|v| v.record_str(field, value));
+            return self.escaping_visitor(|v| v.record_str(field, value));
         }
         self.result = self.name(field).and_then(|()| {
             self.writer.write_char('"')?;
@@ -143,7 +147,7 @@ impl Visit for Fields<'_> {
             return;
         }
         if !Fields::plain(field) {
-            return self.default_visitor(|v| v.record_u64(field, value));
+            return self.escaping_visitor(|v| v.record_u64(field, value));
         }
         self.result = self
             .name(field)
@@ -155,7 +159,7 @@ impl Visit for Fields<'_> {
             return;
         }
         if !Fields::plain(field) {
-            return self.default_visitor(|v| v.record_i64(field, value));
+            return self.escaping_visitor(|v| v.record_i64(field, value));
         }
         self.result = self
             .name(field)
@@ -167,7 +171,7 @@ impl Visit for Fields<'_> {
             return;
         }
         if !Fields::plain(field) {
-            return self.default_visitor(|v| v.record_bool(field, value));
+            return self.escaping_visitor(|v| v.record_bool(field, value));
         }
         self.result = self
             .name(field)
@@ -176,13 +180,13 @@ impl Visit for Fields<'_> {
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
         if self.result.is_ok() {
-            self.default_visitor(|v| v.record_error(field, value));
+            self.escaping_visitor(|v| v.record_error(field, value));
         }
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if self.result.is_ok() {
-            self.default_visitor(|v| v.record_debug(field, value));
+            self.escaping_visitor(|v| v.record_debug(field, value));
         }
     }
 }

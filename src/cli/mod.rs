@@ -260,18 +260,31 @@ fn init_reloadable_logging(
         .with_ansi(ansi);
     // Under systemd, journald stamps every line already.
     let journald = std::env::var_os("JOURNAL_STREAM").is_some();
+    // Every format escapes control characters in what it writes of a field (`logescape`): a
+    // request's text never splits a line or reaches a terminal as a command.
+    let fields = crate::logescape::EscapedFields;
     let reload = match (format, ansi) {
-        (LogFormat::Json, _) => install(builder.json().flatten_event(true).finish(), filter),
+        (LogFormat::Json, _) => install(
+            builder
+                .json()
+                .flatten_event(true)
+                .map_event_format(crate::logescape::JsonLine)
+                .finish(),
+            filter,
+        ),
         // Not a terminal (journald, a pipe, a file): the same line, written without
         // `core::fmt` (`logline`).
         (LogFormat::Text, false) => install(
             builder
+                .fmt_fields(fields)
                 .event_format(crate::logline::PlainLine::new(!journald))
                 .finish(),
             filter,
         ),
-        (LogFormat::Text, true) if journald => install(builder.without_time().finish(), filter),
-        (LogFormat::Text, true) => install(builder.finish(), filter),
+        (LogFormat::Text, true) if journald => {
+            install(builder.fmt_fields(fields).without_time().finish(), filter)
+        }
+        (LogFormat::Text, true) => install(builder.fmt_fields(fields).finish(), filter),
     };
     let set_level: crate::server::SetLogLevel = Box::new(move |level: &str| {
         if env_wins {

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use super::database_tls::{DatabaseTls, SslMode};
+use super::database_tls::{DatabaseTls, SslMode, on_this_machine};
 use super::raw::RawStorage;
 use super::validate::Validator;
 
@@ -315,6 +315,23 @@ impl Validator<'_> {
                 return None;
             }
         };
+        if matches!(mode, SslMode::Prefer | SslMode::Require)
+            && ca.is_none()
+            && !on_this_machine(&settings)
+        {
+            let plain = if mode == SslMode::Prefer {
+                ", and prefer goes on in plain text when the server offers no TLS"
+            } else {
+                ""
+            };
+            self.warnings.push(format!(
+                "{key}: sslmode={} without a CA, to a database that is not on this machine: the \
+                 connection is encrypted but nobody checks who answers, so anyone on the way to \
+                 it can pose as the database and read every webhook{plain}; give the CA \
+                 ([storage] ca_file or sslrootcert) and use sslmode=verify-full",
+                mode.word()
+            ));
+        }
         settings.ssl_mode(mode.wire());
         Some(DatabaseUrl {
             text,

@@ -82,7 +82,7 @@ impl SslMode {
 }
 
 /// Whether every address the client may connect to is this machine's.
-fn on_this_machine(settings: &tokio_postgres::Config) -> bool {
+pub(super) fn on_this_machine(settings: &tokio_postgres::Config) -> bool {
     let local_ip = |ip: &IpAddr| ip.is_loopback();
     let local_host = |host: &Host| match host {
         Host::Tcp(name) => {
@@ -363,6 +363,57 @@ mod tests {
         assert_eq!(
             from_key.tls.ca_file.as_deref(),
             Some(std::path::Path::new(&ca))
+        );
+    }
+
+    #[test]
+    fn prefer_or_require_without_a_ca_to_another_host_is_a_warning() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = ca_file(dir.path(), "ca.pem");
+        let warnings = |lines: &str| {
+            parse(&format!("[storage]\n{lines}\n{MINIMAL}"))
+                .unwrap()
+                .warnings
+                .into_iter()
+                .filter(|w| w.starts_with("storage."))
+                .collect::<Vec<_>>()
+        };
+        for mode in ["require", "prefer"] {
+            let found = warnings(&format!(
+                "url = \"postgres://portaria@db.lan/portaria?sslmode={mode}\""
+            ));
+            assert_eq!(found.len(), 1, "{mode}: {found:?}");
+            assert!(
+                found[0].starts_with(&format!(
+                    "storage.url: sslmode={mode} without a CA, to a database that is not on this machine"
+                )),
+                "{found:?}"
+            );
+            assert_eq!(
+                found[0].contains("plain text"),
+                mode == "prefer",
+                "{found:?}"
+            );
+            assert!(
+                !found[0].contains("db.lan"),
+                "the URL is never quoted: {found:?}"
+            );
+            // Not for this machine, nor with a CA, nor when verifying.
+            for quiet in [
+                format!("url = \"postgres://portaria@127.0.0.1/portaria?sslmode={mode}\""),
+                format!("url = \"host=/run/postgresql user=portaria sslmode={mode}\""),
+                format!(
+                    "url = \"postgres://portaria@db.lan/portaria?sslmode={mode}\"\nca_file = \"{ca}\""
+                ),
+            ] {
+                assert!(warnings(&quiet).is_empty(), "{quiet}");
+            }
+        }
+        assert!(
+            warnings(&format!(
+                "url = \"postgres://portaria@db.lan/portaria?sslmode=verify-full&sslrootcert={ca}\""
+            ))
+            .is_empty()
         );
     }
 

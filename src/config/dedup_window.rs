@@ -182,7 +182,7 @@ mod tests {
     #[test]
     fn a_cielo_endpoint_gets_its_short_window_and_a_long_one_is_warned_about() {
         let cielo = "[[endpoint]]\npath = \"/webhooks/cielo\"\nprovider = \"cielo\"\n\
-                     credential_headers = [\"X-Shop-Key\"]\nsecret = \"k\"\n";
+                     credential_headers = [\"X-Shop-Key\"]\nsecret = \"shop-key-0123456789\"\n";
         let config = parse(cielo).unwrap();
         assert_eq!(
             config.endpoints[0].dedup_window,

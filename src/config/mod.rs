@@ -418,7 +418,7 @@ mod tests {
 [[endpoint]]
 path = "/webhooks/github"
 provider = "github"
-secret = "s3cret"
+secret = "s3cret-s3cret-s3cret"
 "#;
 
     #[test]

@@ -146,7 +146,7 @@ mod tests {
 
     fn config(server: &str, endpoint: &str) -> String {
         format!(
-            "[server]\n{server}\n[[endpoint]]\npath = \"/webhooks/github\"\nprovider = \"github\"\nsecret = \"s3cret\"\n{endpoint}\n"
+            "[server]\n{server}\n[[endpoint]]\npath = \"/webhooks/github\"\nprovider = \"github\"\nsecret = \"s3cret-s3cret-s3cret\"\n{endpoint}\n"
         )
     }
 

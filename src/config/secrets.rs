@@ -130,9 +130,42 @@ impl Validator<'_> {
         if secrets.is_empty() && self.problems.len() == problems_before {
             self.problem(format!("{at}: no secret could be read"));
         }
+        self.weak_secrets(at, &secrets);
         secrets
     }
+
+    /// Warnings, never quoting the value: a secret short enough to guess (whoever guesses it
+    /// signs webhooks), and one with whitespace at an end (`secret_env` and `secret_file`
+    /// trim theirs; `secret` and `secrets` keep it, as part of the secret).
+    fn weak_secrets(&mut self, at: &str, secrets: &[String]) {
+        let which = |n: usize| match secrets.len() {
+            1 => "the secret".to_string(),
+            count => format!("secret {} of {count}", n + 1),
+        };
+        for (n, secret) in secrets.iter().enumerate() {
+            if !secret.is_empty() && secret.len() < MIN_SECRET_BYTES {
+                self.warnings.push(format!(
+                    "{at}: {} is {} bytes long; a secret shorter than {MIN_SECRET_BYTES} bytes \
+                     can be guessed, and whoever guesses it can sign webhooks: use the one the \
+                     provider generates, or a random one (openssl rand -hex 32)",
+                    which(n),
+                    secret.len()
+                ));
+            }
+            if secret.trim() != secret {
+                self.warnings.push(format!(
+                    "{at}: {} starts or ends with whitespace, which is part of the secret as \
+                     written (a copy-paste slip?); remove it unless the provider's secret has \
+                     it too",
+                    which(n)
+                ));
+            }
+        }
+    }
 }
+
+/// Below this, `check` and `serve` warn that a secret can be guessed.
+pub const MIN_SECRET_BYTES: usize = 16;
 
 #[cfg(unix)]
 pub(super) fn readable_by_others(path: &Path) -> bool {
@@ -220,11 +253,56 @@ mod tests {
     }
 
     #[test]
+    fn short_secrets_and_whitespace_at_an_end_are_warnings_that_never_quote_the_secret() {
+        let warnings = |secrets: &str| {
+            let text = format!("[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\n{secrets}\n");
+            let config = Config::parse(&text, Source::Embedded).unwrap();
+            config.warnings
+        };
+        let short = warnings("secret = \"hunter2\"");
+        assert_eq!(short.len(), 1, "{short:?}");
+        assert!(
+            short[0].starts_with("endpoint[0] (line 1): the secret is 7 bytes long; a secret shorter than 16 bytes can be guessed"),
+            "{short:?}"
+        );
+        let spaced = warnings("secrets = [\"0123456789abcdef\", \" 0123456789abcdef\\n\"]");
+        assert_eq!(spaced.len(), 1, "{spaced:?}");
+        assert!(
+            spaced[0].contains("secret 2 of 2 starts or ends with whitespace"),
+            "{spaced:?}"
+        );
+        for warning in short.iter().chain(&spaced) {
+            assert!(
+                !warning.contains("hunter2") && !warning.contains("0123"),
+                "{warning}"
+            );
+        }
+        assert!(warnings("secret = \"0123456789abcdef\"").is_empty());
+        // From a file (or the environment), the whitespace is trimmed: only the length is left
+        // to warn of.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s");
+        std::fs::write(&file, " short\n").unwrap();
+        let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret_file = \"s\"\n";
+        let config = Config::parse(text, Source::File(dir.path().join("p.toml"))).unwrap();
+        let from_file: Vec<&String> = config
+            .warnings
+            .iter()
+            .filter(|w| !w.contains("chmod"))
+            .collect();
+        assert_eq!(from_file.len(), 1, "{from_file:?}");
+        assert!(
+            from_file[0].contains("the secret is 5 bytes long"),
+            "{from_file:?}"
+        );
+    }
+
+    #[test]
     fn a_secret_file_others_can_read_is_a_warning_not_an_error() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let secret = dir.path().join("s");
-        std::fs::write(&secret, "x\n").unwrap();
+        std::fs::write(&secret, "0123456789abcdef\n").unwrap();
         let text = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret_file = \"s\"\n";
         let source = Source::File(dir.path().join("p.toml"));
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();

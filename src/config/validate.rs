@@ -667,7 +667,7 @@ mod tests {
             config.warnings
         );
         let twilio = "[[endpoint]]\npath = \"/webhooks/twilio\"\nprovider = \"twilio\"\n\
-                      secret = \"t\"\npublic_url = \"https://x.example/webhooks/twilio\"\n";
+                      secret = \"twilio-auth-token-0123\"\npublic_url = \"https://x.example/webhooks/twilio\"\n";
         assert!(parse(twilio).unwrap().warnings.is_empty());
         let msg = problems("[[endpoint]]\npath = \"/t\"\nprovider = \"twilio\"\nsecret = \"t\"\n");
         assert!(msg.contains("needs `public_url"), "{msg}");
@@ -709,7 +709,7 @@ mod tests {
             "{:?}",
             config.warnings
         );
-        let stripe = "[[endpoint]]\npath = \"/s\"\nprovider = \"stripe\"\nsecret = \"whsec_x\"\n\
+        let stripe = "[[endpoint]]\npath = \"/s\"\nprovider = \"stripe\"\nsecret = \"whsec_0123456789abcdef\"\n\
                       tolerance_secs = 60\n";
         assert!(parse(stripe).unwrap().warnings.is_empty());
     }

@@ -10,11 +10,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
 use super::counters::Tally;
+use super::handover::{Claim, handover};
 use super::writer::{self, Finish, Job, Message, Needs};
 use super::{StoreError, schema};
 
@@ -155,22 +157,29 @@ impl Store {
     }
 
     /// Like [`Store::run`], for an intake insert: its outcome, COMMIT included, is recorded
-    /// for `/readyz` on the writer thread, even when the caller stopped waiting. `f` only
-    /// reads what it captured, so the writer may run it again after rolling its work back:
-    /// a row of such jobs shares one savepoint (see [`writer`]).
-    pub(super) async fn run_intake<T, F>(&self, f: F) -> Result<T, StoreError>
+    /// for `/readyz` on the writer thread. `f` only reads what it captured, so the writer may
+    /// run it again after rolling its work back: a row of such jobs shares one savepoint (see
+    /// [`writer`]). If the writer has not taken the job when `deadline` passes, the job is
+    /// given up and never runs ([`StoreError::NotTaken`]); once taken, its answer is awaited
+    /// (`handover.rs`).
+    pub(super) async fn run_intake<T, F>(&self, f: F, deadline: Duration) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
     {
         let (reply, rx) = oneshot::channel();
+        let (claim, waiter) = handover();
         let job = Box::new(Repeatable {
             f,
             reply,
             health: self.inner.intake.clone(),
             last: None,
+            claim,
         });
-        self.send(Message::Job, job, rx).await
+        if self.sqlite()?.tx.send(Message::Job(job)).is_err() {
+            return Err(StoreError::Closed);
+        }
+        waiter.answer(rx, deadline).await
     }
 
     /// Like [`Store::run`], for delivery bookkeeping: the batch may commit without an fsync
@@ -289,6 +298,8 @@ struct Repeatable<F, T> {
     reply: oneshot::Sender<Result<T, StoreError>>,
     health: Arc<super::observe::IntakeHealth>,
     last: Option<Result<T, StoreError>>,
+    /// The writer's end of the hand-over with the waiting request.
+    claim: Claim,
 }
 
 impl<F, T> Job for Repeatable<F, T>
@@ -302,6 +313,10 @@ where
 
     fn repeatable(&self) -> bool {
         true
+    }
+
+    fn take(&self) -> bool {
+        self.claim.take()
     }
 
     fn attempt(&mut self, conn: &Connection) -> bool {

@@ -3,6 +3,8 @@
 //! narrow dedup index holds; the barrier is one statement (`INSERT_UNLESS_KNOWN`), which
 //! `retention.rs` reuses to restore archived events.
 
+use std::time::Duration;
+
 use bytes::Bytes;
 use rusqlite::{Connection, params};
 
@@ -115,7 +117,17 @@ impl Store {
     /// window's start, if the endpoint has a window). The barrier is
     /// the insert statement itself (`INSERT_UNLESS_KNOWN`), so concurrent copies cannot
     /// both get in.
-    pub async fn insert_event(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+    ///
+    /// `deadline`: how long the request waits for the backend to take the insert for a
+    /// transaction. Not taken by then, it is given up and never runs
+    /// ([`StoreError::NotTaken`]: the caller answers 503 knowing that nothing will be
+    /// stored); taken, its real answer is awaited however long that takes (`handover.rs`
+    /// says what bounds it).
+    pub async fn insert_event(
+        &self,
+        event: NewEvent,
+        deadline: Duration,
+    ) -> Result<Inserted, StoreError> {
         if self.postgres().is_some() {
             // A task of its own, so its outcome (COMMIT included) is recorded for `/readyz`
             // even when the caller stopped waiting, as the writer thread does on SQLite.
@@ -124,7 +136,7 @@ impl Store {
                 let pg = store.postgres().ok_or(StoreError::Closed)?;
                 let routed = !event.routes.is_empty();
                 // Grouped with the inserts of concurrent requests (`postgres/group.rs`).
-                let inserted = pg.insert_event(event).await;
+                let inserted = pg.insert_event(event, deadline).await;
                 store.intake_health().record(inserted.as_ref().map(drop));
                 if matches!(inserted, Ok(Inserted::New(_))) && routed {
                     pg.announce();
@@ -137,8 +149,15 @@ impl Store {
         let stored = StoredBody::encode(&event.body);
         // Two statements (the event, then its payload), standing or falling together in the
         // job's savepoint.
-        self.run_intake(move |conn| insert_stored(conn, &event, &stored))
-            .await
+        let inserted = self
+            .run_intake(move |conn| insert_stored(conn, &event, &stored), deadline)
+            .await;
+        // Given up before the writer took it: the writer never saw it, so `/readyz` hears of
+        // it here (a webhook was refused for the store's sake).
+        if let Err(e @ StoreError::NotTaken(_)) = &inserted {
+            self.intake_health().record(Err(e));
+        }
+        inserted
     }
 }
 

@@ -11,7 +11,8 @@
 //!   ...`, `archive replay`), which may run while a server is up: WAL lets readers in, and
 //!   writers wait on a busy timeout.
 //!
-//! By consumer: `intake.rs` (the dedup barrier), `queue.rs` (the forwarding worker's claims and
+//! By consumer: `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives up at
+//! its deadline and the backend agree on whether its insert runs), `queue.rs` (the forwarding worker's claims and
 //! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
 //! archive restore), `pruning.rs` (a pruning pass's hold on the store: on PostgreSQL, the
 //! retention lock), `observe.rs` (the admin listener's probe and figures), `backup.rs`
@@ -34,6 +35,7 @@ mod dashboard;
 mod db;
 mod events;
 mod handle;
+mod handover;
 mod intake;
 mod observe;
 mod payload;
@@ -76,6 +78,10 @@ pub enum StoreError {
     /// SQLite-only command, `backup`, refuses PostgreSQL before opening anything).
     #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
     Unsupported,
+    /// An intake insert the backend had not taken by the request's deadline: given up, and
+    /// never run (`handover.rs`).
+    #[error("not taken for a commit within {0:?} (database locked or disk stalled); not stored")]
+    NotTaken(std::time::Duration),
 }
 
 impl From<rusqlite::Error> for StoreError {

@@ -13,6 +13,11 @@
 //! disk full, I/O errors and out of memory): the jobs already run hear the error, the jobs not
 //! yet run are not run, and none of them is committed piecemeal.
 //!
+//! An intake insert is *taken* (`handover.rs`) only once its batch's `BEGIN IMMEDIATE` holds
+//! the write lock; one whose request gave up at its deadline before that (the writer busy
+//! with the batch in front, or waiting for another process's lock) is dropped unrun, so a
+//! webhook answered 503 is never committed afterwards.
+//!
 //! A batch is committed with `synchronous=FULL` (an fsync before its callers hear back) when
 //! any of its jobs needs that: every intake insert does. A batch of nothing but delivery
 //! bookkeeping commits with `synchronous=NORMAL`: no fsync of its own, durable at the next FULL
@@ -81,6 +86,12 @@ pub(super) trait Job: Send {
     /// The job will not run (its batch could not begin, or was lost before its turn): tell the
     /// caller why.
     fn abort(self: Box<Self>, err: StoreError);
+    /// Called once its batch's transaction has begun, before anything runs: false if the
+    /// caller gave up waiting, and the job must not run (an intake insert answered 503 is
+    /// never committed afterwards: `handover.rs`). Every other job is always taken.
+    fn take(&self) -> bool {
+        true
+    }
 }
 
 pub(super) enum Message {
@@ -220,6 +231,9 @@ fn commit_batch(
     if !begin(conn, batch) {
         return;
     }
+    // Only now, with the write lock held, are the jobs taken: an intake insert whose request
+    // gave up while the writer was busy (or waiting for the lock) is dropped unrun.
+    batch.retain(|job| job.take());
     let finishes = match run_bare(conn, batch) {
         Bare::Ran => {
             fold_counters(conn, tally);
@@ -539,6 +553,9 @@ mod tests {
         store.close();
     }
 
+    /// A deadline no test job comes near: the job is always taken.
+    const PATIENT: Duration = Duration::from_secs(60);
+
     fn put(key: &'static str) -> impl Fn(&Connection) -> rusqlite::Result<()> + Send + 'static {
         move |conn| {
             conn.execute("INSERT INTO meta (key, value) VALUES (?1, 1)", [key])
@@ -634,9 +651,9 @@ mod tests {
         let (x, a, b, c) = behind_a_busy_writer(store, async {
             tokio::join!(
                 store.run(put("x")),
-                store.run_intake(jobs.0),
-                store.run_intake(jobs.1),
-                store.run_intake(jobs.2)
+                store.run_intake(jobs.0, PATIENT),
+                store.run_intake(jobs.1, PATIENT),
+                store.run_intake(jobs.2, PATIENT)
             )
         })
         .await;
@@ -683,7 +700,7 @@ mod tests {
             meta_keys(&store).await.is_empty(),
             "c did not commit on its own"
         );
-        store.run_intake(put("d")).await.unwrap();
+        store.run_intake(put("d"), PATIENT).await.unwrap();
         assert_eq!(meta_keys(&store).await, ["d"]);
         store.close();
     }
@@ -703,9 +720,9 @@ mod tests {
         let (a, b, c) = behind_a_busy_writer(store, async {
             store.count("e", super::super::Counted::Received, hour * 3_600_000);
             tokio::join!(
-                store.run_intake(jobs.0),
-                store.run_intake(jobs.1),
-                store.run_intake(jobs.2)
+                store.run_intake(jobs.0, PATIENT),
+                store.run_intake(jobs.1, PATIENT),
+                store.run_intake(jobs.2, PATIENT)
             )
         })
         .await;
@@ -756,8 +773,46 @@ mod tests {
             meta_keys(&store).await.is_empty(),
             "c did not commit on its own"
         );
-        store.run_intake(put("d")).await.unwrap();
+        store.run_intake(put("d"), PATIENT).await.unwrap();
         assert_eq!(meta_keys(&store).await, ["d"]);
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn an_intake_job_given_up_while_the_writer_was_busy_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        let (gave_up, kept) = behind_a_busy_writer(&store, async {
+            tokio::join!(
+                store.run_intake(put("gave-up"), Duration::from_millis(20)),
+                store.run_intake(put("kept"), PATIENT)
+            )
+        })
+        .await;
+        assert!(
+            matches!(gave_up, Err(StoreError::NotTaken(_))),
+            "{gave_up:?}"
+        );
+        kept.unwrap();
+        // The writer has run the batch both were in: the one given up is not in it.
+        assert_eq!(meta_keys(&store).await, ["kept"]);
+        store.close();
+    }
+
+    #[tokio::test]
+    async fn an_intake_job_taken_before_its_deadline_is_answered_with_its_result() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("p.db")).unwrap();
+        // Taken at once (the writer is idle), then 150 ms of work: past the 20 ms deadline.
+        let slow = |conn: &Connection| {
+            std::thread::sleep(Duration::from_millis(150));
+            put("slow")(conn)
+        };
+        store
+            .run_intake(slow, Duration::from_millis(20))
+            .await
+            .unwrap();
+        assert_eq!(meta_keys(&store).await, ["slow"]);
         store.close();
     }
 

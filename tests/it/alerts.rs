@@ -362,9 +362,13 @@ async fn storage_errors_answered_503_alert() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let config = process_config(w, &alerts_table(w, "1s"), "");
-    // Every fsync'd commit takes 6 s: intake gives up at 5 s and answers 503.
-    let server = serve(&config, &[("PORTARIA_TEST_COMMIT_DELAY_MS", "6000")]).await;
+    let server = serve(&config, &[]).await;
+    // Another process holds the write lock past the busy timeout: the insert cannot begin,
+    // and intake answers 503.
+    let blocker = open_db(&w.join("portaria.db"));
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
     let reply = post_pagarme(server.addr, &payment_body(1)).await;
+    blocker.execute_batch("ROLLBACK").unwrap();
     assert_eq!(reply.status, 503);
     let limit = Duration::from_secs(30);
     eventually(limit, "the storage alert", || {

@@ -108,11 +108,12 @@ fn the_dependency_rules_hold() {
         "notify",
         "fault",
         "panics",
+        "logescape",
     ] {
         only(leaf, &[]);
     }
-    // The log line's format takes only the calendar maths of `time`.
-    only("logline", &["time"]);
+    // The log line's format takes only the calendar maths of `time`, and the escaping visitor.
+    only("logline", &["time", "logescape"]);
     // Hashing is a leaf that the dedup rules, the verifiers and the store share.
     only("dedup", &["digest"]);
     only("verify", &["dedup", "digest"]);

@@ -406,6 +406,15 @@ impl Process {
                         .and_then(|rest| rest.split_whitespace().next()?.parse().ok());
                     let _ = tx.send((addr, admin));
                 }
+                // `--log-format json`: the same line as an object.
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+                    && v["message"] == "listening"
+                    && let Some(tx) = addr_tx.take()
+                {
+                    let addr: SocketAddr = v["addr"].as_str().unwrap().parse().unwrap();
+                    let admin = v["admin"].as_str().and_then(|a| a.parse().ok());
+                    let _ = tx.send((addr, admin));
+                }
                 let mut log = sink.lock().unwrap();
                 log.push_str(&line);
                 log.push('\n');

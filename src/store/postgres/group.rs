@@ -15,11 +15,16 @@
 //! or serialization failure (class 40) runs each event alone; any other failure (the
 //! database unreachable, read-only, out of disk, past its timeout) is every event's answer,
 //! as each alone would meet it too. A group of one is the single statement in autocommit.
+//!
+//! A committer takes its inserts (`handover.rs`) once it holds a connection, before `BEGIN`:
+//! an insert whose request gave up by then (503) is dropped unrun; one taken is answered
+//! with its real outcome, the request waiting for it past its deadline.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use deadpool_postgres::{Object, Pool};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -27,6 +32,7 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 use super::error;
 use super::intake::{self, INSERT, KNOWN};
 use crate::store::StoreError;
+use crate::store::handover::{Claim, handover};
 use crate::store::intake::{Inserted, NewEvent};
 
 /// Tasks committing groups at once: while one waits for its COMMIT's WAL flush, another
@@ -39,6 +45,8 @@ const GROUP_MAX: usize = 64;
 struct Job {
     event: NewEvent,
     reply: oneshot::Sender<Result<Inserted, StoreError>>,
+    /// The committer's end of the hand-over with the waiting request.
+    claim: Claim,
 }
 
 /// The queue of inserts to the committers. The committers end when it is dropped.
@@ -57,13 +65,23 @@ impl Grouper {
         Grouper { queue }
     }
 
-    /// Stores `event` in the next group; resolves after that group's COMMIT.
-    pub(super) async fn insert(&self, event: NewEvent) -> Result<Inserted, StoreError> {
+    /// Stores `event` in the next group; resolves after that group's COMMIT, or, if no
+    /// committer took it within `deadline`, gives it up (`handover.rs`).
+    pub(super) async fn insert(
+        &self,
+        event: NewEvent,
+        deadline: Duration,
+    ) -> Result<Inserted, StoreError> {
         let (reply, answer) = oneshot::channel();
+        let (claim, waiter) = handover();
         self.queue
-            .send(Job { event, reply })
+            .send(Job {
+                event,
+                reply,
+                claim,
+            })
             .map_err(|_| StoreError::Closed)?;
-        answer.await.unwrap_or(Err(StoreError::Closed))
+        waiter.answer(answer, deadline).await
     }
 }
 
@@ -85,6 +103,12 @@ async fn commit(pool: &Pool, mut jobs: Vec<Job>) {
         Ok(client) => client,
         Err(e) => return answer_all(jobs, &e),
     };
+    // Taken only now, with a connection in hand, just before BEGIN: an insert whose request
+    // gave up while it waited for a committer or a connection is dropped unrun.
+    jobs.retain(|job| job.claim.take());
+    if jobs.is_empty() {
+        return;
+    }
     // One lock order for every transaction (stable: copies of a key keep their arrival order).
     jobs.sort_by(|a, b| {
         (&a.event.endpoint, &a.event.dedup_key).cmp(&(&b.event.endpoint, &b.event.dedup_key))

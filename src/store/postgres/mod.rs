@@ -140,9 +140,14 @@ impl Pg {
     }
 
     /// Stores `e` unless its (endpoint, dedup key) is known within its window, in the next
-    /// group's transaction; resolves after its COMMIT.
-    pub(in crate::store) async fn insert_event(&self, e: NewEvent) -> Result<Inserted, StoreError> {
-        self.grouper.insert(e).await
+    /// group's transaction; resolves after its COMMIT, or gives it up if no committer took it
+    /// within `deadline` (`handover.rs`).
+    pub(in crate::store) async fn insert_event(
+        &self,
+        e: NewEvent,
+        deadline: Duration,
+    ) -> Result<Inserted, StoreError> {
+        self.grouper.insert(e, deadline).await
     }
 
     pub(in crate::store) fn tally(&self) -> &Tally {
