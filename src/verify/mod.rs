@@ -326,9 +326,14 @@ impl Verifier {
             self.preset
                 .scheme
                 .verify(&self.keys, request, now_unix, self.tolerance_secs)?;
+        // Mercado Pago signs the query's `data.id`, not the body.
+        let signed_id = match self.preset.name {
+            "mercadopago" => mercadopago::signed_id(request),
+            _ => None,
+        };
         Ok(Verified {
             secret_index,
-            signed_id: None,
+            signed_id,
         })
     }
 
