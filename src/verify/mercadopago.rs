@@ -208,6 +208,11 @@ impl Scheme for MercadoPago {
     fn signs_timestamp(&self) -> bool {
         true
     }
+
+    /// The id, the request id and the time: not the body.
+    fn covers_body(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]
