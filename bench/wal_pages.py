@@ -31,7 +31,7 @@ def const(name):
     m = re.search(r'const %s: &str = "(.*?)";' % name, src, re.S)
     return m.group(1).replace('\\\\', '\\')
 # What `migrate_in_one_transaction` runs for a new file, in its order.
-schema = ''.join(const(n) for n in ['SCHEMA', 'DELIVERIES', 'V4_TO_V5', 'V5_TO_V6', 'V6_TO_V7'])
+schema = ''.join(const(n) for n in ['SCHEMA', 'DELIVERIES', 'V4_TO_V5', 'V5_TO_V6', 'V6_TO_V7', 'V8_TO_V9'])
 deflate = sys.argv[1] == 'deflate'
 batch = int(sys.argv[2])
 work = tempfile.TemporaryDirectory()

@@ -13,7 +13,9 @@ readline.createInterface({ input: process.stdin }).on("line", (line) => {
   let answer;
   try {
     const body = "body" in event ? Buffer.from(event.body) : Buffer.from(event.body_base64, "base64");
-    // Handle the event here; throw to have portaria retry it later.
+    // Handle the event here; throw to have portaria retry it later. Trust event.signed_id over
+    // the body (Mercado Pago signs no body: fetch the payment by it), and event_type only if
+    // event.event_type_signed (README, "What the signature covers").
     if (out) fs.appendFileSync(out, line + "\n");
     else console.error(`event ${event.id} (${event.event_type}): ${body.length} bytes`);
     answer = { id: event.id, ok: true };

@@ -12,7 +12,9 @@ for line in sys.stdin:
     event = json.loads(line)
     try:
         body = event["body"].encode() if "body" in event else base64.b64decode(event["body_base64"])
-        # Handle the event here; raise to have portaria retry it later.
+        # Handle the event here; raise to have portaria retry it later. Trust event["signed_id"]
+        # over the body (Mercado Pago signs no body: fetch the payment by it), and event_type
+        # only if event["event_type_signed"] (README, "What the signature covers").
         if out:
             with open(out, "a") as f:
                 f.write(line)

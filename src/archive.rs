@@ -58,6 +58,14 @@ pub struct Line {
     /// The object it was about, if any (absent in lines written before it was stored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_id: Option<String>,
+    /// The id the provider signed apart from the body, if any (absent in lines written
+    /// before it was stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_id: Option<String>,
+    /// Whether the event type came from signed bytes; absent without a type, and in lines
+    /// written before it was stored (a replayed event's targets then hear 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_type_signed: Option<bool>,
     pub attempt_log: Vec<AttemptLine>,
     /// When it was pruned (RFC 3339, UTC).
     pub pruned_at: String,
@@ -131,6 +139,8 @@ impl Line {
             attempts: s.attempts,
             last_error: s.last_error.clone(),
             object_id: s.object_id.clone(),
+            signed_id: event.signed_id.clone(),
+            event_type_signed: event.event_type_signed,
             attempt_log: event
                 .attempts
                 .iter()
@@ -178,6 +188,8 @@ impl Line {
             headers: decode(self.headers, self.headers_encoding)
                 .map_err(|e| format!("headers: {e}"))?,
             body: decode(self.body, self.body_encoding).map_err(|e| format!("body: {e}"))?,
+            signed_id: self.signed_id,
+            event_type_signed: self.event_type_signed,
             routes: Vec::new(),
             attempts: self
                 .attempt_log
@@ -407,6 +419,8 @@ mod tests {
                 route: "default".into(),
             }],
             routes: Vec::new(),
+            signed_id: Some("123456".into()),
+            event_type_signed: Some(false),
         }
     }
 
@@ -437,6 +451,21 @@ mod tests {
         assert_eq!(back.headers, original.headers);
         assert_eq!(back.body, original.body);
         assert_eq!(back.attempts, original.attempts);
+        assert_eq!(back.signed_id.as_deref(), Some("123456"));
+        assert_eq!(back.event_type_signed, Some(false));
+    }
+
+    #[test]
+    fn a_line_from_before_the_signed_facts_reads_as_unknown() {
+        let mut json = serde_json::to_value(Line::new(&event(7, b"{}"), 0)).unwrap();
+        assert_eq!(json["signed_id"], "123456");
+        assert_eq!(json["event_type_signed"], false);
+        let old = json.as_object_mut().unwrap();
+        old.remove("signed_id");
+        old.remove("event_type_signed");
+        let back: Line = serde_json::from_value(json).unwrap();
+        let back = back.into_event().unwrap();
+        assert_eq!((back.signed_id, back.event_type_signed), (None, None));
     }
 
     #[test]

@@ -376,6 +376,7 @@ impl Intake {
             dedup_since_ms: endpoint.dedup_window.map(|w| window_start(at_ms, w)),
             client_cert: conn.client_cert.as_ref().map(|cert| cert.to_string()),
             object_id: meta.object_id.clone(),
+            event_type_signed: verifier.event_type_signed(),
         };
         // The routes that take this event type, each with the event's ordering key there.
         let routes: Vec<NewDelivery> = endpoint

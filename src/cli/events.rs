@@ -283,11 +283,20 @@ fn write_detail(
     if let Some(object) = &e.object_id {
         writeln!(out, "object id:   {object}")?;
     }
+    // A type read from an unsigned header or body (or stored before portaria kept where it
+    // came from) is said to be one.
+    let unsigned = match (&e.event_type, event.event_type_signed) {
+        (Some(_), Some(true)) | (None, _) => "",
+        (Some(_), _) => " (not covered by the signature)",
+    };
     writeln!(
         out,
-        "event type:  {}",
+        "event type:  {}{unsigned}",
         e.event_type.as_deref().unwrap_or("-")
     )?;
+    if let Some(id) = &event.signed_id {
+        writeln!(out, "signed id:   {id}")?;
+    }
     writeln!(out, "received at: {}", rfc3339(e.received_at_ms))?;
     writeln!(out, "status:      {}", e.status)?;
     writeln!(out, "attempts:    {}", e.attempts)?;
@@ -391,6 +400,8 @@ mod tests {
             headers: headers.to_vec(),
             body: body.to_vec(),
             routes: Vec::new(),
+            signed_id: None,
+            event_type_signed: None,
             attempts: Vec::new(),
         }
     }

@@ -13,6 +13,7 @@ use super::Forward;
 use super::raw::{RawForward, RawRoute};
 use super::validate::{Validator, valid_name};
 use crate::dedup::DedupRule;
+use crate::verify::Verifier;
 
 /// The name of the route that `forward` directly on an endpoint makes.
 pub const SHORTHAND_ROUTE: &str = "default";
@@ -115,6 +116,16 @@ impl OrderBy {
         let rule: DedupRule = text.parse().map_err(|e| format!("`{text}`: {e}"))?;
         Ok(OrderBy(rule))
     }
+
+    /// Whether it reads the event type's own source: the provider's event-type header
+    /// (`type_header`), or for a provider without one, the body's `type` or `event`.
+    fn reads_event_type(&self, type_header: Option<&str>) -> bool {
+        match (&self.0, type_header) {
+            (DedupRule::Header(name), Some(header)) => name.as_str().eq_ignore_ascii_case(header),
+            (DedupRule::JsonPointer(pointer), None) => pointer == "/type" || pointer == "/event",
+            _ => false,
+        }
+    }
 }
 
 /// Stored headers (`name: value\r\n` each) back as a map, for reading an ordering key of an
@@ -138,6 +149,51 @@ pub fn headers_from_blob(blob: &[u8]) -> HeaderMap {
 }
 
 impl Validator<'_> {
+    /// A warning for each route of endpoint `name` that relies on an event type its provider
+    /// does not sign ([`Verifier::event_type_signed`]): an `events` filter, or an `order_by`
+    /// that reads the type's own source. Whoever captured one delivery can send it again
+    /// with another type: to a route it was never meant for, or to none (then it is only
+    /// stored, and the genuine delivery, when it comes, is its duplicate).
+    pub(super) fn unsigned_event_type(
+        &mut self,
+        at: &str,
+        name: &str,
+        verifier: &Verifier,
+        routes: &[Route],
+    ) {
+        if verifier.event_type_signed() {
+            return;
+        }
+        let provider = verifier.provider();
+        let source = match verifier.event_type_header() {
+            Some(header) => {
+                format!("the `{header}` header, which provider `{provider}` does not sign")
+            }
+            None => format!("the body, which provider `{provider}` does not sign"),
+        };
+        let why = "whoever captured one delivery can send it again under another type, to \
+                   another route or to none; the route's program is told \
+                   (PORTARIA_EVENT_TYPE_SIGNED=0) and should check the type against what is signed";
+        for route in routes {
+            let at = format!("{at} (`{name}`), route `{}`", route.name);
+            if !route.events.is_empty() {
+                self.warnings.push(format!(
+                    "{at}: its `events` filter relies on the event type, read from {source}: {why}"
+                ));
+            }
+            let type_header = verifier.event_type_header();
+            if route
+                .order_by
+                .as_ref()
+                .is_some_and(|o| o.reads_event_type(type_header))
+            {
+                self.warnings.push(format!(
+                    "{at}: its `order_by` reads the event type, from {source}: {why}"
+                ));
+            }
+        }
+    }
+
     /// An endpoint's routes: its `[[endpoint.route]]` tables, or the shorthand, never both.
     pub(super) fn routes(
         &mut self,
@@ -349,6 +405,52 @@ mod tests {
         assert!(EventGlob::parse("").is_err());
         assert!(EventGlob::parse("a b").is_err());
         assert!(EventGlob::parse("charge.?").is_err());
+    }
+
+    #[test]
+    fn a_route_relying_on_an_unsigned_event_type_is_a_warning() {
+        // GitHub's type is its `X-GitHub-Event` header, which its signature does not cover.
+        let filter = format!("{MINIMAL}{ERP}{AUDIT}");
+        let warnings = parse(&filter).unwrap().warnings;
+        let [warning] = warnings.as_slice() else {
+            panic!("one warning, for the filtering route: {warnings:?}")
+        };
+        assert!(
+            warning
+                .starts_with("endpoint[0] (line 2) (`github`), route `erp`: its `events` filter"),
+            "{warning}"
+        );
+        assert!(warning.contains("`x-github-event` header"), "{warning}");
+        assert!(warning.contains("another type"), "{warning}");
+        let by_type = ERP.replace("json:/data/id", "header:X-GitHub-Event");
+        let warnings = parse(&format!("{MINIMAL}{by_type}")).unwrap().warnings;
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[1].contains("its `order_by` reads the event type"),
+            "{warnings:?}"
+        );
+        // Mercado Pago's type is in a body it does not sign.
+        let mp = MINIMAL.replace("github", "mercadopago");
+        let warnings = parse(&format!(
+            "{mp}{}",
+            ERP.replace("json:/data/id", "json:/type")
+        ))
+        .unwrap()
+        .warnings;
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("the body, which provider `mercadopago`"),
+            "{warnings:?}"
+        );
+        // Stripe signs the body its type is read from; no filter, no ordering by the type,
+        // nothing relied on.
+        let stripe = MINIMAL.replace("github", "stripe");
+        assert_eq!(
+            parse(&format!("{stripe}{ERP}")).unwrap().warnings,
+            Vec::<String>::new()
+        );
+        let plain = format!("{MINIMAL}{AUDIT}");
+        assert_eq!(parse(&plain).unwrap().warnings, Vec::<String>::new());
     }
 
     #[test]

@@ -308,6 +308,9 @@ impl Validator<'_> {
             }
         };
         let routes = self.routes(at, raw.forward, raw.retry, raw.concurrency, raw.route);
+        if let Some(v) = &verifier {
+            self.unsigned_event_type(at, &name, v, &routes);
+        }
         let dedup = match raw.dedup.map(|d| DedupRule::parse_list(&d.into_vec())) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {

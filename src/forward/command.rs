@@ -91,9 +91,9 @@ impl CommandTarget {
         };
         let mut command = Command::new(program);
         hide_env(&mut command, &self.hidden_env);
+        set_delivery_env(&mut command, d);
         command
             .args(args)
-            .envs(delivery_env(d))
             .stdin(Stdio::from(stdin))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -325,8 +325,25 @@ async fn capture(stream: Option<impl AsyncRead + Unpin>, into: &mut Captured) {
     }
 }
 
-/// `PORTARIA_*` variables describing the event. The parent environment is inherited too.
-fn delivery_env(d: &Delivery) -> [(&'static str, String); 8] {
+/// The variable holding the id the provider signed apart from the body, set only when the
+/// event has one.
+const SIGNED_ID: &str = "PORTARIA_SIGNED_ID";
+
+/// Sets the `PORTARIA_*` variables describing the event. The parent environment is inherited
+/// too, except [`SIGNED_ID`] for an event without one: a value of that name in portaria's own
+/// environment must never pass for a signed id.
+fn set_delivery_env(command: &mut Command, d: &Delivery) {
+    command.envs(delivery_env(d));
+    match &d.signed_id {
+        Some(id) => command.env(SIGNED_ID, env_value(id)),
+        None => command.env_remove(SIGNED_ID),
+    };
+}
+
+/// `PORTARIA_*` variables every event has. `PORTARIA_EVENT_TYPE_SIGNED` is `1` only when
+/// there is an event type and the signature covers what it was read from.
+fn delivery_env(d: &Delivery) -> [(&'static str, String); 9] {
+    let type_signed = d.event_type_signed && d.event_type.is_some();
     [
         ("PORTARIA_EVENT_ID", d.event_id.to_string()),
         ("PORTARIA_ENDPOINT", env_value(&d.endpoint)),
@@ -335,6 +352,10 @@ fn delivery_env(d: &Delivery) -> [(&'static str, String); 8] {
         (
             "PORTARIA_EVENT_TYPE",
             env_value(d.event_type.as_deref().unwrap_or("")),
+        ),
+        (
+            "PORTARIA_EVENT_TYPE_SIGNED",
+            String::from(if type_signed { "1" } else { "0" }),
         ),
         ("PORTARIA_ATTEMPT", d.attempt.to_string()),
         (
@@ -420,6 +441,8 @@ mod tests {
             route: "default".to_string(),
             dedup_key: "gh:72d3162e-cc78-11e3-81ab-4c9367dc0958".to_string(),
             event_type: Some("push".to_string()),
+            event_type_signed: false,
+            signed_id: None,
             content_type: Some("application/json".to_string()),
             received_at_ms: 1_796_026_524_123,
             attempt: 3,
@@ -536,6 +559,8 @@ cat > "$out/body"
   printf 'endpoint=%s\n' "$PORTARIA_ENDPOINT"
   printf 'dedup=%s\n' "$PORTARIA_DEDUP_KEY"
   printf 'type=%s|%s\n' "${PORTARIA_EVENT_TYPE+set}" "$PORTARIA_EVENT_TYPE"
+  printf 'type_signed=%s\n' "$PORTARIA_EVENT_TYPE_SIGNED"
+  printf 'signed_id=%s|%s\n' "${PORTARIA_SIGNED_ID+set}" "$PORTARIA_SIGNED_ID"
   printf 'attempt=%s\n' "$PORTARIA_ATTEMPT"
   printf 'received=%s\n' "$PORTARIA_RECEIVED_AT"
   printf 'ctype=%s|%s\n' "${PORTARIA_CONTENT_TYPE+set}" "$PORTARIA_CONTENT_TYPE"
@@ -557,7 +582,8 @@ cat > "$out/body"
             env,
             format!(
                 "id=42\nendpoint=github\ndedup=gh:72d3162e-cc78-11e3-81ab-4c9367dc0958\n\
-                 type=set|push\nattempt=3\nreceived=2026-11-30T08:15:24.123Z\n\
+                 type=set|push\ntype_signed=0\nsigned_id=|\nattempt=3\n\
+                 received=2026-11-30T08:15:24.123Z\n\
                  ctype=set|application/json\npath={path}\n"
             )
         );
@@ -571,6 +597,21 @@ cat > "$out/body"
         let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
         assert!(env.contains("type=set|\n"), "{env}");
         assert!(env.contains("ctype=set|\n"), "{env}");
+
+        // A signed id, and a type the signature covers; a type marked signed without a type
+        // is no signed type.
+        let mut signed = delivery(Bytes::new());
+        signed.event_type = Some("payment".into());
+        signed.event_type_signed = true;
+        signed.signed_id = Some("123456".into());
+        assert_eq!(target.deliver(&signed).await, Outcome::Delivered);
+        let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
+        assert!(env.contains("type=set|payment\ntype_signed=1\n"), "{env}");
+        assert!(env.contains("signed_id=set|123456\n"), "{env}");
+        signed.event_type = None;
+        assert_eq!(target.deliver(&signed).await, Outcome::Delivered);
+        let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
+        assert!(env.contains("type=set|\ntype_signed=0\n"), "{env}");
     }
 
     #[tokio::test]

@@ -10,6 +10,11 @@
 //!   percent-encoded, so a stray control byte cannot stop delivery or cause a panic.
 //! - One attempt (connect, send, response head, draining the body) never outlasts `timeout`.
 //! - The signing key never reaches `Debug` output or an error message.
+//! - The Standard Webhooks signature covers `webhook-id`, `webhook-timestamp` and the body,
+//!   as the standard says and its libraries check, and nothing else: the `Portaria-*` headers
+//!   (`Portaria-Signed-Id` and `Portaria-Event-Type-Signed` included) are not signed. They are
+//!   portaria's word to a program on this machine; covering them would take a signature no
+//!   Standard Webhooks library verifies.
 
 use std::error::Error as _;
 use std::time::{Duration, SystemTime};
@@ -47,6 +52,8 @@ static EVENT_ID: HeaderName = HeaderName::from_static("portaria-event-id");
 static ENDPOINT: HeaderName = HeaderName::from_static("portaria-endpoint");
 static ROUTE: HeaderName = HeaderName::from_static("portaria-route");
 static EVENT_TYPE: HeaderName = HeaderName::from_static("portaria-event-type");
+static EVENT_TYPE_SIGNED: HeaderName = HeaderName::from_static("portaria-event-type-signed");
+static SIGNED_ID: HeaderName = HeaderName::from_static("portaria-signed-id");
 static ATTEMPT: HeaderName = HeaderName::from_static("portaria-attempt");
 static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
@@ -142,6 +149,11 @@ impl HttpTarget {
         insert_encoded(&mut headers, &ROUTE, &d.route);
         if let Some(event_type) = &d.event_type {
             insert_encoded(&mut headers, &EVENT_TYPE, event_type);
+            let signed = if d.event_type_signed { "1" } else { "0" };
+            headers.insert(EVENT_TYPE_SIGNED.clone(), HeaderValue::from_static(signed));
+        }
+        if let Some(id) = &d.signed_id {
+            insert_encoded(&mut headers, &SIGNED_ID, id);
         }
         headers.insert(ATTEMPT.clone(), HeaderValue::from(d.attempt));
 
@@ -301,6 +313,8 @@ mod tests {
             route: "default".to_string(),
             dedup_key: "stripe:evt_1NG8Du2eZvKYlo2CUI79vXWy".to_string(),
             event_type: Some("invoice.paid".to_string()),
+            event_type_signed: true,
+            signed_id: None,
             content_type: Some("application/json; charset=utf-8".to_string()),
             received_at_ms: 1_796_026_524_123,
             attempt: 2,
@@ -359,6 +373,8 @@ mod tests {
         assert_eq!(header(req, "portaria-event-id"), Some("7"));
         assert_eq!(header(req, "portaria-endpoint"), Some("stripe"));
         assert_eq!(header(req, "portaria-event-type"), Some("invoice.paid"));
+        assert_eq!(header(req, "portaria-event-type-signed"), Some("1"));
+        assert_eq!(header(req, "portaria-signed-id"), None);
         assert_eq!(header(req, "portaria-attempt"), Some("2"));
         let ua = format!("portaria/{}", env!("CARGO_PKG_VERSION"));
         assert_eq!(header(req, "user-agent"), Some(ua.as_str()));
@@ -401,6 +417,8 @@ mod tests {
             Some("application/octet-stream")
         );
         assert_eq!(header(req, "portaria-event-type"), None);
+        assert_eq!(header(req, "portaria-event-type-signed"), None);
+        assert_eq!(header(req, "portaria-signed-id"), None);
         assert_eq!(header(req, "webhook-id"), None);
         assert_eq!(header(req, "webhook-timestamp"), None);
         assert_eq!(header(req, "webhook-signature"), None);
@@ -414,6 +432,8 @@ mod tests {
         let mut d = delivery();
         d.dedup_key = "key\r\nX-Injected: 1".to_string();
         d.event_type = Some("caf\u{e9} 100%\0".to_string());
+        d.event_type_signed = false;
+        d.signed_id = Some("123\r\nX-Injected: 2".to_string());
         d.content_type = Some("text/plain\nbroken".to_string());
         assert_eq!(target.deliver(&d).await, Outcome::Delivered);
 
@@ -428,6 +448,11 @@ mod tests {
         assert_eq!(
             header(req, "portaria-event-type"),
             Some("caf%C3%A9%20100%25%00")
+        );
+        assert_eq!(header(req, "portaria-event-type-signed"), Some("0"));
+        assert_eq!(
+            header(req, "portaria-signed-id"),
+            Some("123%0D%0AX-Injected:%202")
         );
         assert_eq!(header(req, "x-injected"), None);
         assert_eq!(

@@ -641,6 +641,8 @@ mod tests {
             route: "default".into(),
             dedup_key: "k".into(),
             event_type: None,
+            event_type_signed: false,
+            signed_id: None,
             content_type: None,
             received_at_ms: 0,
             attempt: 1,

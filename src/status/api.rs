@@ -133,6 +133,8 @@ fn detail_json(d: &EventDetail) -> Value {
         .map(|(name, value)| json!([name, value]))
         .collect();
     let mut v = summary(&d.summary);
+    v["signed_id"] = json!(d.signed_id);
+    v["event_type_signed"] = json!(d.event_type_signed);
     v["content_type"] = json!(d.content_type);
     v["headers"] = json!(headers);
     v["body_bytes"] = json!(d.body.len());

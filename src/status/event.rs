@@ -29,7 +29,13 @@ pub fn page(chrome: &Chrome<'_>, d: &EventDetail, now: i64) -> Markup {
             dt { "Status" } dd { (status_badge(e.status)) }
             dt { "Endpoint" } dd { (e.endpoint) }
             dt { "Received" } dd { (when(e.received_at_ms, now)) }
-            dt { "Event type" } dd { (e.event_type.as_deref().unwrap_or("—")) }
+            dt { "Event type" } dd {
+                (e.event_type.as_deref().unwrap_or("—"))
+                @if e.event_type.is_some() && d.event_type_signed != Some(true) {
+                    span.small { " (not covered by the signature)" }
+                }
+            }
+            @if let Some(id) = &d.signed_id { dt { "Signed id" } dd { code { (id) } } }
             dt { "Dedup key" } dd { code { (e.dedup_key) } }
             @if let Some(object) = &e.object_id { dt { "Object" } dd { code { (object) } } }
             dt { "Attempts" } dd { (e.attempts) }

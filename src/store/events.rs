@@ -36,6 +36,11 @@ pub struct EventDetail {
     /// Its delivery to each route it matched.
     pub routes: Vec<RouteState>,
     pub attempts: Vec<Attempt>,
+    /// The id the provider signed apart from the body (Mercado Pago's query `data.id`).
+    pub signed_id: Option<String>,
+    /// Whether the event type came from signed bytes; None without a type, or for an event
+    /// stored before this was kept.
+    pub event_type_signed: Option<bool>,
 }
 
 /// One event's delivery to one route.
@@ -195,6 +200,8 @@ macro_rules! summary_columns {
     };
 }
 pub(super) const SUMMARY: &str = summary_columns!();
+/// The columns of an event's detail after [`SUMMARY`]'s (SQLite's; its payload joined).
+pub(super) const DETAIL: &str = "content_type, headers, body, codec, signed_id, event_type_signed";
 
 pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     Ok(EventSummary {
@@ -211,14 +218,16 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     })
 }
 
-/// An event row selected as `{SUMMARY}, content_type, headers, body, codec`, without
-/// attempts; the body decoded (`payload.rs`).
+/// An event row selected as `{SUMMARY}, {DETAIL}` ([`DETAIL`]), without attempts; the body
+/// decoded (`payload.rs`).
 pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     let summary = summary(r)?;
     Ok(EventDetail {
         content_type: r.get(10)?,
         headers: r.get(11)?,
         body: body_column(r, summary.id, 13, 12)?,
+        signed_id: r.get(14)?,
+        event_type_signed: r.get(15)?,
         summary,
         routes: Vec::new(),
         attempts: Vec::new(),
@@ -435,7 +444,7 @@ pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<Event
     let detail = conn
         .query_row(
             &format!(
-                "SELECT {SUMMARY}, content_type, headers, body, codec FROM events \
+                "SELECT {SUMMARY}, {DETAIL} FROM events \
                  JOIN payloads ON event_id = id WHERE id = ?1"
             ),
             [id],

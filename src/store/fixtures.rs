@@ -87,6 +87,8 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         dedup_since_ms: None,
         client_cert: None,
         object_id: None,
+        signed_id: None,
+        event_type_signed: None,
         routes: Vec::new(),
     }
 }

@@ -31,6 +31,10 @@ pub struct NewEvent {
     /// The names of the verified client certificate (mutual TLS), if the connection had one.
     pub(super) client_cert: Option<String>,
     pub(super) object_id: Option<String>,
+    /// The id the provider signed apart from the body ([`Verified::signed_id`]), if any.
+    pub(super) signed_id: Option<String>,
+    /// Whether `event_type` came from signed bytes; None when the event has no type.
+    pub(super) event_type_signed: Option<bool>,
     /// The routes it goes to, each a delivery row; none: it is `stored`.
     pub(super) routes: Vec<NewDelivery>,
 }
@@ -63,17 +67,24 @@ pub struct Received {
     pub client_cert: Option<String>,
     /// The object the event is about (`describe`'s object id), if the body names one.
     pub object_id: Option<String>,
+    /// Whether the signature covers what `event_type` was read from (the endpoint's
+    /// `Verifier::event_type_signed`); told to targets, never used to refuse anything.
+    pub event_type_signed: bool,
 }
 
 impl NewEvent {
     /// An event of `endpoint` with this dedup key, for `routes` (none: it is only stored).
     pub fn new(
-        _proof: Verified,
+        proof: Verified,
         endpoint: &str,
         dedup_key: String,
         received: Received,
         routes: Vec<NewDelivery>,
     ) -> Self {
+        let event_type_signed = received
+            .event_type
+            .is_some()
+            .then_some(received.event_type_signed);
         NewEvent {
             endpoint: endpoint.to_string(),
             dedup_hash: dedup_hash(endpoint, &dedup_key),
@@ -87,6 +98,8 @@ impl NewEvent {
             routes,
             client_cert: received.client_cert,
             object_id: received.object_id,
+            signed_id: proof.signed_id().map(str::to_string),
+            event_type_signed,
         }
     }
 }
@@ -176,9 +189,9 @@ impl Store {
 /// bench/PROFILE.md.)
 pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
      dedup_key, dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
-     object_id, client_cert) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, (SELECT ?8 WHERE NOT EXISTS \
-     (SELECT 1 FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 AND dedup_key = ?2 \
-     AND received_at >= ?9)), ?10, ?11)";
+     object_id, client_cert, signed_id, event_type_signed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
+     (SELECT ?8 WHERE NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?3 AND \
+     +endpoint = ?1 AND dedup_key = ?2 AND received_at >= ?9)), ?10, ?11, ?12, ?13)";
 /// The window start that makes every earlier row of the key count: no window.
 pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint; the body as
@@ -245,6 +258,8 @@ pub(super) fn insert_stored(
         since,
         e.object_id,
         e.client_cert,
+        e.signed_id,
+        e.event_type_signed,
     ])?;
     if changed == 1 {
         let id = conn.last_insert_rowid();
@@ -419,12 +434,14 @@ mod tests {
         for (query, args) in [
             (
                 INSERT_UNLESS_KNOWN,
-                params!["a", "k", 1, none, none, 0, 0, "stored", 0, none, none],
+                params![
+                    "a", "k", 1, none, none, 0, 0, "stored", 0, none, none, none, none
+                ],
             ),
             (
                 INSERT_UNLESS_KNOWN,
                 params![
-                    "a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW, none, none
+                    "a", "k", 1, none, none, 0, 0, "stored", NO_WINDOW, none, none, none, none
                 ],
             ),
             (KNOWN, params!["a", "k", 1, 0]),

@@ -29,6 +29,12 @@ pub struct Delivery {
     pub route: String,
     pub dedup_key: String,
     pub event_type: Option<String>,
+    /// Whether `event_type` came from bytes the signature covers: false when it came from an
+    /// unsigned header or body, when there is none, and for events stored before it was kept.
+    pub event_type_signed: bool,
+    /// The id the provider signed apart from the body (Mercado Pago's query `data.id`): what
+    /// a target should trust where the body proves nothing.
+    pub signed_id: Option<String>,
     pub content_type: Option<String>,
     pub received_at_ms: i64,
     /// 1-based number of this attempt (of this route).
@@ -394,8 +400,8 @@ pub(super) fn claim_due(
     let mut claim = conn.prepare_cached(CLAIM)?;
     let mut attempts = conn.prepare_cached(ATTEMPTS)?;
     let mut event = conn.prepare_cached(
-        "SELECT dedup_key, event_type, content_type, received_at, headers, body, codec \
-         FROM events JOIN payloads ON event_id = id WHERE id = ?1",
+        "SELECT dedup_key, event_type, content_type, received_at, headers, body, codec, \
+         signed_id, event_type_signed FROM events JOIN payloads ON event_id = id WHERE id = ?1",
     )?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
@@ -408,6 +414,8 @@ pub(super) fn claim_due(
                 route: route.to_string(),
                 dedup_key: r.get(0)?,
                 event_type: r.get(1)?,
+                event_type_signed: r.get::<_, Option<bool>>(8)?.unwrap_or(false),
+                signed_id: r.get(7)?,
                 content_type: r.get(2)?,
                 received_at_ms: r.get(3)?,
                 attempt,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::events::{EventDetail, SUMMARY, attempts, detail};
+use super::events::{DETAIL, EventDetail, SUMMARY, attempts, detail};
 use super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW, NewDelivery, dedup_hash};
 use super::payload::StoredBody;
 use super::{Db, Status, Store, StoreError, schema, status_column};
@@ -230,7 +230,7 @@ pub(super) fn prunable(
     byte_budget: u64,
 ) -> rusqlite::Result<Vec<EventDetail>> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {SUMMARY}, content_type, headers, body, codec FROM events \
+        "SELECT {SUMMARY}, {DETAIL} FROM events \
          JOIN payloads ON event_id = id WHERE {PRUNABLE} ORDER BY id LIMIT ?3"
     ))?;
     let mut rows = stmt.query(params![
@@ -387,6 +387,8 @@ pub(super) fn restore(
             NO_WINDOW,
             s.object_id,
             None::<String>,
+            e.signed_id,
+            e.event_type_signed,
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
@@ -523,6 +525,8 @@ mod tests {
             headers: b"x: y\r\n".to_vec(),
             body: b"{}".to_vec(),
             routes: Vec::new(),
+            signed_id: None,
+            event_type_signed: None,
             attempts: Vec::new(),
         };
         let events = [archived("gone"), archived("delivered"), archived("pending")];
@@ -588,6 +592,8 @@ mod tests {
             headers: Vec::new(),
             body: b"{}".to_vec(),
             routes: Vec::new(),
+            signed_id: None,
+            event_type_signed: None,
             attempts: Vec::new(),
         };
         let events = std::slice::from_ref(&archived);

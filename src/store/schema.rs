@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 8;
+pub(super) const SCHEMA_VERSION: i64 = 9;
 
 /// The schema of a new file.
 ///
@@ -254,6 +254,22 @@ const V7_TO_V8: [Respelled; 2] = [
     },
 ];
 
+/// Version 9: what an event's targets are told to trust, which the forward worker hands on.
+/// `signed_id`, the id the provider's signature covers apart from the body (Mercado Pago's
+/// query `data.id`; NULL for a scheme that signs the whole body, or signs no id);
+/// `event_type_signed`, 1 when the event type came from bytes the signature covers, 0 when
+/// from an unsigned header or body (GitHub's `X-GitHub-Event`, Mercado Pago's body), NULL when
+/// the event has no type or was stored before this version (targets hear 0: not known to be
+/// signed). Kept per event rather than derived from the endpoint's preset at delivery: a
+/// reload may change the preset and an archive may be replayed under another config, while
+/// the fact is about how this one request was verified. NULL, 0 and 1 take no bytes in a row
+/// beyond one header byte each (SQLite's serial types 0, 8 and 9). Rows from before keep
+/// NULL: the upgrade rewrites none. A new file gets the same statements after [`SCHEMA`].
+const V8_TO_V9: &str = "
+ALTER TABLE events ADD COLUMN signed_id TEXT;
+ALTER TABLE events ADD COLUMN event_type_signed INTEGER;
+";
+
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date.
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
@@ -349,7 +365,7 @@ fn migrate(conn: &Connection, upgrade: Upgrade) -> rusqlite::Result<()> {
     }
     let started = std::time::Instant::now();
     if version >= 6 {
-        // Versions 7 and 8 change definitions only: no row is read or written.
+        // Versions 7, 8 and 9 change definitions only: no row is read or written.
         tracing::info!(
             from = version,
             to = SCHEMA_VERSION,
@@ -426,6 +442,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         // A new file has them already (SCHEMA, DELIVERIES), as has a file whose `deliveries`
         // came with this build's DELIVERIES (an upgrade from before version 4).
         respell_checks(&tx)?;
+    }
+    if version < 9 {
+        // A new file too: what targets are told to trust.
+        tx.execute_batch(V8_TO_V9)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -1004,14 +1024,19 @@ mod tests {
     fn a_file_from_before_version_7_gains_the_codec_and_keeps_its_raw_bodies_readable() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
-        // The file of the version before: today's schema without version 7's column, marked
-        // version 6 (7's step needs nothing of 6; 8's finds its CHECKs there already),
-        // holding a body that would be deflated now, stored raw as every body was.
+        // The file of the version before: today's schema without version 7's column (nor
+        // version 9's), marked version 6 (7's step needs nothing of 6; 8's finds its CHECKs
+        // there already), holding a body that would be deflated now, stored raw as every body
+        // was.
         let body = super::super::fixtures::charge_paid();
         {
             let v5 = open(&path).unwrap();
-            v5.execute_batch("ALTER TABLE payloads DROP COLUMN codec; PRAGMA user_version = 6;")
-                .unwrap();
+            v5.execute_batch(
+                "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
+                 signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
+                 PRAGMA user_version = 6;",
+            )
+            .unwrap();
             v5.execute(
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (3, 'pagarme', 'old', ?1, ?2, 1, 'stored')",
@@ -1061,6 +1086,71 @@ mod tests {
                 .collect()
         };
         assert_eq!(columns(&db.conn), columns(&fresh.conn));
+    }
+
+    /// The whole schema of a version 8 file, as that version made it.
+    const SCHEMA_V8: &str = include_str!("../../tests/fixtures/schema_v8.sql");
+
+    #[test]
+    fn a_version_8_file_gains_the_signed_columns_in_place_its_rows_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        {
+            let v8 = Connection::open(&path).unwrap();
+            v8.execute_batch(
+                "PRAGMA page_size = 1024; PRAGMA auto_vacuum = INCREMENTAL; \
+                 PRAGMA journal_mode = WAL;",
+            )
+            .unwrap();
+            v8.execute_batch(SCHEMA_V8).unwrap();
+            v8.execute(
+                "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, event_type, \
+                 payload_bytes, received_at, status) VALUES (1, 'shop', 'old', ?1, 'push', 2, \
+                 1, 'stored')",
+                [super::super::dedup_hash("shop", "old")],
+            )
+            .unwrap();
+            v8.execute(
+                "INSERT INTO payloads (event_id, headers, body) VALUES (1, x'', x'7b7d')",
+                [],
+            )
+            .unwrap();
+        }
+        let db = upgraded(&path, 8);
+        // The old row: nothing known of what was signed, which targets hear as "not signed".
+        let old: (Option<String>, Option<bool>) = db
+            .conn
+            .query_row(
+                "SELECT signed_id, event_type_signed FROM events WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(old, (None, None));
+        let detail = db.event(1).unwrap().unwrap();
+        assert_eq!((detail.signed_id, detail.event_type_signed), (None, None));
+        // A new event keeps both, and reads them back.
+        let mut new = new_event("shop", "new");
+        new.event_type = Some("payment".into());
+        new.signed_id = Some("123456".into());
+        new.event_type_signed = Some(false);
+        let Inserted::New(id) = insert_event(&db.conn, &new).unwrap() else {
+            panic!("a new key");
+        };
+        let detail = db.event(id).unwrap().unwrap();
+        assert_eq!(detail.signed_id.as_deref(), Some("123456"));
+        assert_eq!(detail.event_type_signed, Some(false));
+        // The schema is a new file's, word for word.
+        let (_fresh_dir, fresh) = temp_db();
+        let sql = |conn: &Connection| -> Vec<(String, Option<String>)> {
+            conn.prepare("SELECT name, sql FROM sqlite_schema ORDER BY name")
+                .unwrap()
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect()
+        };
+        assert_eq!(sql(&db.conn), sql(&fresh.conn));
     }
 }
 
@@ -1176,7 +1266,9 @@ mod status_checks {
                     "stored",
                     NO_WINDOW,
                     None::<String>,
-                    None::<String>
+                    None::<String>,
+                    None::<String>,
+                    None::<bool>
                 ],
             )
             .unwrap()
@@ -1270,8 +1362,12 @@ mod status_checks {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
         let v7 = version_7_file(&path);
-        // The cost this version removes: the old CHECK's list, built per insert.
-        assert!(temporary_b_trees(&v7, INSERT_UNLESS_KNOWN) > 0);
+        // The cost this version removes: the old CHECK's list, built per insert (the
+        // barrier's statement as version 8 spelled it, before version 9's columns).
+        let v8_barrier = INSERT_UNLESS_KNOWN
+            .replace(", signed_id, event_type_signed", "")
+            .replace(", ?12, ?13", "");
+        assert!(temporary_b_trees(&v7, &v8_barrier) > 0);
         let before = rows(&v7);
         assert_eq!(before.len(), 9);
         let roots = schema(&v7, "rootpage");

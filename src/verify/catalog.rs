@@ -189,6 +189,13 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
         false
     }
 
+    /// Whether what verifies covers the body, so that a fact read from it (the event type)
+    /// is the provider's word: false for a static credential, which whoever captured one
+    /// request can send with any body, and for a scheme that signs other parts only.
+    fn covers_body(&self) -> bool {
+        true
+    }
+
     /// A verified request that is the provider checking the URL, not an event: answered with
     /// this, never stored or forwarded. `key` is the one that verified it.
     fn handshake(&self, _key: &Secret, _request: &Request<'_>) -> Option<Reply> {
@@ -244,6 +251,10 @@ impl<S: Scheme> Scheme for WithHandshake<S> {
 
     fn signs_timestamp(&self) -> bool {
         self.scheme.signs_timestamp()
+    }
+
+    fn covers_body(&self) -> bool {
+        self.scheme.covers_body()
     }
 
     fn handshake(&self, key: &Secret, request: &Request<'_>) -> Option<Reply> {

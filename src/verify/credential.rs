@@ -152,6 +152,11 @@ fn matching_secret(keys: &[Secret], received: &[u8]) -> Result<usize, VerifyErro
 }
 
 impl Scheme for Credential {
+    /// A credential is the same on every request, whatever the body.
+    fn covers_body(&self) -> bool {
+        false
+    }
+
     fn verify(
         &self,
         keys: &[Secret],

@@ -74,6 +74,12 @@ fn data_id(request: &Request<'_>) -> Result<Option<String>, VerifyError> {
     Ok(None)
 }
 
+/// The `data.id` a verified request's signature covers (the query's), for
+/// `Verified::signed_id`.
+pub(super) fn signed_id(request: &Request<'_>) -> Option<String> {
+    data_id(request).ok().flatten()
+}
+
 /// `ts` and the `v1` MAC of an `x-signature` value.
 fn parse_signature(value: &str) -> Result<(&str, Vec<u8>), VerifyError> {
     let malformed = |why: &str| VerifyError::Malformed(format!("header `{SIGNATURE}` {why}"));
@@ -201,6 +207,11 @@ impl Scheme for MercadoPago {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    /// The id, the request id and the time: not the body.
+    fn covers_body(&self) -> bool {
+        false
     }
 }
 

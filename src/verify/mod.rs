@@ -326,9 +326,14 @@ impl Verifier {
             self.preset
                 .scheme
                 .verify(&self.keys, request, now_unix, self.tolerance_secs)?;
+        // Mercado Pago signs the query's `data.id`, not the body.
+        let signed_id = match self.preset.name {
+            "mercadopago" => mercadopago::signed_id(request),
+            _ => None,
+        };
         Ok(Verified {
             secret_index,
-            signed_id: None,
+            signed_id,
         })
     }
 
@@ -362,10 +367,11 @@ impl Verifier {
 
     /// Whether the event type this provider's requests carry is covered by what the signature
     /// signs: false where it comes from an unsigned header (GitHub's `X-GitHub-Event`,
-    /// Shopify's topic, ...) or from a body the scheme does not sign (Mercado Pago's). Targets
-    /// are told (`PORTARIA_EVENT_TYPE_SIGNED=0`).
+    /// Shopify's topic, ...) or from a body the scheme does not sign (Mercado Pago's, and
+    /// every static credential's: Asaas, Cielo, Vindi, Efí's `?hmac=`). Targets are told
+    /// (`PORTARIA_EVENT_TYPE_SIGNED=0`).
     pub fn event_type_signed(&self) -> bool {
-        self.preset.event_type_header.is_none() && self.preset.name != "mercadopago"
+        self.preset.event_type_header.is_none() && self.preset.scheme.covers_body()
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
@@ -723,6 +729,51 @@ mod tests {
             assert_eq!(v.event_type_header(), event, "{given}");
             assert_eq!(v.default_dedup().to_string(), dedup, "{given}");
         }
+    }
+
+    #[test]
+    fn the_event_type_is_signed_only_where_the_signature_covers_its_source() {
+        let signed = |provider: &str, settings: &Settings<'_>| {
+            Verifier::without_secrets(provider, settings, None)
+                .unwrap()
+                .event_type_signed()
+        };
+        let none = Settings::default();
+        // The type from a signed body.
+        for provider in [
+            "pagarme",
+            "stripe",
+            "standard-webhooks",
+            "paddle",
+            "plowf",
+            "pagbank",
+        ] {
+            assert!(signed(provider, &none), "{provider}");
+        }
+        // From a header the signature leaves out; from a body it does not cover.
+        for provider in [
+            "github",
+            "shopify",
+            "linear",
+            "relya",
+            "woocommerce",
+            "mercadopago",
+        ] {
+            assert!(!signed(provider, &none), "{provider}");
+        }
+        // A static credential signs nothing: whoever has it sends any body.
+        for provider in ["asaas", "vindi", "efi"] {
+            assert!(!signed(provider, &none), "{provider}");
+        }
+        let headers = ["X-Shop-Key".to_string()];
+        let cielo = Settings {
+            credential_headers: Some(&headers),
+            ..Settings::default()
+        };
+        assert!(!signed("cielo", &cielo));
+        // Efí over mutual TLS: only Efí's certificate opens the connection the body comes on.
+        let mtls = Verifier::by_client_certificate("efi", &none).unwrap();
+        assert!(mtls.event_type_signed());
     }
 
     #[test]

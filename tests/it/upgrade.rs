@@ -4,7 +4,10 @@
 //! cut off (as an interrupted attempt, then delivered). New events go as well, and the finished
 //! deliveries leave the queue index (the worker's batched roll-up clears them). A file of
 //! version 7 (`tests/fixtures/schema_v7.sql`) gets version 8's status CHECKs in place: its
-//! schema becomes a new file's, word for word, and its rows stay where they were.
+//! schema becomes a new file's, word for word, and its rows stay where they were. A file of
+//! version 8 (`tests/fixtures/schema_v8.sql`) gains version 9's columns (what targets are
+//! told to trust): what it held goes out marked "type not known to be signed", a new event
+//! with what was signed.
 
 use std::time::Duration;
 
@@ -14,6 +17,7 @@ const WAIT: Duration = Duration::from_secs(20);
 
 const SCHEMA_V5: &str = include_str!("../fixtures/schema_v5.sql");
 const SCHEMA_V7: &str = include_str!("../fixtures/schema_v7.sql");
+const SCHEMA_V8: &str = include_str!("../fixtures/schema_v8.sql");
 
 /// (event id, delivery status, attempts) in the v5 file: waiting, cut off mid-attempt, done.
 const ROWS: [(i64, &str, u32); 3] = [(1, "pending", 0), (2, "delivering", 1), (3, "delivered", 1)];
@@ -58,7 +62,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 8, "upgraded to the current schema");
+    assert_eq!(version, 9, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -161,7 +165,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 8);
+    assert_eq!(version, 9);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -215,5 +219,79 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
         .to_string();
     assert!(refused.contains("NOT NULL constraint failed"), "{refused}");
     assert_eq!(target.count(), 2, "each once");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_known() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let v8 = rusqlite::Connection::open(&db).unwrap();
+    v8.execute_batch(
+        "PRAGMA page_size = 1024; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;",
+    )
+    .unwrap();
+    v8.execute_batch(SCHEMA_V8).unwrap();
+    // A Pagar.me event waiting for its delivery, its type read from the signed body, but
+    // stored before portaria kept whether it was.
+    v8.execute(
+        "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, event_type, payload_bytes, \
+         received_at, status) VALUES (1, 'pagarme', 'old-1', 1, 'charge.paid', 2, ?1, 'pending')",
+        [now_secs() * 1000],
+    )
+    .unwrap();
+    v8.execute(
+        "INSERT INTO payloads (event_id, headers, body, codec) VALUES (1, x'', x'7b7d', 0)",
+        [],
+    )
+    .unwrap();
+    v8.execute(
+        "INSERT INTO deliveries (event_id, route, endpoint, status, next_attempt_at) \
+         VALUES (1, 'default', 'pagarme', 'pending', 0)",
+        [],
+    )
+    .unwrap();
+    let roots = schema(&v8, "rootpage");
+    drop(v8);
+
+    let target = Target::start(vec![200]).await;
+    let forward = format!("forward = {{ url = \"http://{}/in\" }}", target.addr);
+    let text = base_config(&db, "", &forward);
+    let server = TestServer::start_with(dir, db, &text).await;
+    let version: i64 = server.one("PRAGMA user_version");
+    assert_eq!(version, 9);
+    // In place, and a new file's schema exactly.
+    assert_eq!(schema(&server.db(), "rootpage"), roots);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = fresh_dir.path().join("fresh.db");
+    drop(portaria::store::Db::open(&fresh).unwrap());
+    assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
+
+    // The old event: its type is not known to be signed, so its target hears 0.
+    eventually(WAIT, "the waiting delivery delivered", || {
+        target.count() == 1
+    })
+    .await;
+    let old = target.seen.lock().unwrap()[0].headers.clone();
+    assert_eq!(old["portaria-event-type"], "charge.paid");
+    assert_eq!(old["portaria-event-type-signed"], "0");
+    assert_eq!(old.get("portaria-signed-id"), None);
+    // A new one: Pagar.me signs the body its type comes from.
+    let reply = post_pagarme(server.addr, &payment_body(9)).await;
+    assert_eq!(reply.status, 200);
+    eventually(WAIT, "the new event delivered", || target.count() == 2).await;
+    let new = target.seen.lock().unwrap()[1].headers.clone();
+    assert_eq!(new["portaria-event-type"], "charge.paid");
+    assert_eq!(new["portaria-event-type-signed"], "1");
+    let kept: (Option<bool>, Option<bool>) = server
+        .db()
+        .query_row(
+            "SELECT (SELECT event_type_signed FROM events WHERE id = 1), \
+             (SELECT event_type_signed FROM events WHERE id = 2)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(kept, (None, Some(true)));
     server.stop().await;
 }

@@ -138,6 +138,8 @@ mod tests {
             route: "default".into(),
             dedup_key: format!("k{id}"),
             event_type: Some("charge.paid".into()),
+            event_type_signed: true,
+            signed_id: None,
             content_type: None,
             received_at_ms: 0,
             attempt: 1,

@@ -22,6 +22,10 @@ struct EventLine<'a> {
     route: &'a str,
     dedup_key: &'a str,
     event_type: Option<&'a str>,
+    /// True only when there is an event type and the signature covers what it came from.
+    event_type_signed: bool,
+    /// The id the provider signed apart from the body, or null.
+    signed_id: Option<&'a str>,
     received_at: String,
     attempt: u32,
     headers: BTreeMap<String, String>,
@@ -47,6 +51,8 @@ pub fn event_line(d: &Delivery, route: &str) -> Result<Vec<u8>, String> {
         route,
         dedup_key: &d.dedup_key,
         event_type: d.event_type.as_deref(),
+        event_type_signed: d.event_type_signed && d.event_type.is_some(),
+        signed_id: d.signed_id.as_deref(),
         received_at: crate::time::rfc3339(d.received_at_ms),
         attempt: d.attempt,
         headers: headers(&d.headers),
@@ -151,6 +157,8 @@ mod tests {
             route: "default".into(),
             dedup_key: "k:1".into(),
             event_type: Some("charge.paid".into()),
+            event_type_signed: true,
+            signed_id: None,
             content_type: Some("application/json".into()),
             received_at_ms: 1_796_026_524_123,
             attempt: 2,
@@ -178,6 +186,8 @@ mod tests {
                 "route": "erp",
                 "dedup_key": "k:1",
                 "event_type": "charge.paid",
+                "event_type_signed": true,
+                "signed_id": null,
                 "received_at": "2026-11-30T08:15:24.123Z",
                 "attempt": 2,
                 "headers": {
@@ -199,6 +209,18 @@ mod tests {
         assert_eq!(line["body_base64"], "/wBB");
         assert!(line.get("body").is_none(), "{line}");
         assert!(line["event_type"].is_null());
+        assert_eq!(
+            line["event_type_signed"], false,
+            "no type is no signed type"
+        );
+        assert!(line["signed_id"].is_null());
+        // A signed id, and a type from an unsigned header.
+        let mut d = delivery(b"{}");
+        d.signed_id = Some("123456".into());
+        d.event_type_signed = false;
+        let line = parsed(&event_line(&d, "default").unwrap());
+        assert_eq!(line["signed_id"], "123456");
+        assert_eq!(line["event_type_signed"], false);
         // An empty body is text.
         let line = parsed(&event_line(&delivery(b""), "default").unwrap());
         assert_eq!(line["body"], "");

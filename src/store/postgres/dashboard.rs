@@ -171,9 +171,9 @@ impl Pg {
     ) -> Result<Option<EventDetail>, StoreError> {
         let client = self.client().await?;
         let sql = format!(
-            "SELECT {}, content_type, headers, body FROM events \
-             JOIN payloads ON event_id = id WHERE id = $1",
-            events::SUMMARY
+            "SELECT {}, {} FROM events JOIN payloads ON event_id = id WHERE id = $1",
+            events::SUMMARY,
+            super::retention::DETAIL
         );
         let Some(row) = client.query_opt(&sql, &[&id]).await.map_err(error)? else {
             return Ok(None);

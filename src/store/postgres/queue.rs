@@ -95,7 +95,8 @@ const NEXT_DUE_BY_KEY: &str = concat!(
     key_head!()
 );
 const EVENTS: &str = "SELECT e.id, e.dedup_key, e.event_type, e.content_type, e.received_at, \
-     p.headers, p.body FROM events e JOIN payloads p ON p.event_id = e.id WHERE e.id = ANY($1)";
+     p.headers, p.body, e.signed_id, e.event_type_signed FROM events e \
+     JOIN payloads p ON p.event_id = e.id WHERE e.id = ANY($1)";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (event_id, route, attempt, started_at, \
      duration_ms, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7)";
 /// Only this instance's claim moves on: one taken over after its lease expired does not.
@@ -368,6 +369,8 @@ impl Pg {
                 route: route.to_string(),
                 dedup_key: r.get(1),
                 event_type: r.get(2),
+                event_type_signed: r.get::<_, Option<bool>>(8).unwrap_or(false),
+                signed_id: r.get(7),
                 content_type: r.get(3),
                 received_at_ms: r.get(4),
                 attempt: u32::try_from(attempt).unwrap_or(0),

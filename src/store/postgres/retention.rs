@@ -52,12 +52,13 @@ fn prunable_batch() -> String {
          batch AS (SELECT id AS pruned_id, received_at AS pruned_at, \
            (sum(payload_bytes) OVER (ORDER BY received_at, id))::bigint - payload_bytes \
            AS before FROM oldest) \
-         SELECT {}, content_type, headers, body FROM batch \
+         SELECT {}, {} FROM batch \
          JOIN events ON events.id = batch.pruned_id \
          JOIN payloads ON payloads.event_id = batch.pruned_id \
          WHERE batch.before < $4::bigint ORDER BY batch.pruned_at, batch.pruned_id",
         prunable!(),
-        events::SUMMARY
+        events::SUMMARY,
+        DETAIL
     )
 }
 
@@ -227,7 +228,11 @@ pub(super) async fn attempts_of(
     Ok(attempts)
 }
 
-/// A row of `events::SUMMARY`'s columns, then content type, headers and body (kept raw on
+/// The columns of an event's detail after `events::SUMMARY`'s (PostgreSQL's; its payload
+/// joined), read by [`detail`].
+pub(super) const DETAIL: &str = "content_type, headers, body, signed_id, event_type_signed";
+
+/// A row of `events::SUMMARY`'s columns, then [`DETAIL`]'s (the body kept raw on
 /// PostgreSQL), without routes or attempts ([`prunable_batch`], one event's detail).
 pub(super) fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
     Ok(EventDetail {
@@ -235,6 +240,8 @@ pub(super) fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreErro
         content_type: row.get(10),
         headers: row.get(11),
         body: row.get(12),
+        signed_id: row.get(13),
+        event_type_signed: row.get(14),
         routes: Vec::new(),
         attempts: Vec::new(),
     })

@@ -13,7 +13,7 @@ use super::error;
 use crate::store::StoreError;
 
 /// The schema this binary writes.
-pub(super) const VERSION: i64 = 1;
+pub(super) const VERSION: i64 = 2;
 /// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
 
@@ -128,6 +128,16 @@ CREATE TABLE hourly (
 );
 ";
 
+/// Version 2: what an event's targets are told to trust, as SQLite's version 9 keeps it
+/// (`store/schema.rs`): `signed_id`, the id the provider signed apart from the body, and
+/// `event_type_signed`, whether the event type came from signed bytes (NULL without a type,
+/// and for events from before). Nullable columns without a default: adding them rewrites no
+/// row.
+const V2: &str = "
+ALTER TABLE events ADD COLUMN signed_id TEXT;
+ALTER TABLE events ADD COLUMN event_type_signed BOOLEAN;
+";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -160,10 +170,22 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     if found == VERSION {
         return tx.commit().await.map_err(error);
     }
-    // Only version 1 so far: later versions add their steps here, from `found` up.
-    tx.batch_execute(V1).await.map_err(error)?;
-    tx.batch_execute(V1_WORKER).await.map_err(error)?;
-    tx.batch_execute(V1_READ_SIDE).await.map_err(error)?;
+    if found < 1 {
+        tx.batch_execute(V1).await.map_err(error)?;
+        tx.batch_execute(V1_WORKER).await.map_err(error)?;
+        tx.batch_execute(V1_READ_SIDE).await.map_err(error)?;
+    }
+    if found > 0 {
+        tracing::info!(
+            from = found,
+            to = VERSION,
+            "upgrading the PostgreSQL schema"
+        );
+    }
+    // Each later version's step, from `found` up; a new database takes them all.
+    if found < 2 {
+        tx.batch_execute(V2).await.map_err(error)?;
+    }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
          ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
