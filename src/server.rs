@@ -179,6 +179,14 @@ pub async fn serve_with(
     let (trigger, signal) = shutdown::channel();
     let new_event = Arc::new(Notify::new());
     let max_connections = config.server.max_connections;
+    // What clients can make portaria hold, and the memory the defaults were derived from.
+    tracing::info!(
+        max_connections,
+        body_budget_bytes = config.server.body_budget_bytes,
+        max_body_bytes = config.server.max_body_bytes,
+        memory = %config.server.memory,
+        "limits"
+    );
     // A reload sends new settings; each connection takes the latest when it is accepted.
     let (http_settings, http) = watch::channel(connection_settings(&config.server));
     // The one list of endpoints: intake routes by it, the worker makes a lane of each that

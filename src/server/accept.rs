@@ -1,6 +1,7 @@
 //! The accept loop of one listener: the connection cap and its make-room rule (the choice is
 //! `connections`'), each connection's TLS handshake when there is one, and the hyper
-//! connection that hands each request to the listener's [`Handler`].
+//! connection that hands each request to the listener's [`Handler`] with the connection's
+//! [`BodyWatch`].
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,7 +22,7 @@ use tokio::task::JoinSet;
 use crate::admin::Admin;
 use crate::client_ip::ConnectionInfo;
 use crate::config::Server;
-use crate::ingest::Intake;
+use crate::ingest::{BodyWatch, Intake};
 use crate::shutdown::Shutdown;
 
 use super::connections::{self, Counted, Live, Registration};
@@ -36,10 +37,17 @@ pub(super) struct ConnectionSettings {
     handshake: Duration,
 }
 
+/// The most a connection's read buffer grows to (hyper's default is about 400 KiB): a request
+/// head must fit in it (431 otherwise), and a body streams through it. Every connection may
+/// fill its buffer, so this is a per-connection cost; 64 KiB holds any webhook's headers many
+/// times over (nginx's default limit is 32 KiB).
+pub(super) const READ_BUFFER: usize = 64 * 1024;
+
 pub(super) fn connection_settings(server: &Server) -> ConnectionSettings {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(server.header_timeout)
+        .max_buf_size(READ_BUFFER)
         .keep_alive(true);
     ConnectionSettings {
         http,
@@ -55,12 +63,14 @@ pub(super) struct Limits {
 }
 
 /// What answers the requests of one listener: the webhook [`Intake`] or the [`Admin`] endpoints.
-/// `conn` is the connection the request came on (its peer address).
+/// `conn` is the connection the request came on (its peer address); `body` shows the cap how
+/// its body arrives.
 pub(super) trait Handler: Send + Sync + 'static {
     fn handle(
         &self,
         req: Request<Incoming>,
         conn: ConnectionInfo,
+        body: &BodyWatch,
     ) -> impl Future<Output = Response<Full<Bytes>>> + Send;
 }
 
@@ -69,8 +79,9 @@ impl Handler for Intake {
         &self,
         req: Request<Incoming>,
         conn: ConnectionInfo,
+        body: &BodyWatch,
     ) -> impl Future<Output = Response<Full<Bytes>>> + Send {
-        Intake::handle(self, req, conn)
+        Intake::handle(self, req, conn, body)
     }
 }
 
@@ -79,6 +90,7 @@ impl Handler for Admin {
         &self,
         req: Request<Incoming>,
         _conn: ConnectionInfo,
+        _body: &BodyWatch,
     ) -> impl Future<Output = Response<Full<Bytes>>> + Send {
         Admin::handle(self, req)
     }
@@ -94,9 +106,10 @@ const ROOM_RETRY: Duration = Duration::from_millis(50);
 /// the longest-idle connection (a kept-alive one between requests, or one that has sent
 /// nothing yet; idle for at least [`connections::IDLE_GRACE`]) is asked to close
 /// ([`connections`]), and the new one is served as soon as it has. With none idle, the connection whose request head has been arriving the longest, past
-/// [`connections::SLOW_HEAD`], is cut instead. A request that reached the handler is never
-/// closed for room; if every connection is busy so, or with a young head, the new one waits
-/// for a slot (and those behind it in the kernel's queue).
+/// [`connections::SLOW_HEAD`], is cut instead; with no head stalled, the body arriving at the
+/// lowest rate, past [`connections::SLOW_BODY`] (answered 503). A request whose body is in is
+/// never closed for room; if every connection is busy so, or young, the new one waits for a
+/// slot (and those behind it in the kernel's queue).
 pub(super) async fn accept_loop(
     listener: &TcpListener,
     settings: watch::Receiver<ConnectionSettings>,
@@ -106,7 +119,11 @@ pub(super) async fn accept_loop(
     stop: impl Future<Output = ()>,
 ) -> JoinSet<()> {
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let live = Arc::new(Live::new(connections::IDLE_GRACE, connections::SLOW_HEAD));
+    let live = Arc::new(Live::new(
+        connections::IDLE_GRACE,
+        connections::SLOW_HEAD,
+        connections::SLOW_BODY,
+    ));
     let origin = Instant::now();
     let mut connections = JoinSet::new();
     tokio::pin!(stop);
@@ -200,7 +217,7 @@ async fn serve_connection<S>(
         let conn = conn.clone();
         async move {
             tracked.begin();
-            let response = handler.handle(req, conn).await;
+            let response = handler.handle(req, conn, &tracked.body).await;
             tracked.end();
             Ok::<_, std::convert::Infallible>(response)
         }
