@@ -571,6 +571,34 @@ mod tests {
     }
 
     #[test]
+    fn the_connection_cap_and_the_body_budget_follow_the_memory_unless_set() {
+        let config = parse(MINIMAL).unwrap();
+        let server = &config.server;
+        let derived = Limits::derive(server.memory.bytes, server.max_body_bytes, None);
+        assert_eq!(server.max_connections, derived.max_connections);
+        assert_eq!(server.body_budget_bytes, derived.body_budget_bytes);
+        assert_eq!(server.min_body_bytes_per_sec, 1024);
+        let set = parse(&format!(
+            "[server]\nmax_body_bytes = 1000\nmax_connections = 7\nbody_budget_bytes = 5000\n\
+             min_body_bytes_per_sec = 0\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(set.server.max_connections, 7);
+        assert_eq!(set.server.body_budget_bytes, 5000);
+        assert_eq!(set.server.min_body_bytes_per_sec, 0);
+        // A cap set alone bounds the derived budget.
+        let capped = parse(&format!("[server]\nmax_connections = 3\n{MINIMAL}")).unwrap();
+        assert!(capped.server.body_budget_bytes <= 3 * 1_048_576);
+        let msg = problems(&format!(
+            "[server]\nmax_body_bytes = 1000\nbody_budget_bytes = 999\n{MINIMAL}"
+        ));
+        assert!(
+            msg.contains("server.body_budget_bytes: 999 is less than max_body_bytes (1000)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn the_admin_listener_defaults_to_loopback_9464_and_can_be_off() {
         let config = parse(MINIMAL).unwrap();
         assert_eq!(
