@@ -168,6 +168,11 @@ impl BodyWatch {
         self.state.load(Ordering::Acquire) == CUT
     }
 
+    /// The read ended: idle again. Returns the state it ended in (`CUT` if cut meanwhile).
+    fn finish(&self) -> u8 {
+        self.state.swap(IDLE, Ordering::AcqRel)
+    }
+
     /// A body begun at `at` with `received` bytes in, as its reader would show it: for the
     /// make-room rule's unit tests.
     #[cfg(test)]
@@ -243,47 +248,58 @@ where
     let mut buffer = Buffer::Empty;
     let mut timer = pin!(tokio::time::sleep_until(limits.deadline(begin, 0)));
     let mut cut = pin!(watch.cut.notified());
-    loop {
-        tokio::select! {
-            biased;
-            frame = body.frame() => {
-                let data = match frame {
-                    None => break,
-                    Some(Ok(frame)) => match frame.into_data() {
-                        Ok(data) => data,
-                        Err(_trailers) => continue,
-                    },
-                    Some(Err(e)) => {
-                        return Err(Outcome::BadRequest(format!("could not read the body: {e}")));
+    let frames = async {
+        loop {
+            tokio::select! {
+                biased;
+                frame = body.frame() => {
+                    let data = match frame {
+                        None => return Ok(()),
+                        Some(Ok(frame)) => match frame.into_data() {
+                            Ok(data) => data,
+                            Err(_trailers) => continue,
+                        },
+                        Some(Err(e)) => {
+                            return Err(Outcome::BadRequest(format!(
+                                "could not read the body: {e}"
+                            )));
+                        }
+                    };
+                    let received = held.bytes + data.len();
+                    if received > limits.max_bytes {
+                        return Err(Outcome::TooLarge);
                     }
-                };
-                let received = held.bytes + data.len();
-                if received > limits.max_bytes {
-                    return Err(Outcome::TooLarge);
+                    if !budget.take(data.len()) {
+                        return Err(Outcome::OverBudget);
+                    }
+                    held.bytes = received;
+                    buffer.push(data, capacity);
+                    watch.received.store(received as u64, Ordering::Release);
                 }
-                if !budget.take(data.len()) {
-                    return Err(Outcome::OverBudget);
+                () = &mut timer => {
+                    let due = limits.deadline(begin, held.bytes);
+                    if due <= tokio::time::Instant::now() {
+                        return Err(Outcome::BodyTimeout);
+                    }
+                    timer.as_mut().reset(due);
                 }
-                held.bytes = received;
-                buffer.push(data, capacity);
-                watch.received.store(received as u64, Ordering::Release);
-            }
-            () = &mut timer => {
-                let due = limits.deadline(begin, held.bytes);
-                if due <= tokio::time::Instant::now() {
-                    return Err(Outcome::BodyTimeout);
+                () = &mut cut => {
+                    if watch.is_cut() {
+                        return Err(Outcome::CutForRoom);
+                    }
+                    // A wake-up left from a cut that came after the last body ended.
+                    cut.set(watch.cut.notified());
                 }
-                timer.as_mut().reset(due);
-            }
-            () = &mut cut => {
-                if watch.is_cut() {
-                    return Err(Outcome::CutForRoom);
-                }
-                // A wake-up left from a cut that came after the last body ended.
-                cut.set(watch.cut.notified());
             }
         }
+    };
+    let read = frames.await;
+    // A cut that came as the read ended still wins: the make-room rule counted on this
+    // connection closing (it is no candidate any more), so it is answered 503 and closed.
+    if watch.finish() == CUT {
+        return Err(Outcome::CutForRoom);
     }
+    read?;
     Ok((buffer.into_bytes(), held))
 }
 
@@ -342,8 +358,11 @@ mod tests {
         assert!(watch.is_cut());
         assert!(watch.reading().is_none(), "cut: no longer a candidate");
         assert!(!watch.cut(), "once");
+        assert_eq!(watch.finish(), CUT, "a cut as the read ends is seen");
+        assert!(watch.reading().is_none());
+        watch.begin(Instant::now());
         drop(Reading(&watch));
-        assert!(!watch.is_cut());
+        assert!(watch.reading().is_none(), "a dropped read is idle");
     }
 
     #[test]
