@@ -16,14 +16,18 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
+mod body;
 mod describe;
 mod flood;
 
+pub use body::{BodyWatch, Budget, RATE_GRACE};
 pub use describe::{Described, describe};
+
+use body::BodyLimits;
 
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
@@ -51,6 +55,8 @@ pub struct Intake {
     store_deadline: Duration,
     /// Rejections anyone can cause, summarised in the log per endpoint and outcome.
     rejections: Arc<flood::Rejections>,
+    /// The body bytes buffered across all requests (`body_budget_bytes`).
+    budget: Budget,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -67,7 +73,13 @@ pub enum Outcome {
     /// the body.
     NoClientCert,
     TooLarge,
+    /// The body did not arrive within `body_timeout`, or fell below the minimum rate.
     BodyTimeout,
+    /// Taking the body would pass `body_budget_bytes`: 503, retry later.
+    OverBudget,
+    /// The body was the slowest arriving when the connection cap needed a slot: 503, and the
+    /// connection closes.
+    CutForRoom,
     BadSignature(String),
     StaleTimestamp,
     BadRequest(String),
@@ -87,6 +99,8 @@ impl Outcome {
             Outcome::MethodNotAllowed => "method_not_allowed",
             Outcome::TooLarge => "too_large",
             Outcome::BodyTimeout => "body_timeout",
+            Outcome::OverBudget => "over_budget",
+            Outcome::CutForRoom => "cut_for_room",
             Outcome::BadSignature(_) => "bad_signature",
             Outcome::StaleTimestamp => "stale_timestamp",
             Outcome::BadRequest(_) => "bad_request",
@@ -111,6 +125,8 @@ impl Outcome {
             Outcome::StorageError(_) => rejected(Rejection::StorageError),
             Outcome::BadRequest(_)
             | Outcome::BodyTimeout
+            | Outcome::OverBudget
+            | Outcome::CutForRoom
             | Outcome::MethodNotAllowed
             | Outcome::Forbidden
             | Outcome::NoClientCert => rejected(Rejection::BadRequest),
@@ -128,7 +144,9 @@ impl Outcome {
             Outcome::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             Outcome::BadSignature(_) | Outcome::StaleTimestamp => StatusCode::UNAUTHORIZED,
             Outcome::BadRequest(_) => StatusCode::BAD_REQUEST,
-            Outcome::StorageError(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Outcome::StorageError(_) | Outcome::OverBudget | Outcome::CutForRoom => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 
@@ -159,6 +177,8 @@ impl Outcome {
             }
             Outcome::TooLarge => error_json(&format!("body larger than {max_body_bytes} bytes")),
             Outcome::BodyTimeout => error_json("the body did not arrive in time"),
+            Outcome::OverBudget => error_json("too many bodies in memory; retry later"),
+            Outcome::CutForRoom => error_json("the server needed this connection; retry later"),
             Outcome::BadSignature(_) => error_json("invalid signature"),
             Outcome::StaleTimestamp => error_json("timestamp outside the allowed window"),
             Outcome::BadRequest(reason) => error_json(reason),
@@ -175,8 +195,16 @@ impl Outcome {
             Outcome::MethodNotAllowed => {
                 headers.insert(header::ALLOW, header::HeaderValue::from_static("POST"));
             }
-            Outcome::StorageError(_) => {
+            Outcome::StorageError(_) | Outcome::OverBudget => {
                 headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+            }
+            Outcome::CutForRoom => {
+                headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+                // The rest of the body is never read: the connection cannot be reused.
+                headers.insert(
+                    header::CONNECTION,
+                    header::HeaderValue::from_static("close"),
+                );
             }
             _ => {}
         }
@@ -193,8 +221,7 @@ fn error_json(reason: &str) -> Bytes {
 struct Routes {
     /// Endpoints by path: routing is one hash lookup.
     endpoints: HashMap<String, Arc<Endpoint>>,
-    max_body_bytes: usize,
-    body_timeout: Duration,
+    body: BodyLimits,
     /// Whose header names the client (`[server] real_ip_header`); None: the TCP peer.
     real_ip: Option<RealIp>,
 }
@@ -206,8 +233,11 @@ impl Routes {
                 .iter()
                 .map(|e| (e.path.clone(), e.clone()))
                 .collect(),
-            max_body_bytes: server.max_body_bytes,
-            body_timeout: server.body_timeout,
+            body: BodyLimits {
+                max_bytes: server.max_body_bytes,
+                timeout: server.body_timeout,
+                min_rate: server.min_body_bytes_per_sec,
+            },
             real_ip: server.real_ip.clone(),
         })
     }
@@ -231,23 +261,28 @@ impl Intake {
             rejections: flood::Rejections::new(
                 crate::fault::log_summary_every().unwrap_or(flood::SUMMARY_EVERY),
             ),
+            budget: Budget::new(server.body_budget_bytes),
         }
     }
 
-    /// Swaps in a reloaded endpoint list, body limits (`max_body_bytes`, `body_timeout`) and
-    /// client-address rule (`real_ip_header`, `trusted_proxies`). Requests that already
-    /// started keep the table they read.
+    /// Swaps in a reloaded endpoint list, body limits (`max_body_bytes`, `body_timeout`,
+    /// `min_body_bytes_per_sec`, `body_budget_bytes`) and client-address rule
+    /// (`real_ip_header`, `trusted_proxies`). Requests that already started keep the table
+    /// they read.
     pub fn replace(&self, endpoints: &[Arc<Endpoint>], server: &Server) {
         let routes = Routes::new(endpoints, server);
         *self.routes.write().unwrap_or_else(PoisonError::into_inner) = routes;
+        self.budget.set_limit(server.body_budget_bytes);
     }
 
     /// Handles one request, start to finish, and logs one line about it. `conn` gives the
-    /// peer address, which the client address is judged from.
+    /// peer address, which the client address is judged from; `watch` is its connection's,
+    /// through which the connection cap sees the body arrive and may cut it.
     pub async fn handle(
         &self,
         req: Request<Incoming>,
         conn: ConnectionInfo,
+        watch: &BodyWatch,
     ) -> Response<Full<Bytes>> {
         let started = Instant::now();
         let routes = self
@@ -258,7 +293,10 @@ impl Intake {
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
         let endpoint = route(&routes.endpoints, req.uri()).cloned();
         let (outcome, meta) = match &endpoint {
-            Some(endpoint) => self.pipeline(&routes, endpoint, client, &conn, req).await,
+            Some(endpoint) => {
+                self.pipeline(&routes, endpoint, client, &conn, req, watch)
+                    .await
+            }
             None => (Outcome::NotFound, EventMeta::default()),
         };
         let elapsed = started.elapsed();
@@ -274,7 +312,7 @@ impl Intake {
             self.new_event.notify_one();
         }
         let ack = endpoint.as_deref().and_then(|e| e.verifier.ack_reply());
-        outcome.response(routes.max_body_bytes, ack)
+        outcome.response(routes.body.max_bytes, ack)
     }
 
     /// Whether this request gets its log line: a rejection that anyone who reaches the URL
@@ -290,6 +328,8 @@ impl Intake {
                 | Outcome::NoClientCert
                 | Outcome::TooLarge
                 | Outcome::BodyTimeout
+                | Outcome::OverBudget
+                | Outcome::CutForRoom
         );
         match endpoint {
             Some(endpoint) if floodable => self.rejections.first(&endpoint.name, outcome.label()),
@@ -304,6 +344,7 @@ impl Intake {
         client: IpAddr,
         conn: &ConnectionInfo,
         req: Request<Incoming>,
+        watch: &BodyWatch,
     ) -> (Outcome, EventMeta) {
         let mut meta = EventMeta::default();
         if req.method() != Method::POST {
@@ -326,9 +367,10 @@ impl Intake {
         }
         let (parts, body) = req.into_parts();
 
-        // 1. The raw body, within the size and time limits.
-        let body = match routes.read_body(&parts.headers, body).await {
-            Ok(body) => body,
+        // 1. The raw body, within the size, time and memory limits. Its bytes stay counted
+        //    in the budget (`_held`) until the request ends.
+        let (body, _held) = match body::read(body, routes.body, &self.budget, watch).await {
+            Ok(read) => read,
             Err(outcome) => return (outcome, meta),
         };
 
@@ -400,30 +442,6 @@ impl Intake {
             Err(e) => Outcome::StorageError(e.to_string()),
         };
         (outcome, meta)
-    }
-}
-
-impl Routes {
-    /// Reads the whole body, refusing it early by Content-Length, or as soon as a chunked
-    /// body passes the limit.
-    async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, Outcome> {
-        let declared = header_text(headers, header::CONTENT_LENGTH.as_str())
-            .and_then(|len| len.parse::<u64>().ok());
-        if declared.is_some_and(|len| len > self.max_body_bytes as u64) {
-            return Err(Outcome::TooLarge);
-        }
-        let limited = Limited::new(body, self.max_body_bytes);
-        match tokio::time::timeout(self.body_timeout, limited.collect()).await {
-            Ok(Ok(collected)) => Ok(collected.to_bytes()),
-            Ok(Err(e))
-                if e.downcast_ref::<http_body_util::LengthLimitError>()
-                    .is_some() =>
-            {
-                Err(Outcome::TooLarge)
-            }
-            Ok(Err(e)) => Err(Outcome::BadRequest(format!("could not read the body: {e}"))),
-            Err(_) => Err(Outcome::BodyTimeout),
-        }
     }
 }
 
@@ -582,6 +600,8 @@ mod tests {
             Outcome::NoClientCert,
             Outcome::TooLarge,
             Outcome::BodyTimeout,
+            Outcome::OverBudget,
+            Outcome::CutForRoom,
             Outcome::BadSignature(String::new()),
             Outcome::StaleTimestamp,
             Outcome::BadRequest(String::new()),
@@ -600,6 +620,8 @@ mod tests {
                 | Outcome::NoClientCert
                 | Outcome::TooLarge
                 | Outcome::BodyTimeout
+                | Outcome::OverBudget
+                | Outcome::CutForRoom
                 | Outcome::BadSignature(_)
                 | Outcome::StaleTimestamp
                 | Outcome::BadRequest(_)

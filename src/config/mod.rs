@@ -22,6 +22,7 @@ mod database;
 mod database_tls;
 mod dedup_window;
 mod ip_range;
+mod memory;
 mod public_keys;
 mod raw;
 mod real_ip;
@@ -45,6 +46,7 @@ pub use database::DatabaseUrl;
 pub use database_tls::{DatabaseTls, SslMode};
 pub use dedup_window::default_dedup_window;
 pub use ip_range::IpRange;
+pub use memory::{Limits, Memory, MemorySource};
 use raw::RawConfig;
 pub use real_ip::{RealIp, RealIpHeader};
 pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
@@ -67,6 +69,11 @@ pub const UNKNOWN_ENDPOINT: &str = "-";
 /// Where `/healthz`, `/readyz` and `/metrics` listen unless `[server] admin_listen` says
 /// otherwise: loopback, on the port registered for exporters (9090 is Prometheus' own).
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9464";
+
+/// The slowest a body may arrive unless `[server] min_body_bytes_per_sec` says otherwise:
+/// 1 KiB/s, a hundred times below a slow home line, so only a client that trickles its body
+/// on purpose (to hold a connection slot) meets it.
+pub const DEFAULT_MIN_BODY_BYTES_PER_SEC: u64 = 1024;
 
 /// The retry schedule used when an endpoint names none (the gaps between attempts).
 pub const DEFAULT_RETRY: [Duration; 6] = [
@@ -151,8 +158,17 @@ pub struct Server {
     pub header_timeout: Duration,
     /// How long a client may take to send the body, once the head is in.
     pub body_timeout: Duration,
-    /// Connections beyond this wait in the kernel's backlog instead of costing memory.
+    /// The slowest a body may arrive, in bytes per second, once it has had
+    /// `ingest::BODY_RATE_GRACE`; 0: no minimum (`body_timeout` alone).
+    pub min_body_bytes_per_sec: u64,
+    /// Connections beyond this wait in the kernel's backlog instead of costing memory (by
+    /// default derived from `memory`: [`Limits::derive`]).
     pub max_connections: usize,
+    /// The most body bytes buffered at once across all requests; a request past it gets 503
+    /// (by default derived from `memory`).
+    pub body_budget_bytes: usize,
+    /// The memory the defaults above were derived from (read at validation).
+    pub memory: Memory,
     /// The admin listener (`/healthz`, `/readyz`, `/metrics`); None when `admin_listen = "off"`.
     /// Never the webhook address: that one is exposed through the tunnel.
     pub admin_listen: Option<SocketAddr>,

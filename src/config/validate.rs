@@ -11,8 +11,8 @@ use toml::Spanned;
 use super::raw::{RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
 use super::toml_error::line_of;
 use super::{
-    DEFAULT_ADMIN_LISTEN, DEFAULT_RETRY, Endpoint, Forward, Log, Secrets, Server, Storage, Target,
-    UNKNOWN_ENDPOINT, default_db_path,
+    DEFAULT_ADMIN_LISTEN, DEFAULT_MIN_BODY_BYTES_PER_SEC, DEFAULT_RETRY, Endpoint, Forward, Limits,
+    Log, Memory, Secrets, Server, Storage, Target, UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
 use crate::verify::{Secret, Settings, Verifier, standard_webhooks, takes_secret};
@@ -54,9 +54,18 @@ impl Validator<'_> {
         if max_body_bytes == 0 {
             self.problem("server.max_body_bytes: must be at least 1");
         }
-        let max_connections = raw.max_connections.unwrap_or(1024);
-        if max_connections == 0 {
+        if raw.max_connections == Some(0) {
             self.problem("server.max_connections: must be at least 1");
+        }
+        // Unset, the connection cap and the body budget fit the memory portaria may use.
+        let memory = Memory::probe();
+        let derived = Limits::derive(memory.bytes, max_body_bytes, raw.max_connections);
+        let body_budget_bytes = raw.body_budget_bytes.unwrap_or(derived.body_budget_bytes);
+        if body_budget_bytes < max_body_bytes {
+            self.problem(format!(
+                "server.body_budget_bytes: {body_budget_bytes} is less than max_body_bytes \
+                 ({max_body_bytes}): no body of the largest size could ever be taken"
+            ));
         }
         let admin_listen = self.admin_listen(raw.admin_listen, listen);
         let real_ip = self.real_ip(raw.real_ip_header, raw.trusted_proxies);
@@ -67,7 +76,12 @@ impl Validator<'_> {
             max_body_bytes,
             header_timeout: self.seconds("server.header_timeout_secs", raw.header_timeout_secs, 10),
             body_timeout: self.seconds("server.body_timeout_secs", raw.body_timeout_secs, 20),
-            max_connections,
+            min_body_bytes_per_sec: raw
+                .min_body_bytes_per_sec
+                .unwrap_or(DEFAULT_MIN_BODY_BYTES_PER_SEC),
+            max_connections: derived.max_connections,
+            body_budget_bytes,
+            memory,
             real_ip,
             tls,
         })
@@ -557,6 +571,34 @@ mod tests {
         );
         assert_eq!(endpoint.dedup.to_string(), "header:x-github-delivery");
         assert!(endpoint.routes.is_empty());
+    }
+
+    #[test]
+    fn the_connection_cap_and_the_body_budget_follow_the_memory_unless_set() {
+        let config = parse(MINIMAL).unwrap();
+        let server = &config.server;
+        let derived = Limits::derive(server.memory.bytes, server.max_body_bytes, None);
+        assert_eq!(server.max_connections, derived.max_connections);
+        assert_eq!(server.body_budget_bytes, derived.body_budget_bytes);
+        assert_eq!(server.min_body_bytes_per_sec, 1024);
+        let set = parse(&format!(
+            "[server]\nmax_body_bytes = 1000\nmax_connections = 7\nbody_budget_bytes = 5000\n\
+             min_body_bytes_per_sec = 0\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(set.server.max_connections, 7);
+        assert_eq!(set.server.body_budget_bytes, 5000);
+        assert_eq!(set.server.min_body_bytes_per_sec, 0);
+        // A cap set alone bounds the derived budget.
+        let capped = parse(&format!("[server]\nmax_connections = 3\n{MINIMAL}")).unwrap();
+        assert!(capped.server.body_budget_bytes <= 3 * 1_048_576);
+        let msg = problems(&format!(
+            "[server]\nmax_body_bytes = 1000\nbody_budget_bytes = 999\n{MINIMAL}"
+        ));
+        assert!(
+            msg.contains("server.body_budget_bytes: 999 is less than max_body_bytes (1000)"),
+            "{msg}"
+        );
     }
 
     #[test]

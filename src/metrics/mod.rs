@@ -46,7 +46,7 @@ pub const DUPLICATE: &str = "duplicate";
 /// Every outcome label intake gives for a configured endpoint (`not_found` belongs to `-`
 /// alone). A label missing here still counts (its series is created on first use); listing it
 /// only makes the series exist at zero from the start.
-pub const REQUEST_OUTCOMES: [&str; 12] = [
+pub const REQUEST_OUTCOMES: [&str; 14] = [
     "accepted",
     "duplicate",
     "bad_signature",
@@ -55,6 +55,8 @@ pub const REQUEST_OUTCOMES: [&str; 12] = [
     "bad_request",
     "storage_error",
     "body_timeout",
+    "over_budget",
+    "cut_for_room",
     "method_not_allowed",
     "handshake",
     "forbidden",

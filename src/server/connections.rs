@@ -15,7 +15,13 @@
 //! *stalled*, and when no connection is idle the one stalled longest is cut (dropped: hyper's
 //! graceful close would wait for the head). So clients that trickle their heads cannot hold
 //! every slot until the header deadline (`header_timeout_secs`, which still ends each of them)
-//! and starve the webhooks behind them. A request that reached the handler is never cut.
+//! and starve the webhooks behind them.
+//!
+//! A request that reached the handler is never closed for room, but its body may be *cut*:
+//! with none idle and no head stalled, the body that has been arriving for [`SLOW_BODY`] or
+//! more at the lowest rate so far is stopped (its [`BodyWatch`]; the reader answers 503 with
+//! `Connection: close`). So clients that trickle bodies cannot hold every slot until the body
+//! deadline either. A request whose body is in (verifying, storing) is never cut.
 //! On HTTPS the bytes counted are the TLS records: a connection mid-handshake is busy like one
 //! mid-head (and stalled like one past [`SLOW_HEAD`]), and one whose handshake is done and that
 //! has sent nothing since is idle (`Tracked::settled`).
@@ -31,6 +37,8 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::Notify;
 
+use crate::ingest::BodyWatch;
+
 /// How long a connection must have been idle before it may be closed to make room: a client
 /// that connected or had its answer a moment ago is about to send (closing it then would cut
 /// the request it is writing).
@@ -40,13 +48,19 @@ pub(super) const IDLE_GRACE: Duration = Duration::from_millis(250);
 /// (when none is idle). An honest client sends its head in one go, in milliseconds.
 pub(super) const SLOW_HEAD: Duration = Duration::from_secs(1);
 
+/// How long a body may be arriving before it may be cut to make room (when nothing is idle
+/// and no head stalled). An honest client's body follows its head at once, in milliseconds.
+pub(super) const SLOW_BODY: Duration = Duration::from_secs(1);
+
 /// Every open connection of one listener, by the order it was accepted in.
 pub(super) struct Live {
     next_id: AtomicU64,
     open: Mutex<HashMap<u64, Arc<Tracked>>>,
-    /// [`IDLE_GRACE`] and [`SLOW_HEAD`], in microseconds (shorter in unit tests).
+    /// [`IDLE_GRACE`] and [`SLOW_HEAD`], in microseconds, and [`SLOW_BODY`] (shorter in
+    /// unit tests).
     idle_grace_us: u64,
     slow_head_us: u64,
+    slow_body: Duration,
 }
 
 /// What the accept loop knows of one connection.
@@ -68,6 +82,8 @@ pub(super) struct Tracked {
     closing: AtomicBool,
     /// Chosen as a stalled head: to be cut, not closed gracefully.
     cut: AtomicBool,
+    /// The body of the request in the handler, as its reader receives it.
+    pub(super) body: BodyWatch,
 }
 
 impl Tracked {
@@ -143,13 +159,14 @@ impl Drop for Registration {
 }
 
 impl Live {
-    pub(super) fn new(idle_grace: Duration, slow_head: Duration) -> Live {
+    pub(super) fn new(idle_grace: Duration, slow_head: Duration, slow_body: Duration) -> Live {
         let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
         Live {
             next_id: AtomicU64::new(0),
             open: Mutex::default(),
             idle_grace_us: us(idle_grace),
             slow_head_us: us(slow_head),
+            slow_body,
         }
     }
 
@@ -166,6 +183,7 @@ impl Live {
             close: Notify::new(),
             closing: AtomicBool::new(false),
             cut: AtomicBool::new(false),
+            body: BodyWatch::new(origin),
         });
         tracked.mark_idle();
         self.open
@@ -181,7 +199,8 @@ impl Live {
 
     /// Asks one connection to close to make room: the one idle the longest (past the idle
     /// grace), else the one whose head has been stalled the longest (past the slow-head
-    /// bound), never one already asked. False if none is either (yet).
+    /// bound), else cuts the body arriving at the lowest rate (past the slow-body bound);
+    /// never one already asked. False if none is any of these (yet).
     pub(super) fn close_one(&self) -> bool {
         let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let candidates = || open.values().filter(|t| !t.closing.load(Ordering::Acquire));
@@ -204,13 +223,32 @@ impl Live {
                         tracked.cut.store(true, Ordering::Release);
                         tracked
                     }
-                    None => return false,
+                    None => return self.cut_slowest_body(candidates()),
                 }
             }
         };
         chosen.closing.store(true, Ordering::Release);
         chosen.close.notify_one();
         true
+    }
+}
+
+impl Live {
+    /// Cuts the body that has been arriving for [`SLOW_BODY`] or more at the lowest rate.
+    fn cut_slowest_body<'a>(&self, candidates: impl Iterator<Item = &'a Arc<Tracked>>) -> bool {
+        let rate = |(age, received): (Duration, u64)| received as f64 / age.as_secs_f64();
+        let slowest = candidates
+            .filter_map(|t| Some((t.body.reading()?, t)))
+            .filter(|((age, _), _)| *age >= self.slow_body)
+            .min_by(|(a, _), (b, _)| rate(*a).total_cmp(&rate(*b)));
+        match slowest {
+            // The body may have ended in between: then nothing was cut.
+            Some((_, tracked)) if tracked.body.cut() => {
+                tracked.closing.store(true, Ordering::Release);
+                true
+            }
+            _ => false,
+        }
     }
 }
 
@@ -278,7 +316,7 @@ mod tests {
 
     #[test]
     fn the_longest_idle_connection_is_chosen_and_busy_ones_never() {
-        let live = Arc::new(Live::new(Duration::ZERO, SLOW_HEAD));
+        let live = Arc::new(Live::new(Duration::ZERO, SLOW_HEAD, SLOW_BODY));
         let origin = Instant::now();
         let first = live.register(origin);
         std::thread::sleep(std::time::Duration::from_millis(2));
@@ -309,7 +347,11 @@ mod tests {
 
     #[test]
     fn with_none_idle_the_head_stalled_longest_is_cut_and_a_young_or_handled_one_never() {
-        let live = Arc::new(Live::new(Duration::ZERO, Duration::from_millis(30)));
+        let live = Arc::new(Live::new(
+            Duration::ZERO,
+            Duration::from_millis(30),
+            SLOW_BODY,
+        ));
         let origin = Instant::now();
         let handled = live.register(origin);
         let older = live.register(origin);
@@ -344,7 +386,7 @@ mod tests {
 
     #[test]
     fn a_connection_idle_for_less_than_the_grace_is_left_alone() {
-        let live = Arc::new(Live::new(Duration::from_millis(30), SLOW_HEAD));
+        let live = Arc::new(Live::new(Duration::from_millis(30), SLOW_HEAD, SLOW_BODY));
         let origin = Instant::now();
         let fresh = live.register(origin);
         assert!(!live.close_one(), "just connected");
@@ -358,8 +400,52 @@ mod tests {
     }
 
     #[test]
+    fn with_none_idle_or_stalled_the_slowest_body_past_the_bound_is_cut_and_never_twice() {
+        let live = Arc::new(Live::new(
+            Duration::ZERO,
+            SLOW_HEAD,
+            Duration::from_millis(30),
+        ));
+        // The clock of the listener started before the bodies began.
+        let origin = Instant::now() - Duration::from_secs(10);
+        let (fast, slow, young, stored) = (
+            live.register(origin),
+            live.register(origin),
+            live.register(origin),
+            live.register(origin),
+        );
+        for request in [&fast, &slow, &young, &stored] {
+            request.tracked.begin();
+        }
+        let long_ago = Instant::now() - Duration::from_secs(2);
+        fast.tracked.body.pretend_reading(long_ago, 5000);
+        slow.tracked.body.pretend_reading(long_ago, 10);
+        // A body just begun is left alone, however slow; one whose body is in (being
+        // verified or stored: its watch shows nothing) is never cut.
+        young.tracked.body.pretend_reading(Instant::now(), 0);
+        assert!(live.close_one());
+        assert!(slow.tracked.closing.load(Ordering::Acquire));
+        assert!(
+            slow.tracked.body.reading().is_none(),
+            "cut: its reader answers 503"
+        );
+        assert!(live.close_one());
+        assert!(fast.tracked.closing.load(Ordering::Acquire));
+        assert!(!live.close_one());
+        assert!(!young.tracked.closing.load(Ordering::Acquire));
+        assert!(!stored.tracked.closing.load(Ordering::Acquire));
+        // An idle connection still goes first, and gracefully.
+        std::thread::sleep(Duration::from_millis(40));
+        stored.tracked.end();
+        assert!(live.close_one());
+        assert!(stored.tracked.closing.load(Ordering::Acquire));
+        assert!(live.close_one(), "the young body is now past the bound");
+        assert!(young.tracked.closing.load(Ordering::Acquire));
+    }
+
+    #[test]
     fn a_connection_mid_handshake_is_busy_and_idle_once_it_is_done() {
-        let live = Arc::new(Live::new(Duration::ZERO, SLOW_HEAD));
+        let live = Arc::new(Live::new(Duration::ZERO, SLOW_HEAD, SLOW_BODY));
         let tls = live.register(Instant::now());
         // Handshake records arrived: not to be closed for room.
         tls.tracked.reads.fetch_add(2, Ordering::AcqRel);

@@ -7,7 +7,9 @@
 //! - the worker's lanes: targets, retry schedules, concurrency (`Worker::reconfigure`, which
 //!   swaps lanes in the running worker and never re-queues an attempt still running);
 //! - intake's endpoint table (paths, providers, secrets, dedup rules and windows) and body
-//!   limits, swapped whole: a request in flight keeps the table it started with;
+//!   limits (`max_body_bytes`, `body_timeout_secs`, `min_body_bytes_per_sec`), swapped whole:
+//!   a request in flight keeps the table it started with; `body_budget_bytes` for the next
+//!   bytes taken (what requests hold stays held);
 //! - `header_timeout_secs`, for connections accepted from now on;
 //! - the TLS certificate, key and client CA (`[server] tls`), read again: new connections
 //!   get the new certificate (a file that does not make one refuses the reload);

@@ -8,6 +8,7 @@
 mod alert_scripts;
 mod alerts;
 mod backup;
+mod bodies;
 mod browser;
 mod cli;
 mod commit_order;

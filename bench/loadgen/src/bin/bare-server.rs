@@ -97,6 +97,8 @@ async fn serve(args: Args) -> Result<(), String> {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
+        // portaria's read buffer per connection (server::accept::READ_BUFFER).
+        .max_buf_size(64 * 1024)
         .keep_alive(true);
 
     let stop = stop_signal();
