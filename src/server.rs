@@ -41,7 +41,7 @@ use tokio::task::JoinSet;
 use crate::admin::Admin;
 use crate::alerts::Alerts;
 use crate::client_ip::ConnectionInfo;
-use crate::config::{Config, Endpoint, Server};
+use crate::config::{Config, Endpoint, EnvAtStart, Server};
 use crate::forward::Worker;
 use crate::ingest::Intake;
 use crate::metrics::{Metrics, Series};
@@ -70,6 +70,9 @@ pub struct Options {
     pub reload: Option<ReloadRequests>,
     /// How a reload changes the log level; None leaves logging alone.
     pub set_log_level: Option<SetLogLevel>,
+    /// The secrets' variables the binary took out of its environment at start: a reload
+    /// reads them from here (`config::EnvAtStart`).
+    pub env_at_start: EnvAtStart,
 }
 
 // The alerts count slow deliveries by the line the worker logs them by.
@@ -206,9 +209,7 @@ pub async fn serve_with(
         new_event.clone(),
         metrics.clone(),
     );
-    // Forward commands see neither the secrets' variables nor systemd's notify socket.
-    let mut hidden_env = config.secret_variables.clone();
-    hidden_env.extend(notify::VARIABLES.map(String::from));
+    let hidden_env = crate::forward::command::hidden_variables(&config.secret_variables);
     let worker = Worker::start(
         &endpoints,
         &hidden_env,
@@ -250,6 +251,7 @@ pub async fn serve_with(
         metrics: metrics.clone(),
         http: http_settings,
         set_log_level: options.set_log_level,
+        env_at_start: options.env_at_start,
         alert_settings,
         certificates: certificates.clone(),
     };

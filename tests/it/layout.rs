@@ -108,6 +108,7 @@ fn the_dependency_rules_hold() {
         "notify",
         "fault",
         "panics",
+        "hardening",
     ] {
         only(leaf, &[]);
     }
