@@ -279,13 +279,16 @@ pub async fn serve_with(
         let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes, status));
         let (http, signal) = (http.clone(), signal.clone());
         tokio::spawn(async move {
-            let mut stop = signal.clone();
+            let (mut stop, mut log_stop) = (signal.clone(), signal.clone());
             let stop = async move { stop.fired().await };
             let limits = Limits {
                 max_connections: ADMIN_MAX_CONNECTIONS,
                 tls: None,
             };
-            let connections = accept_loop(&listener, http, admin, limits, signal, stop).await;
+            let accepting = accept_loop(&listener, http, admin.clone(), limits, signal, stop);
+            // The status page's wrong-token summaries, beside the connections, to the end.
+            let logging = admin.log_wrong_tokens(async move { log_stop.fired().await });
+            let (connections, ()) = tokio::join!(accepting, logging);
             drop(listener);
             drain(connections).await;
         })
