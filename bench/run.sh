@@ -95,7 +95,13 @@ CLK_TCK=$(getconf CLK_TCK)
 proc_kib() { awk -v k="$2:" '$1 == k { print $2 }' "/proc/$1/status"; }
 # utime + stime in clock ticks (fields 14 and 15; the name in parentheses may hold spaces).
 cpu_ticks() { sed 's/^.*) //' "/proc/$1/stat" | awk '{ print $12 + $13 }'; }
-write_bytes() { awk '$1 == "write_bytes:" { print $2 }' "/proc/$1/io"; }
+# portaria serve is not dumpable (src/hardening.rs): its /proc/PID/io is root's to read.
+write_bytes() {
+    awk '$1 == "write_bytes:" { print $2 }' "/proc/$1/io" || {
+        echo "bench: cannot read /proc/$1/io: run the bench as root for the disk figures" >&2
+        return 1
+    }
+}
 file_bytes() { if [[ -f $1 ]]; then stat -c %s "$1"; else echo 0; fi; }
 
 metric() { echo "$1 $2" >>"$WORK/metrics.txt"; }

@@ -5,13 +5,20 @@
 //! none of this is reachable through the tunnel that exposes the webhook port; `server` runs
 //! it with the same connection handling and graceful shutdown as the webhook listener.
 //! Every other path is the status page's ([`crate::status`]).
+//!
+//! One `Host` rule for every path, the status page's and these three alike: a listener on a
+//! loopback address answers only a loopback `Host` (`127.0.0.1`, `localhost`, `[::1]`, any
+//! port), so a web page that points its own name at 127.0.0.1 (DNS rebinding) reads nothing
+//! from it, not even `/metrics`. A listener on any other address (which config allows only
+//! with a `[status]` token) is reached by whatever name the network gives it: a Prometheus on
+//! another machine scrapes it as `pi.lan:9464`, so there the `Host` is not checked.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode, header};
+use http::{HeaderMap, Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 
@@ -45,9 +52,12 @@ pub struct Admin {
     metrics: Arc<Metrics>,
     max_body_bytes: Arc<AtomicUsize>,
     status: StatusPage,
+    /// The listener is on a loopback address: only a loopback `Host` is answered.
+    loopback_only: bool,
 }
 
 impl Admin {
+    /// The `Host` rule follows the listener's address, which `status` knows.
     pub fn new(
         store: Store,
         metrics: Arc<Metrics>,
@@ -55,6 +65,7 @@ impl Admin {
         status: StatusPage,
     ) -> Admin {
         Admin {
+            loopback_only: status.listen().is_none_or(|a| a.ip().is_loopback()),
             store,
             metrics,
             max_body_bytes,
@@ -62,7 +73,20 @@ impl Admin {
         }
     }
 
+    /// The status page's wrong-token summaries until `stop`: the admin listener's task runs
+    /// this beside its connections.
+    pub async fn log_wrong_tokens(&self, stop: impl std::future::Future<Output = ()>) {
+        self.status.log_wrong_tokens(stop).await;
+    }
+
     pub async fn handle(&self, req: Request<Incoming>) -> Response<Full<Bytes>> {
+        if self.loopback_only && !loopback_host(req.headers()) {
+            return text(
+                StatusCode::FORBIDDEN,
+                "this listener is on loopback and answers only to a loopback name in Host \
+                 (127.0.0.1, localhost, [::1])\n",
+            );
+        }
         let path = req.uri().path();
         if !matches!(path, "/healthz" | "/readyz" | "/metrics") {
             return self.status.handle(req).await;
@@ -125,6 +149,25 @@ impl Admin {
     }
 }
 
+/// The one `Host` names a loopback address: `127.0.0.1`, `localhost`, `[::1]`, any port.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let mut hosts = headers.get_all(header::HOST).iter();
+    let (Some(host), None) = (hosts.next(), hosts.next()) else {
+        return false;
+    };
+    let Ok(host) = host.to_str() else {
+        return false;
+    };
+    let name = match host.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from_static(body.as_bytes())));
     *response.status_mut() = status;
@@ -133,4 +176,41 @@ fn text(status: StatusCode, body: &'static str) -> Response<Full<Bytes>> {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_loopback_host_is_one() {
+        let with = |hosts: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for host in hosts {
+                headers.append(header::HOST, host.parse().unwrap());
+            }
+            loopback_host(&headers)
+        };
+        for host in [
+            "127.0.0.1:9464",
+            "localhost:9464",
+            "LOCALHOST",
+            "[::1]:9464",
+            "127.0.0.1",
+            "127.1.2.3:80",
+        ] {
+            assert!(with(&[host]), "{host}");
+        }
+        for host in [
+            "evil.example:9464",
+            "192.168.1.5:9464",
+            "[::2]:1",
+            "localhost.evil.example",
+            "127.0.0.1.evil.example:9464",
+        ] {
+            assert!(!with(&[host]), "{host}");
+        }
+        assert!(!with(&[]), "no Host");
+        assert!(!with(&["127.0.0.1:9464", "evil.example"]), "two of them");
+    }
 }

@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use base64::Engine as _;
@@ -230,13 +231,24 @@ pub fn append(dir: &Path, events: &[EventDetail], now_ms: i64) -> io::Result<Pat
     let member = gz.finish()?;
 
     let new_dir = !dir.exists();
-    std::fs::create_dir_all(dir).map_err(|e| context("create the directory of", e))?;
+    // Private whatever the umask: the archive holds every payload.
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| context("create the directory of", e))?;
     let mut file = OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
         .open(&path)
         .map_err(|e| context("open", e))?;
     let before = file.metadata().map_err(|e| context("read", e))?.len();
+    if before == 0 {
+        // Exactly 0600: a umask may also have taken the owner's bits.
+        file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(|e| context("set the mode of", e))?;
+    }
     let written = file
         .write_all(&member)
         .and_then(|()| file.sync_all())

@@ -23,6 +23,8 @@
 //!   and [`logescape`] escapes control characters in every field of every format.
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
+//! - [`hardening`] closes `serve`'s process to the programs it runs: not dumpable, the
+//!   secrets' variables taken out of its environment.
 //! - [`panics`] ends `serve` on any panic, naming the task, so systemd restarts it;
 //!   [`fault`] holds the test-only fault hooks (debug builds only).
 //! - [`notify`] speaks systemd's notify protocol; [`watchdog`] tells systemd the server is
@@ -39,6 +41,7 @@ pub mod der;
 pub mod digest;
 pub mod fault;
 pub mod forward;
+pub mod hardening;
 pub mod ingest;
 pub mod logescape;
 pub mod logline;

@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 
 use crate::admin::Admin;
 use crate::alerts::Alerts;
-use crate::config::{Config, Endpoint};
+use crate::config::{Config, Endpoint, EnvAtStart};
 use crate::forward::Worker;
 use crate::ingest::Intake;
 use crate::metrics::{Metrics, Series};
@@ -62,6 +62,9 @@ pub struct Options {
     pub reload: Option<ReloadRequests>,
     /// How a reload changes the log level; None leaves logging alone.
     pub set_log_level: Option<SetLogLevel>,
+    /// The secrets' variables the binary took out of its environment at start: a reload
+    /// reads them from here (`config::EnvAtStart`).
+    pub env_at_start: EnvAtStart,
 }
 
 // The alerts count slow deliveries by the line the worker logs them by.
@@ -206,9 +209,7 @@ pub async fn serve_with(
         new_event.clone(),
         metrics.clone(),
     );
-    // Forward commands see neither the secrets' variables nor systemd's notify socket.
-    let mut hidden_env = config.secret_variables.clone();
-    hidden_env.extend(notify::VARIABLES.map(String::from));
+    let hidden_env = crate::forward::command::hidden_variables(&config.secret_variables);
     let worker = Worker::start(
         &endpoints,
         &hidden_env,
@@ -250,6 +251,7 @@ pub async fn serve_with(
         metrics: metrics.clone(),
         http: http_settings,
         set_log_level: options.set_log_level,
+        env_at_start: options.env_at_start,
         alert_settings,
         certificates: certificates.clone(),
     };
@@ -277,13 +279,16 @@ pub async fn serve_with(
         let admin = Arc::new(Admin::new(store.clone(), metrics, max_body_bytes, status));
         let (http, signal) = (http.clone(), signal.clone());
         tokio::spawn(async move {
-            let mut stop = signal.clone();
+            let (mut stop, mut log_stop) = (signal.clone(), signal.clone());
             let stop = async move { stop.fired().await };
             let limits = Limits {
                 max_connections: ADMIN_MAX_CONNECTIONS,
                 tls: None,
             };
-            let connections = accept_loop(&listener, http, admin, limits, signal, stop).await;
+            let accepting = accept_loop(&listener, http, admin.clone(), limits, signal, stop);
+            // The status page's wrong-token summaries, beside the connections, to the end.
+            let logging = admin.log_wrong_tokens(async move { log_stop.fired().await });
+            let (connections, ()) = tokio::join!(accepting, logging);
             drop(listener);
             drain(connections).await;
         })

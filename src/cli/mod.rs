@@ -341,8 +341,17 @@ fn load_for_database(config: Option<&Path>) -> Result<Config, String> {
 }
 
 fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
+    // Before a secret is read: no core file, and no process of this user (a forward command)
+    // reads this one's memory or /proc files.
+    let dumpable = crate::hardening::not_dumpable();
     let config = load(config)?;
+    // SAFETY: no thread runs yet: logging's writer and the runtime start below.
+    let taken = unsafe { crate::hardening::take_env(&config.secret_variables) };
+    let env_at_start = crate::config::EnvAtStart::new(taken);
     let (log, set_log_level) = init_reloadable_logging(format, &config.log.level);
+    if let Err(e) = dumpable {
+        tracing::warn!(error = %e, "cannot make the process non-dumpable: programs it runs as the same user can read its memory");
+    }
     // Any panic, in a background task above all, ends the process for systemd to restart.
     crate::panics::exit_on_panic(log.flusher());
     for warning in &config.warnings {
@@ -375,6 +384,7 @@ fn serve(config: Option<&Path>, format: LogFormat) -> Result<ExitCode, String> {
         let options = crate::server::Options {
             reload: Some(reload),
             set_log_level: Some(set_log_level),
+            env_at_start,
         };
         let served =
             crate::server::serve_with(config, listeners, crate::shutdown::os_signal(), options)

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 
 /// The variable systemd sets to the service's credentials directory.
-pub(super) const VARIABLE: &str = "CREDENTIALS_DIRECTORY";
+pub const VARIABLE: &str = "CREDENTIALS_DIRECTORY";
 
 /// The credential a `secret_file` names, if it names one: `Some(Ok(name))`, `Some(Err(why))`
 /// for a credential form with a name that cannot be one, None for an ordinary path.

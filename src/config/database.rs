@@ -210,9 +210,9 @@ impl Validator<'_> {
             ("storage.url", url.clone())
         } else if let Some(var) = &raw.url_env {
             self.secret_variables.push(var.clone());
-            match std::env::var(var) {
-                Ok(value) => ("storage.url_env", value),
-                Err(_) => {
+            match self.var(var) {
+                Some(value) => ("storage.url_env", value),
+                None => {
                     self.problem(format!(
                         "storage.url_env: environment variable {var} is not set"
                     ));

@@ -21,6 +21,7 @@ mod credentials;
 mod database;
 mod database_tls;
 mod dedup_window;
+mod environment;
 mod ip_range;
 mod memory;
 mod public_keys;
@@ -42,9 +43,12 @@ use crate::dedup::DedupRule;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
+/// The variable systemd names the service's credentials directory by (`credential:NAME`).
+pub use credentials::VARIABLE as CREDENTIALS_DIRECTORY;
 pub use database::DatabaseUrl;
 pub use database_tls::{DatabaseTls, SslMode};
 pub use dedup_window::default_dedup_window;
+pub use environment::EnvAtStart;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
 use raw::RawConfig;
@@ -271,6 +275,16 @@ impl Config {
 
     /// [`Config::load`], choosing whether secrets are read (see [`Secrets`]).
     pub fn load_with(explicit: Option<&Path>, secrets: Secrets) -> Result<Config, ConfigError> {
+        Config::load_keeping(explicit, secrets, &EnvAtStart::default())
+    }
+
+    /// [`Config::load_with`], a variable missing from the environment read from `env`: what
+    /// `serve` took out of its environment at start (a reload).
+    pub fn load_keeping(
+        explicit: Option<&Path>,
+        secrets: Secrets,
+        env: &EnvAtStart,
+    ) -> Result<Config, ConfigError> {
         let source = locate(
             explicit,
             std::env::var_os("PORTARIA_CONFIG").map(PathBuf::from),
@@ -283,9 +297,9 @@ impl Config {
                     source: source.clone(),
                     problems: vec![format!("cannot read the file: {e}")],
                 })?;
-                Config::parse_with(&text, source, secrets)
+                Config::parse_keeping(&text, source, secrets, env)
             }
-            Source::Embedded => Config::parse_with(EXAMPLE, Source::Embedded, secrets),
+            Source::Embedded => Config::parse_keeping(EXAMPLE, Source::Embedded, secrets, env),
         }
     }
 
@@ -297,6 +311,16 @@ impl Config {
 
     /// [`Config::parse`], choosing whether secrets are read (see [`Secrets`]).
     pub fn parse_with(text: &str, source: Source, secrets: Secrets) -> Result<Config, ConfigError> {
+        Config::parse_keeping(text, source, secrets, &EnvAtStart::default())
+    }
+
+    /// [`Config::parse_with`], a variable missing from the environment read from `env`.
+    pub fn parse_keeping(
+        text: &str,
+        source: Source,
+        secrets: Secrets,
+        env: &EnvAtStart,
+    ) -> Result<Config, ConfigError> {
         let fail = |problems| ConfigError {
             source: source.clone(),
             problems,
@@ -311,9 +335,11 @@ impl Config {
             text,
             base_dir,
             secrets,
+            env_at_start: env,
             problems: Vec::new(),
             warnings: Vec::new(),
             secret_variables: Vec::new(),
+            inline_secrets: false,
         };
         let server = v.server(raw.server);
         let storage = v.storage(raw.storage);
@@ -329,6 +355,7 @@ impl Config {
         }
         let admin = server.as_ref().and_then(|s| s.admin_listen);
         let status = v.status(raw.status, admin);
+        v.warn_if_others_read(&source);
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
             v.check_client_cert_rules(server.tls.as_ref(), &endpoints);

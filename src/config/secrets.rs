@@ -6,10 +6,10 @@
 
 use std::path::Path;
 
-use super::Secrets;
 use super::credentials;
 use super::raw::{OneOrMany, RawSecret};
 use super::validate::Validator;
+use super::{Secrets, Source};
 
 /// Stands in for every secret under [`Secrets::Skip`], so that "no secret given" and "not
 /// loaded" stay apart. An endpoint's verifier is then built by `Verifier::without_secrets`
@@ -60,6 +60,7 @@ impl Validator<'_> {
             ));
             return Vec::new();
         }
+        self.inline_secrets |= raw.secret.is_some() || list.is_some();
         let problems_before = self.problems.len();
         let env_vars = raw.secret_env.map(OneOrMany::into_vec).unwrap_or_default();
         self.secret_variables.extend(env_vars.iter().cloned());
@@ -72,12 +73,12 @@ impl Validator<'_> {
         }
         secrets.extend(list.unwrap_or_default());
         for var in env_vars {
-            match std::env::var(&var) {
-                Ok(value) if !value.trim().is_empty() => secrets.push(value.trim().to_string()),
-                Ok(_) => self.problem(format!(
+            match self.var(&var) {
+                Some(value) if !value.trim().is_empty() => secrets.push(value.trim().to_string()),
+                Some(_) => self.problem(format!(
                     "{at}.secret_env: environment variable {var} is empty"
                 )),
-                Err(_) => self.problem(format!(
+                None => self.problem(format!(
                     "{at}.secret_env: environment variable {var} is not set"
                 )),
             }
@@ -167,6 +168,23 @@ impl Validator<'_> {
 /// Below this, `check` and `serve` warn that a secret can be guessed.
 pub const MIN_SECRET_BYTES: usize = 16;
 
+impl Validator<'_> {
+    /// Warns when the config file holds a secret of its own and others can read it (group or
+    /// other bits): `check` says it, and `serve` logs it.
+    pub(super) fn warn_if_others_read(&mut self, source: &Source) {
+        if let Source::File(path) = source
+            && self.inline_secrets
+            && readable_by_others(path)
+        {
+            self.warnings.push(format!(
+                "{} holds secrets inline (secret, secrets) and is readable by group or others; \
+                 chmod 600 it, or give the secrets by secret_env or secret_file",
+                path.display()
+            ));
+        }
+    }
+}
+
 #[cfg(unix)]
 pub(super) fn readable_by_others(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
@@ -181,7 +199,7 @@ pub(super) fn readable_by_others(_: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use crate::config::tests::{MINIMAL, problems};
-    use crate::config::{Config, Source};
+    use crate::config::{Config, Secrets, Source};
 
     #[test]
     fn secrets_must_be_given_exactly_once_and_not_empty() {
@@ -314,5 +332,42 @@ mod tests {
         );
         std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert!(Config::parse(text, source).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_config_holding_secrets_that_others_can_read_is_warned_about() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        let inline = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret = \"x\"\n";
+        let listed = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecrets = [\"x\"]\n";
+        let from_env = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\n\
+                        secret_env = \"PORTARIA_TEST_OTHERS_READ\"\n";
+        let warnings = |text: &str, mode: u32| {
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+            let kept = crate::config::EnvAtStart::new([(
+                "PORTARIA_TEST_OTHERS_READ".to_string(),
+                "x".to_string(),
+            )]);
+            Config::parse_keeping(text, Source::File(path.clone()), Secrets::Load, &kept)
+                .unwrap()
+                .warnings
+        };
+        for text in [inline, listed] {
+            for mode in [0o644, 0o640, 0o604] {
+                let said = warnings(text, mode);
+                assert!(
+                    said.iter()
+                        .any(|w| w.contains("holds secrets inline") && w.contains("chmod 600")),
+                    "{mode:o}: {said:?}"
+                );
+            }
+            assert!(warnings(text, 0o600).is_empty());
+        }
+        assert!(
+            warnings(from_env, 0o644).is_empty(),
+            "no secret in the file itself"
+        );
     }
 }

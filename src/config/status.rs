@@ -46,9 +46,9 @@ impl Validator<'_> {
             return Some(Secret::new(PLACEHOLDER_TOKEN.to_vec()));
         }
         let value = match (env, file) {
-            (Some(var), _) => match std::env::var(&var) {
-                Ok(value) => value,
-                Err(_) => {
+            (Some(var), _) => match self.var(&var) {
+                Some(value) => value,
+                None => {
                     self.problem(format!(
                         "status.token_env: environment variable {var} is not set"
                     ));

@@ -21,9 +21,14 @@ pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
     pub(super) base_dir: Option<PathBuf>,
     pub(super) secrets: Secrets,
+    /// Variables `serve` took out of its environment at start (`environment`).
+    pub(super) env_at_start: &'a super::EnvAtStart,
     pub(super) problems: Vec<String>,
     pub(super) warnings: Vec<String>,
     pub(super) secret_variables: Vec<String>,
+    /// A secret is written in the file itself (`secret`, `secrets`): then nobody else should
+    /// be able to read it (`secrets::warn_if_others_read`).
+    pub(super) inline_secrets: bool,
 }
 
 impl Validator<'_> {

@@ -184,6 +184,19 @@ impl CommandTarget {
     }
 }
 
+/// What the programs portaria runs (forward commands, pipe handlers, the alert command) must
+/// not inherit from its environment: the variables the config reads secrets from (the binary
+/// took those named at start out of its environment already; one named first by a reload is
+/// still there), systemd's notify socket and watchdog, and `CREDENTIALS_DIRECTORY` (systemd's
+/// credentials, readable by the service's user: a program of that user can still read them if
+/// it finds them, but is not told where).
+pub fn hidden_variables(secret_variables: &[String]) -> Vec<String> {
+    let mut hidden = secret_variables.to_vec();
+    hidden.extend(crate::notify::VARIABLES.map(String::from));
+    hidden.push(crate::config::CREDENTIALS_DIRECTORY.to_string());
+    hidden
+}
+
 /// Keeps `names` (the config's secret variables) out of the environment `command` inherits.
 /// The one way a forward program's environment is cleaned: shared with the pipe target.
 pub(super) fn hide_env(command: &mut Command, names: &[String]) {

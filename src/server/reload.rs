@@ -23,8 +23,10 @@
 //! needs a restart. Queued events live in the
 //! database, not in the configuration: no reload changes their state.
 //!
-//! Secrets read from environment variables (`secret_env`) are read again too, but from the
-//! environment the process started with: rotating one of those needs a restart; a
+//! Secrets read from environment variables (`secret_env`, `url_env`, `token_env`) are read
+//! again too, but from the environment the process started with: the binary took the ones its
+//! config named out of its environment at start (`crate::hardening`) and reads them from what
+//! it kept then (`config::EnvAtStart`), so rotating one of those needs a restart; a
 //! `secret_file` or an inline secret is re-read.
 
 use std::sync::Arc;
@@ -32,7 +34,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::config::{Config, Endpoint, Server, Source, Storage};
+use crate::config::{Config, Endpoint, EnvAtStart, Secrets, Server, Source, Storage};
 use crate::forward::Worker;
 use crate::ingest::Intake;
 use crate::metrics::{Metrics, Series};
@@ -109,6 +111,8 @@ pub(super) struct Reloader {
     /// The accept loops' connection settings (the header timeout).
     pub http: watch::Sender<super::ConnectionSettings>,
     pub set_log_level: Option<SetLogLevel>,
+    /// What the binary took out of its environment at start, for the secrets' variables.
+    pub env_at_start: EnvAtStart,
     /// [`crate::alerts::settings_at_start`] of the config the alerts task started with.
     pub alert_settings: String,
     /// The webhook listener's certificate (`[server] tls`); None: plain HTTP.
@@ -169,7 +173,11 @@ impl Reloader {
         };
         tracing::info!(config = %self.source, "reloading the configuration");
         let path = path.clone();
-        let loaded = tokio::task::spawn_blocking(move || Config::load(Some(&path))).await;
+        let env = self.env_at_start.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            Config::load_keeping(Some(&path), Secrets::Load, &env)
+        })
+        .await;
         let config = match loaded {
             Ok(Ok(config)) => config,
             Ok(Err(e)) => {
@@ -238,7 +246,10 @@ impl Reloader {
             }));
         if let Err(e) = self
             .worker
-            .reconfigure(&endpoints, &config.secret_variables)
+            .reconfigure(
+                &endpoints,
+                &crate::forward::command::hidden_variables(&config.secret_variables),
+            )
             .await
         {
             // The lanes are in place already; only the check for stranded events failed.

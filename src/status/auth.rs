@@ -1,22 +1,31 @@
 //! Who may see the status page and press its buttons. [`Guard`] owns the admin token (if
-//! any), this process's session and CSRF tokens (random at start: a restart logs everyone out
-//! and makes old forms stale), and the checks:
-//! - without a token the page is open, which config allows only on a loopback admin
-//!   listener; then only a loopback `Host` is answered, so a web page that rebinds its own
-//!   name to 127.0.0.1 cannot read it;
-//! - with one, a request needs the session cookie (`HttpOnly; SameSite=Strict`, set by the
-//!   login form) or `Authorization: Bearer TOKEN` (scripts);
-//! - a POST also needs this process's CSRF token in its form, and, when the browser sends
-//!   them, `Sec-Fetch-Site: same-origin` and an `Origin` equal to the page's own.
+//! any), the open sessions (`sessions`), this process's random key for form tokens, and the
+//! checks:
+//! - without a token the page is open, which config allows only on a loopback admin listener
+//!   (whose `Host` rule, `admin`'s, keeps rebinding pages out). A visitor still gets a random
+//!   cookie of its own, which its forms' tokens are bound to;
+//! - with one, a request needs a session cookie (`HttpOnly; SameSite=Strict`, a fresh random
+//!   one per login, ended by logging out) or `Authorization: Bearer TOKEN` (scripts). Every
+//!   presented token takes its turn in `throttle`'s lane, and a wrong one is logged there;
+//! - a POST also needs its session's form token, an HMAC of the session's cookie under this
+//!   process's key (so no page served without a session carries one, the login page
+//!   included), and, when the browser sends them, `Sec-Fetch-Site: same-origin` and an
+//!   `Origin` equal to the page's own. A POST with a bearer token needs no form token: no
+//!   browser sends that header on another site's behalf.
 //!
 //! Every comparison of a secret is constant-time (over SHA-256 digests, so lengths leak
 //! nothing either).
 
 use std::io::Read;
+use std::sync::Mutex;
 
 use http::{HeaderMap, header};
+use std::time::Instant;
 use subtle::ConstantTimeEq;
 
+use super::sessions::Sessions;
+use super::throttle::{FailureLog, Lane, Way};
+use crate::digest::{MacHash, MacKey};
 use crate::verify::Secret;
 
 /// The session cookie's name.
@@ -25,8 +34,22 @@ pub const COOKIE: &str = "portaria_status";
 /// The checks of one process's status page.
 pub struct Guard {
     token: Option<Secret>,
-    session: String,
-    csrf: String,
+    /// Form tokens are HMACs of the session's cookie under this random key.
+    forms: MacKey,
+    sessions: Mutex<Sessions>,
+    lane: Lane,
+    pub(super) failures: FailureLog,
+}
+
+/// Who a request that passed [`Guard::check`] comes from.
+#[derive(Debug, Clone, Default)]
+pub struct Visitor {
+    /// Its session cookie's value: a login's session, or the open page's visitor cookie.
+    session: Option<String>,
+    /// A cookie to set with the answer (the open page's first visit).
+    pub new_cookie: Option<String>,
+    /// It showed the admin token itself (`Authorization: Bearer`): a script, no browser.
+    bearer: bool,
 }
 
 /// Why a request is turned away.
@@ -34,9 +57,7 @@ pub struct Guard {
 pub enum Refused {
     /// No (or a wrong) session or token: log in.
     Unauthenticated,
-    /// An open page asked for under a name that is not loopback.
-    NotLoopbackHost,
-    /// A POST from another site, or without this process's form token.
+    /// A POST from another site, or without its session's form token.
     CrossSite,
 }
 
@@ -44,10 +65,6 @@ impl Refused {
     pub fn message(self) -> &'static str {
         match self {
             Refused::Unauthenticated => "log in with the admin token first",
-            Refused::NotLoopbackHost => {
-                "without an admin token the status page answers only to a loopback address \
-                 (127.0.0.1, localhost, [::1])"
-            }
             Refused::CrossSite => {
                 "this form came from another site or an older page: reload the page and try again"
             }
@@ -56,12 +73,14 @@ impl Refused {
 }
 
 impl Guard {
-    /// A guard with fresh random session and CSRF tokens (from the kernel's generator).
+    /// A guard with a fresh random form key (from the kernel's generator) and no session.
     pub fn new(token: Option<Secret>) -> std::io::Result<Guard> {
         Ok(Guard {
             token,
-            session: random_hex()?,
-            csrf: random_hex()?,
+            forms: MacKey::new(MacHash::Sha256, &random_bytes()?),
+            sessions: Mutex::new(Sessions::default()),
+            lane: Lane::default(),
+            failures: FailureLog::default(),
         })
     }
 
@@ -70,70 +89,141 @@ impl Guard {
         self.token.is_none()
     }
 
-    /// The token every form of this process carries.
-    pub fn csrf(&self) -> &str {
-        &self.csrf
+    /// The token `visitor`'s forms carry; None without a session (a bearer token needs none).
+    pub fn csrf(&self, visitor: &Visitor) -> Option<String> {
+        let session = visitor.session.as_ref()?;
+        Some(hex::encode(self.forms.mac(&[b"csrf:", session.as_bytes()])))
     }
 
-    /// The cookie that a successful login sets.
-    pub fn session_cookie(&self) -> String {
-        format!(
-            "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/",
-            self.session
-        )
-    }
-
-    /// Whether `given` is the admin token.
-    pub fn token_matches(&self, given: &str) -> bool {
-        self.token
-            .as_ref()
-            .is_some_and(|token| same(token.expose(), given.trim().as_bytes()))
-    }
-
-    /// May this request read the page?
-    pub fn check(&self, headers: &HeaderMap) -> Result<(), Refused> {
-        if self.is_open() {
-            return if loopback_host(headers) {
-                Ok(())
-            } else {
-                Err(Refused::NotLoopbackHost)
-            };
+    /// Checks `given` against the admin token, in the lane; a wrong one is counted.
+    pub async fn token_matches(&self, given: &str, way: Way) -> bool {
+        let Some(token) = &self.token else {
+            return false;
+        };
+        let right = self
+            .lane
+            .check(|| same(token.expose(), given.trim().as_bytes()))
+            .await;
+        if !right {
+            self.failures.note(way);
         }
-        let by_cookie = cookies(headers)
+        right
+    }
+
+    /// Opens a new session (a successful login); returns its cookie.
+    pub fn log_in(&self) -> std::io::Result<String> {
+        let id = hex::encode(random_bytes()?);
+        if let Ok(mut sessions) = self.sessions.lock() {
+            sessions.open(&id, Instant::now());
+        }
+        Ok(cookie(&id))
+    }
+
+    /// Ends `visitor`'s session (logging out): its cookie opens nothing any more.
+    pub fn log_out(&self, visitor: &Visitor) {
+        if let (Some(id), Ok(mut sessions)) = (&visitor.session, self.sessions.lock()) {
+            sessions.end(id);
+        }
+    }
+
+    /// May this request read the page? Who it is, if so.
+    pub async fn check(&self, headers: &HeaderMap) -> Result<Visitor, Refused> {
+        let cookie = cookies(headers)
             .filter(|(name, _)| *name == COOKIE)
-            .any(|(_, value)| same(value.as_bytes(), self.session.as_bytes()));
-        let by_bearer = headers
+            .map(|(_, value)| value)
+            .find(|value| is_session_id(value));
+        if self.is_open() {
+            return Ok(match cookie {
+                Some(id) => Visitor {
+                    session: Some(id.to_string()),
+                    ..Visitor::default()
+                },
+                // Without a random id (the kernel's generator failing), no session: the page
+                // is shown, and its forms are refused.
+                None => match random_bytes() {
+                    Ok(bytes) => {
+                        let id = hex::encode(bytes);
+                        Visitor {
+                            new_cookie: Some(self::cookie(&id)),
+                            session: Some(id),
+                            bearer: false,
+                        }
+                    }
+                    Err(_) => Visitor::default(),
+                },
+            });
+        }
+        let now = Instant::now();
+        if let Some(id) = cookie
+            && self
+                .sessions
+                .lock()
+                .is_ok_and(|mut sessions| sessions.touch(id, now))
+        {
+            return Ok(Visitor {
+                session: Some(id.to_string()),
+                ..Visitor::default()
+            });
+        }
+        let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|t| self.token_matches(t));
-        if by_cookie || by_bearer {
-            Ok(())
-        } else {
-            Err(Refused::Unauthenticated)
+            .and_then(|v| v.strip_prefix("Bearer "));
+        match bearer {
+            Some(given) if self.token_matches(given, Way::Bearer).await => Ok(Visitor {
+                bearer: true,
+                ..Visitor::default()
+            }),
+            _ => Err(Refused::Unauthenticated),
         }
     }
 
-    /// May this POST change something? Its form's `csrf` field and, if sent, the browser's
-    /// own word on where it came from.
-    pub fn check_post(&self, headers: &HeaderMap, form_csrf: Option<&str>) -> Result<(), Refused> {
-        let site_ok = match header_str(headers, "sec-fetch-site") {
-            None => true,
-            Some(site) => site == "same-origin" || site == "none",
-        };
-        let origin_ok = match header_str(headers, "origin") {
-            None => true,
-            Some(origin) => {
-                header_str(headers, "host").is_some_and(|host| origin == format!("http://{host}"))
-            }
-        };
-        let token_ok = form_csrf.is_some_and(|t| same(t.as_bytes(), self.csrf.as_bytes()));
-        if site_ok && origin_ok && token_ok {
+    /// May this POST change something? Its form's `csrf` field (unless it came with a bearer
+    /// token) and, if sent, the browser's own word on where it came from.
+    pub fn check_post(
+        &self,
+        headers: &HeaderMap,
+        visitor: &Visitor,
+        form_csrf: Option<&str>,
+    ) -> Result<(), Refused> {
+        let token_ok = visitor.bearer
+            || self
+                .csrf(visitor)
+                .zip(form_csrf)
+                .is_some_and(|(csrf, given)| same(given.as_bytes(), csrf.as_bytes()));
+        if token_ok && same_origin(headers) {
             Ok(())
         } else {
             Err(Refused::CrossSite)
         }
     }
+}
+
+/// The browser's word on where a POST came from, when it gives one: `Sec-Fetch-Site` of
+/// `same-origin` (or `none`: typed by the user), an `Origin` equal to the page's own.
+pub fn same_origin(headers: &HeaderMap) -> bool {
+    let site_ok = match header_str(headers, "sec-fetch-site") {
+        None => true,
+        Some(site) => site == "same-origin" || site == "none",
+    };
+    let origin_ok = match header_str(headers, "origin") {
+        None => true,
+        Some(origin) => {
+            header_str(headers, "host").is_some_and(|host| origin == format!("http://{host}"))
+        }
+    };
+    site_ok && origin_ok
+}
+
+/// The `Set-Cookie` value of session `id`.
+fn cookie(id: &str) -> String {
+    format!("{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/")
+}
+
+/// What this process's ids look like: 64 hex digits (a forged value of another shape is no
+/// session, and is not taken as the open page's visitor cookie either).
+fn is_session_id(value: &str) -> bool {
+    value.len() == 64 && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -150,35 +240,17 @@ fn cookies(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
         .filter_map(|pair| pair.trim().split_once('='))
 }
 
-/// The one `Host` names a loopback address: `127.0.0.1`, `localhost`, `[::1]`, any port.
-fn loopback_host(headers: &HeaderMap) -> bool {
-    if headers.get_all(header::HOST).iter().count() != 1 {
-        return false;
-    }
-    let Some(host) = header_str(headers, "host") else {
-        return false;
-    };
-    let name = match host.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or(""),
-        None => host.rsplit_once(':').map_or(host, |(name, _)| name),
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// Constant-time equality of two secrets of any length.
 fn same(a: &[u8], b: &[u8]) -> bool {
     let (a, b) = (crate::digest::sha256(&[a]), crate::digest::sha256(&[b]));
     bool::from(a.ct_eq(&b))
 }
 
-/// 32 random bytes from the kernel, hex.
-fn random_hex() -> std::io::Result<String> {
+/// 32 random bytes from the kernel.
+fn random_bytes() -> std::io::Result<[u8; 32]> {
     let mut bytes = [0u8; 32];
     std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(hex::encode(bytes))
+    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -192,91 +264,143 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn an_open_page_answers_only_a_loopback_host() {
-        let guard = Guard::new(None).unwrap();
-        for host in [
-            "127.0.0.1:9464",
-            "localhost:9464",
-            "[::1]:9464",
-            "127.0.0.1",
-        ] {
-            assert_eq!(guard.check(&headers(&[("host", host)])), Ok(()), "{host}");
-        }
-        for host in ["evil.example:9464", "192.168.1.5:9464", "[::2]:1"] {
-            assert_eq!(
-                guard.check(&headers(&[("host", host)])),
-                Err(Refused::NotLoopbackHost),
-                "{host}"
-            );
-        }
-        assert!(guard.check(&HeaderMap::new()).is_err());
+    fn value(set_cookie: &str) -> &str {
+        set_cookie.split(';').next().unwrap()
     }
 
-    #[test]
-    fn a_token_needs_the_session_cookie_or_the_bearer_token() {
+    #[tokio::test]
+    async fn an_open_page_gives_each_visitor_a_cookie_its_forms_are_bound_to() {
+        let guard = Guard::new(None).unwrap();
+        let first = guard.check(&HeaderMap::new()).await.unwrap();
+        let set = first
+            .new_cookie
+            .clone()
+            .expect("a cookie for a first visit");
+        assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
+        let again = guard
+            .check(&headers(&[("cookie", value(&set))]))
+            .await
+            .unwrap();
+        assert!(again.new_cookie.is_none(), "kept, not replaced");
+        assert_eq!(guard.csrf(&first), guard.csrf(&again));
+        let other = guard.check(&HeaderMap::new()).await.unwrap();
+        assert_ne!(guard.csrf(&first), guard.csrf(&other), "one per visitor");
+        let forged = guard
+            .check(&headers(&[("cookie", "portaria_status=00")]))
+            .await
+            .unwrap();
+        assert!(
+            forged.new_cookie.is_some(),
+            "not an id of ours: a fresh one"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_token_needs_a_session_of_a_login_or_the_bearer_token() {
         let guard = Guard::new(Some(Secret::new(b"correct-horse-battery".to_vec()))).unwrap();
         let host = ("host", "192.168.1.5:9464");
         assert_eq!(
-            guard.check(&headers(&[host])),
-            Err(Refused::Unauthenticated)
+            guard.check(&headers(&[host])).await.err(),
+            Some(Refused::Unauthenticated)
         );
-        let cookie = guard.session_cookie();
-        let value = cookie.split(';').next().unwrap();
-        assert_eq!(guard.check(&headers(&[host, ("cookie", value)])), Ok(()));
-        let other = format!("a=b; {value}");
-        assert_eq!(guard.check(&headers(&[host, ("cookie", &other)])), Ok(()));
-        let wrong = format!("{COOKIE}=00");
-        assert!(guard.check(&headers(&[host, ("cookie", &wrong)])).is_err());
+        let one = guard.log_in().unwrap();
+        let two = guard.log_in().unwrap();
+        assert_ne!(one, two, "one random session per login");
+        let visitor = guard
+            .check(&headers(&[host, ("cookie", value(&one))]))
+            .await
+            .unwrap();
+        let other = format!("a=b; {}", value(&two));
+        assert!(
+            guard
+                .check(&headers(&[host, ("cookie", &other)]))
+                .await
+                .is_ok()
+        );
+        let wrong = format!("{COOKIE}={}", "0".repeat(64));
+        assert!(
+            guard
+                .check(&headers(&[host, ("cookie", &wrong)]))
+                .await
+                .is_err()
+        );
+        guard.log_out(&visitor);
+        assert!(
+            guard
+                .check(&headers(&[host, ("cookie", value(&one))]))
+                .await
+                .is_err(),
+            "logged out"
+        );
+        assert!(
+            guard
+                .check(&headers(&[host, ("cookie", &other)]))
+                .await
+                .is_ok()
+        );
         let bearer = "Bearer correct-horse-battery";
-        assert_eq!(
-            guard.check(&headers(&[host, ("authorization", bearer)])),
-            Ok(())
-        );
+        let by_bearer = guard
+            .check(&headers(&[host, ("authorization", bearer)]))
+            .await
+            .unwrap();
+        assert_eq!(guard.csrf(&by_bearer), None, "no session, no form token");
         let bad = "Bearer correct-horse-batter";
         assert!(
             guard
                 .check(&headers(&[host, ("authorization", bad)]))
+                .await
                 .is_err()
         );
-        assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
     }
 
-    #[test]
-    fn a_post_needs_the_form_token_and_no_other_origin() {
+    #[tokio::test]
+    async fn a_post_needs_its_sessions_form_token_and_no_other_origin() {
         let guard = Guard::new(None).unwrap();
-        let csrf = guard.csrf().to_string();
+        let visitor = guard.check(&HeaderMap::new()).await.unwrap();
+        let csrf = guard.csrf(&visitor).unwrap();
         let host = ("host", "127.0.0.1:9464");
         let own = ("origin", "http://127.0.0.1:9464");
-        assert_eq!(
-            guard.check_post(&headers(&[host, own]), Some(&csrf)),
-            Ok(())
-        );
-        assert_eq!(guard.check_post(&headers(&[host]), Some(&csrf)), Ok(()));
+        let post = |pairs: &[(&'static str, &str)], token: Option<&str>| {
+            guard.check_post(&headers(pairs), &visitor, token)
+        };
+        assert_eq!(post(&[host, own], Some(&csrf)), Ok(()));
+        assert_eq!(post(&[host], Some(&csrf)), Ok(()));
         let same_site = ("sec-fetch-site", "same-origin");
-        assert_eq!(
-            guard.check_post(&headers(&[host, own, same_site]), Some(&csrf)),
-            Ok(())
-        );
+        assert_eq!(post(&[host, own, same_site], Some(&csrf)), Ok(()));
+        let someone_else = guard.check(&HeaderMap::new()).await.unwrap();
+        let theirs = guard.csrf(&someone_else).unwrap();
         for bad in [
-            guard.check_post(&headers(&[host, own]), None),
-            guard.check_post(&headers(&[host, own]), Some("0")),
-            guard.check_post(
-                &headers(&[host, ("origin", "http://evil.example")]),
-                Some(&csrf),
-            ),
-            guard.check_post(&headers(&[host, ("origin", "null")]), Some(&csrf)),
-            guard.check_post(
-                &headers(&[host, ("sec-fetch-site", "cross-site")]),
-                Some(&csrf),
-            ),
-            guard.check_post(
-                &headers(&[host, ("sec-fetch-site", "same-site")]),
-                Some(&csrf),
-            ),
+            post(&[host, own], None),
+            post(&[host, own], Some("0")),
+            post(&[host, own], Some(&theirs)),
+            post(&[host, ("origin", "http://evil.example")], Some(&csrf)),
+            post(&[host, ("origin", "null")], Some(&csrf)),
+            post(&[host, ("sec-fetch-site", "cross-site")], Some(&csrf)),
+            post(&[host, ("sec-fetch-site", "same-site")], Some(&csrf)),
         ] {
             assert_eq!(bad, Err(Refused::CrossSite));
         }
-        assert_ne!(Guard::new(None).unwrap().csrf(), csrf, "random per process");
+        let bearer = Visitor {
+            bearer: true,
+            ..Visitor::default()
+        };
+        assert_eq!(
+            guard.check_post(&headers(&[host]), &Visitor::default(), None),
+            Err(Refused::CrossSite),
+            "no session and no bearer token: no form token to match"
+        );
+        assert_eq!(
+            guard.check_post(&headers(&[host]), &bearer, None),
+            Ok(()),
+            "a bearer token is no browser's"
+        );
+        assert_eq!(
+            guard.check_post(
+                &headers(&[host, ("sec-fetch-site", "cross-site")]),
+                &bearer,
+                None
+            ),
+            Err(Refused::CrossSite)
+        );
     }
 }

@@ -6,14 +6,14 @@
 use http::{HeaderValue, StatusCode, header};
 use maud::{Markup, html};
 
-use super::pages::{Chrome, excerpt, frame, status_badge, when};
+use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge, when};
 use super::{Answer, respond};
 use crate::store::{EventDetail, Status, Store};
 
 /// How much of a body the page shows; the rest is a download.
 pub const SHOWN_BYTES: usize = 64 * 1024;
 
-pub fn page(chrome: &Chrome<'_>, d: &EventDetail, now: i64) -> Markup {
+pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
     let e = &d.summary;
     let replayable = !matches!(e.status, Status::Delivering | Status::Stored);
     let (shown, cut) = body_text(&d.body);
@@ -46,7 +46,7 @@ pub fn page(chrome: &Chrome<'_>, d: &EventDetail, now: i64) -> Markup {
         }
         @if replayable {
             form method="post" action=(format!("/events/{}/replay", e.id)) {
-                input type="hidden" name="csrf" value=(chrome.csrf);
+                (csrf_field(chrome))
                 button type="submit" { "Replay this event" }
                 span.small { " It goes back to pending and is delivered again from the first attempt." }
             }

@@ -4,15 +4,20 @@
 //! JSON for scripts. Never on the webhook port: `admin` hands it every path it does not
 //! answer itself.
 //!
-//! This file owns routing and the shape of answers; `auth` who may look and press, `api` the
-//! JSON, `pages` and `event` the HTML, `chart` the SVG, `style.css` the looks.
+//! This file owns routing and the shape of answers; `auth` who may look and press
+//! (`sessions` the logins, `throttle` the pace and the log of wrong tokens), `api` the JSON,
+//! `pages` and `event` the HTML, `chart` the SVG, `style.css` the looks. Which `Host` is
+//! answered at all is the admin listener's rule (`admin`), the same for every path.
 
 mod api;
 mod auth;
 mod chart;
 mod event;
 mod pages;
+mod sessions;
+mod throttle;
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,7 +32,8 @@ use crate::store::{ListFilter, Status, Store};
 use crate::time::now_ms;
 use crate::verify::Secret;
 
-use auth::{Guard, Refused};
+use auth::{Guard, Refused, Visitor};
+use throttle::Way;
 
 /// Hours the chart shows.
 pub const CHART_HOURS: usize = 48;
@@ -88,6 +94,17 @@ impl StatusPage {
         answer
     }
 
+    /// The admin listener's address (None: unknown).
+    pub fn listen(&self) -> Option<SocketAddr> {
+        self.listen
+    }
+
+    /// Logs the wrong admin tokens after the first of a spell, one summary line a minute,
+    /// until `stop` (the admin listener runs it beside its connections).
+    pub async fn log_wrong_tokens(&self, stop: impl Future<Output = ()>) {
+        self.guard.failures.summarise(stop).await;
+    }
+
     async fn route(&self, req: Request<Incoming>) -> Answer {
         let path = req.uri().path().to_string();
         let query = req.uri().query().unwrap_or("").to_string();
@@ -104,41 +121,68 @@ impl StatusPage {
             _ => {}
         }
         let api = segments.first() == Some(&"api");
-        if let Err(refused) = self.guard.check(req.headers()) {
-            return match (refused, api || !is_get) {
-                (Refused::Unauthenticated, false) => redirect("/login"),
-                (Refused::Unauthenticated, true) => {
-                    let mut r = api::error(StatusCode::UNAUTHORIZED, refused.message());
-                    r.headers_mut()
-                        .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                    r
-                }
-                _ => api::error(StatusCode::FORBIDDEN, refused.message()),
-            };
+        let visitor = match self.guard.check(req.headers()).await {
+            Ok(visitor) => visitor,
+            Err(refused) => {
+                return match (refused, api || !is_get) {
+                    (Refused::Unauthenticated, false) => redirect("/login"),
+                    (Refused::Unauthenticated, true) => {
+                        let mut r = api::error(StatusCode::UNAUTHORIZED, refused.message());
+                        r.headers_mut()
+                            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                        r
+                    }
+                    _ => api::error(StatusCode::FORBIDDEN, refused.message()),
+                };
+            }
+        };
+        let mut answer = self.serve(req, &visitor, &segments, is_get, &query).await;
+        // The open page's first visit: the cookie its forms' token is bound to.
+        if let Some(cookie) = visitor.new_cookie.as_deref()
+            && let Ok(cookie) = HeaderValue::from_str(cookie)
+        {
+            answer.headers_mut().append(header::SET_COOKIE, cookie);
         }
+        answer
+    }
+
+    /// What a request that passed the guard asks for.
+    async fn serve(
+        &self,
+        req: Request<Incoming>,
+        visitor: &Visitor,
+        segments: &[&str],
+        is_get: bool,
+        query: &str,
+    ) -> Answer {
+        let method = req.method().clone();
+        let api = segments.first() == Some(&"api");
         if !is_get && method != Method::POST {
             return not_allowed("GET, HEAD, POST");
         }
         let id = segments.get(1).and_then(|s| s.parse::<i64>().ok());
-        match (segments.as_slice(), is_get, id) {
-            ([""], true, _) => self.overview().await,
-            (["events"], true, _) => self.events(&query).await,
-            (["events", _], true, Some(id)) => self.event(id).await,
+        match (segments, is_get, id) {
+            ([""], true, _) => self.overview(visitor).await,
+            (["events"], true, _) => self.events(visitor, query).await,
+            (["events", _], true, Some(id)) => self.event(visitor, id).await,
             (["events", _, "body"], true, Some(id)) => event::download(&self.store, id).await,
-            (["events", _, "replay"], false, Some(id)) => match self.form(req).await {
+            (["events", _, "replay"], false, Some(id)) => match self.form(req, visitor).await {
                 Ok(_) => self.replay(id).await,
                 Err(refused) => refused,
             },
-            (["replay-dead"], false, _) => match self.form(req).await {
+            (["replay-dead"], false, _) => match self.form(req, visitor).await {
                 Ok(form) => self.replay_dead(field(&form, "endpoint")).await,
                 Err(refused) => refused,
             },
-            (["logout"], false, _) => match self.form(req).await {
-                Ok(_) => logout(),
+            (["logout"], false, _) => match self.form(req, visitor).await {
+                Ok(_) => {
+                    self.guard.log_out(visitor);
+                    logout()
+                }
                 Err(refused) => refused,
             },
             (["api", "stats"], true, _) => api::stats(self).await,
-            (["api", "events"], true, _) => api::events(self, &query).await,
+            (["api", "events"], true, _) => api::events(self, query).await,
             (["api", "events", n], true, _) => match n.parse::<i64>() {
                 Ok(id) => api::event(self, id).await,
                 Err(_) => not_found(true),
@@ -153,7 +197,11 @@ impl StatusPage {
 
     /// A POST's form, if it passes the CSRF checks; else the answer refusing it, and nothing
     /// changes.
-    async fn form(&self, req: Request<Incoming>) -> Result<Vec<(String, String)>, Answer> {
+    async fn form(
+        &self,
+        req: Request<Incoming>,
+        visitor: &Visitor,
+    ) -> Result<Vec<(String, String)>, Answer> {
         let (parts, body) = req.into_parts();
         let Some(form) = read_form(body).await else {
             return Err(api::error(
@@ -163,7 +211,7 @@ impl StatusPage {
         };
         match self
             .guard
-            .check_post(&parts.headers, field(&form, "csrf").as_deref())
+            .check_post(&parts.headers, visitor, field(&form, "csrf").as_deref())
         {
             Ok(()) => Ok(form),
             Err(refused) => {
@@ -173,26 +221,39 @@ impl StatusPage {
         }
     }
 
+    /// The login form's POST. It carries no form token (the page has no session yet, and
+    /// a login made from elsewhere would need the token anyway); the browser's word on where
+    /// it came from still counts.
     async fn login(&self, req: Request<Incoming>) -> Answer {
         if self.guard.is_open() {
             return redirect("/");
         }
-        let form = match self.form(req).await {
-            Ok(form) => form,
-            Err(refused) => return refused,
+        let (parts, body) = req.into_parts();
+        let Some(form) = read_form(body).await else {
+            return api::error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the form is too large or too slow",
+            );
         };
+        if !auth::same_origin(&parts.headers) {
+            tracing::warn!("status page: a login from another site refused");
+            return api::error(StatusCode::FORBIDDEN, Refused::CrossSite.message());
+        }
         let token = field(&form, "token").unwrap_or_default();
-        if !self.guard.token_matches(&token) {
-            // A little wait makes guessing slow; the answer says nothing about how close it was.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            tracing::warn!("status page: a login with a wrong token");
+        if !self.guard.token_matches(&token, Way::Login).await {
+            // The answer says nothing about how close it was.
             return self.login_page(Some("That is not the admin token."));
         }
-        let mut answer = redirect("/");
-        if let Ok(cookie) = HeaderValue::from_str(&self.guard.session_cookie()) {
-            answer.headers_mut().insert(header::SET_COOKIE, cookie);
+        match self.guard.log_in() {
+            Ok(cookie) => {
+                let mut answer = redirect("/");
+                if let Ok(cookie) = HeaderValue::from_str(&cookie) {
+                    answer.headers_mut().insert(header::SET_COOKIE, cookie);
+                }
+                answer
+            }
+            Err(e) => unavailable(&format!("no random session id: {e}")),
         }
-        answer
     }
 
     fn login_page(&self, error: Option<&str>) -> Answer {
@@ -204,10 +265,10 @@ impl StatusPage {
         } else {
             StatusCode::OK
         };
-        html(status, pages::login(self.guard.csrf(), error))
+        html(status, pages::login(error))
     }
 
-    async fn overview(&self) -> Answer {
+    async fn overview(&self, visitor: &Visitor) -> Answer {
         let now = now_ms();
         let asked = self
             .store
@@ -215,31 +276,40 @@ impl StatusPage {
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
             Ok(Ok(overview)) => html(
                 StatusCode::OK,
-                pages::overview(&self.chrome(), &overview, now),
+                pages::overview(&self.chrome(visitor), &overview, now),
             ),
             Ok(Err(e)) => unavailable(&e.to_string()),
             Err(_) => unavailable("the database did not answer within 5 s"),
         }
     }
 
-    async fn events(&self, query: &str) -> Answer {
+    async fn events(&self, visitor: &Visitor, query: &str) -> Answer {
         let filter = filter(query);
         match self.list(filter.clone()).await {
             Ok(events) => html(
                 StatusCode::OK,
-                pages::events(&self.chrome(), &self.endpoints, &filter, &events, now_ms()),
+                pages::events(
+                    &self.chrome(visitor),
+                    &self.endpoints,
+                    &filter,
+                    &events,
+                    now_ms(),
+                ),
             ),
             Err(e) => unavailable(&e),
         }
     }
 
-    async fn event(&self, id: i64) -> Answer {
+    async fn event(&self, visitor: &Visitor, id: i64) -> Answer {
         match self.detail(id).await {
             Ok(Some(detail)) => html(
                 StatusCode::OK,
-                event::page(&self.chrome(), &detail, now_ms()),
+                event::page(&self.chrome(visitor), &detail, now_ms()),
             ),
-            Ok(None) => html(StatusCode::NOT_FOUND, pages::not_found(&self.chrome())),
+            Ok(None) => html(
+                StatusCode::NOT_FOUND,
+                pages::not_found(&self.chrome(visitor)),
+            ),
             Err(e) => unavailable(&e),
         }
     }
@@ -294,12 +364,14 @@ impl StatusPage {
         }
     }
 
-    /// What every page's frame needs.
-    fn chrome(&self) -> pages::Chrome<'_> {
+    /// What every page's frame needs: `visitor`'s form token (None without a session: then
+    /// the page shows no buttons).
+    fn chrome(&self, visitor: &Visitor) -> pages::Chrome {
+        let csrf = self.guard.csrf(visitor);
         pages::Chrome {
-            csrf: self.guard.csrf(),
+            logged_in: !self.guard.is_open() && csrf.is_some(),
+            csrf,
             open_on: self.guard.is_open().then_some(self.listen).flatten(),
-            logged_in: !self.guard.is_open(),
         }
     }
 }

@@ -12,8 +12,9 @@ use crate::store::{EndpointNow, EventSummary, ListFilter, Overview, Status};
 use crate::time::rfc3339;
 
 /// What the frame of every page shows.
-pub struct Chrome<'a> {
-    pub csrf: &'a str,
+pub struct Chrome {
+    /// The visitor's form token; None without a session (a bearer token, or the login page).
+    pub csrf: Option<String>,
     /// Open without a token: the loopback address it listens on.
     pub open_on: Option<SocketAddr>,
     /// A token is configured, so there is a session to end.
@@ -21,7 +22,7 @@ pub struct Chrome<'a> {
 }
 
 /// The frame: head, navigation, the open-on-loopback note, `main`.
-pub fn frame(chrome: &Chrome<'_>, title: &str, body: Markup) -> Markup {
+pub fn frame(chrome: &Chrome, title: &str, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -40,7 +41,7 @@ pub fn frame(chrome: &Chrome<'_>, title: &str, body: Markup) -> Markup {
                         a href="/events?status=dead" { "Dead" }
                         @if chrome.logged_in {
                             form.inline method="post" action="/logout" {
-                                input type="hidden" name="csrf" value=(chrome.csrf);
+                                (csrf_field(chrome))
                                 button.link type="submit" { "Log out" }
                             }
                         }
@@ -58,7 +59,16 @@ pub fn frame(chrome: &Chrome<'_>, title: &str, body: Markup) -> Markup {
     }
 }
 
-pub fn overview(chrome: &Chrome<'_>, o: &Overview, now: i64) -> Markup {
+/// A form's hidden `csrf` field, when the visitor has a session to bind it to.
+pub fn csrf_field(chrome: &Chrome) -> Markup {
+    html! {
+        @if let Some(csrf) = &chrome.csrf {
+            input type="hidden" name="csrf" value=(csrf);
+        }
+    }
+}
+
+pub fn overview(chrome: &Chrome, o: &Overview, now: i64) -> Markup {
     let alert = Alert::of(o, now);
     let body = html! {
         h1 { "Now" }
@@ -105,7 +115,7 @@ fn banner(alert: &Alert, now: i64) -> Markup {
     }
 }
 
-fn endpoint_card(chrome: &Chrome<'_>, e: &EndpointNow, now: i64) -> Markup {
+fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
     let r = &e.rejected_last_day;
     let events = |status: &str| {
         let q = form_urlencoded::Serializer::new(String::new())
@@ -159,7 +169,7 @@ fn endpoint_card(chrome: &Chrome<'_>, e: &EndpointNow, now: i64) -> Markup {
             }
             @if e.dead > 0 {
                 form method="post" action="/replay-dead" {
-                    input type="hidden" name="csrf" value=(chrome.csrf);
+                    (csrf_field(chrome))
                     input type="hidden" name="endpoint" value=(e.endpoint);
                     button type="submit" { "Replay all " (e.dead) " dead of " (e.endpoint) }
                 }
@@ -169,7 +179,7 @@ fn endpoint_card(chrome: &Chrome<'_>, e: &EndpointNow, now: i64) -> Markup {
 }
 
 pub fn events(
-    chrome: &Chrome<'_>,
+    chrome: &Chrome,
     endpoints: &[String],
     f: &ListFilter,
     events: &[EventSummary],
@@ -253,9 +263,10 @@ pub fn events(
     frame(chrome, "Events", body)
 }
 
-pub fn login(csrf: &str, error: Option<&str>) -> Markup {
+/// The login form: no session yet, so no form token (auth.rs says why none is needed).
+pub fn login(error: Option<&str>) -> Markup {
     let chrome = Chrome {
-        csrf,
+        csrf: None,
         open_on: None,
         logged_in: false,
     };
@@ -265,7 +276,6 @@ pub fn login(csrf: &str, error: Option<&str>) -> Markup {
             p.banner.alert role="alert" { (error) }
         }
         form.login method="post" action="/login" {
-            input type="hidden" name="csrf" value=(csrf);
             label for="token" { "Admin token" }
             input #token type="password" name="token" autocomplete="current-password" required;
             button type="submit" { "Log in" }
@@ -276,7 +286,7 @@ pub fn login(csrf: &str, error: Option<&str>) -> Markup {
     frame(&chrome, "Log in", body)
 }
 
-pub fn not_found(chrome: &Chrome<'_>) -> Markup {
+pub fn not_found(chrome: &Chrome) -> Markup {
     frame(
         chrome,
         "Not found",

@@ -290,9 +290,7 @@ pub fn open_with(path: &Path, upgrade: Upgrade) -> Result<Connection, StoreError
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         StoreError::Sqlite(format!("{what} {}: {e}", path.display()))
     };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(|e| fail("cannot create the directory of", &e))?;
-    }
+    create_private(path).map_err(|e| fail("cannot create", &e))?;
     let conn = Connection::open(path).map_err(|e| fail("cannot open", &e))?;
     conn.busy_timeout(BUSY_TIMEOUT)
         .map_err(|e| fail("cannot configure", &e))?;
@@ -311,6 +309,31 @@ pub fn open_with(path: &Path, upgrade: Upgrade) -> Result<Connection, StoreError
     .map_err(|e| fail("cannot configure", &e))?;
     migrate(&conn, upgrade).map_err(|e| fail("cannot create the schema in", &e))?;
     Ok(conn)
+}
+
+/// Creates the database file, empty, mode 0600 whatever the umask (it holds every payload),
+/// and its directory 0700, unless they exist (an existing file keeps its mode). SQLite would
+/// create it 0644 less the umask; its `-wal` and `-shm` it creates with the database file's
+/// mode, so they are 0600 too.
+fn create_private(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        // Exactly 0600: a umask may also have taken the owner's bits.
+        Ok(file) => file.set_permissions(PermissionsExt::from_mode(0o600)),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Opens an existing file read-only, for looking only. Refuses a file whose schema this build

@@ -1,6 +1,7 @@
 // The status page's login in a real Chromium: run by tests/it/browser.rs against portaria with
 // a [status] token. The page sends to the login form; a wrong token is refused; the right one
-// sets a session cookie that scripts cannot read (HttpOnly); logging out ends it.
+// sets a session cookie that scripts cannot read (HttpOnly); logging out ends it, on the
+// server too (the old cookie sent again opens nothing).
 //
 // Environment: ADMIN_URL, TOKEN, SCREENSHOTS, CHROMIUM. Exit 77: playwright-core is missing.
 
@@ -59,6 +60,10 @@ try {
   await page.waitForURL(`${admin}/login`);
   await page.goto(`${admin}/`);
   check(new URL(page.url()).pathname === "/login", "logged out");
+  // The session ended on the server too: the old cookie, sent again, opens nothing.
+  await context.addCookies(cookies);
+  await page.goto(`${admin}/`);
+  check(new URL(page.url()).pathname === "/login", "the old session cookie is revoked");
 } catch (e) {
   failed = true;
   console.error(e.stack || String(e));

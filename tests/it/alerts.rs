@@ -427,7 +427,7 @@ async fn a_reload_that_changes_the_alerts_says_they_need_a_restart() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let options = Options {
         reload: Some(requests),
-        set_log_level: None,
+        ..Options::default()
     };
     let task = tokio::spawn(portaria::server::serve_with(
         config,

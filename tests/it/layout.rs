@@ -109,6 +109,7 @@ fn the_dependency_rules_hold() {
         "fault",
         "panics",
         "logescape",
+        "hardening",
     ] {
         only(leaf, &[]);
     }

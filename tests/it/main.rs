@@ -36,6 +36,7 @@ mod pg_tls;
 mod pg_worker;
 mod pipe;
 mod postgres;
+mod process_secrets;
 mod properties;
 mod providers_asym;
 mod providers_br;

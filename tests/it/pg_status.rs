@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::pg_cluster::{self, Cluster};
 use crate::postgres::{count, server, until_count};
-use crate::status::{csrf, form, forward_to, get, json};
+use crate::status::{cookie_of, csrf, form, forward_to, get, json};
 use crate::support::*;
 
 async fn bad_signature(addr: std::net::SocketAddr) {
@@ -202,13 +202,18 @@ async fn the_status_api_of_one_instance_shows_and_replays_what_the_other_accepte
     let page = get(admin, &format!("/events/{id}"), &[]).await;
     assert_eq!(page.status, 200);
     let path = format!("/events/{id}/replay");
-    let refused = form(admin, &path, &[], "csrf=0000").await;
+    let visitor = cookie_of(&page);
+    let refused = form(admin, &path, std::slice::from_ref(&visitor), "csrf=0000").await;
     assert_eq!(refused.status, 403, "a wrong form token");
     let origin = format!("http://{admin}");
     let replayed = form(
         admin,
         &path,
-        &[h("origin", &origin), h("sec-fetch-site", "same-origin")],
+        &[
+            visitor,
+            h("origin", &origin),
+            h("sec-fetch-site", "same-origin"),
+        ],
         &format!("csrf={}", csrf(&page.body)),
     )
     .await;

@@ -48,7 +48,7 @@ impl Reloading {
         };
         let options = Options {
             reload: Some(requests),
-            set_log_level: None,
+            ..Options::default()
         };
         let task = tokio::spawn(async move {
             portaria::server::serve_with(

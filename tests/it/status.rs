@@ -29,13 +29,31 @@ pub(crate) async fn form(
 
 /// The status of `GET /api/events` sent with exactly this `Host`.
 async fn raw_status(admin: SocketAddr, host: &str) -> u16 {
+    raw_get(admin, "/api/events", host, "").await
+}
+
+/// The status of `GET path` sent with exactly this `Host` and `extra` header lines.
+async fn raw_get(admin: SocketAddr, path: &str, host: &str, extra: &str) -> u16 {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(admin).await.unwrap();
-    let request = format!("GET /api/events HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\n{extra}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut answer = String::new();
     stream.read_to_string(&mut answer).await.unwrap();
     answer.split(' ').nth(1).unwrap().parse().unwrap()
+}
+
+/// The `cookie` header that sends back what `reply` set (a login's session, or the open
+/// page's visitor cookie).
+pub(crate) fn cookie_of(reply: &Reply) -> (String, String) {
+    let set = reply
+        .headers
+        .get("set-cookie")
+        .unwrap_or_else(|| panic!("no cookie set: {:?}", reply.headers))
+        .to_str()
+        .unwrap();
+    h("cookie", set.split(';').next().unwrap())
 }
 
 /// The CSRF token of a page's forms.
@@ -147,9 +165,193 @@ async fn a_non_loopback_admin_listener_without_a_token_is_refused_at_start() {
     let page = get(admin, "/", &[]).await;
     assert_eq!(page.status, 303);
     assert_eq!(page.headers["location"], "/login");
+    // Off loopback, whatever name the network gives it is answered: Prometheus on another
+    // machine scrapes `pi.lan:9464`; the page still needs its token.
+    for path in ["/metrics", "/readyz", "/healthz"] {
+        assert_eq!(raw_get(admin, path, "pi.lan:9464", "").await, 200, "{path}");
+    }
+    assert_eq!(raw_get(admin, "/api/stats", "pi.lan:9464", "").await, 401);
+    let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
+    assert_eq!(
+        raw_get(admin, "/api/stats", "pi.lan:9464", &bearer).await,
+        200
+    );
     assert!(
         !process.log.lock().unwrap().contains(TOKEN),
         "the token never reaches the log"
+    );
+}
+
+#[tokio::test]
+async fn on_a_loopback_listener_every_path_refuses_a_foreign_host() {
+    let secrets = tempfile::tempdir().unwrap();
+    let token = secrets.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let with_token = format!("\n[status]\ntoken_file = \"{}\"", token.display());
+    for extra in ["", with_token.as_str()] {
+        let server = TestServer::start(extra, "").await;
+        let admin = server.admin.unwrap();
+        let bearer = format!("Authorization: Bearer {TOKEN}\r\n");
+        // A page that points evil.example at 127.0.0.1 (DNS rebinding) reads nothing, not
+        // even the metrics, with or without a token.
+        for path in ["/metrics", "/readyz", "/healthz", "/api/stats", "/"] {
+            assert_eq!(
+                raw_get(admin, path, "evil.example:9464", &bearer).await,
+                403,
+                "{path} {extra}"
+            );
+            assert_eq!(
+                raw_get(admin, path, "localhost:9464", &bearer).await,
+                200,
+                "{path} {extra}"
+            );
+        }
+        server.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn each_login_is_a_session_of_its_own_and_logging_out_ends_only_that_one() {
+    let secrets = tempfile::tempdir().unwrap();
+    let token = secrets.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let extra = format!("\n[status]\ntoken_file = \"{}\"", token.display());
+    let server = TestServer::start(&extra, "").await;
+    let admin = server.admin.unwrap();
+    let body = format!("token={TOKEN}");
+    let a = cookie_of(&form(admin, "/login", &[], &body).await);
+    let b = cookie_of(&form(admin, "/login", &[], &body).await);
+    assert_ne!(a, b, "a random session per login");
+    let (page_a, page_b) = (
+        get(admin, "/", std::slice::from_ref(&a)).await,
+        get(admin, "/", std::slice::from_ref(&b)).await,
+    );
+    assert_eq!((page_a.status, page_b.status), (200, 200));
+    let (csrf_a, csrf_b) = (csrf(&page_a.body), csrf(&page_b.body));
+    assert_ne!(csrf_a, csrf_b, "a form token per session");
+
+    let crossed = form(
+        admin,
+        "/logout",
+        std::slice::from_ref(&b),
+        &format!("csrf={csrf_a}"),
+    )
+    .await;
+    assert_eq!(crossed.status, 403, "a's form token with b's session");
+    let out = form(
+        admin,
+        "/logout",
+        std::slice::from_ref(&a),
+        &format!("csrf={csrf_a}"),
+    )
+    .await;
+    assert_eq!(
+        (out.status, out.headers["location"].to_str().unwrap()),
+        (303, "/login")
+    );
+    assert!(
+        out.headers["set-cookie"]
+            .to_str()
+            .unwrap()
+            .contains("Max-Age=0")
+    );
+    // The session is over, even for a client that keeps sending its cookie.
+    let after = get(admin, "/", std::slice::from_ref(&a)).await;
+    assert_eq!(
+        (after.status, after.headers["location"].to_str().unwrap()),
+        (303, "/login")
+    );
+    assert_eq!(get(admin, "/api/stats", &[a]).await.status, 401);
+    assert_eq!(
+        get(admin, "/", &[b]).await.status,
+        200,
+        "the other one lives"
+    );
+
+    // A script's bearer token is no session: its page carries no form token.
+    let bearer = h("authorization", format!("Bearer {TOKEN}"));
+    let by_bearer = get(admin, "/", &[bearer]).await;
+    assert_eq!(by_bearer.status, 200);
+    assert!(
+        !by_bearer.body.contains("name=\"csrf\"") && !by_bearer.body.contains("Log out"),
+        "{}",
+        by_bearer.body
+    );
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_tokens_are_paced_and_logged_once_then_summed_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{TOKEN}\n")).unwrap();
+    let config = dir.path().join("portaria.toml");
+    let text = base_config(
+        &dir.path().join("p.db"),
+        &format!("\n[status]\ntoken_file = \"{}\"", token.display()),
+        "",
+    );
+    std::fs::write(&config, text).unwrap();
+    let mut process = Process::spawn(&config).await;
+    let admin = process.admin.unwrap();
+    let session = cookie_of(&form(admin, "/login", &[], &format!("token={TOKEN}")).await);
+
+    let wrong = h("authorization", "Bearer guess-guess-guess");
+    for _ in 0..3 {
+        assert_eq!(
+            get(admin, "/api/stats", std::slice::from_ref(&wrong))
+                .await
+                .status,
+            401
+        );
+    }
+    let login = form(admin, "/login", &[], "token=another-guess").await;
+    assert_eq!(login.status, 401);
+    // The next token check, even a right one, waits its turn; a session never queues.
+    let after_wrong = std::time::Instant::now();
+    let right = tokio::spawn(async move {
+        let bearer = h("authorization", format!("Bearer {TOKEN}"));
+        get(admin, "/api/stats", &[bearer]).await
+    });
+    assert_eq!(get(admin, "/api/stats", &[session]).await.status, 200);
+    assert!(
+        !right.is_finished(),
+        "the right token still waits its turn when the session (which never queues) is answered"
+    );
+    assert_eq!(right.await.unwrap().status, 200);
+    assert!(
+        after_wrong.elapsed() >= Duration::from_millis(900),
+        "a right token after a wrong one waits about a second: {:?}",
+        after_wrong.elapsed()
+    );
+
+    let log = process.log.clone();
+    let count = move |what: &str| log.lock().unwrap().matches(what).count();
+    assert_eq!(count("a wrong admin token"), 1, "the first, at once");
+    assert_eq!(
+        count("more wrong admin tokens"),
+        0,
+        "the rest wait for the minute"
+    );
+    // The rest in one line, at the latest when portaria stops.
+    process.signal(libc::SIGTERM);
+    assert!(process.wait(WAIT).await.success());
+    eventually(WAIT, "the summary line", || {
+        count("3 more wrong admin tokens") == 1
+    })
+    .await;
+    let log = process.log.lock().unwrap().clone();
+    let summary = log
+        .lines()
+        .find(|l| l.contains("more wrong admin tokens"))
+        .unwrap();
+    assert!(
+        summary.contains("logins=1") && summary.contains("bearer=2"),
+        "{summary}"
+    );
+    assert!(
+        !log.contains(TOKEN) && !log.contains("guess-guess"),
+        "{log}"
     );
 }
 
@@ -177,23 +379,27 @@ async fn with_a_token_the_page_needs_a_login_and_a_wrong_token_is_refused() {
     assert_eq!(login.status, 200);
     assert!(login.body.contains("type=\"password\""));
     assert!(!login.body.contains("listens on loopback only"));
-    let csrf = csrf(&login.body);
+    assert!(
+        !login.body.contains("name=\"csrf\"") && login.headers.get("set-cookie").is_none(),
+        "no session, so no form token: {}",
+        login.body
+    );
 
-    let wrong = form(
-        admin,
-        "/login",
-        &[],
-        &format!("csrf={csrf}&token=guess-guess-guess"),
-    )
-    .await;
+    let wrong = form(admin, "/login", &[], "token=guess-guess-guess").await;
     assert_eq!(wrong.status, 401);
     assert!(wrong.headers.get("set-cookie").is_none());
     assert!(wrong.body.contains("not the admin token"));
-    let no_csrf = form(admin, "/login", &[], &format!("token={TOKEN}")).await;
-    assert_eq!(no_csrf.status, 403);
-    assert!(no_csrf.headers.get("set-cookie").is_none());
+    let elsewhere = form(
+        admin,
+        "/login",
+        &[h("origin", "http://evil.example")],
+        &format!("token={TOKEN}"),
+    )
+    .await;
+    assert_eq!(elsewhere.status, 403, "a login from another site");
+    assert!(elsewhere.headers.get("set-cookie").is_none());
 
-    let ok = form(admin, "/login", &[], &format!("csrf={csrf}&token={TOKEN}")).await;
+    let ok = form(admin, "/login", &[], &format!("token={TOKEN}")).await;
     assert_eq!(
         (ok.status, ok.headers["location"].to_str().unwrap()),
         (303, "/")
@@ -270,6 +476,7 @@ async fn a_post_without_the_form_token_or_from_another_origin_changes_nothing_an
 
     let page = get(admin, &format!("/events/{id}"), &[]).await;
     assert_eq!(page.status, 200);
+    let visitor = cookie_of(&page);
     assert!(page.body.contains("Dead: "), "{}", page.body);
     assert!(
         page.body.contains("500"),
@@ -286,21 +493,38 @@ async fn a_post_without_the_form_token_or_from_another_origin_changes_nothing_an
 
     let path = format!("/events/{id}/replay");
     let origin = format!("http://{admin}");
+    // Another visitor's cookie: the open page gives every visitor one, and binds its forms'
+    // token to it.
+    let stranger = cookie_of(&get(admin, "/", &[]).await);
     for (headers, body, why) in [
-        (vec![], String::new(), "no form token"),
-        (vec![], "csrf=0000".to_string(), "a wrong form token"),
+        (vec![visitor.clone()], String::new(), "no form token"),
         (
-            vec![h("origin", "http://evil.example")],
+            vec![visitor.clone()],
+            "csrf=0000".to_string(),
+            "a wrong form token",
+        ),
+        (
+            vec![],
+            format!("csrf={csrf}"),
+            "the form token without its cookie",
+        ),
+        (
+            vec![stranger],
+            format!("csrf={csrf}"),
+            "the form token with another visitor's cookie",
+        ),
+        (
+            vec![visitor.clone(), h("origin", "http://evil.example")],
             format!("csrf={csrf}"),
             "another origin",
         ),
         (
-            vec![h("origin", "null")],
+            vec![visitor.clone(), h("origin", "null")],
             format!("csrf={csrf}"),
             "an opaque origin",
         ),
         (
-            vec![h("sec-fetch-site", "cross-site")],
+            vec![visitor.clone(), h("sec-fetch-site", "cross-site")],
             format!("csrf={csrf}"),
             "another site",
         ),
@@ -335,7 +559,11 @@ async fn a_post_without_the_form_token_or_from_another_origin_changes_nothing_an
     let replayed = form(
         admin,
         &path,
-        &[h("origin", &origin), h("sec-fetch-site", "same-origin")],
+        &[
+            visitor,
+            h("origin", &origin),
+            h("sec-fetch-site", "same-origin"),
+        ],
         &format!("csrf={csrf}"),
     )
     .await;
@@ -375,7 +603,7 @@ async fn replay_all_dead_of_an_endpoint() {
     let replayed = form(
         admin,
         "/replay-dead",
-        &[],
+        &[cookie_of(&page)],
         &format!("csrf={}&endpoint=pagarme", csrf(&page.body)),
     )
     .await;
