@@ -232,6 +232,8 @@ fn filtered_config(dir: &Path) -> PathBuf {
         ),
     )
     .unwrap();
+    // Inline secrets: others may not read it (else `check` warns about that too).
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
     path
 }
 
