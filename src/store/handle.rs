@@ -15,10 +15,11 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use super::StoreError;
 use super::counters::Tally;
 use super::handover::{Claim, handover};
-use super::writer::{self, Finish, Job, Message, Needs};
-use super::{StoreError, schema};
+use super::sqlite::schema;
+use super::sqlite::writer::{self, Finish, Job, Message, Needs};
 
 /// The server's handle on the database. Cheap to clone; all clones share one writer thread.
 #[derive(Clone)]

@@ -27,27 +27,15 @@
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
-mod alerts;
-mod backup;
-mod checkpoint;
-mod counters;
-mod dashboard;
-mod db;
-mod events;
 mod handle;
 mod handover;
-mod intake;
-mod observe;
-mod payload;
 mod postgres;
 mod pruning;
-mod queue;
-mod retention;
-mod schema;
-mod writer;
+mod sqlite;
 
-#[cfg(test)]
-mod fixtures;
+use sqlite::{
+    alerts, backup, counters, dashboard, db, events, intake, observe, payload, queue, retention,
+};
 
 pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};

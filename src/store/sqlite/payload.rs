@@ -12,10 +12,10 @@ use rusqlite::Row;
 use rusqlite::types::Type;
 
 /// `payloads.codec` of a body kept as received.
-pub(super) const RAW: i64 = 0;
+pub(in crate::store) const RAW: i64 = 0;
 /// `payloads.codec` of a deflated body: its length as 4 bytes little-endian, then a zlib
 /// stream (RFC 1950, whose Adler-32 checks the bytes that come out).
-pub(super) const DEFLATE: i64 = 1;
+pub(in crate::store) const DEFLATE: i64 = 1;
 
 /// Bodies shorter than this are kept raw without trying. With its headers, such a body spills
 /// at most one overflow page, and deflated its row still takes a leaf page of its own: on the
@@ -135,7 +135,7 @@ pub fn decode(event_id: i64, codec: i64, stored: Vec<u8>) -> Result<Vec<u8>, Cor
 /// The body of the row `r`, whose column `codec` holds `payloads.codec` and `body` the stored
 /// bytes. A corrupt one is an error of the read (its message names the event), never another
 /// body.
-pub(super) fn body_column(
+pub(in crate::store) fn body_column(
     r: &Row<'_>,
     event_id: i64,
     codec: usize,

@@ -209,7 +209,7 @@ const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour
 /// Every endpoint's hours since an hour (the first parameter, `param` its mark: `?` or `$`),
 /// summed per hour, each sum followed by `cast` (PostgreSQL's `::bigint`); the rejected are
 /// [`COLUMNS`]' rejection counts together, on both backends.
-pub(super) fn chart_sql(param: &str, cast: &str) -> String {
+pub(in crate::store) fn chart_sql(param: &str, cast: &str) -> String {
     let sum = |c: &str| format!("sum({c}){cast}");
     let rejected = sum(&COLUMNS[2..7].join(" + "));
     format!(
@@ -306,13 +306,13 @@ fn overview(
 
 /// The chart's last clock hours up to the current one, each empty until a row of `hourly`
 /// fills it in (both backends read their rows into one).
-pub(super) struct Chart {
+pub(in crate::store) struct Chart {
     first_ms: i64,
     hours: Vec<HourCounts>,
 }
 
 impl Chart {
-    pub(super) fn new(this_hour_ms: i64, hours: usize) -> Chart {
+    pub(in crate::store) fn new(this_hour_ms: i64, hours: usize) -> Chart {
         let first_ms = this_hour_ms - (hours.saturating_sub(1) as i64) * HOUR_MS;
         Chart {
             first_ms,
@@ -326,12 +326,12 @@ impl Chart {
     }
 
     /// The first hour shown: rows from it on are wanted.
-    pub(super) fn first_ms(&self) -> i64 {
+    pub(in crate::store) fn first_ms(&self) -> i64 {
         self.first_ms
     }
 
     /// Puts an hour's row in its place (a row outside the chart is left out).
-    pub(super) fn put(&mut self, row: HourCounts) {
+    pub(in crate::store) fn put(&mut self, row: HourCounts) {
         let slot = (row.hour_ms - self.first_ms).div_euclid(HOUR_MS);
         if let Some(hour) = usize::try_from(slot)
             .ok()
@@ -341,7 +341,7 @@ impl Chart {
         }
     }
 
-    pub(super) fn into_hours(self) -> Vec<HourCounts> {
+    pub(in crate::store) fn into_hours(self) -> Vec<HourCounts> {
         self.hours
     }
 }

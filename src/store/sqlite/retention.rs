@@ -73,7 +73,7 @@ pub struct Restored {
 impl Store {
     /// Up to `limit` prunable events in full (with attempts), oldest first, stopping early
     /// once their headers and bodies pass `byte_budget`: what the archive writes.
-    pub(super) async fn prunable(
+    pub(in crate::store) async fn prunable(
         &self,
         cutoffs: Cutoffs,
         limit: usize,
@@ -85,7 +85,7 @@ impl Store {
 
     /// Deletes these events (attempts go with them), each only if it is still prunable: one
     /// replayed since it was read stays.
-    pub(super) async fn delete_pruned(
+    pub(in crate::store) async fn delete_pruned(
         &self,
         cutoffs: Cutoffs,
         ids: Vec<i64>,
@@ -95,7 +95,7 @@ impl Store {
     }
 
     /// Deletes up to `limit` prunable events, oldest first, without reading them.
-    pub(super) async fn delete_prunable(
+    pub(in crate::store) async fn delete_prunable(
         &self,
         cutoffs: Cutoffs,
         limit: usize,
@@ -201,7 +201,7 @@ fn removed(r: &Row<'_>) -> rusqlite::Result<Removed> {
     })
 }
 
-pub(super) fn prunable_counts(
+pub(in crate::store) fn prunable_counts(
     conn: &Connection,
     c: &Cutoffs,
 ) -> rusqlite::Result<Vec<PrunableGroup>> {
@@ -223,7 +223,7 @@ pub(super) fn prunable_counts(
     .collect()
 }
 
-pub(super) fn prunable(
+pub(in crate::store) fn prunable(
     conn: &Connection,
     c: &Cutoffs,
     limit: usize,
@@ -255,7 +255,7 @@ pub(super) fn prunable(
     Ok(out)
 }
 
-pub(super) fn delete_pruned(
+pub(in crate::store) fn delete_pruned(
     conn: &Connection,
     c: &Cutoffs,
     ids: &[i64],
@@ -276,7 +276,7 @@ pub(super) fn delete_pruned(
     Ok(out)
 }
 
-pub(super) fn delete_prunable(
+pub(in crate::store) fn delete_prunable(
     conn: &Connection,
     c: &Cutoffs,
     limit: usize,
@@ -294,7 +294,10 @@ pub(super) fn delete_prunable(
         .collect()
 }
 
-pub(super) fn reclaim_space(conn: &Connection, max_pages: u32) -> rusqlite::Result<Reclaimed> {
+pub(in crate::store) fn reclaim_space(
+    conn: &Connection,
+    max_pages: u32,
+) -> rusqlite::Result<Reclaimed> {
     let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
     let before: i64 = pragma("freelist_count")?;
     // The pragma yields one row per page it frees: step it to the end, or only one goes.
@@ -311,7 +314,7 @@ pub(super) fn reclaim_space(conn: &Connection, max_pages: u32) -> rusqlite::Resu
     })
 }
 
-pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+pub(in crate::store) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
     // TRUNCATE waits on the busy handler for readers (an operator's `events list`). On the
     // server, intake queues behind this job, so it must not wait: with no busy handler it
     // copies what it can, and the next checkpoint (SQLite's own, or the next prune)
@@ -349,7 +352,7 @@ const RESET_FINISHED: &str = "UPDATE events SET status = ?3, finished_at = NULL 
          AND dedup_key = ?2 AND +status IN ('pending', 'delivering')) \
        ORDER BY received_at DESC, id DESC LIMIT 1) RETURNING id";
 
-pub(super) fn restore(
+pub(in crate::store) fn restore(
     conn: &Connection,
     events: &[EventDetail],
     routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,

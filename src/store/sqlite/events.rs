@@ -157,12 +157,12 @@ impl Db {
 
 /// Which deliveries a replay puts back.
 #[derive(Default)]
-pub(super) struct Replay<'a> {
-    pub(super) id: Option<i64>,
+pub(in crate::store) struct Replay<'a> {
+    pub(in crate::store) id: Option<i64>,
     /// Only dead deliveries.
-    pub(super) dead: bool,
-    pub(super) endpoint: Option<&'a str>,
-    pub(super) route: Option<&'a str>,
+    pub(in crate::store) dead: bool,
+    pub(in crate::store) endpoint: Option<&'a str>,
+    pub(in crate::store) route: Option<&'a str>,
 }
 
 /// An event's listed status: its roll-up; for a pending event, what its deliveries say now
@@ -199,11 +199,12 @@ macro_rules! summary_columns {
         )
     };
 }
-pub(super) const SUMMARY: &str = summary_columns!();
+pub(in crate::store) const SUMMARY: &str = summary_columns!();
 /// The columns of an event's detail after [`SUMMARY`]'s (SQLite's; its payload joined).
-pub(super) const DETAIL: &str = "content_type, headers, body, codec, signed_id, event_type_signed";
+pub(in crate::store) const DETAIL: &str =
+    "content_type, headers, body, codec, signed_id, event_type_signed";
 
-pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
+pub(in crate::store) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     Ok(EventSummary {
         id: row.get(0)?,
         endpoint: row.get(1)?,
@@ -220,7 +221,7 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
 
 /// An event row selected as `{SUMMARY}, {DETAIL}` ([`DETAIL`]), without attempts; the body
 /// decoded (`payload.rs`).
-pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
+pub(in crate::store) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     let summary = summary(r)?;
     Ok(EventDetail {
         content_type: r.get(10)?,
@@ -234,7 +235,10 @@ pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     })
 }
 
-pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<RouteState>> {
+pub(in crate::store) fn routes(
+    conn: &Connection,
+    event_id: i64,
+) -> rusqlite::Result<Vec<RouteState>> {
     let mut stmt = conn.prepare_cached(
         "SELECT route, status, attempts, CASE WHEN status = 'pending' THEN next_attempt_at END, \
          last_error, finished_at, order_key FROM deliveries WHERE event_id = ?1 ORDER BY route",
@@ -253,7 +257,10 @@ pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<R
     .collect()
 }
 
-pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
+pub(in crate::store) fn attempts(
+    conn: &Connection,
+    event_id: i64,
+) -> rusqlite::Result<Vec<Attempt>> {
     // The failed and interrupted attempts have rows; a delivered one is its delivery row.
     let mut stmt = conn.prepare_cached(
         "SELECT attempt, started_at, duration_ms, outcome, error, route, id FROM attempts \
@@ -278,7 +285,11 @@ pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec
 
 /// Puts the chosen deliveries back to pending, due now, and their events with them; returns
 /// how many events.
-pub(super) fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
+pub(in crate::store) fn replay(
+    conn: &Connection,
+    only: &Replay<'_>,
+    now_ms: i64,
+) -> rusqlite::Result<usize> {
     let (id, route, endpoint) = (only.id, only.route, only.endpoint);
     // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
     // its own first, so the history keeps it.
@@ -317,7 +328,10 @@ pub(super) fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusql
 /// only for events put back by `archive replay`, which get new ids. One endpoint's dead or
 /// waiting events come by id from their partial indexes (`deliveries_dead`, `deliveries_queue`),
 /// small however large `events` grows. `before` is the id of the last row of the page before.
-pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
+pub(in crate::store) fn list(
+    conn: &Connection,
+    f: &ListFilter,
+) -> rusqlite::Result<Vec<EventSummary>> {
     let (sql, args) = list_sql(f);
     let mut stmt = conn.prepare_cached(&sql)?;
     stmt.query_map(rusqlite::params_from_iter(args), summary)?
@@ -325,7 +339,7 @@ pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<Ev
 }
 
 /// The statement [`list`] runs for `f`, and its arguments.
-pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
+pub(in crate::store) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
     let (sql, args) = list_query(f, &SQLITE);
     let args = args
         .into_iter()
@@ -341,18 +355,18 @@ pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) 
 /// test for text inside text, and the deliveries waiting or under way (SQLite's through its
 /// partial queue index, named: `INDEXED BY` is SQLite's alone). The rest of the statement is
 /// the same on both.
-pub(super) struct Dialect {
+pub(in crate::store) struct Dialect {
     param: &'static str,
     contains: &'static str,
     queued: &'static str,
 }
 
-pub(super) const SQLITE: Dialect = Dialect {
+pub(in crate::store) const SQLITE: Dialect = Dialect {
     param: "?",
     contains: "instr",
     queued: "deliveries INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL AND",
 };
-pub(super) const POSTGRES: Dialect = Dialect {
+pub(in crate::store) const POSTGRES: Dialect = Dialect {
     param: "$",
     contains: "strpos",
     queued: "deliveries WHERE",
@@ -360,14 +374,14 @@ pub(super) const POSTGRES: Dialect = Dialect {
 
 /// An argument of the list's statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Arg {
+pub(in crate::store) enum Arg {
     Text(String),
     Int(i64),
 }
 
 /// The list's statement for `f` in `dialect`, and its arguments, on either backend: the
 /// same filters, cursor and order.
-pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>) {
+pub(in crate::store) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>) {
     let mut sql = format!("SELECT {SUMMARY} FROM events WHERE true");
     let mut args: Vec<Arg> = Vec::new();
     // `condition` with its `?` numbered as the next argument.
@@ -440,7 +454,7 @@ pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>
     (sql, args)
 }
 
-pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
+pub(in crate::store) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
     let detail = conn
         .query_row(
             &format!(

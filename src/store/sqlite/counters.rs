@@ -21,10 +21,10 @@ const HOUR_MS: i64 = 3_600_000;
 
 /// At most how often the writer folds the tally into `hourly`: how far behind the status
 /// page's counters may be, and what a crash may lose of them.
-pub(super) const FOLD_EVERY_MS: i64 = 5_000;
+pub(in crate::store) const FOLD_EVERY_MS: i64 = 5_000;
 
 /// How long `hourly` keeps a row: the chart shows 48 hours, the overview one day.
-pub(super) const KEEP_MS: i64 = 8 * 24 * HOUR_MS;
+pub(in crate::store) const KEEP_MS: i64 = 8 * 24 * HOUR_MS;
 
 /// Why intake refused a request, as the status page groups them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub enum Counted {
 }
 
 /// The columns of `hourly`, in the order of a [`Row`]'s counts.
-pub(super) const COLUMNS: [&str; 9] = [
+pub(in crate::store) const COLUMNS: [&str; 9] = [
     "received",
     "duplicate",
     "bad_signature",
@@ -84,17 +84,17 @@ type Counts = [u64; COLUMNS.len()];
 
 /// One endpoint's counts of one hour, taken out of the tally to be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct HourRow {
-    pub(super) endpoint: String,
+pub(in crate::store) struct HourRow {
+    pub(in crate::store) endpoint: String,
     /// The hour's start, unix milliseconds.
-    pub(super) hour: i64,
+    pub(in crate::store) hour: i64,
     /// In [`COLUMNS`]' order, each at most `i64::MAX`.
-    pub(super) counts: [i64; COLUMNS.len()],
+    pub(in crate::store) counts: [i64; COLUMNS.len()],
 }
 
 /// Counts not yet in the database, by endpoint and hour start.
 #[derive(Default)]
-pub(super) struct Tally {
+pub(in crate::store) struct Tally {
     inner: Mutex<Pending>,
 }
 
@@ -122,7 +122,7 @@ impl Tally {
     /// Everything counted so far, sorted by (endpoint, hour) (so that instances adding to the
     /// same rows of a shared table lock them in one order), the tally left empty; and whether
     /// an hour has passed since rows past [`KEEP_MS`] were last deleted (then it counts as done).
-    pub(super) fn take(&self, now_ms: i64) -> (Vec<HourRow>, bool) {
+    pub(in crate::store) fn take(&self, now_ms: i64) -> (Vec<HourRow>, bool) {
         let (counts, trim) = {
             let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
             let trim = now_ms - pending.trimmed_at_ms >= HOUR_MS;
@@ -148,7 +148,7 @@ impl Tally {
 
     /// Puts back rows [`Tally::take`] gave that could not be written (the database was
     /// away), to go with the next flush.
-    pub(super) fn put_back(&self, rows: Vec<HourRow>) {
+    pub(in crate::store) fn put_back(&self, rows: Vec<HourRow>) {
         let mut pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         for row in rows {
             let counts = pending
@@ -163,7 +163,7 @@ impl Tally {
         }
     }
 
-    pub(super) fn is_empty(&self) -> bool {
+    pub(in crate::store) fn is_empty(&self) -> bool {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -173,7 +173,7 @@ impl Tally {
 
     /// How long until the counts are due to be folded (zero: now); None when there is
     /// nothing to fold.
-    pub(super) fn due_in_ms(&self, now_ms: i64) -> Option<i64> {
+    pub(in crate::store) fn due_in_ms(&self, now_ms: i64) -> Option<i64> {
         let pending = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if pending.counts.is_empty() {
             return None;
@@ -185,7 +185,7 @@ impl Tally {
 
     /// A fold was tried at `now_ms` (and may have failed, the database refusing): the next
     /// is due a full interval later, so a failing database is not asked again at once.
-    pub(super) fn tried(&self, now_ms: i64) {
+    pub(in crate::store) fn tried(&self, now_ms: i64) {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -193,7 +193,7 @@ impl Tally {
     }
 
     /// Makes the next fold due at once (the writer is closing).
-    pub(super) fn fold_now(&self) {
+    pub(in crate::store) fn fold_now(&self) {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -203,7 +203,7 @@ impl Tally {
     /// Folds the counts into `hourly` on the writer's connection, inside the batch's
     /// transaction (and, once an hour, deletes rows past [`KEEP_MS`]). What the batch then
     /// fails to commit is lost, like a crash would lose it.
-    pub(super) fn flush(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
+    pub(in crate::store) fn flush(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
         let (rows, trim) = self.take(now_ms);
         if !rows.is_empty() {
             let mut upsert = conn.prepare_cached(&upsert_sql())?;

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 9;
+pub(in crate::store) const SCHEMA_VERSION: i64 = 9;
 
 /// The schema of a new file.
 ///
@@ -897,7 +897,7 @@ mod tests {
 
     /// The whole schema of version 5, as released before the queue indexes left the happy path
     /// (shared with the integration test that upgrades a v5 file under the real server).
-    const SCHEMA_V5: &str = include_str!("../../tests/fixtures/schema_v5.sql");
+    const SCHEMA_V5: &str = include_str!("../../../tests/fixtures/schema_v5.sql");
 
     /// A version 5 file with a delivery in every state ([`V5_ROWS`]).
     fn version_5_file(path: &Path) {
@@ -1112,7 +1112,7 @@ mod tests {
     }
 
     /// The whole schema of a version 8 file, as that version made it.
-    const SCHEMA_V8: &str = include_str!("../../tests/fixtures/schema_v8.sql");
+    const SCHEMA_V8: &str = include_str!("../../../tests/fixtures/schema_v8.sql");
 
     #[test]
     fn a_version_8_file_gains_the_signed_columns_in_place_its_rows_untouched() {
@@ -1189,7 +1189,7 @@ mod status_checks {
     use super::*;
 
     /// The whole schema of a version 7 file, each statement as such a file holds it.
-    const SCHEMA_V7: &str = include_str!("../../tests/fixtures/schema_v7.sql");
+    const SCHEMA_V7: &str = include_str!("../../../tests/fixtures/schema_v7.sql");
 
     /// How many temporary b-trees the program of `sql` opens.
     fn temporary_b_trees(conn: &Connection, sql: &str) -> usize {
@@ -1212,7 +1212,7 @@ mod status_checks {
         ("the roll-up", ROLL_UP),
     ];
 
-    pub(super) fn assert_no_temporary_b_tree(conn: &Connection) {
+    pub(in crate::store) fn assert_no_temporary_b_tree(conn: &Connection) {
         for (what, sql) in STATUS_WRITES {
             assert_eq!(temporary_b_trees(conn, sql), 0, "{what}: {sql}");
         }

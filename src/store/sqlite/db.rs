@@ -11,7 +11,7 @@ use super::{StoreError, schema};
 
 /// A synchronous connection for the command line.
 pub struct Db {
-    pub(super) conn: Connection,
+    pub(in crate::store) conn: Connection,
 }
 
 impl Db {
@@ -34,7 +34,7 @@ impl Db {
 
     /// Runs `f` in one IMMEDIATE transaction (the write lock first, so it waits on the busy
     /// timeout rather than failing half-way).
-    pub(super) fn write<T>(
+    pub(in crate::store) fn write<T>(
         &mut self,
         f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
     ) -> Result<T, StoreError> {

@@ -15,28 +15,28 @@ use crate::verify::Verified;
 /// A verified webhook, ready to store. Building one takes the verifier's proof.
 #[derive(Debug)]
 pub struct NewEvent {
-    pub(super) endpoint: String,
-    pub(super) dedup_key: String,
+    pub(in crate::store) endpoint: String,
+    pub(in crate::store) dedup_key: String,
     /// [`dedup_hash`] of the endpoint and key, computed here on the request's task rather
     /// than on the writer thread.
-    pub(super) dedup_hash: i64,
-    pub(super) event_type: Option<String>,
-    pub(super) content_type: Option<String>,
+    pub(in crate::store) dedup_hash: i64,
+    pub(in crate::store) event_type: Option<String>,
+    pub(in crate::store) content_type: Option<String>,
     /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
-    pub(super) headers: Vec<u8>,
-    pub(super) body: Bytes,
-    pub(super) received_at_ms: i64,
+    pub(in crate::store) headers: Vec<u8>,
+    pub(in crate::store) body: Bytes,
+    pub(in crate::store) received_at_ms: i64,
     /// The start of the dedup window (see [`Received::dedup_since_ms`]).
-    pub(super) dedup_since_ms: Option<i64>,
+    pub(in crate::store) dedup_since_ms: Option<i64>,
     /// The names of the verified client certificate (mutual TLS), if the connection had one.
-    pub(super) client_cert: Option<String>,
-    pub(super) object_id: Option<String>,
+    pub(in crate::store) client_cert: Option<String>,
+    pub(in crate::store) object_id: Option<String>,
     /// The id the provider signed apart from the body ([`Verified::signed_id`]), if any.
-    pub(super) signed_id: Option<String>,
+    pub(in crate::store) signed_id: Option<String>,
     /// Whether `event_type` came from signed bytes; None when the event has no type.
-    pub(super) event_type_signed: Option<bool>,
+    pub(in crate::store) event_type_signed: Option<bool>,
     /// The routes it goes to, each a delivery row; none: it is `stored`.
-    pub(super) routes: Vec<NewDelivery>,
+    pub(in crate::store) routes: Vec<NewDelivery>,
 }
 
 /// One route an event goes to, with its ordering key on that route (if the route orders by
@@ -187,19 +187,19 @@ impl Store {
 /// (The plain `INSERT ... SELECT ... WHERE NOT EXISTS` reads the table it writes, so SQLite
 /// first copied its one row into a temporary b-tree: some 15,000 instructions per event,
 /// bench/PROFILE.md.)
-pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
+pub(in crate::store) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
      dedup_key, dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
      object_id, client_cert, signed_id, event_type_signed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
      (SELECT ?8 WHERE NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?3 AND \
      +endpoint = ?1 AND dedup_key = ?2 AND received_at >= ?9)), ?10, ?11, ?12, ?13)";
 /// The window start that makes every earlier row of the key count: no window.
-pub(super) const NO_WINDOW: i64 = i64::MIN;
+pub(in crate::store) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint; the body as
 /// `payload.rs` encoded it (?4, its codec).
 const INSERT_PAYLOAD: &str =
     "INSERT INTO payloads (event_id, headers, body, codec) VALUES (?1, ?2, ?3, ?4)";
 /// The payload row of event `id`: its headers, and its body as `stored` encodes it.
-pub(super) fn insert_payload(
+pub(in crate::store) fn insert_payload(
     conn: &Connection,
     id: i64,
     headers: &[u8],
@@ -216,24 +216,27 @@ pub(super) fn insert_payload(
 }
 
 /// One delivery of the event just inserted, due at once.
-pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
+pub(in crate::store) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
      status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
 /// The row that made an insert a duplicate: with a window, a key may have several rows (one
 /// per window), so the newest one received at or after the window's start (?4). `+endpoint`:
 /// as in [`INSERT_UNLESS_KNOWN`].
-pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
+pub(in crate::store) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
      AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
 /// [`insert_stored`] with the body encoded here: for tests, which insert on a connection of
 /// their own.
 #[cfg(test)]
-pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
+pub(in crate::store) fn insert_event(
+    conn: &Connection,
+    e: &NewEvent,
+) -> rusqlite::Result<Inserted> {
     insert_stored(conn, e, &StoredBody::encode(&e.body))
 }
 
 /// Inserts `e` unless it is a duplicate, its body stored as `stored` (encoded by the caller,
 /// off the writer thread).
-pub(super) fn insert_stored(
+pub(in crate::store) fn insert_stored(
     conn: &Connection,
     e: &NewEvent,
     stored: &StoredBody,

@@ -24,7 +24,7 @@ pub const INTAKE_FAILURE_HOLD: Duration = Duration::from_secs(30);
 /// How the latest intake commits went. Written by the writer thread (the outcome of a job
 /// includes its COMMIT), read by `/readyz`.
 #[derive(Debug, Default)]
-pub(super) struct IntakeHealth {
+pub(in crate::store) struct IntakeHealth {
     last: Mutex<Option<Last>>,
 }
 
@@ -36,7 +36,7 @@ struct Last {
 }
 
 impl IntakeHealth {
-    pub(super) fn record(&self, outcome: Result<(), &StoreError>) {
+    pub(in crate::store) fn record(&self, outcome: Result<(), &StoreError>) {
         // A closed store is shutdown, not the disk.
         if matches!(outcome, Err(StoreError::Closed)) {
             return;
@@ -87,7 +87,7 @@ pub struct QueueStats {
 impl QueueStats {
     /// Adds one endpoint's dead count to the pending figures read before it (an endpoint with
     /// only dead events gets a row of its own): both backends read the two apart.
-    pub(super) fn add_dead(out: &mut Vec<QueueStats>, endpoint: String, dead: u64) {
+    pub(in crate::store) fn add_dead(out: &mut Vec<QueueStats>, endpoint: String, dead: u64) {
         match out.iter_mut().find(|s| s.endpoint == endpoint) {
             Some(stats) => stats.dead = dead,
             None => out.push(QueueStats {
@@ -191,7 +191,7 @@ const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
 const DEAD: &str =
     "SELECT endpoint, count(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint";
 
-pub(super) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
+pub(in crate::store) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
     let mut out: Vec<QueueStats> = Vec::new();
     let mut pending = conn.prepare_cached(PENDING)?;
     let mut rows = pending.query([])?;
