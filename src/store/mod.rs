@@ -27,18 +27,22 @@
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
+mod copy;
+mod dashboard;
+mod events;
 mod handle;
 mod handover;
+mod intake;
 mod postgres;
 mod pruning;
+mod queue;
 mod sqlite;
 
-use sqlite::{
-    alerts, backup, counters, dashboard, db, events, intake, observe, payload, queue, retention,
-};
+use sqlite::{alerts, backup, counters, db, observe, retention};
 
 pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};
+pub use copy::{CopyError, CopyReport};
 pub use counters::{Counted, Rejection};
 pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
 pub use db::Db;
@@ -46,7 +50,6 @@ pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
-pub use postgres::CopyReport;
 pub use pruning::Pruning;
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
@@ -70,41 +73,6 @@ pub enum StoreError {
     /// never run (`handover.rs`).
     #[error("not taken for a commit within {0:?} (database locked or disk stalled); not stored")]
     NotTaken(std::time::Duration),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        StoreError::Sqlite(e.to_string())
-    }
-}
-
-impl StoreError {
-    /// `e`, just returned on `conn`, with the operating system's error behind it when SQLite
-    /// reports an I/O failure: SQLite says "disk I/O error" alike for a file system gone
-    /// read-only (EROFS), a failing card (EIO) and more, and only the errno tells them apart.
-    pub(crate) fn on(conn: &rusqlite::Connection, e: rusqlite::Error) -> StoreError {
-        use rusqlite::ErrorCode::{CannotOpen, SystemIoFailure};
-        // The two codes for which SQLite records the errno (sqlite3SystemError): for another,
-        // what it holds may be an older failure's.
-        let io = matches!(
-            &e,
-            rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, SystemIoFailure | CannotOpen)
-        );
-        // SAFETY: the handle is valid while `conn` is borrowed, and sqlite3_system_errno only
-        // reads the errno SQLite kept from its last failed system call on it.
-        let errno = if io {
-            unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
-        } else {
-            0
-        };
-        if errno == 0 {
-            return e.into();
-        }
-        StoreError::Sqlite(format!(
-            "{e} ({})",
-            std::io::Error::from_raw_os_error(errno)
-        ))
-    }
 }
 
 /// Where an event is in its life.
@@ -158,12 +126,4 @@ impl std::fmt::Display for Status {
         // `pad`, not `write_str`, so table columns (`{:<10}`) line up.
         f.pad(self.as_str())
     }
-}
-
-/// Reads a status column: a value outside [`Status::ALL`] is a conversion error, not a panic.
-fn status_column(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Status> {
-    let status: String = row.get(idx)?;
-    status.parse().map_err(|e: String| {
-        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into())
-    })
 }

@@ -4,7 +4,7 @@
 //! any session notifies. Two things notify:
 //!
 //! - intake, through [`announcer`]: an accepted event with deliveries asks it
-//!   ([`Pg::announce`]), and it sends one `NOTIFY` for everything accepted since its last one,
+//!   (`Pg::insert_event`), and it sends one `NOTIFY` for everything accepted since its last one,
 //!   in a transaction of its own. Not inside the intake transaction: PostgreSQL serializes
 //!   the commits of notifying transactions (a lock held across the commit's flush), which
 //!   would undo the intake's concurrent commits;
@@ -29,8 +29,8 @@ use deadpool_postgres::Pool;
 use tokio::sync::{Notify, watch};
 use tokio_postgres::AsyncMessage;
 
+use super::error;
 use super::tls::Connector;
-use super::{Pg, error};
 use crate::store::{Store, StoreError};
 
 /// One wake-up for everything accepted since the last: no flush of its own (a lost
@@ -48,7 +48,7 @@ const LEAD_RETRY: Duration = Duration::from_secs(2);
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// What the instance's wake-up tasks share with [`Pg`].
+/// What the instance's wake-up tasks share with [`super::Pg`].
 pub(super) struct Wakeups {
     /// Set by the listener: something changed in another session.
     pub(super) changed: Arc<Notify>,
@@ -99,13 +99,6 @@ impl Wakeups {
             self.lead.asked.notify_one();
         }
         self.lead.held.load(Ordering::SeqCst)
-    }
-}
-
-impl Pg {
-    /// An event with deliveries was committed: tell the other instances (soon, coalesced).
-    pub(in crate::store) fn announce(&self) {
-        self.wakeups.accepted.notify_one();
     }
 }
 

@@ -1,193 +1,28 @@
-//! What the status page reads and does: the overview of each endpoint "now" ([`Overview`]),
-//! the hours of the chart ([`HourCounts`]), and, through the writer, the same list, detail
-//! and replay queries as `portaria events` (`events.rs`). On PostgreSQL each method
-//! dispatches to `postgres/dashboard.rs` (same results), and `portaria events` uses them. Every read here is indexed: the
-//! query plans are checked below on a database of 300,000 events.
+//! SQLite's side of the status page's overview ([`crate::store::Store::overview`]): the
+//! figures of each endpoint and the chart's hours, read in one job. Every read here is
+//! indexed: the query plans are checked below on a database of 300,000 events.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 
-use super::counters::COLUMNS;
-use super::events::{self, EventDetail, EventSummary, ListFilter, RouteState};
+use super::Sqlite;
 use super::observe::queue_stats;
-use super::{Store, StoreError};
+use crate::store::dashboard::{
+    Chart, Counts, HOUR_MS, chart_sql, counted_since_sql, day_hours, shown,
+};
+use crate::store::{HourCounts, Overview, StoreError};
 
-const HOUR_MS: i64 = 3_600_000;
-
-/// Rejected requests, by reason (the counters' columns).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Rejected {
-    pub bad_signature: u64,
-    pub stale_timestamp: u64,
-    pub too_large: u64,
-    pub bad_request: u64,
-    pub storage_error: u64,
-}
-
-impl Rejected {
-    pub fn total(&self) -> u64 {
-        self.bad_signature
-            + self.stale_timestamp
-            + self.too_large
-            + self.bad_request
-            + self.storage_error
-    }
-}
-
-/// One endpoint now.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct EndpointNow {
-    pub endpoint: String,
-    /// Events stored in the last 60 minutes and 24 hours (from `events`: exact).
-    pub received_last_hour: u64,
-    pub received_last_day: u64,
-    /// Duplicates and rejected requests in the last 24 clock hours (from `hourly`).
-    pub duplicates_last_day: u64,
-    pub rejected_last_day: Rejected,
-    /// Waiting for delivery, including those being delivered.
-    pub pending: u64,
-    pub dead: u64,
-    pub oldest_pending_ms: Option<i64>,
-    pub last_received_ms: Option<i64>,
-}
-
-/// One clock hour of the chart, every endpoint together.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct HourCounts {
-    /// The hour's start, unix milliseconds.
-    pub hour_ms: i64,
-    pub received: u64,
-    pub duplicate: u64,
-    pub rejected: u64,
-    pub delivered: u64,
-    pub failed: u64,
-}
-
-/// The overview page's figures.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Overview {
-    pub endpoints: Vec<EndpointNow>,
-    /// The last `hours` clock hours, oldest first, the current one last; hours without a row
-    /// are zeros.
-    pub hours: Vec<HourCounts>,
-}
-
-impl Store {
-    /// Each of `names` (the configured endpoints), and any other endpoint with events waiting,
-    /// dead or counted in the last day; and the chart's last `hours` hours. The counters not
-    /// yet folded into `hourly` go in with this read's batch, so the page shows every count
-    /// made before it was asked (a page load is rare; the writer's own folds are throttled).
-    pub async fn overview(
+impl Sqlite {
+    /// The counters not yet folded into `hourly` go in with this read's batch, so the page
+    /// shows every count made before it was asked (a page load is rare; the writer's own
+    /// folds are throttled).
+    pub(in crate::store) async fn overview(
         &self,
         names: Vec<String>,
         hours: usize,
         now_ms: i64,
     ) -> Result<Overview, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.overview(names, hours, now_ms).await;
-        }
         self.tally().fold_now();
         self.run(move |c| overview(c, names, hours, now_ms)).await
-    }
-
-    /// `events list`'s query, through the writer.
-    pub async fn list_events(&self, filter: ListFilter) -> Result<Vec<EventSummary>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.list_events(&filter).await;
-        }
-        self.run(move |c| events::list(c, &filter)).await
-    }
-
-    /// `events show`'s query, through the writer.
-    pub async fn event_detail(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.event_detail(id).await;
-        }
-        self.run(move |c| events::event(c, id)).await
-    }
-
-    /// An event's delivery to each route it matched (none for a stored event).
-    pub async fn event_routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.event_routes(id).await;
-        }
-        self.run(move |c| events::routes(c, id)).await
-    }
-
-    /// The names of the verified client certificate the event came with (mutual TLS).
-    pub async fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.client_cert(id).await;
-        }
-        self.run(move |c| {
-            c.query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map(Option::flatten)
-        })
-        .await
-    }
-
-    /// `events replay ID`: false if there is no such event, or it is being delivered or only
-    /// stored.
-    pub async fn replay_event(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
-        self.replay_route(id, None, now_ms).await
-    }
-
-    /// `events replay ID [--route NAME]`: one event's deliveries (to `route` only, if given)
-    /// pending again; false if it has no such delivery that is not being delivered now.
-    pub async fn replay_route(
-        &self,
-        id: i64,
-        route: Option<String>,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let n = self.replay(Some(id), false, None, route, now_ms).await?;
-        Ok(n == 1)
-    }
-
-    /// `events replay --dead --endpoint NAME`: how many went back to pending.
-    pub async fn replay_dead_of(&self, endpoint: String, now_ms: i64) -> Result<usize, StoreError> {
-        self.replay(None, true, Some(endpoint), None, now_ms).await
-    }
-
-    /// `events replay --dead [--endpoint NAME] [--route NAME]`: how many events went back.
-    pub async fn replay_dead(
-        &self,
-        endpoint: Option<String>,
-        route: Option<String>,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        self.replay(None, true, endpoint, route, now_ms).await
-    }
-
-    async fn replay(
-        &self,
-        id: Option<i64>,
-        dead: bool,
-        endpoint: Option<String>,
-        route: Option<String>,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        if let Some(pg) = self.postgres() {
-            let only = events::Replay {
-                id,
-                dead,
-                endpoint: endpoint.as_deref(),
-                route: route.as_deref(),
-            };
-            return pg.replay(&only, now_ms).await;
-        }
-        self.run(move |c| {
-            let only = events::Replay {
-                id,
-                dead,
-                endpoint: endpoint.as_deref(),
-                route: route.as_deref(),
-            };
-            events::replay(c, &only, now_ms)
-        })
-        .await
     }
 }
 
@@ -198,90 +33,43 @@ const RECEIVED_SINCE: &str =
 /// The latest event of one endpoint: one step into `events_endpoint`.
 const LAST_RECEIVED: &str = "SELECT max(received_at) FROM events WHERE endpoint = ?1";
 
-/// One endpoint's counted duplicates and rejections since an hour: its primary key's range.
-const COUNTED_SINCE: &str = "SELECT sum(duplicate), sum(bad_signature), sum(stale_timestamp), \
-     sum(too_large), sum(bad_request), sum(storage_error) FROM hourly \
-     WHERE endpoint = ?1 AND hour >= ?2";
-
 /// Endpoints counted since an hour (`hourly` is small: endpoints x 8 days of hours).
 const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= ?1";
 
-/// Every endpoint's hours since an hour (the first parameter, `param` its mark: `?` or `$`),
-/// summed per hour, each sum followed by `cast` (PostgreSQL's `::bigint`); the rejected are
-/// [`COLUMNS`]' rejection counts together, on both backends.
-pub(in crate::store) fn chart_sql(param: &str, cast: &str) -> String {
-    let sum = |c: &str| format!("sum({c}){cast}");
-    let rejected = sum(&COLUMNS[2..7].join(" + "));
-    format!(
-        "SELECT hour, {}, {}, {rejected}, {}, {} FROM hourly WHERE hour >= {param}1 \
-         GROUP BY hour ORDER BY hour",
-        sum("received"),
-        sum("duplicate"),
-        sum("delivered"),
-        sum("failed")
-    )
-}
-
 fn overview(
     conn: &Connection,
-    mut names: Vec<String>,
+    names: Vec<String>,
     hours: usize,
     now_ms: i64,
 ) -> rusqlite::Result<Overview> {
-    let this_hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
-    let day_hour = this_hour - 23 * HOUR_MS;
+    let (day_hour, this_hour) = day_hours(now_ms);
     let queue = queue_stats(conn)?;
     let counted: Vec<String> = conn
         .prepare_cached(COUNTED_ENDPOINTS)?
         .query_map([day_hour], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
-    for name in queue.iter().map(|q| &q.endpoint).chain(&counted) {
-        if !names.contains(name) {
-            names.push(name.clone());
-        }
-    }
+    let names = shown(names, &queue, counted);
+    // One endpoint's counted duplicates and rejections since an hour: its primary key's range.
+    let counted_since = counted_since_sql("?", "");
     let mut endpoints = Vec::with_capacity(names.len());
     for endpoint in names {
         let count = |since: i64| -> rusqlite::Result<u64> {
             conn.prepare_cached(RECEIVED_SINCE)?
                 .query_row(params![endpoint, since], |r| n(r, 0))
         };
-        let (received_last_hour, received_last_day) =
-            (count(now_ms - HOUR_MS)?, count(now_ms - 24 * HOUR_MS)?);
-        let last_received_ms = conn
-            .prepare_cached(LAST_RECEIVED)?
-            .query_row([&endpoint], |r| r.get(0))?;
-        let sums: [u64; 6] = conn
-            .prepare_cached(COUNTED_SINCE)?
-            .query_row(params![endpoint, day_hour], |r| {
-                Ok([n(r, 0)?, n(r, 1)?, n(r, 2)?, n(r, 3)?, n(r, 4)?, n(r, 5)?])
-            })?;
-        let [
-            duplicates,
-            bad_signature,
-            stale_timestamp,
-            too_large,
-            bad_request,
-            storage_error,
-        ] = sums;
-        let q = queue.iter().find(|q| q.endpoint == endpoint);
-        endpoints.push(EndpointNow {
-            received_last_hour,
-            received_last_day,
-            duplicates_last_day: duplicates,
-            rejected_last_day: Rejected {
-                bad_signature,
-                stale_timestamp,
-                too_large,
-                bad_request,
-                storage_error,
-            },
-            pending: q.map_or(0, |q| q.pending),
-            dead: q.map_or(0, |q| q.dead),
-            oldest_pending_ms: q.and_then(|q| q.oldest_pending_ms),
-            last_received_ms,
-            endpoint,
-        });
+        let counts = Counts {
+            received_last_hour: count(now_ms - HOUR_MS)?,
+            received_last_day: count(now_ms - 24 * HOUR_MS)?,
+            last_received_ms: conn
+                .prepare_cached(LAST_RECEIVED)?
+                .query_row([&endpoint], |r| r.get(0))?,
+            counted: conn
+                .prepare_cached(&counted_since)?
+                .query_row(params![endpoint, day_hour], |r| {
+                    Ok([n(r, 0)?, n(r, 1)?, n(r, 2)?, n(r, 3)?, n(r, 4)?, n(r, 5)?])
+                })?,
+        };
+        endpoints.push(counts.shape(endpoint, &queue));
     }
     let mut chart = Chart::new(this_hour, hours);
     let mut stmt = conn.prepare_cached(&chart_sql("?", ""))?;
@@ -304,48 +92,6 @@ fn overview(
     })
 }
 
-/// The chart's last clock hours up to the current one, each empty until a row of `hourly`
-/// fills it in (both backends read their rows into one).
-pub(in crate::store) struct Chart {
-    first_ms: i64,
-    hours: Vec<HourCounts>,
-}
-
-impl Chart {
-    pub(in crate::store) fn new(this_hour_ms: i64, hours: usize) -> Chart {
-        let first_ms = this_hour_ms - (hours.saturating_sub(1) as i64) * HOUR_MS;
-        Chart {
-            first_ms,
-            hours: (0..hours as i64)
-                .map(|i| HourCounts {
-                    hour_ms: first_ms + i * HOUR_MS,
-                    ..HourCounts::default()
-                })
-                .collect(),
-        }
-    }
-
-    /// The first hour shown: rows from it on are wanted.
-    pub(in crate::store) fn first_ms(&self) -> i64 {
-        self.first_ms
-    }
-
-    /// Puts an hour's row in its place (a row outside the chart is left out).
-    pub(in crate::store) fn put(&mut self, row: HourCounts) {
-        let slot = (row.hour_ms - self.first_ms).div_euclid(HOUR_MS);
-        if let Some(hour) = usize::try_from(slot)
-            .ok()
-            .and_then(|i| self.hours.get_mut(i))
-        {
-            *hour = row;
-        }
-    }
-
-    pub(in crate::store) fn into_hours(self) -> Vec<HourCounts> {
-        self.hours
-    }
-}
-
 /// A count column (a `sum` over no rows is NULL: zero).
 fn n(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
     let v: Option<i64> = row.get(idx)?;
@@ -354,9 +100,10 @@ fn n(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<u64> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::events;
     use super::super::fixtures::{NOW, row, temp_db};
-    use super::super::{Counted, Rejection, Status};
     use super::*;
+    use crate::store::{Counted, EndpointNow, ListFilter, Rejection, Status, Store};
 
     /// `EXPLAIN QUERY PLAN` of `sql`, one line per step.
     fn plan(conn: &Connection, sql: &str, args: &[&dyn rusqlite::ToSql]) -> String {
@@ -408,12 +155,13 @@ mod tests {
         never_a_full_scan(&p);
         let p = plan(c, LAST_RECEIVED, &[&"e1"]);
         assert!(p.contains("COVERING INDEX events_endpoint"), "{p}");
-        let p = plan(c, COUNTED_SINCE, &[&"e1", &NOW]);
+        let counted_since = counted_since_sql("?", "");
+        let p = plan(c, &counted_since, &[&"e1", &NOW]);
         assert!(p.contains("PRIMARY KEY"), "{p}");
         for sql in [
             RECEIVED_SINCE,
             LAST_RECEIVED,
-            COUNTED_SINCE,
+            &counted_since,
             COUNTED_ENDPOINTS,
         ] {
             let args: [&dyn rusqlite::ToSql; 2] = [&"e1", &NOW];

@@ -1,88 +1,71 @@
-//! What the command line looks at and fixes: `events list`, `events show` and `events
-//! replay` (per route). The row types here ([`EventSummary`], [`EventDetail`], [`RouteState`],
-//! [`Attempt`]) are also what
-//! pruning reads for the archive and what a restore puts back.
+//! SQLite's side of `portaria events` and the status page's list, detail and replay: the
+//! queries of `store/events.rs`'s methods, each one job (a read through the writer, so it sees
+//! exactly what intake and the worker committed, or one read transaction on a read-only
+//! store).
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::payload::body_column;
-use super::{Db, Status, StoreError, status_column};
+use super::{Db, Sqlite, status_column};
+use crate::store::events::{Arg, Replay, SQLITE, SUMMARY, list_query};
+use crate::store::{Attempt, EventDetail, EventSummary, ListFilter, RouteState, StoreError};
 
-/// An event as listed: everything but the body and headers. `status` is the roll-up of its
-/// deliveries (`delivering` while one of them is); `attempts` counts every route's,
-/// `next_attempt_at_ms` is the soonest of its waiting deliveries, `last_error` one of theirs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EventSummary {
-    pub id: i64,
-    pub endpoint: String,
-    pub dedup_key: String,
-    pub event_type: Option<String>,
-    pub received_at_ms: i64,
-    pub status: Status,
-    pub attempts: u32,
-    pub next_attempt_at_ms: Option<i64>,
-    pub last_error: Option<String>,
-    /// The object it is about (the payment, the order), if its body named one.
-    pub object_id: Option<String>,
-}
+impl Sqlite {
+    pub(in crate::store) async fn list_events(
+        &self,
+        filter: &ListFilter,
+    ) -> Result<Vec<EventSummary>, StoreError> {
+        let filter = filter.clone();
+        self.run(move |c| list(c, &filter)).await
+    }
 
-/// One event in full, with its delivery attempts.
-#[derive(Debug, Clone)]
-pub struct EventDetail {
-    pub summary: EventSummary,
-    pub content_type: Option<String>,
-    pub headers: Vec<u8>,
-    pub body: Vec<u8>,
-    /// Its delivery to each route it matched.
-    pub routes: Vec<RouteState>,
-    pub attempts: Vec<Attempt>,
-    /// The id the provider signed apart from the body (Mercado Pago's query `data.id`).
-    pub signed_id: Option<String>,
-    /// Whether the event type came from signed bytes; None without a type, or for an event
-    /// stored before this was kept.
-    pub event_type_signed: Option<bool>,
-}
+    pub(in crate::store) async fn event_detail(
+        &self,
+        id: i64,
+    ) -> Result<Option<EventDetail>, StoreError> {
+        self.run(move |c| event(c, id)).await
+    }
 
-/// One event's delivery to one route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RouteState {
-    pub route: String,
-    pub status: Status,
-    pub attempts: u32,
-    /// When it is next due, while it is pending.
-    pub next_attempt_at_ms: Option<i64>,
-    pub last_error: Option<String>,
-    pub finished_at_ms: Option<i64>,
-    /// The route's `order_by` value for this event, if it has one.
-    pub order_key: Option<String>,
-}
+    pub(in crate::store) async fn event_routes(
+        &self,
+        id: i64,
+    ) -> Result<Vec<RouteState>, StoreError> {
+        self.run(move |c| routes(c, id)).await
+    }
 
-/// One recorded delivery attempt.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attempt {
-    pub attempt: u32,
-    pub started_at_ms: i64,
-    pub duration_ms: i64,
-    /// `delivered`, `failed` or `interrupted`.
-    pub outcome: String,
-    pub error: Option<String>,
-    /// The route it was for.
-    pub route: String,
-}
+    pub(in crate::store) async fn client_cert(
+        &self,
+        id: i64,
+    ) -> Result<Option<String>, StoreError> {
+        self.run(move |c| {
+            c.query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map(Option::flatten)
+        })
+        .await
+    }
 
-/// Filters for `events list` and the status page: each one given narrows the list, newest
-/// (highest id) first.
-#[derive(Debug, Clone, Default)]
-pub struct ListFilter {
-    pub endpoint: Option<String>,
-    pub status: Option<Status>,
-    pub event_type: Option<String>,
-    /// Text anywhere in the dedup key (for most providers, the event's or object's id).
-    pub text: Option<String>,
-    /// Only events with a smaller id: the cursor of the next page.
-    pub before: Option<i64>,
-    /// 0: no limit.
-    pub limit: usize,
+    pub(in crate::store) async fn replay(
+        &self,
+        only: &Replay<'_>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let (id, dead) = (only.id, only.dead);
+        let endpoint = only.endpoint.map(str::to_string);
+        let route = only.route.map(str::to_string);
+        self.run(move |c| {
+            let only = Replay {
+                id,
+                dead,
+                endpoint: endpoint.as_deref(),
+                route: route.as_deref(),
+            };
+            replay(c, &only, now_ms)
+        })
+        .await
+    }
 }
 
 impl Db {
@@ -155,51 +138,6 @@ impl Db {
     }
 }
 
-/// Which deliveries a replay puts back.
-#[derive(Default)]
-pub(in crate::store) struct Replay<'a> {
-    pub(in crate::store) id: Option<i64>,
-    /// Only dead deliveries.
-    pub(in crate::store) dead: bool,
-    pub(in crate::store) endpoint: Option<&'a str>,
-    pub(in crate::store) route: Option<&'a str>,
-}
-
-/// An event's listed status: its roll-up; for a pending event, what its deliveries say now
-/// (`delivering` while one of them is, and `delivered` or `dead` before the worker's batched
-/// roll-up has written it), so a listing never lags the deliveries.
-macro_rules! listed_status {
-    () => {
-        "CASE WHEN events.status != 'pending' THEN events.status \
-         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
-           AND d.status = 'delivering') THEN 'delivering' \
-         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
-           AND d.status = 'pending') THEN 'pending' \
-         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
-           AND d.status = 'dead') THEN 'dead' \
-         WHEN EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id) \
-           THEN 'delivered' \
-         ELSE 'pending' END"
-    };
-}
-
-/// An event's summary columns, its deliveries rolled up (see [`EventSummary`]).
-macro_rules! summary_columns {
-    () => {
-        concat!(
-            "events.id, events.endpoint, dedup_key, event_type, received_at, ",
-            listed_status!(),
-            ", (SELECT coalesce(sum(d.attempts), 0) FROM deliveries d \
-               WHERE d.event_id = events.id), \
-             (SELECT min(d.next_attempt_at) FROM deliveries d \
-               WHERE d.event_id = events.id AND d.status = 'pending'), \
-             (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
-               AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1), \
-             events.object_id"
-        )
-    };
-}
-pub(in crate::store) const SUMMARY: &str = summary_columns!();
 /// The columns of an event's detail after [`SUMMARY`]'s (SQLite's; its payload joined).
 pub(in crate::store) const DETAIL: &str =
     "content_type, headers, body, codec, signed_id, event_type_signed";
@@ -348,109 +286,6 @@ pub(in crate::store) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types
             Arg::Int(i) => i.into(),
         })
         .collect();
-    (sql, args)
-}
-
-/// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`), the
-/// test for text inside text, and the deliveries waiting or under way (SQLite's through its
-/// partial queue index, named: `INDEXED BY` is SQLite's alone). The rest of the statement is
-/// the same on both.
-pub(in crate::store) struct Dialect {
-    param: &'static str,
-    contains: &'static str,
-    queued: &'static str,
-}
-
-pub(in crate::store) const SQLITE: Dialect = Dialect {
-    param: "?",
-    contains: "instr",
-    queued: "deliveries INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL AND",
-};
-pub(in crate::store) const POSTGRES: Dialect = Dialect {
-    param: "$",
-    contains: "strpos",
-    queued: "deliveries WHERE",
-};
-
-/// An argument of the list's statement.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(in crate::store) enum Arg {
-    Text(String),
-    Int(i64),
-}
-
-/// The list's statement for `f` in `dialect`, and its arguments, on either backend: the
-/// same filters, cursor and order.
-pub(in crate::store) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>) {
-    let mut sql = format!("SELECT {SUMMARY} FROM events WHERE true");
-    let mut args: Vec<Arg> = Vec::new();
-    // `condition` with its `?` numbered as the next argument.
-    let mut when = |condition: &str, value: Arg| {
-        args.push(value);
-        let n = format!("{}{}", dialect.param, args.len());
-        sql.push_str(" AND ");
-        sql.push_str(&condition.replace('?', &n));
-    };
-    if let Some(endpoint) = &f.endpoint {
-        when("endpoint = ?", Arg::Text(endpoint.clone()));
-    }
-    // An event's status here is its deliveries' as much as its roll-up's: one with any delivery
-    // dead (or waiting, or under way) is listed under that status, found through the partial
-    // indexes of `deliveries` (`deliveries_dead`, `deliveries_queue`), so an event with one
-    // route dead and another still pending is among the dead an owner must look at. Delivered
-    // and stored are the roll-up (`events.status`).
-    match f.status {
-        Some(Status::Dead) => when(
-            "events.id IN (SELECT event_id FROM deliveries WHERE status = ?)",
-            Arg::Text(Status::Dead.as_str().to_string()),
-        ),
-        Some(status @ (Status::Pending | Status::Delivering)) => when(
-            &format!(
-                "events.id IN (SELECT event_id FROM {} status = ?)",
-                dialect.queued
-            ),
-            Arg::Text(status.as_str().to_string()),
-        ),
-        Some(status) => when("events.status = ?", Arg::Text(status.as_str().to_string())),
-        None => {}
-    }
-    if let Some(event_type) = &f.event_type {
-        when("event_type = ?", Arg::Text(event_type.clone()));
-    }
-    if let Some(text) = &f.text {
-        let contains = dialect.contains;
-        when(
-            &format!(
-                "({contains}(dedup_key, ?) > 0 OR {contains}(coalesce(object_id, ''), ?) > 0)"
-            ),
-            Arg::Text(text.clone()),
-        );
-    }
-    let few = matches!(
-        f.status,
-        Some(Status::Dead | Status::Pending | Status::Delivering)
-    );
-    let by_endpoint = f.endpoint.is_some() && !few;
-    if let Some(before) = f.before {
-        if by_endpoint {
-            when(
-                "(received_at, id) < (SELECT received_at, id FROM events WHERE id = ?)",
-                Arg::Int(before),
-            );
-        } else {
-            when("id < ?", Arg::Int(before));
-        }
-    }
-    let order = if by_endpoint {
-        "received_at DESC, id DESC"
-    } else {
-        "id DESC"
-    };
-    sql.push_str(&format!(" ORDER BY {order}"));
-    if f.limit > 0 {
-        args.push(Arg::Int(i64::try_from(f.limit).unwrap_or(i64::MAX)));
-        sql.push_str(&format!(" LIMIT {}{}", dialect.param, args.len()));
-    }
     (sql, args)
 }
 

@@ -1,163 +1,23 @@
-//! Intake's one write: a verified event goes in unless its (endpoint, dedup key) is already
-//! there (received within the endpoint's dedup window, if it has one). [`NewEvent`] can only be built with the verifier's proof; [`dedup_hash`] is what the
-//! narrow dedup index holds; the barrier is one statement (`INSERT_UNLESS_KNOWN`), which
-//! `retention.rs` reuses to restore archived events.
+//! SQLite's side of intake ([`Store::insert_event`]): the dedup barrier is one statement
+//! (`INSERT_UNLESS_KNOWN`), which `retention.rs` reuses to restore archived events, then the
+//! payload and the event's delivery rows, all in the writer job's savepoint.
 
 use std::time::Duration;
 
-use bytes::Bytes;
 use rusqlite::{Connection, params};
 
+use super::Sqlite;
 use super::payload::StoredBody;
-use super::{Status, Store, StoreError};
-use crate::verify::Verified;
+use crate::store::{Inserted, NewEvent, Status, StoreError};
 
-/// A verified webhook, ready to store. Building one takes the verifier's proof.
-#[derive(Debug)]
-pub struct NewEvent {
-    pub(in crate::store) endpoint: String,
-    pub(in crate::store) dedup_key: String,
-    /// [`dedup_hash`] of the endpoint and key, computed here on the request's task rather
-    /// than on the writer thread.
-    pub(in crate::store) dedup_hash: i64,
-    pub(in crate::store) event_type: Option<String>,
-    pub(in crate::store) content_type: Option<String>,
-    /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
-    pub(in crate::store) headers: Vec<u8>,
-    pub(in crate::store) body: Bytes,
-    pub(in crate::store) received_at_ms: i64,
-    /// The start of the dedup window (see [`Received::dedup_since_ms`]).
-    pub(in crate::store) dedup_since_ms: Option<i64>,
-    /// The names of the verified client certificate (mutual TLS), if the connection had one.
-    pub(in crate::store) client_cert: Option<String>,
-    pub(in crate::store) object_id: Option<String>,
-    /// The id the provider signed apart from the body ([`Verified::signed_id`]), if any.
-    pub(in crate::store) signed_id: Option<String>,
-    /// Whether `event_type` came from signed bytes; None when the event has no type.
-    pub(in crate::store) event_type_signed: Option<bool>,
-    /// The routes it goes to, each a delivery row; none: it is `stored`.
-    pub(in crate::store) routes: Vec<NewDelivery>,
-}
-
-/// One route an event goes to, with its ordering key on that route (if the route orders by
-/// one and the event carries it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NewDelivery {
-    pub route: String,
-    pub order_key: Option<String>,
-}
-
-/// The request as received, and what it says it is: everything of an event that the store
-/// keeps besides its endpoint and dedup key.
-#[derive(Debug)]
-pub struct Received {
-    /// The provider's event type (a header or the body's `type`), if it names one.
-    pub event_type: Option<String>,
-    pub content_type: Option<String>,
-    /// The request headers in HTTP/1 form, `name: value\r\n` each, exactly as received.
-    pub headers: Vec<u8>,
-    pub body: Bytes,
-    /// Unix milliseconds.
-    pub at_ms: i64,
-    /// The start of the endpoint's dedup window (unix milliseconds: `at_ms` minus the
-    /// window): an earlier event with the same key is a duplicate only if it was received at
-    /// or after this. None: the endpoint has no window, any earlier event with the key is.
-    pub dedup_since_ms: Option<i64>,
-    /// The verified client certificate's names (`CN=..; DNS=..`), on a mutual-TLS connection.
-    pub client_cert: Option<String>,
-    /// The object the event is about (`describe`'s object id), if the body names one.
-    pub object_id: Option<String>,
-    /// Whether the signature covers what `event_type` was read from (the endpoint's
-    /// `Verifier::event_type_signed`); told to targets, never used to refuse anything.
-    pub event_type_signed: bool,
-}
-
-impl NewEvent {
-    /// An event of `endpoint` with this dedup key, for `routes` (none: it is only stored).
-    pub fn new(
-        proof: Verified,
-        endpoint: &str,
-        dedup_key: String,
-        received: Received,
-        routes: Vec<NewDelivery>,
-    ) -> Self {
-        let event_type_signed = received
-            .event_type
-            .is_some()
-            .then_some(received.event_type_signed);
-        NewEvent {
-            endpoint: endpoint.to_string(),
-            dedup_hash: dedup_hash(endpoint, &dedup_key),
-            dedup_key,
-            event_type: received.event_type,
-            content_type: received.content_type,
-            headers: received.headers,
-            body: received.body,
-            received_at_ms: received.at_ms,
-            dedup_since_ms: received.dedup_since_ms,
-            routes,
-            client_cert: received.client_cert,
-            object_id: received.object_id,
-            signed_id: proof.signed_id().map(str::to_string),
-            event_type_signed,
-        }
-    }
-}
-
-/// What the dedup index holds for an (endpoint, dedup key): the first 8 bytes of SHA-256 over
-/// the endpoint, a zero byte and the key, as a signed integer. Stored in every row, so it must
-/// never change. Two keys may share a hash (about one chance in 10^8 among a million events);
-/// the insert compares the full key, so they are still two events.
-pub fn dedup_hash(endpoint: &str, dedup_key: &str) -> i64 {
-    let digest = crate::digest::sha256(&[endpoint.as_bytes(), &[0u8], dedup_key.as_bytes()]);
-    let mut first = [0u8; 8];
-    first.copy_from_slice(&digest[..8]);
-    i64::from_be_bytes(first)
-}
-
-/// What inserting an event came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Inserted {
-    /// A new row, with its id.
-    New(i64),
-    /// The (endpoint, dedup key) was already there (within the window, if the endpoint has
-    /// one): the id of the newest such row.
-    Duplicate(i64),
-}
-
-impl Store {
-    /// Stores a verified event unless its (endpoint, dedup key) is already there (since the
-    /// window's start, if the endpoint has a window). The barrier is
-    /// the insert statement itself (`INSERT_UNLESS_KNOWN`), so concurrent copies cannot
-    /// both get in.
-    ///
-    /// `deadline`: how long the request waits for the backend to take the insert for a
-    /// transaction. Not taken by then, it is given up and never runs
-    /// ([`StoreError::NotTaken`]: the caller answers 503 knowing that nothing will be
-    /// stored); taken, its real answer is awaited however long that takes (`handover.rs`
-    /// says what bounds it).
-    pub async fn insert_event(
+impl Sqlite {
+    /// [`Store::insert_event`]: the body deflated on the caller's task, then the barrier and
+    /// the event's rows as one writer job (`run_intake`).
+    pub(in crate::store) async fn insert_event(
         &self,
         event: NewEvent,
         deadline: Duration,
     ) -> Result<Inserted, StoreError> {
-        if self.postgres().is_some() {
-            // A task of its own, so its outcome (COMMIT included) is recorded for `/readyz`
-            // even when the caller stopped waiting, as the writer thread does on SQLite.
-            let store = self.clone();
-            let task = tokio::spawn(async move {
-                let pg = store.postgres().ok_or(StoreError::Closed)?;
-                let routed = !event.routes.is_empty();
-                // Grouped with the inserts of concurrent requests (`postgres/group.rs`).
-                let inserted = pg.insert_event(event, deadline).await;
-                store.intake_health().record(inserted.as_ref().map(drop));
-                if matches!(inserted, Ok(Inserted::New(_))) && routed {
-                    pg.announce();
-                }
-                inserted
-            });
-            return task.await.unwrap_or(Err(StoreError::Closed));
-        }
         // The body is deflated here, on this tokio worker, not on the writer thread.
         let stored = StoredBody::encode(&event.body);
         // Two statements (the event, then its payload), standing or falling together in the
@@ -168,7 +28,7 @@ impl Store {
         // Given up before the writer took it: the writer never saw it, so `/readyz` hears of
         // it here (a webhook was refused for the store's sake).
         if let Err(e @ StoreError::NotTaken(_)) = &inserted {
-            self.intake_health().record(Err(e));
+            self.health().record(Err(e));
         }
         inserted
     }
@@ -290,19 +150,7 @@ pub(in crate::store) fn insert_stored(
 mod tests {
     use super::super::fixtures::{NOW, ids, new_event, temp_db};
     use super::*;
-
-    #[test]
-    fn the_dedup_hash_is_fixed_and_covers_the_endpoint() {
-        // Stored in every row: a change here would let every old event in again.
-        // Computed independently: SHA-256 of b"pagarme\0hook_1", first 8 bytes, big-endian.
-        assert_eq!(
-            dedup_hash("pagarme", "hook_1"),
-            0x54d0_7625_2da8_a59c_u64 as i64
-        );
-        assert_eq!(dedup_hash("", ""), 0x6e34_0b9c_ffb3_7a98_u64 as i64);
-        assert_ne!(dedup_hash("a", "b"), dedup_hash("b", "a"));
-        assert_ne!(dedup_hash("ab", "c"), dedup_hash("a", "bc"));
-    }
+    use crate::store::dedup_hash;
 
     #[test]
     fn keys_sharing_a_hash_are_still_two_events() {

@@ -1,7 +1,5 @@
-//! The forwarding worker's side of the queue: claim due deliveries (marking them `delivering`
-//! before any attempt starts), record an attempt and move the delivery (and its event's
-//! roll-up status) on, recover attempts cut off by a crash, and say when the next one is due.
-//! A lane is one (endpoint, route); its deliveries are rows of `deliveries`.
+//! SQLite's side of the queue ([`crate::store::Store::claim_lanes`] and the rest): claims,
+//! attempts, roll-ups and recovery, each one writer job.
 //!
 //! The queue is the partial index `deliveries_queue`: a delivery's entry is there while its
 //! `next_attempt_at` is set, from intake until the batched roll-up clears it after the
@@ -17,145 +15,26 @@
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Status, Store, StoreError};
+use super::Sqlite;
+use crate::store::{
+    AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Status, StoreError, Tried,
+};
 
-/// A delivery claimed for one attempt (its status is now `delivering`): everything the
-/// attempt hands to the target.
-#[derive(Debug, Clone)]
-pub struct Delivery {
-    pub event_id: i64,
-    pub endpoint: String,
-    /// The route this delivery is for.
-    pub route: String,
-    pub dedup_key: String,
-    pub event_type: Option<String>,
-    /// Whether `event_type` came from bytes the signature covers: false when it came from an
-    /// unsigned header or body, when there is none, and for events stored before it was kept.
-    pub event_type_signed: bool,
-    /// The id the provider signed apart from the body (Mercado Pago's query `data.id`): what
-    /// a target should trust where the body proves nothing.
-    pub signed_id: Option<String>,
-    pub content_type: Option<String>,
-    pub received_at_ms: i64,
-    /// 1-based number of this attempt (of this route).
-    pub attempt: u32,
-    /// The request headers as stored (`name: value\r\n` each; credentials redacted).
-    pub headers: Bytes,
-    pub body: Bytes,
-}
-
-/// Which of a lane's due deliveries may go now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
-    /// Any due delivery (`concurrency` > 1 without `order_by`).
-    Any,
-    /// Only the oldest unfinished delivery: strict arrival order (`concurrency = 1` without
-    /// `order_by`).
-    Strict,
-    /// Per ordering key: a delivery goes only when no older one of its key is unfinished; a
-    /// delivery without a key is a lane of its own (`order_by`).
-    ByKey,
-}
-
-/// One lane's share of [`Store::claim_lanes`]: claim up to `limit` of its due deliveries.
-#[derive(Debug, Clone)]
-pub struct LaneClaim {
-    pub endpoint: String,
-    pub route: String,
-    pub limit: usize,
-    pub order: Order,
-}
-
-/// What [`Store::claim_lanes`] found for one lane.
-#[derive(Debug, Clone)]
-pub struct Claimed {
-    pub deliveries: Vec<Delivery>,
-    /// When its next delivery is due, if it still has room after these (None: none waits).
-    pub next_due: Option<i64>,
-}
-
-/// After recording an attempt, claim the next due delivery of this lane.
-#[derive(Debug, Clone)]
-pub struct ClaimNext {
-    pub endpoint: String,
-    pub route: String,
-    pub order: Order,
-    pub now_ms: i64,
-}
-
-/// One attempt the worker ran: which, when and for how long. What it came to is the
-/// [`AfterAttempt`] recorded with it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Tried {
-    /// 1-based, as claimed.
-    pub attempt: u32,
-    pub started_at_ms: i64,
-    pub duration_ms: i64,
-}
-
-/// What an attempt came to, and so what happens to its delivery: the one vocabulary of an
-/// attempt's result between the worker and the database (the attempt row's `outcome` column
-/// and the delivery's status both follow from it).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum AfterAttempt {
-    Delivered,
-    /// Failed with this error; due again at this time (unix milliseconds).
-    RetryAt {
-        at_ms: i64,
-        error: String,
-    },
-    /// Failed with this error, and it was the schedule's last try.
-    Dead {
-        error: String,
-    },
-}
-
-impl AfterAttempt {
-    /// The label of the attempt's outcome, in logs and metrics.
-    pub fn label(&self) -> &'static str {
-        match self {
-            AfterAttempt::Delivered => "delivered",
-            AfterAttempt::RetryAt { .. } => "failed",
-            AfterAttempt::Dead { .. } => "dead",
-        }
-    }
-
-    /// Why it failed, if it did: a short text, safe to log and store.
-    pub fn error(&self) -> Option<&str> {
-        match self {
-            AfterAttempt::Delivered => None,
-            AfterAttempt::RetryAt { error, .. } | AfterAttempt::Dead { error } => Some(error),
-        }
-    }
-
-    /// The attempt row's `outcome`: `delivered` or `failed` (`interrupted` is recovery's).
-    fn recorded_as(&self) -> &'static str {
-        match self {
-            AfterAttempt::Delivered => "delivered",
-            AfterAttempt::RetryAt { .. } | AfterAttempt::Dead { .. } => "failed",
-        }
-    }
-}
-
-impl Store {
+/// SQLite's side of [`crate::store::Store`]'s queue methods: each one job for the writer, committed as
+/// bookkeeping (no fsync of its own).
+impl Sqlite {
     /// At start-up: attempts that were running when the process died go back to pending, due
     /// now, and are recorded as interrupted. Returns how many deliveries.
-    pub async fn recover(&self, now_ms: i64) -> Result<usize, StoreError> {
-        if let Some(pg) = self.postgres() {
-            // Leases, not a recovery pass (`postgres/queue.rs`): only the cut-off roll-ups.
-            pg.roll_up_all().await?;
-            return Ok(0);
-        }
+    pub(in crate::store) async fn recover(&self, now_ms: i64) -> Result<usize, StoreError> {
         self.run_bookkeeping(move |conn| recover(conn, now_ms))
             .await
     }
 
     /// Unfinished (pending or delivering) deliveries per (endpoint, route), for the start-up
     /// check that every such delivery still has a route to go to.
-    pub async fn unfinished_by_route(&self) -> Result<Vec<(String, String, i64)>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.unfinished_by_route().await;
-        }
+    pub(in crate::store) async fn unfinished_by_route(
+        &self,
+    ) -> Result<Vec<(String, String, i64)>, StoreError> {
         self.run_bookkeeping(|conn| {
             conn.prepare(UNFINISHED_BY_ROUTE)?
                 .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
@@ -167,14 +46,11 @@ impl Store {
     /// Claims the due deliveries of several lanes in one transaction (the worker loop's round:
     /// the deliveries of one event to its routes share pages, and so one commit), and says
     /// when each lane with room left is next due.
-    pub async fn claim_lanes(
+    pub(in crate::store) async fn claim_lanes(
         &self,
         lanes: Vec<LaneClaim>,
         now_ms: i64,
     ) -> Result<Vec<Claimed>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.claim_lanes(lanes, now_ms).await;
-        }
         self.run_bookkeeping(move |conn| {
             lanes
                 .iter()
@@ -198,7 +74,7 @@ impl Store {
 
     /// Records one attempt and moves the delivery on; with `then`, claims the lane's next due
     /// delivery in the same transaction, so a busy lane costs one commit per delivery.
-    pub async fn record_attempt(
+    pub(in crate::store) async fn record_attempt(
         &self,
         event_id: i64,
         route: String,
@@ -206,11 +82,6 @@ impl Store {
         after: AfterAttempt,
         then: Option<ClaimNext>,
     ) -> Result<Option<Delivery>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg
-                .record_attempt(event_id, route, attempt, after, then)
-                .await;
-        }
         self.run_bookkeeping(move |conn| {
             record_attempt(conn, event_id, &route, &attempt, &after)?;
             let Some(next) = then else { return Ok(None) };
@@ -230,10 +101,7 @@ impl Store {
     /// Writes these events' roll-up status, each whose deliveries are all finished (the
     /// others are left pending), and takes their finished deliveries out of the queue index,
     /// in one transaction.
-    pub async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.roll_up(event_ids).await;
-        }
+    pub(in crate::store) async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {
         self.run_bookkeeping(move |conn| {
             event_ids
                 .into_iter()
@@ -244,10 +112,7 @@ impl Store {
 
     /// SQLite's `data_version`: changes when another connection (say, `portaria events
     /// replay`) commits to the file.
-    pub async fn data_version(&self) -> Result<i64, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.data_version().await;
-        }
+    pub(in crate::store) async fn data_version(&self) -> Result<i64, StoreError> {
         self.run_bookkeeping(|conn| conn.query_row("PRAGMA data_version", [], |r| r.get(0)))
             .await
     }

@@ -9,10 +9,13 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
-use super::events::{DETAIL, EventDetail, SUMMARY, attempts, detail};
-use super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW, NewDelivery, dedup_hash};
+use super::events::{DETAIL, attempts, detail};
+use super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW};
 use super::payload::StoredBody;
 use super::{Db, Status, Store, StoreError, schema, status_column};
+use crate::store::EventDetail;
+use crate::store::events::SUMMARY;
+use crate::store::{NewDelivery, dedup_hash};
 
 /// Which events pruning may remove: delivered and stored ones received before
 /// `finished_before_ms`, dead ones received before `dead_before_ms` (unix milliseconds).

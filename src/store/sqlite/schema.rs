@@ -271,7 +271,9 @@ ALTER TABLE events ADD COLUMN event_type_signed INTEGER;
 ";
 
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
-/// and a busy timeout, and brings the schema up to date.
+/// and a busy timeout, and brings the schema up to date: for tests (the store opens with
+/// [`open_with`]).
+#[cfg(test)]
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     open_with(path, Upgrade::Allowed)
 }
@@ -961,7 +963,8 @@ mod tests {
 
     #[test]
     fn a_version_5_file_keeps_every_delivery_in_the_new_queue_index() {
-        use super::super::queue::{Order, claim_due, recover};
+        use super::super::queue::{claim_due, recover};
+        use crate::store::Order;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
         version_5_file(&path);
