@@ -347,7 +347,7 @@ pub fn replay(
     path: &Path,
     config: &Config,
     only: Option<&str>,
-    mut restore: impl FnMut(&[EventDetail], &Routes) -> Result<Restored, StoreError>,
+    mut restore: impl FnMut(Vec<EventDetail>, &Routes) -> Result<Restored, StoreError>,
 ) -> Result<Replayed, String> {
     let lines = read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut out = Replayed::default();
@@ -364,8 +364,8 @@ pub fn replay(
             .collect()
     };
     let mut flush = |batch: &mut Vec<EventDetail>, out: &mut Replayed| {
-        let r = restore(batch, &routes).map_err(|e| format!("cannot restore events: {e}"))?;
-        batch.clear();
+        let r = restore(std::mem::take(batch), &routes)
+            .map_err(|e| format!("cannot restore events: {e}"))?;
         out.restored.inserted += r.inserted;
         out.restored.reset += r.reset;
         out.restored.already_queued += r.already_queued;

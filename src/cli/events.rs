@@ -1,32 +1,34 @@
 //! `portaria events list/show/replay`: looks at the stored events (read-only) and puts them
 //! back into the queue, and owns their output: the table, one JSON object per line, and the
-//! detail view of one event. On SQLite it opens the file directly ([`Db`]); on PostgreSQL it
-//! uses the server's store ([`Store`]) on a runtime of its own: [`Events`] is the one place
-//! that knows which, the output is the same.
+//! detail view of one event. It speaks to the configured [`crate::store::Store`] (`database.rs`
+//! opens it), whatever its engine: the output is the same.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
+use super::database::{Access, Opened};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
-use crate::store::{
-    Db, EventDetail, EventSummary, ListFilter, RouteState, Status, Store, StoreError,
-};
+use crate::store::{EventDetail, EventSummary, ListFilter, RouteState, Status};
 use crate::time::{now_ms, rfc3339};
 
 /// Runs `events list`, `events show` or `events replay`.
 pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
     let config = existing_store(config)?;
     // Looking needs no write access; only a replay opens the database for writing.
-    let writes = matches!(&command, EventsCommand::Replay(_));
-    let mut db = Events::open(&config, writes)?;
-    let result = run_on(&config, &mut db, command);
+    let access = match &command {
+        EventsCommand::Replay(_) => Access::Write,
+        _ => Access::Read,
+    };
+    let db = Opened::open(&config, access)?;
+    let result = run_on(&config, &db, command);
     db.close();
     result
 }
 
-fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<ExitCode, String> {
+fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCode, String> {
+    let store = &db.store;
     let out = std::io::stdout();
     let mut out = out.lock();
     let now = now_ms();
@@ -39,12 +41,12 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                 ..ListFilter::default()
             };
             let events = db
-                .list(&filter)
+                .block_on(store.list_events(filter))
                 .map_err(|e| format!("cannot list events: {e}"))?;
             closed_pipe_is_done(if args.json {
                 let routes = events
                     .iter()
-                    .map(|e| db.routes(e.id))
+                    .map(|e| db.block_on(store.event_routes(e.id)))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| format!("cannot list events: {e}"))?;
                 write_json(&mut out, &events, &routes)
@@ -53,7 +55,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
             })
         }
         EventsCommand::Show { id, raw } => match db
-            .event(id)
+            .block_on(store.event_detail(id))
             .map_err(|e| format!("cannot read event {id}: {e}"))?
         {
             Some(event) if raw => {
@@ -65,7 +67,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
             }
             Some(event) => {
                 let cert = db
-                    .client_cert(id)
+                    .block_on(store.client_cert(id))
                     .map_err(|e| format!("cannot read event {id}: {e}"))?;
                 closed_pipe_is_done(write_detail(&mut out, &event, cert.as_deref()))
             }
@@ -74,7 +76,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
         EventsCommand::Replay(args) => {
             if let Some(id) = args.id {
                 if !db
-                    .replay(id, args.route.as_deref(), now)
+                    .block_on(store.replay_route(id, args.route.clone(), now))
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
                 {
                     let which = match &args.route {
@@ -96,7 +98,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                 )
             } else {
                 let n = db
-                    .replay_dead(args.endpoint.as_deref(), args.route.as_deref(), now)
+                    .block_on(store.replay_dead(args.endpoint, args.route, now))
                     .map_err(|e| format!("cannot replay dead events: {e}"))?;
                 writeln!(out, "{n} dead event(s) pending again")
             }
@@ -104,98 +106,6 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
     };
     written.map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// Where the events are: the SQLite file, or the PostgreSQL database through the store, on a
-/// runtime of the command's own. The one place in the command that knows the backend.
-enum Events {
-    Sqlite(Db),
-    Postgres {
-        store: Store,
-        runtime: tokio::runtime::Runtime,
-    },
-}
-
-impl Events {
-    fn open(config: &Config, writes: bool) -> Result<Events, String> {
-        let Some(url) = &config.storage.postgres else {
-            let path = &config.storage.path;
-            let opened = if writes {
-                Db::open(path)
-            } else {
-                Db::open_read_only(path)
-            };
-            return opened
-                .map(Events::Sqlite)
-                .map_err(|e| format!("cannot open the database: {e}"));
-        };
-        let runtime = super::command_runtime()?;
-        let store = runtime.block_on(super::open_postgres(url))?;
-        Ok(Events::Postgres { store, runtime })
-    }
-
-    fn list(&self, filter: &ListFilter) -> Result<Vec<EventSummary>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.list(filter),
-            Events::Postgres { store, runtime } => {
-                runtime.block_on(store.list_events(filter.clone()))
-            }
-        }
-    }
-
-    fn event(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.event(id),
-            Events::Postgres { store, runtime } => runtime.block_on(store.event_detail(id)),
-        }
-    }
-
-    fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.routes(id),
-            Events::Postgres { store, runtime } => runtime.block_on(store.event_routes(id)),
-        }
-    }
-
-    fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.client_cert(id),
-            Events::Postgres { store, runtime } => runtime.block_on(store.client_cert(id)),
-        }
-    }
-
-    fn replay(&mut self, id: i64, route: Option<&str>, now_ms: i64) -> Result<bool, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.replay(id, route, now_ms),
-            Events::Postgres { store, runtime } => {
-                runtime.block_on(store.replay_route(id, route.map(str::to_string), now_ms))
-            }
-        }
-    }
-
-    fn replay_dead(
-        &mut self,
-        endpoint: Option<&str>,
-        route: Option<&str>,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.replay_dead(endpoint, route, now_ms),
-            Events::Postgres { store, runtime } => runtime.block_on(store.replay_dead(
-                endpoint.map(str::to_string),
-                route.map(str::to_string),
-                now_ms,
-            )),
-        }
-    }
-
-    fn close(self) {
-        if let Events::Postgres { store, runtime } = self {
-            // Inside the runtime: the store's tasks see the pool close and end.
-            let _guard = runtime.enter();
-            store.close();
-        }
-    }
 }
 
 /// A listing whose reader went away (`portaria events list | head -1`) is done, not failed: as

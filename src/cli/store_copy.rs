@@ -39,12 +39,13 @@ pub(super) fn run(config: Option<&Path>, command: StoreCommand) -> Result<ExitCo
         Store::open_read_only(&from).map_err(|e| format!("cannot open {}: {e}", from.display()))?;
     let runtime = super::command_runtime()?;
     let report = runtime.block_on(async {
-        let store = super::open_postgres(url).await?;
+        let store = super::database::open_postgres(url).await?;
         let report = store
             .copy_from(&source)
             .await
             .map_err(|e| format!("cannot copy: {e}"));
         store.close();
+        source.close();
         report
     })?;
     println!(

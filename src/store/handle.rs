@@ -115,13 +115,3 @@ impl Store {
         }
     }
 }
-
-/// Transitional: the consumers not yet matching on [`Engine`] reach SQLite through these.
-impl Store {
-    pub(super) fn postgres(&self) -> Option<&Pg> {
-        match self.engine() {
-            Engine::Postgres(pg) => Some(pg),
-            Engine::Sqlite(_) => None,
-        }
-    }
-}

@@ -27,25 +27,27 @@
 //! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
 //! their window. Pending and delivering events never match it.
 
+mod alerts;
+mod backup;
 mod copy;
+mod counters;
 mod dashboard;
 mod events;
 mod handle;
 mod handover;
 mod intake;
+mod observe;
 mod postgres;
 mod pruning;
 mod queue;
+mod retention;
 mod sqlite;
-
-use sqlite::{alerts, backup, counters, db, observe, retention};
 
 pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};
 pub use copy::{CopyError, CopyReport};
 pub use counters::{Counted, Rejection};
 pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
-pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
@@ -65,10 +67,6 @@ pub enum StoreError {
     /// A PostgreSQL error, or a connection that could not be had (never with the URL in it).
     #[error("database error: {0}")]
     Postgres(String),
-    /// A SQLite-only method called on PostgreSQL: nothing in operation reaches it (the one
-    /// SQLite-only command, `backup`, refuses PostgreSQL before opening anything).
-    #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
-    Unsupported,
     /// An intake insert the backend had not taken by the request's deadline: given up, and
     /// never run (`handover.rs`).
     #[error("not taken for a commit within {0:?} (database locked or disk stalled); not stored")]

@@ -194,6 +194,16 @@ impl Store {
         }
     }
 
+    /// Resolves when another session changed the queue: on PostgreSQL, a notification from
+    /// another instance's intake or a replay; never on SQLite, whose worker sees other
+    /// processes' commits through [`Store::data_version`].
+    pub async fn changed_elsewhere(&self) {
+        match self.engine() {
+            Engine::Sqlite(_) => std::future::pending().await,
+            Engine::Postgres(pg) => pg.changed_elsewhere().await,
+        }
+    }
+
     /// A number that changes when another connection (`portaria events replay`, another
     /// instance) commits: SQLite's `data_version`, PostgreSQL's WAL position.
     pub async fn data_version(&self) -> Result<i64, StoreError> {

@@ -530,7 +530,7 @@ fn a_listing_piped_into_a_reader_that_closes_early_exits_0_quietly() {
     let db = dir.path().join("p.db");
     let config = dir.path().join("p.toml");
     std::fs::write(&config, base_config(&db, "", "")).unwrap();
-    drop(portaria::store::Db::open(&db).unwrap());
+    portaria::store::Store::open(&db).unwrap().close();
     let mut conn = open_db(&db);
     let tx = conn.transaction().unwrap();
     let now = portaria::time::now_ms();

@@ -1,6 +1,6 @@
 //! Wake-ups across instances, by PostgreSQL's `LISTEN/NOTIFY` on one channel,
 //! `portaria_deliveries`: every instance's [`listener`] holds a connection of its own (outside the
-//! pool) that listens, and wakes this instance's worker ([`Store::changed_elsewhere`]) when
+//! pool) that listens, and wakes this instance's worker ([`crate::store::Store::changed_elsewhere`]) when
 //! any session notifies. Two things notify:
 //!
 //! - intake, through [`announcer`]: an accepted event with deliveries asks it
@@ -29,9 +29,9 @@ use deadpool_postgres::Pool;
 use tokio::sync::{Notify, watch};
 use tokio_postgres::AsyncMessage;
 
-use super::error;
 use super::tls::Connector;
-use crate::store::{Store, StoreError};
+use super::{Pg, error};
+use crate::store::StoreError;
 
 /// One wake-up for everything accepted since the last: no flush of its own (a lost
 /// notification only means the fallback check finds the delivery).
@@ -48,7 +48,7 @@ const LEAD_RETRY: Duration = Duration::from_secs(2);
 const BACKOFF_FIRST: Duration = Duration::from_millis(250);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 
-/// What the instance's wake-up tasks share with [`super::Pg`].
+/// What the instance's wake-up tasks share with [`Pg`].
 pub(super) struct Wakeups {
     /// Set by the listener: something changed in another session.
     pub(super) changed: Arc<Notify>,
@@ -102,15 +102,11 @@ impl Wakeups {
     }
 }
 
-impl Store {
-    /// Resolves when another session changed the queue (PostgreSQL: a notification on
-    /// `portaria_deliveries`); never on SQLite, whose worker sees other processes' commits through its
-    /// `data_version` check.
-    pub async fn changed_elsewhere(&self) {
-        match self.postgres() {
-            Some(pg) => pg.wakeups.changed.notified().await,
-            None => std::future::pending().await,
-        }
+impl Pg {
+    /// Resolves at a notification on `portaria_deliveries` (another instance's intake, a
+    /// replay).
+    pub(in crate::store) async fn changed_elsewhere(&self) {
+        self.wakeups.changed.notified().await;
     }
 }
 

@@ -1,4 +1,4 @@
-//! `portaria backup`'s copy ([`Db::backup_to`]): a consistent snapshot of the database, taken
+//! `portaria backup`'s copy ([`crate::store::Store::backup_to`]): a consistent snapshot of the database, taken
 //! while a server writes to it, written to a temporary file beside its destination, checked,
 //! fsynced and only then renamed into place, so a crash never leaves a half-written backup.
 //!
@@ -24,161 +24,150 @@ use std::time::Duration;
 use rusqlite::backup::{Backup, StepResult};
 use rusqlite::{Connection, OpenFlags};
 
-use super::{Db, StoreError, schema};
-
-/// What a finished backup holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Copied {
-    pub events: u64,
-    /// The copy's size on disk.
-    pub bytes: u64,
-}
-
-/// Why a backup was not written. Whatever the reason, the destination is left as it was.
-#[derive(Debug, thiserror::Error)]
-pub enum BackupError {
-    #[error("{} exists already", .0.display())]
-    Exists(PathBuf),
-    #[error("{} is the database itself (or one of its files): back up to another path", .0.display())]
-    IsTheDatabase(PathBuf),
-    #[error("{what} {}: {error}", .path.display())]
-    Io {
-        what: &'static str,
-        path: PathBuf,
-        error: std::io::Error,
-    },
-    #[error("{0}")]
-    Store(#[from] StoreError),
-    #[error("the copy failed its check, so nothing was written: {0}")]
-    Check(String),
-}
+use super::{Sqlite, schema};
+use crate::store::{BackupError, Copied, StoreError};
 
 /// How often, and how long apart, a step that finds the file locked is tried again. In WAL
 /// mode a read is refused only while another connection recovers or restarts the log.
 const BUSY_TRIES: u32 = 100;
 const BUSY_PAUSE: Duration = Duration::from_millis(50);
 
-impl Db {
-    /// Writes a consistent copy of this database to `file`: every page copied in one read
-    /// transaction into `.NAME.PID.tmp` beside it (mode 0600: it holds every payload), switched
-    /// to a rollback journal so the copy is one self-contained file, fsynced, opened again and
-    /// checked (`integrity_check`, the schema version), then renamed over `file` and the
-    /// directory fsynced. An existing `file` is replaced only with `replace`.
-    pub fn backup_to(&self, file: &Path, replace: bool) -> Result<Copied, BackupError> {
-        let io = |what: &'static str, path: &Path| {
-            let path = path.to_path_buf();
-            move |error| BackupError::Io { what, path, error }
-        };
-        let name = file.file_name().ok_or_else(|| BackupError::Io {
-            what: "cannot back up to",
-            path: file.to_path_buf(),
-            error: std::io::Error::other("not a file name"),
-        })?;
-        let dir = match file.parent() {
-            Some(dir) if !dir.as_os_str().is_empty() => dir,
-            _ => Path::new("."),
-        };
-        let dir_real = dir
-            .canonicalize()
-            .map_err(io("cannot use the directory", dir))?;
-        self.refuse_own_files(&dir_real.join(name), file)?;
-        let exists = |path: &Path| path.symlink_metadata().is_ok();
-        if !replace && exists(file) {
-            return Err(BackupError::Exists(file.to_path_buf()));
-        }
+impl Sqlite {
+    /// [`backup_to`] on the store's connection, alone (on the writer thread between two
+    /// batches, or on the read-only connection of a command).
+    pub(in crate::store) async fn backup_to(
+        &self,
+        file: PathBuf,
+        replace: bool,
+    ) -> Result<Copied, BackupError> {
+        self.run_solo(move |conn| Ok(backup_to(conn, &file, replace)))
+            .await?
+    }
+}
 
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = TempFile(dir.join(tmp_name));
-        OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp.0)
-            .map_err(io("cannot create", &tmp.0))?;
-        self.copy_into(&tmp.0)?;
-        File::open(&tmp.0)
-            .and_then(|f| f.sync_all())
-            .map_err(io("cannot fsync", &tmp.0))?;
-        let events = check(&tmp.0)?;
-
-        // Checked again: the copy may have taken a while. (A file created in the instant
-        // between this and the rename would still be replaced; rename has no portable
-        // "unless it exists", and hard links, which do, are missing on FAT-formatted drives.)
-        if !replace && exists(file) {
-            return Err(BackupError::Exists(file.to_path_buf()));
-        }
-        std::fs::rename(&tmp.0, file).map_err(io("cannot rename the copy to", file))?;
-        tmp.keep();
-        File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("cannot fsync the directory", dir))?;
-        let bytes = file
-            .metadata()
-            .map_err(io("cannot read the size of", file))?
-            .len();
-        Ok(Copied { events, bytes })
+/// Writes a consistent copy of this database to `file`: every page copied in one read
+/// transaction into `.NAME.PID.tmp` beside it (mode 0600: it holds every payload), switched
+/// to a rollback journal so the copy is one self-contained file, fsynced, opened again and
+/// checked (`integrity_check`, the schema version), then renamed over `file` and the
+/// directory fsynced. An existing `file` is replaced only with `replace`.
+pub(in crate::store) fn backup_to(
+    conn: &Connection,
+    file: &Path,
+    replace: bool,
+) -> Result<Copied, BackupError> {
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |error| BackupError::Io { what, path, error }
+    };
+    let name = file.file_name().ok_or_else(|| BackupError::Io {
+        what: "cannot back up to",
+        path: file.to_path_buf(),
+        error: std::io::Error::other("not a file name"),
+    })?;
+    let dir = match file.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let dir_real = dir
+        .canonicalize()
+        .map_err(io("cannot use the directory", dir))?;
+    refuse_own_files(conn, &dir_real.join(name), file)?;
+    let exists = |path: &Path| path.symlink_metadata().is_ok();
+    if !replace && exists(file) {
+        return Err(BackupError::Exists(file.to_path_buf()));
     }
 
-    /// Refuses a destination that is this database or one of its side files (through any
-    /// symlinked or relative directory): renaming the copy over the live file would cut the
-    /// server off from every later write. (A symlink *named* as the destination is harmless:
-    /// the rename replaces the link, not what it points to.)
-    fn refuse_own_files(&self, target: &Path, file: &Path) -> Result<(), BackupError> {
-        let Some(source) = self.conn.path().filter(|p| !p.is_empty()) else {
-            return Ok(());
-        };
-        let Ok(source) = Path::new(source).canonicalize() else {
-            return Ok(());
-        };
-        for suffix in ["", "-wal", "-shm", "-journal"] {
-            let mut own = source.clone().into_os_string();
-            own.push(suffix);
-            let own = PathBuf::from(own);
-            if target == own {
-                return Err(BackupError::IsTheDatabase(file.to_path_buf()));
-            }
-        }
-        Ok(())
-    }
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = TempFile(dir.join(tmp_name));
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp.0)
+        .map_err(io("cannot create", &tmp.0))?;
+    copy_into(conn, &tmp.0)?;
+    File::open(&tmp.0)
+        .and_then(|f| f.sync_all())
+        .map_err(io("cannot fsync", &tmp.0))?;
+    let events = check(&tmp.0)?;
 
-    /// Copies every page into the empty file at `tmp` in one step (one read transaction:
-    /// a consistent snapshot), then leaves WAL mode so that the copy needs no `-wal` beside it.
-    fn copy_into(&self, tmp: &Path) -> Result<(), BackupError> {
-        let failed = |e: rusqlite::Error| StoreError::Sqlite(format!("backup failed: {e}"));
-        let mut dest = Connection::open(tmp).map_err(failed)?;
-        // No journal and no syncs while it is written: nobody reads the temporary file until
-        // it is complete, and it is fsynced once at the end.
-        dest.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")
-            .map_err(failed)?;
-        {
-            let backup = Backup::new(&self.conn, &mut dest).map_err(failed)?;
-            let mut tries = 0;
-            loop {
-                match backup.step(-1).map_err(failed)? {
-                    StepResult::Done => break,
-                    StepResult::More => {}
-                    // Busy, Locked, or whatever a later rusqlite adds: try again, a while.
-                    _ => {
-                        tries += 1;
-                        if tries >= BUSY_TRIES {
-                            return Err(StoreError::Sqlite(
-                                "backup failed: the database stayed locked".into(),
-                            )
-                            .into());
-                        }
-                        std::thread::sleep(BUSY_PAUSE);
+    // Checked again: the copy may have taken a while. (A file created in the instant
+    // between this and the rename would still be replaced; rename has no portable
+    // "unless it exists", and hard links, which do, are missing on FAT-formatted drives.)
+    if !replace && exists(file) {
+        return Err(BackupError::Exists(file.to_path_buf()));
+    }
+    std::fs::rename(&tmp.0, file).map_err(io("cannot rename the copy to", file))?;
+    tmp.keep();
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("cannot fsync the directory", dir))?;
+    let bytes = file
+        .metadata()
+        .map_err(io("cannot read the size of", file))?
+        .len();
+    Ok(Copied { events, bytes })
+}
+
+/// Refuses a destination that is this database or one of its side files (through any
+/// symlinked or relative directory): renaming the copy over the live file would cut the
+/// server off from every later write. (A symlink *named* as the destination is harmless:
+/// the rename replaces the link, not what it points to.)
+fn refuse_own_files(conn: &Connection, target: &Path, file: &Path) -> Result<(), BackupError> {
+    let Some(source) = conn.path().filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let Ok(source) = Path::new(source).canonicalize() else {
+        return Ok(());
+    };
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut own = source.clone().into_os_string();
+        own.push(suffix);
+        let own = PathBuf::from(own);
+        if target == own {
+            return Err(BackupError::IsTheDatabase(file.to_path_buf()));
+        }
+    }
+    Ok(())
+}
+
+/// Copies every page into the empty file at `tmp` in one step (one read transaction:
+/// a consistent snapshot), then leaves WAL mode so that the copy needs no `-wal` beside it.
+fn copy_into(conn: &Connection, tmp: &Path) -> Result<(), BackupError> {
+    let failed = |e: rusqlite::Error| StoreError::Sqlite(format!("backup failed: {e}"));
+    let mut dest = Connection::open(tmp).map_err(failed)?;
+    // No journal and no syncs while it is written: nobody reads the temporary file until
+    // it is complete, and it is fsynced once at the end.
+    dest.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")
+        .map_err(failed)?;
+    {
+        let backup = Backup::new(conn, &mut dest).map_err(failed)?;
+        let mut tries = 0;
+        loop {
+            match backup.step(-1).map_err(failed)? {
+                StepResult::Done => break,
+                StepResult::More => {}
+                // Busy, Locked, or whatever a later rusqlite adds: try again, a while.
+                _ => {
+                    tries += 1;
+                    if tries >= BUSY_TRIES {
+                        return Err(StoreError::Sqlite(
+                            "backup failed: the database stayed locked".into(),
+                        )
+                        .into());
                     }
+                    std::thread::sleep(BUSY_PAUSE);
                 }
             }
         }
-        // The pages carry the source's header, which says WAL.
-        dest.execute_batch("PRAGMA journal_mode = DELETE")
-            .map_err(failed)?;
-        dest.close().map_err(|(_, e)| failed(e))?;
-        Ok(())
     }
+    // The pages carry the source's header, which says WAL.
+    dest.execute_batch("PRAGMA journal_mode = DELETE")
+        .map_err(failed)?;
+    dest.close().map_err(|(_, e)| failed(e))?;
+    Ok(())
 }
 
 /// Opens the copy afresh, read-only, and checks it as a restore would need it; returns its
@@ -232,9 +221,10 @@ impl Drop for TempFile {
 mod tests {
     use std::os::unix::fs::PermissionsExt;
 
+    use super::super::Db;
     use super::super::fixtures::{row, temp_db};
-    use super::super::{Db, Status};
     use super::*;
+    use crate::store::Status;
 
     /// Every row of the four tables, as text, in id order.
     fn dump(conn: &Connection) -> Vec<String> {

@@ -6,7 +6,7 @@
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::payload::body_column;
-use super::{Db, Sqlite, status_column};
+use super::{Sqlite, status_column};
 use crate::store::events::{Arg, Replay, SQLITE, SUMMARY, list_query};
 use crate::store::{Attempt, EventDetail, EventSummary, ListFilter, RouteState, StoreError};
 
@@ -65,76 +65,6 @@ impl Sqlite {
             replay(c, &only, now_ms)
         })
         .await
-    }
-}
-
-impl Db {
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<EventSummary>, StoreError> {
-        Ok(list(&self.conn, filter)?)
-    }
-
-    pub fn event(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
-        Ok(event(&self.conn, id)?)
-    }
-
-    /// The names of the verified client certificate the event came with (mutual TLS), for
-    /// `events show`; None without one (or no such event).
-    pub fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn
-            .query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()?
-            .flatten())
-    }
-
-    /// An event's delivery to each route it matched (none for a stored event).
-    pub fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
-        Ok(routes(&self.conn, id)?)
-    }
-
-    /// Puts one event's deliveries (to `route` only, if given) back to pending with a fresh
-    /// schedule. Returns false if it has no such delivery that is not being delivered right
-    /// now (a stored event has none).
-    pub fn replay(
-        &mut self,
-        id: i64,
-        route: Option<&str>,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let only = Replay {
-            id: Some(id),
-            route,
-            ..Replay::default()
-        };
-        Ok(self.replay_where(&only, now_ms)? == 1)
-    }
-
-    /// Puts every dead delivery (of one endpoint and route, if given) back to pending.
-    /// Returns how many events that touched.
-    pub fn replay_dead(
-        &mut self,
-        endpoint: Option<&str>,
-        route: Option<&str>,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        let only = Replay {
-            dead: true,
-            endpoint,
-            route,
-            ..Replay::default()
-        };
-        self.replay_where(&only, now_ms)
-    }
-
-    fn replay_where(&mut self, only: &Replay<'_>, now_ms: i64) -> Result<usize, StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = replay(&tx, only, now_ms)?;
-        tx.commit()?;
-        Ok(n)
     }
 }
 

@@ -1,10 +1,108 @@
 //! Rows for the store's unit tests: a temp database and events as they would be after their
-//! life so far.
+//! life so far, and [`Db`], a test's own connection with the engine's queries on it.
+
+use std::path::Path;
 
 use bytes::Bytes;
-use rusqlite::params;
+use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Cutoffs, Db, NewEvent, Status, dedup_hash};
+use super::{events, retention, schema};
+use crate::store::{
+    Cutoffs, EventDetail, NewDelivery, NewEvent, PrunableGroup, Restored, Status, StoreError,
+    dedup_hash,
+};
+
+/// A test's own connection to a database file, and the engine's queries run on it as the
+/// store runs them (each in a transaction where the store's job would be one).
+pub(super) struct Db {
+    pub(super) conn: Connection,
+}
+
+impl Db {
+    /// Opens (creating if needed) the file as a command would: an older schema is refused.
+    pub(super) fn open(path: &Path) -> Result<Db, StoreError> {
+        Ok(Db {
+            conn: schema::open_with(path, schema::Upgrade::Refused)?,
+        })
+    }
+
+    pub(super) fn open_read_only(path: &Path) -> Result<Db, StoreError> {
+        Ok(Db {
+            conn: schema::open_read_only(path)?,
+        })
+    }
+
+    pub(super) fn event(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
+        Ok(events::event(&self.conn, id)?)
+    }
+
+    pub(super) fn list(
+        &self,
+        filter: &crate::store::ListFilter,
+    ) -> Result<Vec<crate::store::EventSummary>, StoreError> {
+        Ok(events::list(&self.conn, filter)?)
+    }
+
+    pub(super) fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .conn
+            .query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
+                r.get(0)
+            })
+            .optional()?
+            .flatten())
+    }
+
+    pub(super) fn prunable_counts(&self, c: Cutoffs) -> Result<Vec<PrunableGroup>, StoreError> {
+        Ok(retention::prunable_counts(&self.conn, &c)?)
+    }
+
+    /// One event's deliveries (to `route` only) pending again: true if it had such.
+    pub(super) fn replay(
+        &mut self,
+        id: i64,
+        route: Option<&str>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let only = crate::store::events::Replay {
+            id: Some(id),
+            route,
+            ..Default::default()
+        };
+        Ok(self.write(|c| events::replay(c, &only, now_ms))? == 1)
+    }
+
+    /// `events` restored, each to the routes `routes` gives it.
+    pub(super) fn restore(
+        &mut self,
+        events: &[EventDetail],
+        routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
+        now_ms: i64,
+    ) -> Result<Restored, StoreError> {
+        let plans: Vec<Vec<NewDelivery>> = events.iter().map(routes).collect();
+        self.write(|c| retention::restore(c, events, &plans, now_ms))
+    }
+
+    pub(super) fn backup_to(
+        &self,
+        file: &Path,
+        replace: bool,
+    ) -> Result<crate::store::Copied, crate::store::BackupError> {
+        super::backup::backup_to(&self.conn, file, replace)
+    }
+
+    fn write<T>(
+        &mut self,
+        f: impl FnOnce(&Connection) -> rusqlite::Result<T>,
+    ) -> Result<T, StoreError> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+}
 
 pub(in crate::store) const DAY: i64 = 86_400_000;
 

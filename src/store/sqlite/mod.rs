@@ -19,7 +19,6 @@ pub(super) mod backup;
 pub(super) mod checkpoint;
 pub(super) mod counters;
 pub(super) mod dashboard;
-pub(super) mod db;
 pub(super) mod events;
 pub(super) mod intake;
 pub(super) mod observe;
@@ -40,13 +39,16 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+#[cfg(test)]
+use super::Store;
 use super::counters::Tally;
+#[cfg(test)]
 use super::handle::Engine;
 use super::handover::{Claim, handover};
 use super::observe::IntakeHealth;
+use super::{Status, StoreError};
 #[cfg(test)]
-use super::{Counted, Cutoffs, EventSummary, Inserted, ListFilter, NewEvent};
-use super::{Db, Status, Store, StoreError, dedup_hash};
+use fixtures::Db;
 use writer::{Finish, Job, Message, Needs};
 
 /// The SQLite engine of a [`Store`].
@@ -399,16 +401,13 @@ fn status_column(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Status
 
 /// The SQLite engine's ways to the connection, on the handle: for the tests, which run
 /// queries of their own.
+#[cfg(test)]
 impl Store {
-    pub(in crate::store) fn sqlite_engine(&self) -> Result<&Sqlite, StoreError> {
+    fn sqlite_engine(&self) -> Result<&Sqlite, StoreError> {
         match self.engine() {
             Engine::Sqlite(db) => Ok(db),
-            Engine::Postgres(_) => Err(StoreError::Unsupported),
+            Engine::Postgres(_) => Err(StoreError::Postgres("a SQLite test's store".into())),
         }
-    }
-
-    pub(in crate::store) fn path(&self) -> &Path {
-        self.sqlite_engine().map_or(Path::new(""), |s| s.path())
     }
 
     pub(in crate::store) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
@@ -435,7 +434,6 @@ impl Store {
         self.sqlite_engine()?.run_solo(f).await
     }
 
-    #[cfg(test)]
     pub(in crate::store) async fn run_intake<T, F>(
         &self,
         f: F,

@@ -1,129 +1,28 @@
-//! What the admin listener asks of the database: readiness for `/readyz`, and the queue
-//! figures `/metrics` reports. Both go through the writer thread like every other query, so
-//! they see exactly what intake and the worker see, and the probe needs the write lock.
-//!
-//! Readiness is more than the probe: a one-row write fits in WAL space that a refused webhook
-//! left allocated, so on a full disk the probe alone can succeed while every webhook gets 503.
-//! [`Store::readiness`] therefore also asks how the latest intake commit went
-//! ([`IntakeHealth`], recorded on the writer thread) and how much room the database's file
-//! system has left.
+//! SQLite's side of the admin listener's questions: the write probe and the queue figures,
+//! both through the writer thread like every other query, so they see exactly what intake and
+//! the worker see, and the probe needs the write lock; and the free space left on the
+//! database's file system.
 
 use std::path::Path;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, params};
 
-use super::{Store, StoreError};
+use super::Sqlite;
+use crate::store::{NotReady, QueueStats, StoreError};
 
-/// How long a failed intake commit keeps `/readyz` at 503 when no later one has succeeded.
-/// Past it, the probe and the free space decide alone, so readiness comes back by itself even
-/// when no webhook arrives to prove it.
-pub const INTAKE_FAILURE_HOLD: Duration = Duration::from_secs(30);
-
-/// How the latest intake commits went. Written by the writer thread (the outcome of a job
-/// includes its COMMIT), read by `/readyz`.
-#[derive(Debug, Default)]
-pub(in crate::store) struct IntakeHealth {
-    last: Mutex<Option<Last>>,
-}
-
-#[derive(Debug)]
-struct Last {
-    at: Instant,
-    /// None: it committed.
-    error: Option<String>,
-}
-
-impl IntakeHealth {
-    pub(in crate::store) fn record(&self, outcome: Result<(), &StoreError>) {
-        // A closed store is shutdown, not the disk.
-        if matches!(outcome, Err(StoreError::Closed)) {
-            return;
-        }
-        if let Ok(mut last) = self.last.lock() {
-            *last = Some(Last {
-                at: Instant::now(),
-                error: outcome.err().map(ToString::to_string),
-            });
-        }
-    }
-
-    /// The error of the latest intake commit, if it failed less than `hold` ago.
-    fn recent_failure(&self, hold: Duration) -> Option<(Duration, String)> {
-        let last = self.last.lock().ok()?;
-        let last = last.as_ref()?;
-        let error = last.error.as_ref()?;
-        let ago = last.at.elapsed();
-        (ago < hold).then(|| (ago, error.clone()))
-    }
-}
-
-/// Why `/readyz` says no.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum NotReady {
-    #[error("the latest intake commit failed {ago_ms} ms ago: {error}")]
-    IntakeFailed { ago_ms: u64, error: String },
-    #[error(
-        "{free} bytes free on the database's file system; a webhook may need {needed} \
-         (disk full?)"
-    )]
-    LowSpace { free: u64, needed: u64 },
-    #[error("the database refused a write: {0}")]
-    Probe(StoreError),
-}
-
-/// One endpoint's queue, read at scrape time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueStats {
-    pub endpoint: String,
-    /// Events waiting for delivery, including those being delivered right now.
-    pub pending: u64,
-    /// When the oldest of them was received (unix milliseconds), if there is one.
-    pub oldest_pending_ms: Option<i64>,
-    pub dead: u64,
-}
-
-impl QueueStats {
-    /// Adds one endpoint's dead count to the pending figures read before it (an endpoint with
-    /// only dead events gets a row of its own): both backends read the two apart.
-    pub(in crate::store) fn add_dead(out: &mut Vec<QueueStats>, endpoint: String, dead: u64) {
-        match out.iter_mut().find(|s| s.endpoint == endpoint) {
-            Some(stats) => stats.dead = dead,
-            None => out.push(QueueStats {
-                endpoint,
-                pending: 0,
-                oldest_pending_ms: None,
-                dead,
-            }),
-        }
-    }
-}
-
-impl Store {
-    /// Rewrites one row of `meta` and waits for the COMMIT: proof that the database takes a
-    /// durable write now (the write lock is free, the disk has room, the file is writable).
-    pub async fn probe_write(&self, now_ms: i64) -> Result<(), StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.probe_write(now_ms).await;
-        }
+impl Sqlite {
+    pub(in crate::store) async fn probe_write(&self, now_ms: i64) -> Result<(), StoreError> {
         self.run(move |conn| probe_write(conn, now_ms)).await
     }
 
-    /// Whether a webhook arriving now would be stored: the latest intake commit did not fail
-    /// recently (or one succeeded since), the database's file system has `needed_free` bytes
-    /// available, and the write probe commits.
-    pub async fn readiness(&self, needed_free: u64, now_ms: i64) -> Result<(), NotReady> {
-        if let Some((ago, error)) = self.intake_health().recent_failure(INTAKE_FAILURE_HOLD) {
-            return Err(NotReady::IntakeFailed {
-                ago_ms: ago.as_millis() as u64,
-                error,
-            });
-        }
-        // A file system that cannot say (statvfs failing) is left to the probe; PostgreSQL's
-        // disk is its server's, and a full one fails the probe.
-        if self.postgres().is_none()
-            && let Some(free) = free_space(self.path())
+    /// The file system has `needed_free` bytes available (one that cannot say, statvfs
+    /// failing, is left to the probe), and the write probe commits.
+    pub(in crate::store) async fn readiness(
+        &self,
+        needed_free: u64,
+        now_ms: i64,
+    ) -> Result<(), NotReady> {
+        if let Some(free) = free_space(self.path())
             && free < needed_free
         {
             return Err(NotReady::LowSpace {
@@ -134,13 +33,9 @@ impl Store {
         self.probe_write(now_ms).await.map_err(NotReady::Probe)
     }
 
-    /// Pending and dead counts and the oldest pending event, per endpoint that has any. Reads
-    /// only the partial indexes `deliveries_queue` (with each entry's delivery row, for its
-    /// status) and `deliveries_dead`, plus one event row per endpoint.
-    pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.queue_stats().await;
-        }
+    /// Reads only the partial indexes `deliveries_queue` (with each entry's delivery row, for
+    /// its status) and `deliveries_dead`, plus one event row per endpoint.
+    pub(in crate::store) async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
         self.run(queue_stats).await
     }
 }
@@ -230,7 +125,7 @@ mod tests {
                 key,
                 received_at,
                 status,
-                super::super::dedup_hash(endpoint, key)
+                crate::store::dedup_hash(endpoint, key)
             ],
         )
         .unwrap();
@@ -306,23 +201,6 @@ mod tests {
         );
         let dead = plan(DEAD);
         assert!(dead.contains("COVERING INDEX deliveries_dead"), "{dead}");
-    }
-
-    #[test]
-    fn a_failed_intake_commit_holds_readiness_until_one_succeeds_or_the_hold_passes() {
-        let health = IntakeHealth::default();
-        assert_eq!(health.recent_failure(INTAKE_FAILURE_HOLD), None);
-        health.record(Err(&StoreError::Sqlite("database or disk is full".into())));
-        let (_, error) = health.recent_failure(INTAKE_FAILURE_HOLD).unwrap();
-        assert!(error.contains("disk is full"), "{error}");
-        assert_eq!(health.recent_failure(Duration::ZERO), None, "past the hold");
-        health.record(Err(&StoreError::Closed));
-        assert!(
-            health.recent_failure(INTAKE_FAILURE_HOLD).is_some(),
-            "shutdown is no news"
-        );
-        health.record(Ok(()));
-        assert_eq!(health.recent_failure(INTAKE_FAILURE_HOLD), None);
     }
 
     #[test]

@@ -367,7 +367,7 @@ mod tests {
                             db.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
                         }
                         let mut e = new_event("pagarme", &format!("k{n}"));
-                        e.dedup_hash = super::super::dedup_hash("pagarme", &e.dedup_key);
+                        e.dedup_hash = crate::store::dedup_hash("pagarme", &e.dedup_key);
                         e.headers = BENCH_HEADERS.to_vec();
                         e.body = body(n).into();
                         // Deflated whatever the size rule says, to show what it would save.

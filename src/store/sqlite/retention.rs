@@ -1,9 +1,7 @@
-//! Pruning's queries and archive restore. What pruning may remove is defined once, here
-//! (`PRUNABLE`): delivered and stored events past `retention_days`, dead ones past
-//! `dead_retention_days`. Pending and delivering events never match it, however old.
-//!
-//! The server's pruner and `portaria prune` both run these through [`Store`]; `archive replay`
-//! restores through [`Db::restore`], with the intake's own dedup barrier.
+//! SQLite's pruning and archive restore: the rule of `store/retention.rs` in SQLite's
+//! placeholders (`PRUNABLE`), the batches a pruning pass deletes (or reads for the archive
+//! first), the incremental vacuum and WAL checkpoint that give the space back, and restore
+//! with the intake's own dedup barrier (`INSERT_UNLESS_KNOWN`).
 
 use std::time::Duration;
 
@@ -12,68 +10,16 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use super::events::{DETAIL, attempts, detail};
 use super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW};
 use super::payload::StoredBody;
-use super::{Db, Status, Store, StoreError, schema, status_column};
-use crate::store::EventDetail;
+use super::{Sqlite, schema, status_column};
 use crate::store::events::SUMMARY;
-use crate::store::{NewDelivery, dedup_hash};
+use crate::store::retention::prunable;
+use crate::store::{
+    Cutoffs, EventDetail, NewDelivery, PrunableGroup, Reclaimed, Removed, Restored, Status,
+    StoreError, dedup_hash,
+};
 
-/// Which events pruning may remove: delivered and stored ones received before
-/// `finished_before_ms`, dead ones received before `dead_before_ms` (unix milliseconds).
-/// Pending and delivering events are never removed, however old.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Cutoffs {
-    pub finished_before_ms: i64,
-    pub dead_before_ms: i64,
-}
-
-/// One row that pruning deleted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Removed {
-    pub endpoint: String,
-    pub status: Status,
-    /// Stored headers and body.
-    pub bytes: u64,
-}
-
-/// Events that pruning would remove now, for one endpoint and status.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PrunableGroup {
-    pub endpoint: String,
-    pub status: Status,
-    pub events: u64,
-    /// Stored headers and bodies.
-    pub bytes: u64,
-}
-
-/// What one round of incremental vacuum gave back to the file system.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Reclaimed {
-    /// Pages cut from the end of the file.
-    pub pages: u64,
-    pub page_size: u64,
-    /// Free pages still inside the file.
-    pub free_left: u64,
-}
-
-impl Reclaimed {
-    pub fn bytes(&self) -> u64 {
-        self.pages * self.page_size
-    }
-}
-
-/// What putting archived events back came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Restored {
-    /// No row had the (endpoint, dedup key): a new pending row.
-    pub inserted: usize,
-    /// A finished row had it: back to pending with a fresh schedule.
-    pub reset: usize,
-    /// A pending or delivering row had it: already on its way, left alone.
-    pub already_queued: usize,
-}
-
-/// SQLite's side of [`super::Pruning`], the one way a pass reaches these.
-impl Store {
+/// SQLite's side of [`crate::store::Pruning`], the one way a pass reaches these.
+impl Sqlite {
     /// Up to `limit` prunable events in full (with attempts), oldest first, stopping early
     /// once their headers and bodies pass `byte_budget`: what the archive writes.
     pub(in crate::store) async fn prunable(
@@ -108,93 +54,41 @@ impl Store {
     }
 
     /// Gives up to `max_pages` free pages back to the file system (incremental auto-vacuum).
-    pub async fn reclaim_space(&self, max_pages: u32) -> Result<Reclaimed, StoreError> {
-        if self.postgres().is_some() {
-            // Nothing to cut: PostgreSQL's autovacuum reuses and returns the space.
-            return Ok(Reclaimed::default());
-        }
+    pub(in crate::store) async fn reclaim_space(
+        &self,
+        max_pages: u32,
+    ) -> Result<Reclaimed, StoreError> {
         self.run(move |conn| reclaim_space(conn, max_pages)).await
     }
 
-    /// Copies the WAL into the database file and truncates the WAL, so the space that
-    /// [`Store::reclaim_space`] freed leaves the disk. Runs outside any transaction (SQLite
-    /// refuses a checkpoint inside one). Returns false if a reader was in the way; the next
-    /// checkpoint catches up.
-    pub async fn checkpoint(&self) -> Result<bool, StoreError> {
-        if self.postgres().is_some() {
-            // No WAL file of ours: PostgreSQL checkpoints by itself.
-            return Ok(true);
-        }
+    /// Copies the WAL into the database file and truncates the WAL, outside any transaction
+    /// (SQLite refuses a checkpoint inside one).
+    pub(in crate::store) async fn checkpoint(&self) -> Result<bool, StoreError> {
         self.run_solo(checkpoint).await
     }
-}
 
-impl Store {
-    /// What pruning would remove now, by endpoint and status (`portaria prune --dry-run`).
-    pub async fn prunable_counts(
+    pub(in crate::store) async fn prunable_counts(
         &self,
         cutoffs: Cutoffs,
     ) -> Result<Vec<PrunableGroup>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.prunable_counts(cutoffs).await;
-        }
         self.run(move |conn| prunable_counts(conn, &cutoffs)).await
     }
-}
 
-impl Db {
-    /// What pruning would remove now, by endpoint and status.
-    pub fn prunable_counts(&self, cutoffs: Cutoffs) -> Result<Vec<PrunableGroup>, StoreError> {
-        Ok(prunable_counts(&self.conn, &cutoffs)?)
-    }
-
-    /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
-    /// headers, body and received time. The dedup barrier decides, with no dedup window
-    /// whatever the endpoint's: no row yet means a new pending row; a finished row (delivered,
-    /// dead, stored) goes back to pending with a fresh schedule, like `events replay`; a
-    /// pending or delivering row is left alone. Never a second row for one key.
-    ///
-    /// An endpoint with a `dedup_window` may hold several rows of one key (one per window).
-    /// Then the key's notification goes out once more, never once per row: if any of its rows
-    /// is pending or delivering, all are left alone; otherwise only the newest finished one
-    /// goes back to pending. These events were verified when first received; the caller
-    /// checks that their endpoint still forwards.
-    /// `routes` says where each event goes now (the current config's matching routes).
-    pub fn restore(
-        &mut self,
-        events: &[EventDetail],
-        routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
-        now_ms: i64,
-    ) -> Result<Restored, StoreError> {
-        self.write(|conn| restore(conn, events, routes, now_ms))
-    }
-}
-
-impl Store {
-    /// [`Db::restore`] on PostgreSQL (`portaria archive replay`; `postgres/restore.rs`): the
-    /// same rules, `events` in one transaction, every running instance woken at its commit.
-    /// On SQLite the command restores through a [`Db`] of its own.
-    pub async fn restore(
+    /// Restores `events`, each to the routes `plans` gives it (same order), due at
+    /// `now_ms`, in one writer job.
+    pub(in crate::store) async fn restore(
         &self,
-        events: &[EventDetail],
-        routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
+        events: Vec<EventDetail>,
+        plans: Vec<Vec<NewDelivery>>,
         now_ms: i64,
     ) -> Result<Restored, StoreError> {
-        let Some(pg) = self.postgres() else {
-            return Err(StoreError::Sqlite(
-                "archive replay on SQLite restores through the command's own connection".into(),
-            ));
-        };
-        let plans: Vec<Vec<NewDelivery>> = events.iter().map(routes).collect();
-        pg.restore(events, &plans, now_ms).await
+        self.run(move |conn| restore(conn, &events, &plans, now_ms))
+            .await
     }
 }
 
-/// The one definition of what pruning may remove (?1: the cut-off for delivered and stored
-/// events, ?2: for dead ones). It names finished statuses only: pending and delivering
-/// events never match, however old.
-const PRUNABLE: &str = "((status IN ('delivered', 'stored') AND received_at < ?1) \
-                        OR (status = 'dead' AND received_at < ?2))";
+/// What pruning may remove (`retention.rs`'s rule), in SQLite's placeholders.
+const PRUNABLE: &str = prunable!("?");
 
 fn removed(r: &Row<'_>) -> rusqlite::Result<Removed> {
     Ok(Removed {
@@ -358,7 +252,7 @@ const RESET_FINISHED: &str = "UPDATE events SET status = ?3, finished_at = NULL 
 pub(in crate::store) fn restore(
     conn: &Connection,
     events: &[EventDetail],
-    routes: &dyn Fn(&EventDetail) -> Vec<NewDelivery>,
+    plans: &[Vec<NewDelivery>],
     now_ms: i64,
 ) -> rusqlite::Result<Restored> {
     let mut insert = conn.prepare_cached(INSERT_UNLESS_KNOWN)?;
@@ -366,17 +260,16 @@ pub(in crate::store) fn restore(
     let mut forget = conn.prepare_cached("DELETE FROM deliveries WHERE event_id = ?1")?;
     let mut deliver = conn.prepare_cached(INSERT_DELIVERY)?;
     let mut out = Restored::default();
-    for e in events {
+    for (e, routes) in events.iter().zip(plans) {
         let s = &e.summary;
         let hash = dedup_hash(&s.endpoint, &s.dedup_key);
-        let routes = routes(e);
         let status = if routes.is_empty() {
             Status::Stored
         } else {
             Status::Pending
         };
         let mut deliver_to = |id: i64| -> rusqlite::Result<()> {
-            for d in &routes {
+            for d in routes {
                 deliver.execute(params![id, d.route, s.endpoint, now_ms, d.order_key])?;
             }
             Ok(())
@@ -427,9 +320,10 @@ pub(in crate::store) fn restore(
 
 #[cfg(test)]
 mod tests {
+    use super::super::Db;
     use super::super::fixtures::{CUTOFFS, DAY, NOW, ids, row, temp_db};
-    use super::super::{EventSummary, ListFilter};
     use super::*;
+    use crate::store::{EventSummary, ListFilter};
 
     #[test]
     fn only_finished_events_past_their_window_are_prunable() {

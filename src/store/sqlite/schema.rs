@@ -565,7 +565,10 @@ fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
             return Ok(());
         };
         for (id, endpoint, key) in rows {
-            set.execute(rusqlite::params![id, super::dedup_hash(&endpoint, &key)])?;
+            set.execute(rusqlite::params![
+                id,
+                crate::store::dedup_hash(&endpoint, &key)
+            ])?;
         }
         after = last;
     }
@@ -573,10 +576,11 @@ fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Db;
     use super::super::fixtures::{new_event, temp_db};
     use super::super::intake::insert_event;
-    use super::super::{Db, Inserted, Status};
     use super::*;
+    use crate::store::{Inserted, Status};
 
     /// A file of schema `from`: a command refuses it, the server upgrades it to this version,
     /// whose status writes build no temporary b-tree (schema 8).
@@ -627,7 +631,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(k3, super::super::dedup_hash("e", "k3"));
+        assert_eq!(k3, crate::store::dedup_hash("e", "k3"));
     }
 
     #[test]
@@ -821,7 +825,7 @@ mod tests {
                 rusqlite::params![
                     id,
                     key,
-                    super::super::dedup_hash("pagarme", &key),
+                    crate::store::dedup_hash("pagarme", &key),
                     status,
                     attempts,
                     next,
@@ -915,7 +919,7 @@ mod tests {
                 rusqlite::params![
                     id,
                     dedup,
-                    super::super::dedup_hash("shop", &dedup),
+                    crate::store::dedup_hash("shop", &dedup),
                     if status == "delivering" {
                         "pending"
                     } else {
@@ -1067,7 +1071,7 @@ mod tests {
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (3, 'pagarme', 'old', ?1, ?2, 1, 'stored')",
                 rusqlite::params![
-                    super::super::dedup_hash("pagarme", "old"),
+                    crate::store::dedup_hash("pagarme", "old"),
                     body.len() as i64
                 ],
             )
@@ -1133,7 +1137,7 @@ mod tests {
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, event_type, \
                  payload_bytes, received_at, status) VALUES (1, 'shop', 'old', ?1, 'push', 2, \
                  1, 'stored')",
-                [super::super::dedup_hash("shop", "old")],
+                [crate::store::dedup_hash("shop", "old")],
             )
             .unwrap();
             v8.execute(
@@ -1185,11 +1189,12 @@ mod status_checks {
     //! Version 8: the status CHECKs without a temporary b-tree, on a new file and on a real
     //! version 7 file (`tests/fixtures/schema_v7.sql`) upgraded in place.
 
+    use super::super::Db;
     use super::super::fixtures::{new_event, temp_db};
     use super::super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW, insert_event};
     use super::super::queue::{CLAIM, FINISH, RETRY, ROLL_UP};
-    use super::super::{Db, Inserted};
     use super::*;
+    use crate::store::Inserted;
 
     /// The whole schema of a version 7 file, each statement as such a file holds it.
     const SCHEMA_V7: &str = include_str!("../../../tests/fixtures/schema_v7.sql");
@@ -1332,7 +1337,7 @@ mod status_checks {
             v7.execute(
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (?1, 'shop', ?2, ?3, 2, ?1, ?4)",
-                rusqlite::params![id, key, super::super::dedup_hash("shop", &key), status],
+                rusqlite::params![id, key, crate::store::dedup_hash("shop", &key), status],
             )
             .unwrap();
             v7.execute(
