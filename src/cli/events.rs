@@ -10,7 +10,9 @@ use std::process::ExitCode;
 use super::database::{Access, Opened};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
-use crate::store::{EventDetail, EventSummary, ListFilter, RouteState, Status};
+use crate::store::{
+    EventDetail, EventSummary, ListFilter, RouteState, Status, detail_json, summary_json,
+};
 use crate::time::{now_ms, rfc3339};
 
 /// Runs `events list`, `events show` or `events replay`.
@@ -54,7 +56,7 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                 write_table(&mut out, &events)
             })
         }
-        EventsCommand::Show { id, raw } => match db
+        EventsCommand::Show { id, raw, json } => match db
             .block_on(store.event_detail(id))
             .map_err(|e| format!("cannot read event {id}: {e}"))?
         {
@@ -65,6 +67,7 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                     .map_or("/", |e| e.path.as_str());
                 closed_pipe_is_done(write_raw(&mut out, path, &event))
             }
+            Some(event) if json => closed_pipe_is_done(writeln!(out, "{}", detail_json(&event))),
             Some(event) => {
                 let cert = db
                     .block_on(store.client_cert(id))
@@ -140,41 +143,13 @@ fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result
     Ok(())
 }
 
-fn summary_json(e: &EventSummary, routes: &[RouteState]) -> serde_json::Value {
-    let routes: Vec<serde_json::Value> = routes
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "route": r.route,
-                "status": r.status.as_str(),
-                "attempts": r.attempts,
-                "next_attempt_at": r.next_attempt_at_ms.map(rfc3339),
-                "last_error": r.last_error,
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "id": e.id,
-        "endpoint": e.endpoint,
-        "dedup_key": e.dedup_key,
-        "object_id": e.object_id,
-        "event_type": e.event_type,
-        "received_at": rfc3339(e.received_at_ms),
-        "status": e.status.as_str(),
-        "attempts": e.attempts,
-        "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
-        "last_error": e.last_error,
-        "routes": routes,
-    })
-}
-
 fn write_json(
     out: &mut impl Write,
     events: &[EventSummary],
     routes: &[Vec<RouteState>],
 ) -> std::io::Result<()> {
     for (e, routes) in events.iter().zip(routes) {
-        writeln!(out, "{}", summary_json(e, routes))?;
+        writeln!(out, "{}", summary_json(e, Some(routes)))?;
     }
     Ok(())
 }

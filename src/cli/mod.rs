@@ -131,6 +131,9 @@ enum EventsCommand {
         /// redacted; no query string, which is not stored), a blank line, the body.
         #[arg(long)]
         raw: bool,
+        /// One JSON object: the shape of the status page's `/api/events/ID`.
+        #[arg(long, conflicts_with = "raw")]
+        json: bool,
     },
     /// Put events back into pending, with a fresh retry schedule.
     Replay(ReplayArgs),
