@@ -1,31 +1,35 @@
-//! The store: the only module that speaks SQL. It owns the SQLite file, its schema and
-//! settings, and every query, named by intent. Each query lives, private, in the file whose
-//! methods run it.
+//! The store: the only module that speaks SQL, on one of two engines that are peers, each in
+//! its folder: SQLite (`sqlite/`: one file, one writer thread, the default) and PostgreSQL
+//! (`postgres/`: a database many instances share, docs/postgres.md).
 //!
-//! Two handles:
-//! - [`Store`] (`handle.rs`), the server's async handle. Every read and write goes through one
-//!   writer thread (`writer.rs`) that commits all waiting jobs as one transaction (group
-//!   commit). A caller's future resolves only after its transaction is durable
-//!   (`synchronous=FULL`, WAL). Its methods take and return plain Rust types, never SQLite's.
-//! - [`Db`] (`db.rs`), a plain synchronous connection for the command line (`portaria events
-//!   ...`, `archive replay`), which may run while a server is up: WAL lets readers in, and
-//!   writers wait on a busy timeout.
+//! [`Store`] (`handle.rs`) is the one handle every caller holds, the server and the commands
+//! alike. It holds an engine, chosen when it is opened ([`Store::open`],
+//! [`Store::open_for_command`], [`Store::open_read_only`], [`Store::open_postgres`]); its
+//! methods are named by intent and take and return plain Rust types, never an engine's. A
+//! caller's future resolves only once what it wrote is durable.
 //!
-//! By consumer: `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives up at
-//! its deadline and the backend agree on whether its insert runs), `queue.rs` (the forwarding worker's claims and
-//! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
-//! archive restore), `pruning.rs` (a pruning pass's hold on the store: on PostgreSQL, the
-//! retention lock), `observe.rs` (the admin listener's probe and figures), `backup.rs`
-//! (`portaria backup`'s consistent copy), `alerts.rs` (dead deliveries since a cursor, the
-//! alerts task's state in `meta`), `counters.rs` (the hourly counters the writer folds in with
-//! its batches) and `dashboard.rs` (what the status page reads and replays).
+//! The files here are what both engines share, one per consumer: the row types and the
+//! `Store` methods of `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives
+//! up at its deadline and the engine agree on whether its insert runs), `queue.rs` (the
+//! forwarding worker's claims and attempts), `events.rs` (what `portaria events` and the
+//! status page list, show and replay, and the list's one statement), `dashboard.rs` (the
+//! status page's overview, and its row shaping), `alerts.rs`, `observe.rs` (`/readyz` and
+//! `/metrics`), `counters.rs` (the status page's hourly counters), `retention.rs` (what
+//! pruning may remove, defined once; archive restore), `pruning.rs` (a pruning pass's hold),
+//! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
+//! JSON). Each engine has a file of the same name with its queries.
 //!
-//! A second backend, PostgreSQL (`postgres/`), sits behind the same [`Store`] methods: the
-//! handle holds one or the other, and the methods PostgreSQL implements dispatch there (see
-//! `handle.rs`). [`Db`] is SQLite's only.
-//!
-//! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
-//! their window. Pending and delivering events never match it.
+//! Every public method of [`Store`] is one `match` over the engine, handing the call to the
+//! engine's method of the same name: an engine that lacks a method is a compile error, not
+//! an error answered in operation. An enum rather than a trait with two implementations: the
+//! set of engines is closed and known here; a `match` costs nothing on intake's path (no box,
+//! no vtable, no boxed future per call, where an async trait object would need one); each
+//! method's doc and its two arms sit together, so where the engines differ on purpose
+//! (PostgreSQL has no free space to check nor WAL to checkpoint; SQLite hears no other
+//! instance) it says so at the seam; and the engines' methods can take what suits them
+//! (SQLite's move into a writer job, PostgreSQL's borrow). The two commands of one engine
+//! answer a typed refusal on the other ([`BackupError::OnPostgres`], [`CopyError`]); the
+//! command line refuses before it opens anything.
 
 mod alerts;
 mod backup;

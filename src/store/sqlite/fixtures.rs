@@ -2,11 +2,14 @@
 //! life so far, and [`Db`], a test's own connection with the engine's queries on it.
 
 use std::path::Path;
+use std::time::Duration;
 
 use bytes::Bytes;
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{events, retention, schema};
+use super::{Sqlite, events, retention, schema};
+use crate::store::Store;
+use crate::store::handle::Engine;
 use crate::store::{
     Cutoffs, EventDetail, NewDelivery, NewEvent, PrunableGroup, Restored, Status, StoreError,
     dedup_hash,
@@ -204,4 +207,51 @@ pub(in crate::store) fn charge_paid() -> Vec<u8> {
     );
     body.push('\n');
     body.into_bytes()
+}
+
+/// The SQLite engine's ways to the connection, on the handle: for the tests, which run
+/// queries of their own.
+impl Store {
+    fn sqlite_engine(&self) -> Result<&Sqlite, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => Ok(db),
+            Engine::Postgres(_) => Err(StoreError::Postgres("a SQLite test's store".into())),
+        }
+    }
+
+    pub(in crate::store) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.sqlite_engine()?.run(f).await
+    }
+
+    pub(in crate::store) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.sqlite_engine()?.run_bookkeeping(f).await
+    }
+
+    pub(in crate::store) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.sqlite_engine()?.run_solo(f).await
+    }
+
+    pub(in crate::store) async fn run_intake<T, F>(
+        &self,
+        f: F,
+        deadline: Duration,
+    ) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
+    {
+        self.sqlite_engine()?.run_intake(f, deadline).await
+    }
 }

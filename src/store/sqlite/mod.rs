@@ -39,11 +39,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-#[cfg(test)]
-use super::Store;
 use super::counters::Tally;
-#[cfg(test)]
-use super::handle::Engine;
 use super::handover::{Claim, handover};
 use super::observe::IntakeHealth;
 use super::{Status, StoreError};
@@ -399,57 +395,10 @@ fn status_column(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Status
     })
 }
 
-/// The SQLite engine's ways to the connection, on the handle: for the tests, which run
-/// queries of their own.
-#[cfg(test)]
-impl Store {
-    fn sqlite_engine(&self) -> Result<&Sqlite, StoreError> {
-        match self.engine() {
-            Engine::Sqlite(db) => Ok(db),
-            Engine::Postgres(_) => Err(StoreError::Postgres("a SQLite test's store".into())),
-        }
-    }
-
-    pub(in crate::store) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        self.sqlite_engine()?.run(f).await
-    }
-
-    pub(in crate::store) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        self.sqlite_engine()?.run_bookkeeping(f).await
-    }
-
-    pub(in crate::store) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        self.sqlite_engine()?.run_solo(f).await
-    }
-
-    pub(in crate::store) async fn run_intake<T, F>(
-        &self,
-        f: F,
-        deadline: Duration,
-    ) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
-    {
-        self.sqlite_engine()?.run_intake(f, deadline).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
 
     #[tokio::test]
     async fn after_close_every_job_hears_closed() {

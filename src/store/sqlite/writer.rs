@@ -504,8 +504,8 @@ const ROW: Savepoint = Savepoint {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Store;
     use super::*;
+    use crate::store::Store;
 
     /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
     fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
