@@ -40,3 +40,21 @@ impl Store {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_copy_goes_only_into_postgresql() {
+        let dir = tempfile::tempdir().unwrap();
+        let (from, into) = (dir.path().join("from.db"), dir.path().join("into.db"));
+        Store::open(&from).unwrap().close();
+        let source = Store::open_read_only(&from).unwrap();
+        let target = Store::open(&into).unwrap();
+        let refused = target.copy_from(&source).await.unwrap_err();
+        assert!(matches!(refused, CopyError::IntoSqlite), "{refused:?}");
+        target.close();
+        source.close();
+    }
+}

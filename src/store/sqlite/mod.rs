@@ -418,4 +418,33 @@ mod tests {
         assert!(matches!(late, Err(StoreError::Closed)), "{late:?}");
         store.close(); // a second close is harmless
     }
+
+    #[tokio::test]
+    async fn a_read_only_store_reads_beside_a_held_write_lock_and_refuses_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        Store::open(&path).unwrap().close();
+        let mut writer = Connection::open(&path).unwrap();
+        crate::store::sqlite::intake::insert_event(&writer, &fixtures::new_event("shop", "k"))
+            .unwrap();
+        // Another connection holds the write lock (a server's writer mid-batch).
+        let held = writer
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .unwrap();
+        let store = Store::open_read_only(&path).unwrap();
+        let listed = store
+            .list_events(crate::store::ListFilter::default())
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        assert!(store.event_detail(listed[0].id).await.unwrap().is_some());
+        assert!(store.queue_stats().await.unwrap().is_empty());
+        drop(held);
+        // A write is SQLite's own refusal, not an answer of the store's.
+        let refused = store.replay_event(listed[0].id, 0).await.unwrap_err();
+        assert!(refused.to_string().contains("readonly"), "{refused}");
+        store.close();
+        let late = store.list_events(crate::store::ListFilter::default()).await;
+        assert!(matches!(late, Err(StoreError::Closed)), "{late:?}");
+    }
 }
