@@ -50,7 +50,7 @@ impl Sqlite {
 /// to a rollback journal so the copy is one self-contained file, fsynced, opened again and
 /// checked (`integrity_check`, the schema version), then renamed over `file` and the
 /// directory fsynced. An existing `file` is replaced only with `replace`.
-pub(in crate::store) fn backup_to(
+pub(super) fn backup_to(
     conn: &Connection,
     file: &Path,
     replace: bool,

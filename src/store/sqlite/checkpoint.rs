@@ -47,7 +47,7 @@ const TAIL_PAGES: i64 = 256;
 const PASSES_PER_NUDGE: u32 = 4;
 
 /// The writer's end: nudges the checkpointer from the WAL hook, and stops it when dropped.
-pub(in crate::store) struct Checkpointer {
+pub(super) struct Checkpointer {
     nudge: Option<mpsc::SyncSender<()>>,
     thread: Option<JoinHandle<()>>,
     progress: Arc<Progress>,
@@ -70,10 +70,7 @@ struct Progress {
 impl Checkpointer {
     /// Starts the thread on its own connection to `path` (whose schema `open` already made),
     /// and installs the hook on the writer's connection.
-    pub(in crate::store) fn start(
-        path: &Path,
-        writer: &mut Connection,
-    ) -> Result<Checkpointer, StoreError> {
+    pub(super) fn start(path: &Path, writer: &mut Connection) -> Result<Checkpointer, StoreError> {
         let conn = Connection::open(path)?;
         // A checkpoint syncs the database file only when synchronous is on.
         conn.execute_batch("PRAGMA synchronous = FULL")?;
@@ -111,7 +108,7 @@ impl Checkpointer {
 
     /// Called by the writer between batches (no transaction open): after a background pass,
     /// copies what was committed during it, so that the next transaction starts the log over.
-    pub(in crate::store) fn finish_pass(&self, writer: &Connection) {
+    pub(super) fn finish_pass(&self, writer: &Connection) {
         if self.progress.caught_up.swap(false, Ordering::AcqRel) {
             let done = pass(writer, "checkpoint tail");
             match done {
@@ -134,7 +131,7 @@ impl Checkpointer {
 
     /// Stops the thread and closes its connection, so that the writer's connection is the last
     /// one and its close checkpoints and removes the WAL.
-    pub(in crate::store) fn stop(mut self, writer: &mut Connection) {
+    pub(super) fn stop(mut self, writer: &mut Connection) {
         let _ = writer.wal_hook(None::<fn(&mut rusqlite::hooks::Wal, i32) -> rusqlite::Result<()>>);
         self.nudge.take();
         if let Some(thread) = self.thread.take() {

@@ -10,7 +10,7 @@ impl Tally {
     /// Folds the counts into `hourly` on the writer's connection, inside the batch's
     /// transaction (and, once an hour, deletes rows past [`KEEP_MS`]). What the batch then
     /// fails to commit is lost, like a crash would lose it.
-    pub(in crate::store) fn flush(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
+    pub(super) fn flush(&self, conn: &Connection, now_ms: i64) -> rusqlite::Result<()> {
         let (rows, trim) = self.take(now_ms);
         if !rows.is_empty() {
             let mut upsert = conn.prepare_cached(&upsert_sql())?;

@@ -69,10 +69,9 @@ impl Sqlite {
 }
 
 /// The columns of an event's detail after [`SUMMARY`]'s (SQLite's; its payload joined).
-pub(in crate::store) const DETAIL: &str =
-    "content_type, headers, body, codec, signed_id, event_type_signed";
+pub(super) const DETAIL: &str = "content_type, headers, body, codec, signed_id, event_type_signed";
 
-pub(in crate::store) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
+pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
     Ok(EventSummary {
         id: row.get(0)?,
         endpoint: row.get(1)?,
@@ -89,7 +88,7 @@ pub(in crate::store) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary>
 
 /// An event row selected as `{SUMMARY}, {DETAIL}` ([`DETAIL`]), without attempts; the body
 /// decoded (`payload.rs`).
-pub(in crate::store) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
+pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     let summary = summary(r)?;
     Ok(EventDetail {
         content_type: r.get(10)?,
@@ -103,10 +102,7 @@ pub(in crate::store) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     })
 }
 
-pub(in crate::store) fn routes(
-    conn: &Connection,
-    event_id: i64,
-) -> rusqlite::Result<Vec<RouteState>> {
+pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<RouteState>> {
     let mut stmt = conn.prepare_cached(
         "SELECT route, status, attempts, CASE WHEN status = 'pending' THEN next_attempt_at END, \
          last_error, finished_at, order_key FROM deliveries WHERE event_id = ?1 ORDER BY route",
@@ -125,10 +121,7 @@ pub(in crate::store) fn routes(
     .collect()
 }
 
-pub(in crate::store) fn attempts(
-    conn: &Connection,
-    event_id: i64,
-) -> rusqlite::Result<Vec<Attempt>> {
+pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
     // The failed and interrupted attempts have rows; a delivered one is its delivery row.
     let mut stmt = conn.prepare_cached(
         "SELECT attempt, started_at, duration_ms, outcome, error, route, id FROM attempts \
@@ -153,11 +146,7 @@ pub(in crate::store) fn attempts(
 
 /// Puts the chosen deliveries back to pending, due now, and their events with them; returns
 /// how many events.
-pub(in crate::store) fn replay(
-    conn: &Connection,
-    only: &Replay<'_>,
-    now_ms: i64,
-) -> rusqlite::Result<usize> {
+pub(super) fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
     let (id, route, endpoint) = (only.id, only.route, only.endpoint);
     // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
     // its own first, so the history keeps it.
@@ -196,10 +185,7 @@ pub(in crate::store) fn replay(
 /// only for events put back by `archive replay`, which get new ids. One endpoint's dead or
 /// waiting events come by id from their partial indexes (`deliveries_dead`, `deliveries_queue`),
 /// small however large `events` grows. `before` is the id of the last row of the page before.
-pub(in crate::store) fn list(
-    conn: &Connection,
-    f: &ListFilter,
-) -> rusqlite::Result<Vec<EventSummary>> {
+pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
     let (sql, args) = list_sql(f);
     let mut stmt = conn.prepare_cached(&sql)?;
     stmt.query_map(rusqlite::params_from_iter(args), summary)?
@@ -207,7 +193,7 @@ pub(in crate::store) fn list(
 }
 
 /// The statement [`list`] runs for `f`, and its arguments.
-pub(in crate::store) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
+pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
     let (sql, args) = list_query(f, &SQLITE);
     let args = args
         .into_iter()
@@ -219,7 +205,7 @@ pub(in crate::store) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types
     (sql, args)
 }
 
-pub(in crate::store) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
+pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
     let detail = conn
         .query_row(
             &format!(

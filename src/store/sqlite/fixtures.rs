@@ -107,18 +107,12 @@ impl Db {
     }
 }
 
-pub(in crate::store) const DAY: i64 = 86_400_000;
+pub(super) const DAY: i64 = 86_400_000;
 
-pub(in crate::store) const NOW: i64 = 1_796_026_524_000;
+pub(super) const NOW: i64 = 1_796_026_524_000;
 
 /// Inserts a row as it would be after its life so far; returns its id.
-pub(in crate::store) fn row(
-    db: &Db,
-    endpoint: &str,
-    key: &str,
-    status: Status,
-    age_days: i64,
-) -> i64 {
+pub(super) fn row(db: &Db, endpoint: &str, key: &str, status: Status, age_days: i64) -> i64 {
     db.conn
         .execute(
             "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
@@ -159,7 +153,7 @@ pub(in crate::store) fn row(
     id
 }
 
-pub(in crate::store) fn ids(db: &Db) -> Vec<i64> {
+pub(super) fn ids(db: &Db) -> Vec<i64> {
     let mut stmt = db
         .conn
         .prepare("SELECT id FROM events ORDER BY id")
@@ -170,18 +164,18 @@ pub(in crate::store) fn ids(db: &Db) -> Vec<i64> {
         .collect()
 }
 
-pub(in crate::store) fn temp_db() -> (tempfile::TempDir, Db) {
+pub(super) fn temp_db() -> (tempfile::TempDir, Db) {
     let dir = tempfile::tempdir().unwrap();
     let db = Db::open(&dir.path().join("p.db")).unwrap();
     (dir, db)
 }
 
-pub(in crate::store) const CUTOFFS: Cutoffs = Cutoffs {
+pub(super) const CUTOFFS: Cutoffs = Cutoffs {
     finished_before_ms: NOW - 30 * DAY,
     dead_before_ms: NOW - 90 * DAY,
 };
 
-pub(in crate::store) fn new_event(endpoint: &str, key: &str) -> NewEvent {
+pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
     NewEvent {
         endpoint: endpoint.into(),
         dedup_key: key.into(),
@@ -201,7 +195,7 @@ pub(in crate::store) fn new_event(endpoint: &str, key: &str) -> NewEvent {
 }
 
 /// A Pagar.me-like `charge.paid` body of about 1 KiB, as gateways send them.
-pub(in crate::store) fn charge_paid() -> Vec<u8> {
+pub(super) fn charge_paid() -> Vec<u8> {
     let mut body = String::from(
         r#"{"id":"hook_RGm8wYkQdA3pXnB2","account":{"id":"acc_Qm2x8RkL0aWvT5jN","name":"Loja Exemplo"},"type":"charge.paid","created_at":"2026-11-03T14:22:51.118Z","data":{"id":"ch_9Kd2LmQx7RtV4bNw","code":"X7K2M9QW1P","amount":12990,"paid_amount":12990,"status":"paid","currency":"BRL","payment_method":"credit_card","paid_at":"2026-11-03T14:22:50Z","created_at":"2026-11-03T14:22:48Z","updated_at":"2026-11-03T14:22:50Z","customer":{"id":"cus_3Jx8QwL2mN5vR7tK","name":"Maria Souza","email":"maria.souza88@example.com","document":"12345678909","type":"individual","delinquent":false,"phones":{}},"order":{"id":"or_Lw3Qx9Rm2Kd7Vn5B","code":"X7K2M9QW1P","amount":12990,"currency":"BRL","closed":true,"items":[{"id":"oi_8Xn2Qw5Lm3Rk7Vd9","description":"Camiseta basica","amount":6495,"quantity":2,"status":"active"}],"status":"paid"},"last_transaction":{"id":"tran_5Rk8Lw2Qx9Mn3Vd7","transaction_type":"credit_card","gateway_id":"4d1f2a9b","amount":12990,"status":"captured","success":true,"installments":3,"acquirer_name":"simulator","acquirer_tid":"482915736402","acquirer_nsu":"48291","acquirer_auth_code":"203841","operation_type":"auth_and_capture","card":{"id":"card_2Lm9Qx5Rk8Wn3Vd7","last_four_digits":"4444","brand":"Mastercard","holder_name":"MARIA SOUZA","exp_month":8,"exp_year":2030,"status":"active","type":"credit"}}}}"#,
     );
@@ -219,7 +213,7 @@ impl Store {
         }
     }
 
-    pub(in crate::store) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(super) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -227,7 +221,7 @@ impl Store {
         self.sqlite_engine()?.run(f).await
     }
 
-    pub(in crate::store) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(super) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -235,7 +229,7 @@ impl Store {
         self.sqlite_engine()?.run_bookkeeping(f).await
     }
 
-    pub(in crate::store) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(super) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -243,11 +237,7 @@ impl Store {
         self.sqlite_engine()?.run_solo(f).await
     }
 
-    pub(in crate::store) async fn run_intake<T, F>(
-        &self,
-        f: F,
-        deadline: Duration,
-    ) -> Result<T, StoreError>
+    pub(super) async fn run_intake<T, F>(&self, f: F, deadline: Duration) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,

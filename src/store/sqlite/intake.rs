@@ -47,19 +47,19 @@ impl Sqlite {
 /// (The plain `INSERT ... SELECT ... WHERE NOT EXISTS` reads the table it writes, so SQLite
 /// first copied its one row into a temporary b-tree: some 15,000 instructions per event,
 /// bench/PROFILE.md.)
-pub(in crate::store) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
+pub(super) const INSERT_UNLESS_KNOWN: &str = "INSERT OR IGNORE INTO events (endpoint, \
      dedup_key, dedup_hash, event_type, content_type, payload_bytes, received_at, status, \
      object_id, client_cert, signed_id, event_type_signed) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, \
      (SELECT ?8 WHERE NOT EXISTS (SELECT 1 FROM events WHERE dedup_hash = ?3 AND \
      +endpoint = ?1 AND dedup_key = ?2 AND received_at >= ?9)), ?10, ?11, ?12, ?13)";
 /// The window start that makes every earlier row of the key count: no window.
-pub(in crate::store) const NO_WINDOW: i64 = i64::MIN;
+pub(super) const NO_WINDOW: i64 = i64::MIN;
 /// The headers and body of the event just inserted, in the same savepoint; the body as
 /// `payload.rs` encoded it (?4, its codec).
 const INSERT_PAYLOAD: &str =
     "INSERT INTO payloads (event_id, headers, body, codec) VALUES (?1, ?2, ?3, ?4)";
 /// The payload row of event `id`: its headers, and its body as `stored` encodes it.
-pub(in crate::store) fn insert_payload(
+pub(super) fn insert_payload(
     conn: &Connection,
     id: i64,
     headers: &[u8],
@@ -76,27 +76,24 @@ pub(in crate::store) fn insert_payload(
 }
 
 /// One delivery of the event just inserted, due at once.
-pub(in crate::store) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
+pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, \
      status, next_attempt_at, order_key) VALUES (?1, ?2, ?3, 'pending', ?4, ?5)";
 /// The row that made an insert a duplicate: with a window, a key may have several rows (one
 /// per window), so the newest one received at or after the window's start (?4). `+endpoint`:
 /// as in [`INSERT_UNLESS_KNOWN`].
-pub(in crate::store) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
+pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
      AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
 /// [`insert_stored`] with the body encoded here: for tests, which insert on a connection of
 /// their own.
 #[cfg(test)]
-pub(in crate::store) fn insert_event(
-    conn: &Connection,
-    e: &NewEvent,
-) -> rusqlite::Result<Inserted> {
+pub(super) fn insert_event(conn: &Connection, e: &NewEvent) -> rusqlite::Result<Inserted> {
     insert_stored(conn, e, &StoredBody::encode(&e.body))
 }
 
 /// Inserts `e` unless it is a duplicate, its body stored as `stored` (encoded by the caller,
 /// off the writer thread).
-pub(in crate::store) fn insert_stored(
+pub(super) fn insert_stored(
     conn: &Connection,
     e: &NewEvent,
     stored: &StoredBody,

@@ -116,22 +116,22 @@ impl Sqlite {
     }
 
     /// The database file.
-    pub(in crate::store) fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.path
     }
 
-    pub(in crate::store) fn tally(&self) -> &Tally {
+    pub(super) fn tally(&self) -> &Tally {
         &self.tally
     }
 
-    pub(in crate::store) fn health(&self) -> &IntakeHealth {
+    pub(super) fn health(&self) -> &IntakeHealth {
         &self.health
     }
 
     /// Runs `f` inside a transaction and resolves once it has committed: on the writer
     /// thread in the current batch's (an error from `f` rolls back `f`'s work only), or, read
     /// only, in a read transaction of its own.
-    pub(in crate::store) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(super) async fn run<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -145,11 +145,7 @@ impl Sqlite {
     /// [`writer`]). If the writer has not taken the job when `deadline` passes, the job is
     /// given up and never runs ([`StoreError::NotTaken`]); once taken, its answer is awaited
     /// (`handover.rs`).
-    pub(in crate::store) async fn run_intake<T, F>(
-        &self,
-        f: F,
-        deadline: Duration,
-    ) -> Result<T, StoreError>
+    pub(super) async fn run_intake<T, F>(&self, f: F, deadline: Duration) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: Fn(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -175,7 +171,7 @@ impl Sqlite {
 
     /// Like [`Sqlite::run`], for delivery bookkeeping: the batch may commit without an fsync
     /// when nothing else in it needs one (see [`writer`]).
-    pub(in crate::store) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(super) async fn run_bookkeeping<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,
@@ -185,7 +181,7 @@ impl Sqlite {
 
     /// Runs `f` alone, outside any transaction (on the writer thread, after the batch in front
     /// of it has committed): for what SQLite refuses inside one, a WAL checkpoint.
-    pub(in crate::store) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
+    pub(super) async fn run_solo<T, F>(&self, f: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
         F: FnOnce(&Connection) -> rusqlite::Result<T> + Send + 'static,

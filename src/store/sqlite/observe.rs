@@ -86,7 +86,7 @@ const PENDING: &str = "SELECT q.endpoint, q.n, e.received_at FROM \
 const DEAD: &str =
     "SELECT endpoint, count(*) FROM deliveries WHERE status = 'dead' GROUP BY endpoint";
 
-pub(in crate::store) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
+pub(super) fn queue_stats(conn: &Connection) -> rusqlite::Result<Vec<QueueStats>> {
     let mut out: Vec<QueueStats> = Vec::new();
     let mut pending = conn.prepare_cached(PENDING)?;
     let mut rows = pending.query([])?;

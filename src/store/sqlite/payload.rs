@@ -12,10 +12,10 @@ use rusqlite::Row;
 use rusqlite::types::Type;
 
 /// `payloads.codec` of a body kept as received.
-pub(in crate::store) const RAW: i64 = 0;
+pub(super) const RAW: i64 = 0;
 /// `payloads.codec` of a deflated body: its length as 4 bytes little-endian, then a zlib
 /// stream (RFC 1950, whose Adler-32 checks the bytes that come out).
-pub(in crate::store) const DEFLATE: i64 = 1;
+pub(super) const DEFLATE: i64 = 1;
 
 /// Bodies shorter than this are kept raw without trying. With its headers, such a body spills
 /// at most one overflow page, and deflated its row still takes a leaf page of its own: on the

@@ -119,15 +119,15 @@ impl Sqlite {
 }
 
 /// The delivering deliveries, at start-up.
-pub(in crate::store) const INTERRUPTED: &str = "SELECT event_id, route, attempts FROM deliveries \
+pub(super) const INTERRUPTED: &str = "SELECT event_id, route, attempts FROM deliveries \
      INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL AND status = 'delivering'";
 /// The oldest unfinished delivery of a lane (the head of a strict lane).
-pub(in crate::store) const HEAD: &str = "SELECT event_id, status, next_attempt_at FROM deliveries \
+pub(super) const HEAD: &str = "SELECT event_id, status, next_attempt_at FROM deliveries \
      INDEXED BY deliveries_queue WHERE endpoint = ?1 AND route = ?2 \
      AND next_attempt_at IS NOT NULL AND status IN ('pending', 'delivering') \
      ORDER BY event_id LIMIT 1";
 /// Due deliveries of a lane, soonest first.
-pub(in crate::store) const DUE: &str = "SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
+pub(super) const DUE: &str = "SELECT event_id FROM deliveries INDEXED BY deliveries_queue \
      WHERE endpoint = ?1 AND route = ?2 AND next_attempt_at IS NOT NULL \
      AND next_attempt_at <= ?3 AND status = 'pending' ORDER BY next_attempt_at, event_id \
      LIMIT ?4";
@@ -138,40 +138,40 @@ const KEY_HEAD: &str = "(d.order_key IS NULL OR NOT EXISTS (SELECT 1 FROM delive
      AND o.order_key = d.order_key AND o.event_id < d.event_id \
      AND o.status IN ('pending', 'delivering')))";
 /// When the next pending delivery of a lane is due.
-pub(in crate::store) const NEXT_DUE: &str = "SELECT next_attempt_at FROM deliveries \
+pub(super) const NEXT_DUE: &str = "SELECT next_attempt_at FROM deliveries \
      INDEXED BY deliveries_queue WHERE endpoint = ?1 AND route = ?2 \
      AND next_attempt_at IS NOT NULL AND status = 'pending' ORDER BY next_attempt_at LIMIT 1";
 /// Unfinished deliveries per lane.
-pub(in crate::store) const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
+pub(super) const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliveries \
      INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL \
      AND status IN ('pending', 'delivering') GROUP BY endpoint, route";
 /// Claims one delivery (?1, ?2) for an attempt. Its number is read by [`ATTEMPTS`] after it,
 /// not with `RETURNING`: SQLite gathers a `RETURNING` statement's rows in a temporary b-tree
 /// built for each run (as the IN list of a CHECK before schema 8), where reading the row just
 /// written back is one look-up in a page already in the cache.
-pub(in crate::store) const CLAIM: &str = "UPDATE deliveries SET status = 'delivering', \
+pub(super) const CLAIM: &str = "UPDATE deliveries SET status = 'delivering', \
      attempts = attempts + 1 WHERE event_id = ?1 AND route = ?2";
 /// A delivery's attempts so far.
-pub(in crate::store) const ATTEMPTS: &str =
+pub(super) const ATTEMPTS: &str =
     "SELECT attempts FROM deliveries WHERE event_id = ?1 AND route = ?2";
 /// A failed attempt with another to come, at ?3; only a delivery still being delivered.
-pub(in crate::store) const RETRY: &str = "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3, \
+pub(super) const RETRY: &str = "UPDATE deliveries SET status = 'pending', next_attempt_at = ?3, \
      last_error = ?4, finished_at = NULL, delivered_ms = NULL \
      WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'";
 /// The last attempt of a delivery still being delivered: its status (?3, delivered or dead).
-pub(in crate::store) const FINISH: &str = "UPDATE deliveries SET status = ?3, last_error = ?4, \
+pub(super) const FINISH: &str = "UPDATE deliveries SET status = ?3, last_error = ?4, \
      finished_at = ?5, delivered_ms = ?6 \
      WHERE event_id = ?1 AND route = ?2 AND status = 'delivering'";
 /// Takes one event's finished deliveries (?1) out of the queue index, with the roll-up.
-pub(in crate::store) const CLEAR_FINISHED: &str = "UPDATE deliveries SET next_attempt_at = NULL \
+pub(super) const CLEAR_FINISHED: &str = "UPDATE deliveries SET next_attempt_at = NULL \
      WHERE event_id = ?1 AND next_attempt_at IS NOT NULL AND status IN ('delivered', 'dead')";
 /// Every finished delivery still in the queue index, at start-up: what a crash left there.
-pub(in crate::store) const CLEAR_ALL_FINISHED: &str = "UPDATE deliveries INDEXED BY deliveries_queue \
+pub(super) const CLEAR_ALL_FINISHED: &str = "UPDATE deliveries INDEXED BY deliveries_queue \
      SET next_attempt_at = NULL \
      WHERE next_attempt_at IS NOT NULL AND status IN ('delivered', 'dead')";
 
 /// Due deliveries of a lane whose key lets them go, soonest first.
-pub(in crate::store) fn due_by_key() -> String {
+pub(super) fn due_by_key() -> String {
     format!(
         "SELECT d.event_id FROM deliveries AS d INDEXED BY deliveries_queue \
          WHERE d.endpoint = ?1 AND d.route = ?2 AND d.next_attempt_at IS NOT NULL \
@@ -181,7 +181,7 @@ pub(in crate::store) fn due_by_key() -> String {
 }
 
 /// When the soonest delivery of a lane whose key lets it go is due.
-pub(in crate::store) fn next_due_by_key() -> String {
+pub(super) fn next_due_by_key() -> String {
     format!(
         "SELECT d.next_attempt_at FROM deliveries AS d INDEXED BY deliveries_queue \
          WHERE d.endpoint = ?1 AND d.route = ?2 AND d.next_attempt_at IS NOT NULL \
@@ -211,11 +211,11 @@ macro_rules! roll_up {
     };
 }
 /// One event (?1).
-pub(in crate::store) const ROLL_UP: &str = roll_up!("id = ?1");
+pub(super) const ROLL_UP: &str = roll_up!("id = ?1");
 /// Every event, at start-up: the batches a crash cut off (a walk of `events`, once).
-pub(in crate::store) const ROLL_UP_ALL: &str = roll_up!("1");
+pub(super) const ROLL_UP_ALL: &str = roll_up!("1");
 
-pub(in crate::store) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
+pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize> {
     let interrupted: Vec<(i64, String, u32)> = conn
         .prepare(INTERRUPTED)?
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
@@ -238,7 +238,7 @@ pub(in crate::store) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Res
     Ok(interrupted.len())
 }
 
-pub(in crate::store) fn claim_due(
+pub(super) fn claim_due(
     conn: &Connection,
     endpoint: &str,
     route: &str,
@@ -323,7 +323,7 @@ fn roll_up_one(conn: &Connection, id: i64) -> rusqlite::Result<()> {
     Ok(())
 }
 
-pub(in crate::store) fn next_due(
+pub(super) fn next_due(
     conn: &Connection,
     endpoint: &str,
     route: &str,
@@ -357,7 +357,7 @@ fn waiting_head(
     Ok(row.and_then(|(id, status, due)| (status == "pending").then_some((id, due.unwrap_or(0)))))
 }
 
-pub(in crate::store) fn record_attempt(
+pub(super) fn record_attempt(
     conn: &Connection,
     event_id: i64,
     route: &str,

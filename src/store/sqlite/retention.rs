@@ -98,7 +98,7 @@ fn removed(r: &Row<'_>) -> rusqlite::Result<Removed> {
     })
 }
 
-pub(in crate::store) fn prunable_counts(
+pub(super) fn prunable_counts(
     conn: &Connection,
     c: &Cutoffs,
 ) -> rusqlite::Result<Vec<PrunableGroup>> {
@@ -120,7 +120,7 @@ pub(in crate::store) fn prunable_counts(
     .collect()
 }
 
-pub(in crate::store) fn prunable(
+pub(super) fn prunable(
     conn: &Connection,
     c: &Cutoffs,
     limit: usize,
@@ -152,7 +152,7 @@ pub(in crate::store) fn prunable(
     Ok(out)
 }
 
-pub(in crate::store) fn delete_pruned(
+pub(super) fn delete_pruned(
     conn: &Connection,
     c: &Cutoffs,
     ids: &[i64],
@@ -173,7 +173,7 @@ pub(in crate::store) fn delete_pruned(
     Ok(out)
 }
 
-pub(in crate::store) fn delete_prunable(
+pub(super) fn delete_prunable(
     conn: &Connection,
     c: &Cutoffs,
     limit: usize,
@@ -191,10 +191,7 @@ pub(in crate::store) fn delete_prunable(
         .collect()
 }
 
-pub(in crate::store) fn reclaim_space(
-    conn: &Connection,
-    max_pages: u32,
-) -> rusqlite::Result<Reclaimed> {
+pub(super) fn reclaim_space(conn: &Connection, max_pages: u32) -> rusqlite::Result<Reclaimed> {
     let pragma = |name: &str| conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get(0));
     let before: i64 = pragma("freelist_count")?;
     // The pragma yields one row per page it frees: step it to the end, or only one goes.
@@ -211,7 +208,7 @@ pub(in crate::store) fn reclaim_space(
     })
 }
 
-pub(in crate::store) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
+pub(super) fn checkpoint(conn: &Connection) -> rusqlite::Result<bool> {
     // TRUNCATE waits on the busy handler for readers (an operator's `events list`). On the
     // server, intake queues behind this job, so it must not wait: with no busy handler it
     // copies what it can, and the next checkpoint (SQLite's own, or the next prune)
@@ -249,7 +246,7 @@ const RESET_FINISHED: &str = "UPDATE events SET status = ?3, finished_at = NULL 
          AND dedup_key = ?2 AND +status IN ('pending', 'delivering')) \
        ORDER BY received_at DESC, id DESC LIMIT 1) RETURNING id";
 
-pub(in crate::store) fn restore(
+pub(super) fn restore(
     conn: &Connection,
     events: &[EventDetail],
     plans: &[Vec<NewDelivery>],

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(in crate::store) const SCHEMA_VERSION: i64 = 9;
+pub(super) const SCHEMA_VERSION: i64 = 9;
 
 /// The schema of a new file.
 ///
@@ -1220,7 +1220,7 @@ mod status_checks {
         ("the roll-up", ROLL_UP),
     ];
 
-    pub(in crate::store) fn assert_no_temporary_b_tree(conn: &Connection) {
+    pub(super) fn assert_no_temporary_b_tree(conn: &Connection) {
         for (what, sql) in STATUS_WRITES {
             assert_eq!(temporary_b_trees(conn, sql), 0, "{what}: {sql}");
         }

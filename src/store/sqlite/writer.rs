@@ -50,11 +50,11 @@ use crate::store::counters::Tally;
 use crate::time::now_ms;
 
 /// Called once the batch a job ran in has committed (or failed to).
-pub(in crate::store) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
+pub(super) type Finish = Box<dyn FnOnce(Result<(), StoreError>) + Send>;
 
 /// What a job needs from the batch it runs in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(in crate::store) struct Needs {
+pub(super) struct Needs {
     /// An fsync before its caller hears back (`synchronous=FULL`).
     pub fsync: bool,
 }
@@ -67,7 +67,7 @@ impl Needs {
 }
 
 /// A unit of work for the writer.
-pub(in crate::store) trait Job: Send {
+pub(super) trait Job: Send {
     fn needs(&self) -> Needs;
     /// Whether [`Job::attempt`] may be called, and again after its work was rolled back (an
     /// intake insert: its input is data). A row of such jobs shares one savepoint.
@@ -94,7 +94,7 @@ pub(in crate::store) trait Job: Send {
     }
 }
 
-pub(in crate::store) enum Message {
+pub(super) enum Message {
     Job(Box<dyn Job>),
     /// Runs alone with no transaction open: for statements that SQLite refuses inside one.
     /// Its `Finish` hears `Ok(())`: each of its statements committed on its own.
@@ -109,7 +109,7 @@ const IDLE_WAIT: Duration = Duration::from_secs(60);
 /// Most jobs one transaction takes; bounds the latency a very long queue adds.
 const MAX_BATCH: usize = 1024;
 
-pub(in crate::store) fn spawn(
+pub(super) fn spawn(
     conn: Connection,
     path: PathBuf,
     rx: mpsc::Receiver<Message>,
