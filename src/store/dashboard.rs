@@ -5,10 +5,9 @@
 //! Each engine reads its figures in its `dashboard.rs`.
 
 use super::counters::COLUMNS;
+pub(super) use super::counters::HOUR_MS;
 use super::handle::Engine;
 use super::{QueueStats, Store, StoreError};
-
-pub(super) const HOUR_MS: i64 = 3_600_000;
 
 /// Rejected requests, by reason (the counters' columns).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
