@@ -18,8 +18,8 @@
 # PATH is neither used nor changed; the builds go to their own target directory, target/debs/.
 #
 # Each package is checked afterwards without running it (packaging/check-debs.sh: fields,
-# contents, ELF machine and ABI, glibc needed, size). packaging/README.md, "Packages for the Pi",
-# has the requirements and the times measured.
+# contents, ELF machine and ABI, glibc needed, size). packaging/README.md, "Packages for amd64,
+# arm64 and armhf", has the requirements and the times measured.
 #
 # --reuse-release-build: package this machine's own architecture from target/release/portaria as
 # it is (built by `cargo build --release --locked` with the cargo on PATH), instead of building it
@@ -99,7 +99,12 @@ for arch in "${ARCHES[@]}"; do triple_of "$arch" >/dev/null; done
 
 # ---- what Debian must provide ----
 # python3: check-debs.sh reads Cargo.toml's asset list; ca-certificates: cargo downloads crates.
-NEED=(rustc-web cargo-web dpkg-dev binutils gcc libc6-dev python3 ca-certificates)
+NEED=(dpkg-dev binutils gcc libc6-dev python3 ca-certificates)
+DEBIAN_BUILDS=0 # how many architectures Debian's toolchain builds (not --reuse-release-build's)
+for arch in "${ARCHES[@]}"; do
+    [[ -n $REUSE && $arch == "$HOST" ]] || DEBIAN_BUILDS=$((DEBIAN_BUILDS + 1))
+done
+((DEBIAN_BUILDS == 0)) || NEED+=(rustc-web cargo-web)
 FOREIGN=()
 for arch in "${ARCHES[@]}"; do
     [[ $arch == "$HOST" ]] && continue
@@ -142,21 +147,27 @@ fi
 
 # Debian 12's rustc-web is 1.85 in bookworm and newer in bookworm-security; portaria needs its
 # rust-version.
-NEEDED_RUST=$(sed -n 's/^rust-version *= *"\([0-9.]*\)"/\1/p' Cargo.toml)
-HAVE_RUST=$("$DEBIAN_RUSTC" --version | cut -d' ' -f2)
-if ! dpkg --compare-versions "$HAVE_RUST" ge "$NEEDED_RUST"; then
-    die "Debian's rustc is $HAVE_RUST; portaria needs $NEEDED_RUST or newer (rustc-web from bookworm-security: add it to the apt sources)"
+if ((DEBIAN_BUILDS)); then
+    NEEDED_RUST=$(sed -n 's/^rust-version *= *"\([0-9.]*\)"/\1/p' Cargo.toml)
+    HAVE_RUST=$("$DEBIAN_RUSTC" --version | cut -d' ' -f2)
+    if ! dpkg --compare-versions "$HAVE_RUST" ge "$NEEDED_RUST"; then
+        die "Debian's rustc is $HAVE_RUST; portaria needs $NEEDED_RUST or newer (rustc-web from bookworm-security: add it to the apt sources)"
+    fi
+    say "$("$DEBIAN_RUSTC" --version) ($DEBIAN_RUSTC)"
 fi
 
-# cargo-deb, from crates.io, once, with Debian's cargo unless one is already installed.
+# cargo-deb, from crates.io, once (with Debian's cargo if it is there), unless it is installed.
 CARGO_DEB=$(command -v cargo-deb || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb")
 if ! [[ -x $CARGO_DEB ]] || [[ $("$CARGO_DEB" --version 2>/dev/null | cut -d' ' -f2) != "$CARGO_DEB_VERSION" ]]; then
     say "cargo install cargo-deb@$CARGO_DEB_VERSION --locked"
-    RUSTC=$DEBIAN_RUSTC "$DEBIAN_CARGO" install --quiet --locked "cargo-deb@$CARGO_DEB_VERSION"
+    if [[ -x $DEBIAN_CARGO && -x $DEBIAN_RUSTC ]]; then
+        RUSTC=$DEBIAN_RUSTC "$DEBIAN_CARGO" install --quiet --locked "cargo-deb@$CARGO_DEB_VERSION"
+    else
+        cargo install --quiet --locked "cargo-deb@$CARGO_DEB_VERSION"
+    fi
     CARGO_DEB="${CARGO_HOME:-$HOME/.cargo}/bin/cargo-deb"
 fi
-
-say "$("$DEBIAN_RUSTC" --version) ($DEBIAN_RUSTC), $("$CARGO_DEB" --version)"
+say "$("$CARGO_DEB" --version)"
 mkdir -p "$OUT"
 
 # ---- build ----

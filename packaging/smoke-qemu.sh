@@ -71,10 +71,11 @@ smoke_one() {
     dpkg-deb --extract "$DEB" "$dir/root"
     local bin="$dir/root/usr/bin/portaria"
     # The guest's loader and libraries: the multiarch ones, never a -L prefix (see the top).
-    run() { env -u QEMU_LD_PREFIX -u LD_LIBRARY_PATH "SMOKE_SECRET=$SECRET" "${qemu[@]}" "$bin" "$@"; }
+    # Each command gets 120 s: a guest that hangs fails the smoke instead of stalling CI.
+    run() { timeout 120 env -u QEMU_LD_PREFIX -u LD_LIBRARY_PATH "SMOKE_SECRET=$SECRET" "${qemu[@]}" "$bin" "$@"; }
 
     local version
-    version=$(run --version) || fail "portaria --version failed"
+    version=$(run --version) || fail "portaria --version failed (exit $?)"
     ok "--version: $version"
 
     cat >"$dir/on-payment" <<EOF
@@ -98,7 +99,8 @@ provider = "pagarme"
 secret_env = "SMOKE_SECRET"
 forward = { command = ["$dir/on-payment"], timeout_secs = 60 }
 EOF
-    run check --config "$dir/portaria.toml" >"$dir/check.out" 2>&1 || fail "portaria check failed: $(cat "$dir/check.out")"
+    run check --config "$dir/portaria.toml" >"$dir/check.out" 2>&1 ||
+        fail "portaria check failed (exit $?; 124: it ran for 120 s): $(cat "$dir/check.out")"
     ok "check: $(tail -n 1 "$dir/check.out")"
 
     : >"$dir/serve.log"
