@@ -62,8 +62,9 @@ EOF
 
 # ls -l's mode string for an octal mode of a regular file: 644 -> -rw-r--r--.
 mode_string() {
-    local out=- digit
-    for digit in $(grep -o . <<<"$1"); do
+    local out=- digit i
+    for ((i = 0; i < ${#1}; i++)); do
+        digit=${1:i:1}
         out+=$( ((digit & 4)) && echo r || echo -)$( ((digit & 2)) && echo w || echo -)$( ((digit & 1)) && echo x || echo -)
     done
     echo "$out"
@@ -71,7 +72,8 @@ mode_string() {
 
 check_one() {
     DEB=$1
-    local dir="$WORK/$(basename "$DEB" .deb)"
+    local dir
+    dir="$WORK/$(basename "$DEB" .deb)"
     mkdir -p "$dir"
     [[ -f $DEB ]] || fail "no such file"
     printf '== %s\n' "$DEB"
@@ -169,7 +171,7 @@ check_one() {
         *) fail "the binary needs $lib, which is neither glibc nor libgcc_s" ;;
         esac
     done
-    ok "shared libraries: $(echo $needed)"
+    ok "shared libraries: ${needed//$'\n'/ }"
 
     local glibc declared
     glibc=$(readelf -V -W "$bin" | grep -o -E 'Name: GLIBC_[0-9.]+' | sed 's/Name: GLIBC_//' | sort -u -V | tail -n 1)

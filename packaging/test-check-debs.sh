@@ -5,7 +5,7 @@
 #
 #   packaging/test-check-debs.sh target/debian/portaria_*_arm64.deb
 #
-# Run as root, or under fakeroot: the copies are repacked with dpkg-deb --root-owner-group.
+# Needs no root: the copies are repacked with dpkg-deb --root-owner-group.
 set -euo pipefail
 shopt -s inherit_errexit 2>/dev/null || true
 cd "$(dirname "$0")/.."
