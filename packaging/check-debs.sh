@@ -22,6 +22,12 @@
 # Exits 1 on the first package that fails, naming what failed.
 set -euo pipefail
 shopt -s inherit_errexit 2>/dev/null || true
+# The packages as given, from wherever this is run; then the checkout's root.
+if (($#)); then
+    packages=()
+    for arg in "$@"; do packages+=("$(realpath -m -- "$arg")"); done
+    set -- "${packages[@]}"
+fi
 cd "$(dirname "$0")/.."
 
 # The stripped binary's budget (README, "Performance": the Pi's 6 MiB).

@@ -20,6 +20,12 @@
 # Needs qemu-user (Debian 12's 7.2; installed as root if missing). Exits 1 naming the step that failed.
 set -euo pipefail
 shopt -s inherit_errexit 2>/dev/null || true
+# The packages as given, from wherever this is run; then the checkout's root.
+if (($#)); then
+    packages=()
+    for arg in "$@"; do packages+=("$(realpath -m -- "$arg")"); done
+    set -- "${packages[@]}"
+fi
 cd "$(dirname "$0")/.."
 
 SECRET=smoke-secret-0123456789abcdef0123456789

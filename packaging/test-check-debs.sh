@@ -8,6 +8,12 @@
 # Needs no root: the copies are repacked with dpkg-deb --root-owner-group.
 set -euo pipefail
 shopt -s inherit_errexit 2>/dev/null || true
+# The packages as given, from wherever this is run; then the checkout's root.
+if (($#)); then
+    packages=()
+    for arg in "$@"; do packages+=("$(realpath -m -- "$arg")"); done
+    set -- "${packages[@]}"
+fi
 cd "$(dirname "$0")/.."
 
 (($# == 1)) || {
