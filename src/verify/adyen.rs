@@ -29,7 +29,7 @@ use subtle::{Choice, ConstantTimeEq};
 
 use super::catalog::{KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule};
 
 pub const SIGNATURE: &str = "hmacsignature";
@@ -188,8 +188,8 @@ impl Scheme for Adyen {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body).map(Checked::from)
     }
 
     /// The header variant: a sender cannot add a field to the body.

@@ -12,8 +12,8 @@ use http::HeaderName;
 
 use super::hmac_scheme::HmacScheme;
 use super::{
-    DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas, cielo,
-    discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
+    Checked, DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas,
+    cielo, discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
     standard_webhooks, stripe, vindi,
 };
 use crate::dedup::DedupRule;
@@ -151,7 +151,8 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
 
 /// How one provider signs. A scheme holds no secret: the keys are passed in.
 pub(super) trait Scheme: fmt::Debug + Send + Sync {
-    /// The index of the first key that verifies the request. See the module `verify` for the
+    /// The index of the first key that verifies the request, and what else the signature
+    /// covers (a signed id, a key built from signed material). See the module `verify` for the
     /// order of errors.
     fn verify(
         &self,
@@ -159,7 +160,7 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError>;
+    ) -> Result<Checked, VerifyError>;
 
     /// What a sender adds to a request for `body`, signed with `key` at `now`, with
     /// `delivery_id` where the scheme carries one. None: it cannot be signed with a shared
@@ -220,7 +221,7 @@ impl<S: Scheme> Scheme for WithHandshake<S> {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         self.scheme.verify(keys, request, now, tolerance_secs)
     }
 

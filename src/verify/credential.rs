@@ -17,7 +17,7 @@ use http::HeaderName;
 use subtle::{Choice, ConstantTimeEq};
 
 use super::catalog::{Scheme, Signed};
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 
 /// Cielo lets a merchant register at most three custom headers.
 pub const MAX_HEADERS: usize = 3;
@@ -158,8 +158,8 @@ impl Scheme for Credential {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        match &self.form {
+    ) -> Result<Checked, VerifyError> {
+        let index = match &self.form {
             Form::Header(name) => {
                 let value = header(request.headers, name.as_str())?;
                 matching_secret(keys, value.as_bytes())
@@ -204,7 +204,8 @@ impl Scheme for Credential {
                     .ok_or_else(|| VerifyError::MissingQuery(param.clone()))?;
                 matching_secret(keys, value.as_bytes())
             }
-        }
+        };
+        index.map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
@@ -284,7 +285,9 @@ mod tests {
     ) -> Result<usize, VerifyError> {
         let h = headers(pairs);
         let request = Request::new(&h, b"{}").with_query(query);
-        credential.verify(&keys(secrets), &request, 0, 0)
+        credential
+            .verify(&keys(secrets), &request, 0, 0)
+            .map(|c| c.index)
     }
 
     fn token() -> Credential {
@@ -503,7 +506,11 @@ mod tests {
             let signed = credential.sign_with_keys(&k, b"{}", 0, "").unwrap();
             let h = headers(&signed.headers);
             let request = Request::new(&h, b"{}").with_query(signed.query.as_deref());
-            assert_eq!(credential.verify(&k, &request, 0, 0), Ok(0), "{signed:?}");
+            assert_eq!(
+                credential.verify(&k, &request, 0, 0).map(|c| c.index),
+                Ok(0),
+                "{signed:?}"
+            );
         }
         let signed = Credential::query("hmac")
             .sign(&keys(&["s+c/r t"])[0], b"", 0, "")

@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::catalog::{Preset, Scheme, Signed};
 use super::credential::Credential;
-use super::{Request, Secret, Settings, VerifyError};
+use super::{Checked, Request, Secret, Settings, VerifyError};
 use crate::dedup::{CustomKey, DedupError, DedupRule, MAX_KEY_BYTES};
 
 pub const DEFAULT_QUERY_PARAM: &str = "hmac";
@@ -62,8 +62,8 @@ impl Scheme for ClientCertificate {
         _request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        Ok(0)
+    ) -> Result<Checked, VerifyError> {
+        Ok(0.into())
     }
 
     /// A sender proves itself with its certificate, not with anything in the request.

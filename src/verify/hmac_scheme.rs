@@ -11,7 +11,9 @@ use http::{HeaderMap, HeaderName};
 use crate::digest::{MacHash, MacKey};
 
 use super::catalog::{Scheme, Signed};
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{
+    Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
+};
 
 /// The raw `[endpoint.signature]` table for `provider = "hmac"`.
 #[derive(Debug, Clone, Default, serde::Deserialize, PartialEq)]
@@ -405,7 +407,7 @@ impl Scheme for HmacScheme {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         // The inherent method of the same name: this scheme reads headers and body only.
         HmacScheme::verify(
             self,
@@ -415,6 +417,7 @@ impl Scheme for HmacScheme {
             now,
             tolerance_secs,
         )
+        .map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {

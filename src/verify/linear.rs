@@ -15,7 +15,7 @@ use http::HeaderName;
 
 use super::catalog::{Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Request, Secret, VerifyError, check_window};
+use super::{Checked, Request, Secret, VerifyError, check_window};
 
 pub const SIGNATURE: &str = "linear-signature";
 pub const DELIVERY: &str = "linear-delivery";
@@ -62,7 +62,7 @@ impl Scheme for Linear {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let index = Scheme::verify(&self.0, keys, request, now, tolerance_secs)?;
         check_window(body_timestamp(request.body)?, now, tolerance_secs)?;
         Ok(index)

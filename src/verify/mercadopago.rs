@@ -28,7 +28,7 @@ use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, check_window, find_secret, header};
 
 pub const SIGNATURE: &str = "x-signature";
 pub const REQUEST_ID: &str = "x-request-id";
@@ -191,8 +191,8 @@ impl Scheme for MercadoPago {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request, now, tolerance_secs)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request, now, tolerance_secs).map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {

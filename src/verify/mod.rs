@@ -157,6 +157,32 @@ pub struct Verified {
     /// body (Mercado Pago's query `data.id`); None where the scheme signs the whole body (the
     /// body is then the signed fact) or signs no id.
     signed_id: Option<String>,
+    /// The dedup key the scheme derived from what it signed, where the signed material is not
+    /// simply the body's bytes (see [`Checked::signed_key`]).
+    signed_key: Option<String>,
+}
+
+/// What a scheme's check established: which key matched, and what of the request its
+/// signature covers that a dedup key or a target may rely on.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Checked {
+    pub(super) index: usize,
+    /// See [`Verified::signed_id`].
+    pub(super) signed_id: Option<String>,
+    /// A key built only from signed material, for the preset's [`DedupRule::Signed`]: Mercado
+    /// Pago's manifest (its body is not signed), the Standard Webhooks id of the header family
+    /// that verified, Twilio's form parameters in canonical order, Linear's body without its
+    /// per-attempt `webhookTimestamp`. None for the schemes that need none.
+    pub(super) signed_key: Option<String>,
+}
+
+impl From<usize> for Checked {
+    fn from(index: usize) -> Self {
+        Checked {
+            index,
+            ..Checked::default()
+        }
+    }
 }
 
 impl Verified {
@@ -170,6 +196,12 @@ impl Verified {
     /// with the old secret shows up here.
     pub fn secret_index(&self) -> usize {
         self.secret_index
+    }
+
+    /// The dedup key the scheme built from signed material, if it builds one (read by
+    /// [`DedupRule::Signed`]).
+    pub fn signed_key(&self) -> Option<&str> {
+        self.signed_key.as_deref()
     }
 }
 
@@ -191,6 +223,12 @@ pub enum VerifyError {
     /// The request names a public key (a JWKS `kid`) that the endpoint does not hold.
     #[error("no key in the JWKS has the request's `kid` (a new key? refresh the JWKS file)")]
     UnknownKey,
+    /// The signature checked out, but an unsigned part of the request says something else than
+    /// the signed part (Mercado Pago: the body's `data.id` is not the signed query `data.id`):
+    /// refused (400), nothing stored, since what is stored and forwarded would not be what the
+    /// provider signed.
+    #[error("the body contradicts what is signed: {0}")]
+    Contradicts(String),
 }
 
 impl Verifier {
@@ -322,13 +360,14 @@ impl Verifier {
         request: &Request<'_>,
         now_unix: i64,
     ) -> Result<Verified, VerifyError> {
-        let secret_index =
+        let checked =
             self.preset
                 .scheme
                 .verify(&self.keys, request, now_unix, self.tolerance_secs)?;
         Ok(Verified {
-            secret_index,
-            signed_id: None,
+            secret_index: checked.index,
+            signed_id: checked.signed_id,
+            signed_key: checked.signed_key,
         })
     }
 

@@ -10,7 +10,7 @@
 use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed};
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-authenticity-token";
@@ -44,8 +44,8 @@ impl Scheme for PagBank {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body).map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {

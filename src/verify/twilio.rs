@@ -21,7 +21,7 @@ use subtle::ConstantTimeEq;
 use super::catalog::{Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::{Algorithm, Encoding};
 use super::public_url::{self, PublicUrl};
-use super::{Request, Secret, Settings, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, Settings, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-twilio-signature";
@@ -87,7 +87,7 @@ impl Scheme for Twilio {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let value = header(request.headers, SIGNATURE)?;
         let received = Encoding::Base64.read(SIGNATURE, value)?;
         let algorithm = algorithm(request)?;
@@ -122,7 +122,7 @@ impl Scheme for Twilio {
                 return Err(VerifyError::Mismatch);
             }
         }
-        Ok(index)
+        Ok(index.into())
     }
 
     /// A JSON body is signed the JSON way (`bodySHA256` in the query the sender appends);
