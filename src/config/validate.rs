@@ -552,7 +552,7 @@ mod tests {
             endpoint.name, "github",
             "name defaults to the last path segment"
         );
-        assert_eq!(endpoint.dedup.to_string(), "header:x-github-delivery");
+        assert_eq!(endpoint.dedup.to_string(), "body-sha256");
         assert!(endpoint.routes.is_empty());
     }
 

@@ -745,15 +745,10 @@ mod tests {
                 "standard-webhooks",
                 "standard-webhooks",
                 None,
-                "header:webhook-id",
+                "signed-webhook-id",
             ),
-            ("svix", "svix", None, "header:svix-id"),
-            (
-                "github",
-                "github",
-                Some("x-github-event"),
-                "header:x-github-delivery",
-            ),
+            ("svix", "svix", None, "signed-webhook-id"),
+            ("github", "github", Some("x-github-event"), "body-sha256"),
             ("hmac", "hmac", None, "body-sha256"),
         ];
         for (given, canonical, event, dedup) in expect {
