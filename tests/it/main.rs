@@ -46,6 +46,7 @@ mod retention;
 mod routes;
 mod sd_notify;
 mod secrets_everywhere;
+mod signed_dedup;
 mod status;
 mod support;
 mod target_down;
