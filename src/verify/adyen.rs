@@ -32,7 +32,7 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use subtle::{Choice, ConstantTimeEq};
 
-use super::catalog::{KeyFormat, Preset, Scheme, Signed};
+use super::catalog::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
 use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule};
@@ -215,6 +215,15 @@ impl Scheme for Adyen {
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
         let mac = STANDARD.encode(Algorithm::Sha256.mac(key.expose(), &[body]));
         Some(vec![(SIGNATURE.to_string(), mac)].into())
+    }
+
+    /// Each item's signed fields, not the body's bytes (nor, for a config, the header variant's:
+    /// which variant a request uses is the request's choice).
+    fn coverage(&self) -> Coverage {
+        Coverage::Signed {
+            headers: Vec::new(),
+            body: false,
+        }
     }
 }
 

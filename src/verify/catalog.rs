@@ -190,6 +190,12 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
         false
     }
 
+    /// What of a request the signature covers, for the check of a configured `dedup` rule.
+    /// Most schemes sign the raw body and no header.
+    fn coverage(&self) -> Coverage {
+        Coverage::body()
+    }
+
     /// A verified request that is the provider checking the URL, not an event: answered with
     /// this, never stored or forwarded. `key` is the one that verified it.
     fn handshake(&self, _key: &Secret, _request: &Request<'_>) -> Option<Reply> {
@@ -247,6 +253,10 @@ impl<S: Scheme> Scheme for WithHandshake<S> {
         self.scheme.signs_timestamp()
     }
 
+    fn coverage(&self) -> Coverage {
+        self.scheme.coverage()
+    }
+
     fn handshake(&self, key: &Secret, request: &Request<'_>) -> Option<Reply> {
         self.handshake.and_then(|answer| answer(key, request))
     }
@@ -269,6 +279,58 @@ impl From<Vec<(String, String)>> for Signed {
         Signed {
             headers,
             query: None,
+        }
+    }
+}
+
+/// What of a request a scheme's check covers: a key read from anything else can be changed by
+/// whoever holds one captured request, making a replay a new event or taking the key of an
+/// event still to come (issue 23). The config refuses a `dedup` rule that reads an uncovered
+/// part unless the endpoint says `dedup_unsigned = true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Coverage {
+    /// A signature over these request headers and, if `body`, the raw body's bytes.
+    Signed {
+        headers: Vec<HeaderName>,
+        body: bool,
+    },
+    /// A credential the request carries (a static token, HTTP Basic, a client certificate):
+    /// nothing is signed, and whoever holds one request can send any other, so no part of a
+    /// request is more trustworthy than another.
+    Credential,
+}
+
+impl Coverage {
+    /// The raw body, no header.
+    pub(super) fn body() -> Coverage {
+        Coverage::Signed {
+            headers: Vec::new(),
+            body: true,
+        }
+    }
+
+    /// The raw body and these headers.
+    pub(super) fn body_and(headers: &[&'static str]) -> Coverage {
+        Coverage::Signed {
+            headers: headers.iter().map(|h| HeaderName::from_static(h)).collect(),
+            body: true,
+        }
+    }
+
+    /// What of `rule` this does not cover, said as "the header `x`" or "the body", if any.
+    pub(super) fn unsigned_part(&self, rule: &DedupRule) -> Option<String> {
+        let Coverage::Signed { headers, body } = self else {
+            return None;
+        };
+        match rule {
+            DedupRule::Header(name) if !headers.contains(name) => {
+                Some(format!("the header `{name}`"))
+            }
+            DedupRule::BodySha256 | DedupRule::JsonPointer(_) if !body => {
+                Some("the body".to_string())
+            }
+            DedupRule::FirstOf(rules) => rules.iter().find_map(|r| self.unsigned_part(r)),
+            _ => None,
         }
     }
 }

@@ -16,7 +16,7 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use http::HeaderName;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::catalog::{Scheme, Signed};
+use super::catalog::{Coverage, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 
 /// Cielo lets a merchant register at most three custom headers.
@@ -262,6 +262,10 @@ impl Scheme for Credential {
             )),
             _ => Ok(()),
         }
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::Credential
     }
 }
 

@@ -16,7 +16,7 @@
 
 use ed25519_dalek::{Signature, VerifyingKey};
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
+use super::catalog::{Coverage, Preset, Scheme, Signed, json_rule};
 use super::{Checked, Reply, Request, Secret, VerifyError, check_window, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "x-signature-ed25519";
@@ -94,6 +94,10 @@ impl Scheme for Discord {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::body_and(&[TIMESTAMP])
     }
 
     fn handshake(&self, _key: &Secret, request: &Request<'_>) -> Option<Reply> {

@@ -24,7 +24,7 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::catalog::{Preset, Scheme, Signed};
+use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::credential::Credential;
 use super::{Checked, Request, Secret, Settings, VerifyError};
 use crate::dedup::{CustomKey, DedupError, DedupRule, MAX_KEY_BYTES};
@@ -69,6 +69,10 @@ impl Scheme for ClientCertificate {
     /// A sender proves itself with its certificate, not with anything in the request.
     fn sign(&self, _key: &Secret, _body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
         None
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::Credential
     }
 }
 

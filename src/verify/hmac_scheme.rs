@@ -10,7 +10,7 @@ use http::{HeaderMap, HeaderName};
 
 use crate::digest::{MacHash, MacKey};
 
-use super::catalog::{Scheme, Signed};
+use super::catalog::{Coverage, Scheme, Signed};
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };
@@ -426,6 +426,18 @@ impl Scheme for HmacScheme {
 
     fn signs_timestamp(&self) -> bool {
         HmacScheme::signs_timestamp(self)
+    }
+
+    /// The body (every template has it) and the template's headers.
+    fn coverage(&self) -> Coverage {
+        let headers = self.template.iter().filter_map(|part| match part {
+            Part::Header(name) => Some(name.clone()),
+            Part::Text(_) | Part::Body => None,
+        });
+        Coverage::Signed {
+            headers: headers.collect(),
+            body: true,
+        }
     }
 }
 

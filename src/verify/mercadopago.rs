@@ -44,7 +44,7 @@
 use http::HeaderMap;
 use serde::Deserialize;
 
-use super::catalog::{Preset, Scheme, Signed};
+use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
 use super::{Checked, Request, Secret, VerifyError, check_window, find_secret, header};
 use crate::dedup::DedupRule;
@@ -291,6 +291,14 @@ impl Scheme for MercadoPago {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    /// The request id; the query's `data.id` and the signature's `ts`; not the body.
+    fn coverage(&self) -> Coverage {
+        Coverage::Signed {
+            headers: vec![http::HeaderName::from_static(REQUEST_ID)],
+            body: false,
+        }
     }
 }
 

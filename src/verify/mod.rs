@@ -394,6 +394,22 @@ impl Verifier {
         self.preset.dedup.clone()
     }
 
+    /// Refuses a configured dedup `rule` that reads a part of the request this provider's
+    /// signature does not cover, saying why: a replay changing that part would be a new event,
+    /// or take the key of one still to come. The endpoint's `dedup_unsigned = true` accepts it.
+    pub fn refuse_unsigned_dedup(&self, rule: &DedupRule) -> Result<(), String> {
+        let Some(part) = self.preset.scheme.coverage().unsigned_part(rule) else {
+            return Ok(());
+        };
+        Err(format!(
+            "`{rule}` reads {part}, which the {} signature does not cover: whoever holds one \
+             captured request could send it again with another value there, a new event, or \
+             take the key of an event still to come; dedup on what is signed (the provider's \
+             default, `{}`), or set `dedup_unsigned = true` on the endpoint to accept that",
+            self.preset.name, self.preset.dedup
+        ))
+    }
+
     /// The header carrying the event type for this provider, if it sends one.
     pub fn event_type_header(&self) -> Option<&'static str> {
         self.preset.event_type_header

@@ -4,7 +4,7 @@
 
 use http::HeaderMap;
 
-use super::catalog::{Preset, Scheme, Signed, header_rule};
+use super::catalog::{Coverage, Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::Algorithm;
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
@@ -95,6 +95,10 @@ impl Scheme for Relya {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::body_and(&[TIMESTAMP, DELIVERY_ID])
     }
 }
 

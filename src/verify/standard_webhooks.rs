@@ -20,7 +20,7 @@ use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, NO_PAD, STANDARD};
 use http::HeaderMap;
 
-use super::catalog::{KeyFormat, Preset, Scheme, Signed};
+use super::catalog::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
@@ -182,6 +182,12 @@ impl Scheme for StandardWebhooks {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    /// The `webhook-*` id and timestamp: signed whenever present (a request with any of them
+    /// is verified over that family). `svix-*` ones are not, beside a `webhook-*` family.
+    fn coverage(&self) -> Coverage {
+        Coverage::body_and(&[ID, TIMESTAMP])
     }
 }
 
