@@ -417,10 +417,18 @@ impl Verifier {
 
     /// Whether the event type this provider's requests carry is covered by what the signature
     /// signs: false where it comes from an unsigned header (GitHub's `X-GitHub-Event`,
-    /// Shopify's topic, ...) or from a body the scheme does not sign (Mercado Pago's). Targets
-    /// are told (`PORTARIA_EVENT_TYPE_SIGNED=0`).
+    /// Shopify's topic, ...) or from a body whose bytes the scheme does not sign (Mercado
+    /// Pago's, Adyen's, a Twilio form's, which can be spelled anew). Read from the scheme's
+    /// [`catalog::Coverage`]; a static credential admits any request alike, so there it is
+    /// as signed as anything. Targets are told (`PORTARIA_EVENT_TYPE_SIGNED=0`).
     pub fn event_type_signed(&self) -> bool {
-        self.preset.event_type_header.is_none() && self.preset.name != "mercadopago"
+        match (self.preset.scheme.coverage(), self.preset.event_type_header) {
+            (catalog::Coverage::Credential, _) => true,
+            (catalog::Coverage::Signed { headers, .. }, Some(name)) => {
+                headers.iter().any(|signed| signed == name)
+            }
+            (catalog::Coverage::Signed { body, .. }, None) => body,
+        }
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
@@ -772,6 +780,35 @@ mod tests {
             assert_eq!(v.provider(), canonical);
             assert_eq!(v.event_type_header(), event, "{given}");
             assert_eq!(v.default_dedup().to_string(), dedup, "{given}");
+        }
+    }
+
+    #[test]
+    fn the_event_type_is_signed_where_the_signature_covers_its_source() {
+        let unsigned = [
+            "github",
+            "shopify",
+            "linear",
+            "relya",
+            "woocommerce",
+            "mercadopago",
+            "adyen",
+            "twilio",
+        ];
+        for provider in PROVIDERS {
+            let settings = Settings {
+                public_url: Some("https://example.com/hook"),
+                credential_headers: None,
+                ..Settings::default()
+            };
+            let v = match Verifier::without_secrets(provider, &settings, None) {
+                Ok(v) => v,
+                // Those that need another setting (a key, a JWKS, Cielo's headers, hmac's
+                // table) all sign their event type's source or are a credential.
+                Err(_) => continue,
+            };
+            let expected = !unsigned.contains(provider);
+            assert_eq!(v.event_type_signed(), expected, "{provider}");
         }
     }
 
