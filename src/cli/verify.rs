@@ -213,7 +213,10 @@ pub fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
             ""
         }
     ));
-    match endpoint.dedup.extract(&capture.headers, &capture.body) {
+    match endpoint
+        .dedup
+        .extract_signed(proof.signed_key(), &capture.headers, &capture.body)
+    {
         Ok(key) => {
             lines.push(format!("dedup key: {key} ({})", endpoint.dedup));
             Diagnosis { lines, ok: true }
@@ -246,6 +249,10 @@ fn failure(endpoint: &Endpoint, error: &VerifyError, at: i64) -> String {
         VerifyError::Malformed(what) => {
             format!("malformed signature: {what}; portaria answers 401")
         }
+        VerifyError::Contradicts(what) => format!(
+            "the signature matches, but the body contradicts what {provider} signed: {what}; \
+             portaria answers 400 and stores nothing"
+        ),
         VerifyError::UnknownKey => format!(
             "the signature names a key that is not in the endpoint's key set: {provider} \
              rotated its keys, or this capture is not from it; download its current keys again \

@@ -330,6 +330,7 @@ impl Validator<'_> {
         if let Some(v) = &verifier {
             self.unsigned_event_type(at, &name, v, &routes);
         }
+        let (configured, unsigned_ok) = (raw.dedup.is_some(), raw.dedup_unsigned == Some(true));
         let dedup = match raw.dedup.map(|d| DedupRule::parse_list(&d.into_vec())) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {
@@ -344,6 +345,17 @@ impl Validator<'_> {
             && let Err(why) = rule.refuse_credential_headers(v.credential_headers())
         {
             self.problem(format!("{at}.dedup: {why}"));
+        }
+        // A key read from what the signature does not cover (issue 23): only when asked for.
+        if let (Some(rule), Some(v), true) = (&dedup, &verifier, configured && !unsigned_ok)
+            && let Err(why) = v.refuse_unsigned_dedup(rule)
+        {
+            self.problem(format!("{at}.dedup: {why}"));
+        }
+        if unsigned_ok && !configured {
+            let why = "there is no `dedup` rule: the provider's default reads signed parts only";
+            self.warnings
+                .push(format!("{at}.dedup_unsigned: {why}, so it has no effect"));
         }
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
@@ -574,7 +586,7 @@ mod tests {
             endpoint.name, "github",
             "name defaults to the last path segment"
         );
-        assert_eq!(endpoint.dedup.to_string(), "header:x-github-delivery");
+        assert_eq!(endpoint.dedup.to_string(), "body-sha256");
         assert!(endpoint.routes.is_empty());
     }
 
@@ -728,7 +740,7 @@ mod tests {
     #[test]
     fn dedup_may_be_an_ordered_list() {
         let config = parse(&format!(
-            "{MINIMAL}dedup = [\"header:X-Event-Id\", \"body-sha256\"]\n"
+            "{MINIMAL}dedup_unsigned = true\ndedup = [\"header:X-Event-Id\", \"body-sha256\"]\n"
         ))
         .unwrap();
         assert_eq!(
@@ -746,6 +758,65 @@ mod tests {
             "{MINIMAL}dedup = [\"json:/id\", \"header:Authorization\"]\n"
         ));
         assert!(msg.contains("carries this provider's credential"), "{msg}");
+    }
+
+    #[test]
+    fn a_dedup_rule_reading_what_is_not_signed_needs_dedup_unsigned() {
+        // GitHub signs the body, no header: its delivery header is anyone's to change.
+        let msg = problems(&format!("{MINIMAL}dedup = \"header:X-GitHub-Delivery\"\n"));
+        assert!(
+            msg.contains(
+                ".dedup: `header:x-github-delivery` reads the header `x-github-delivery`, which \
+                 the github signature does not cover"
+            ) && msg.contains("set `dedup_unsigned = true`"),
+            "{msg}"
+        );
+        // Inside a list too, wherever it stands.
+        let msg = problems(&format!(
+            "{MINIMAL}dedup = [\"json:/id\", \"header:X-GitHub-Delivery\"]\n"
+        ));
+        assert!(msg.contains("the header `x-github-delivery`"), "{msg}");
+        let accepted = "dedup_unsigned = true\ndedup = \"header:X-GitHub-Delivery\"\n";
+        let config = parse(&format!("{MINIMAL}{accepted}")).unwrap();
+        assert_eq!(
+            config.endpoints[0].dedup.to_string(),
+            "header:x-github-delivery"
+        );
+        // What is signed needs nothing: the body here, a signed header or the body elsewhere.
+        for rule in ["body-sha256", "json:/id"] {
+            parse(&format!("{MINIMAL}dedup = \"{rule}\"\n")).unwrap();
+        }
+        let relya = "[[endpoint]]\npath = \"/r\"\nprovider = \"relya\"\nsecret = \"s\"\n";
+        parse(&format!("{relya}dedup = \"header:x-relya-delivery-id\"\n")).unwrap();
+        let svix = "[[endpoint]]\npath = \"/s\"\nprovider = \"svix\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        parse(&format!("{svix}dedup = \"header:webhook-id\"\n")).unwrap();
+        let msg = problems(&format!("{svix}dedup = \"header:svix-id\"\n"));
+        assert!(msg.contains("the header `svix-id`"), "{msg}");
+        // Mercado Pago signs no body; Asaas signs nothing, its token admits any request alike.
+        let mp = "[[endpoint]]\npath = \"/m\"\nprovider = \"mercadopago\"\nsecret = \"s\"\n";
+        let msg = problems(&format!("{mp}dedup = \"json:/id\"\n"));
+        assert!(
+            msg.contains("reads the body, which the mercadopago signature"),
+            "{msg}"
+        );
+        parse(&format!("{mp}dedup = \"header:x-request-id\"\n")).unwrap();
+        let asaas = "[[endpoint]]\npath = \"/a\"\nprovider = \"asaas\"\nsecret = \"s\"\n";
+        parse(&format!("{asaas}dedup = \"header:x-anything\"\n")).unwrap();
+        // A generic scheme signs the headers its template names.
+        let hmac = "[[endpoint]]\npath = \"/h\"\nprovider = \"hmac\"\nsecret = \"s\"\n\
+                    signature = { header = \"X-Sig\", template = \"{header:x-id}.{body}\" }\n";
+        parse(&format!("{hmac}dedup = \"header:x-id\"\n")).unwrap();
+        assert!(problems(&format!("{hmac}dedup = \"header:x-other\"\n")).contains("x-other"));
+        // Set without a rule: a warning that it does nothing.
+        let config = parse(&format!("{MINIMAL}dedup_unsigned = true\n")).unwrap();
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("dedup_unsigned") && w.contains("no effect")),
+            "{:?}",
+            config.warnings
+        );
     }
 
     #[test]

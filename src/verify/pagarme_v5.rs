@@ -23,7 +23,7 @@ use serde::Deserialize;
 use sha2::Sha256;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
-use super::{Request, Secret, VerifyError, header};
+use super::{Checked, Request, Secret, VerifyError, header};
 
 pub const SIGNATURE: &str = "x-webhook-asymmetric-signature";
 
@@ -171,7 +171,7 @@ impl Scheme for PagarmeV5 {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let parts = parse_header(header(request.headers, SIGNATURE)?)?;
         let (_, key) = self
             .keys
@@ -182,7 +182,7 @@ impl Scheme for PagarmeV5 {
             Signature::try_from(parts.signature.as_slice()).map_err(|_| VerifyError::Mismatch)?;
         key.verify(request.body, &signature)
             .map_err(|_| VerifyError::Mismatch)?;
-        Ok(0)
+        Ok(0.into())
     }
 
     /// Only Pagar.me holds the private key.

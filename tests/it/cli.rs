@@ -90,6 +90,47 @@ fn serve_refuses_to_start_on_a_bad_config() {
 }
 
 #[test]
+fn check_and_serve_refuse_a_dedup_rule_on_unsigned_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let endpoint = |extra: &str| {
+        format!(
+            "[storage]\npath = \"{}\"\n\n[[endpoint]]\npath = \"/webhooks/github\"\n\
+             provider = \"github\"\nsecret = \"s3cret\"\ndedup = \"header:X-GitHub-Delivery\"\n{extra}",
+            db.display()
+        )
+    };
+    let config = dir.path().join("unsigned.toml");
+    std::fs::write(&config, endpoint("")).unwrap();
+    for command in ["check", "serve"] {
+        let out = portaria()
+            .arg(command)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("endpoint[0] (line 4).dedup: `header:x-github-delivery` reads the header")
+                && err.contains("which the github signature does not cover")
+                && err.contains("dedup_unsigned = true"),
+            "{command}: {err}"
+        );
+    }
+    assert!(!db.exists(), "serve stopped before opening the store");
+    // Asked for by name, it is accepted.
+    std::fs::write(&config, endpoint("dedup_unsigned = true\n")).unwrap();
+    let out = portaria()
+        .arg("check")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(ok_stdout(&out).trim(), "ok");
+}
+
+#[test]
 fn config_lookup_prefers_the_flag_then_the_env_then_the_user_file() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
@@ -822,7 +863,12 @@ async fn events_show_raw_piped_into_verify_round_trips_a_stored_event() {
         out.contains("ok: verified with secret 1 of 1 (provider github)"),
         "{out}"
     );
-    assert!(out.contains("dedup key: dlv-raw-1"), "{out}");
+    // GitHub's key is the signed body's SHA-256, not the unsigned delivery header.
+    let key = hex::encode(portaria::digest::sha256(&[body]));
+    assert!(
+        out.contains(&format!("dedup key: {key} (body-sha256)")),
+        "{out}"
+    );
 
     // Checked against the wrong endpoint: which header is missing, that the path differs,
     // and that a redacted credential cannot be checked again.

@@ -52,6 +52,7 @@ mod routes;
 mod sd_notify;
 mod secrets_everywhere;
 mod signed;
+mod signed_dedup;
 mod status;
 mod support;
 mod target_down;
