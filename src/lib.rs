@@ -20,6 +20,7 @@
 //! - [`alerts`] tells the owner (an `[alerts]` command or URL) when events go dead, an endpoint
 //!   falls quiet, duplicates, storage errors or slow deliveries pile up.
 //! - [`logwriter`] takes log output off the request path.
+//! - [`suggest`] finds the known name closest to a mistyped one ("did you mean").
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
 //! - [`panics`] ends `serve` on any panic, naming the task, so systemd restarts it;
@@ -49,6 +50,7 @@ pub mod server;
 pub mod shutdown;
 pub mod status;
 pub mod store;
+pub mod suggest;
 pub mod time;
 pub mod verify;
 pub mod watchdog;
