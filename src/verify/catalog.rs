@@ -200,6 +200,12 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
     fn unsigned_handshake(&self, _request: &Request<'_>) -> Option<Reply> {
         None
     }
+
+    /// Whether the request carries the secret itself (a token, a password) rather than a
+    /// signature made with it: whoever reads one request can send any.
+    fn static_credential(&self) -> bool {
+        false
+    }
 }
 
 /// A scheme plus a provider's own answer to its URL checks: verification and signing are the
@@ -244,6 +250,10 @@ impl<S: Scheme> Scheme for WithHandshake<S> {
 
     fn signs_timestamp(&self) -> bool {
         self.scheme.signs_timestamp()
+    }
+
+    fn static_credential(&self) -> bool {
+        self.scheme.static_credential()
     }
 
     fn handshake(&self, key: &Secret, request: &Request<'_>) -> Option<Reply> {

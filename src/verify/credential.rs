@@ -262,6 +262,10 @@ impl Scheme for Credential {
             _ => Ok(()),
         }
     }
+
+    fn static_credential(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]
