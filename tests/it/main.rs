@@ -48,6 +48,7 @@ mod retention;
 mod routes;
 mod sd_notify;
 mod secrets_everywhere;
+mod shipped;
 mod status;
 mod support;
 mod target_down;
