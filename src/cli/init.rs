@@ -34,9 +34,9 @@ const TRIES: usize = 3;
 
 #[derive(Args, Debug)]
 pub(super) struct InitArgs {
-    /// Where to write it (asked if not given: ./portaria.toml, which a plain `check` and
-    /// `serve` in this folder read, or /etc/portaria/portaria.toml where the package is
-    /// installed).
+    /// Where to write it (else --config; else asked, offering ./portaria.toml, which a plain
+    /// `check` and `serve` in this folder read, or /etc/portaria/portaria.toml where the
+    /// package is installed).
     path: Option<PathBuf>,
     /// The gateway that sends the webhooks, e.g. pagarme, mercadopago, stripe.
     #[arg(long, value_name = "NAME")]
@@ -79,7 +79,7 @@ pub(super) enum SecretFrom {
 
 /// Where its events go.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Target {
+pub(super) enum Target {
     Command(Vec<String>),
     Url(String),
     Nowhere,
@@ -90,12 +90,13 @@ enum Target {
 pub(super) struct Answers {
     pub(super) provider: String,
     pub(super) secret: SecretFrom,
-    target: Target,
+    pub(super) target: Target,
     /// The packaged service's file: its database in /var/lib/portaria, its commands `sudo`.
     pub(super) system: bool,
 }
 
-pub(super) fn run(args: InitArgs) -> Result<ExitCode, String> {
+/// `config`: the global `--config`, where to write when no PATH is given.
+pub(super) fn run(config: Option<&Path>, args: InitArgs) -> Result<ExitCode, String> {
     let t = text();
     let stdin = std::io::stdin();
     let mut ask = Prompt {
@@ -107,8 +108,8 @@ pub(super) fn run(args: InitArgs) -> Result<ExitCode, String> {
         true => Some(ask.secret(None)?),
         false => None,
     };
-    let path = match &args.path {
-        Some(path) => path.clone(),
+    let path = match args.path.as_deref().or(config) {
+        Some(path) => path.to_path_buf(),
         None => {
             let offered = offered_path(Path::new(SYSTEM_DIR), is_root(), writable_dir(SYSTEM_DIR));
             PathBuf::from(ask.line(t.ask_path, Some(&offered.display().to_string()), "PATH")?)
@@ -117,7 +118,8 @@ pub(super) fn run(args: InitArgs) -> Result<ExitCode, String> {
     if path.exists() && !args.force {
         return Err(t.exists.replace("{path}", &path.display().to_string()));
     }
-    let system = path.parent() == Some(Path::new(SYSTEM_DIR));
+    let absolute = absolute(&path);
+    let system = absolute.parent() == Some(Path::new(SYSTEM_DIR));
     let provider = match &args.provider {
         Some(name) => supported(name, t)?,
         None => ask.provider()?,
@@ -145,7 +147,6 @@ pub(super) fn run(args: InitArgs) -> Result<ExitCode, String> {
     };
     let config = render(&answers);
     // Validated as `check` will read it, but for the secret itself, which may not be set yet.
-    let absolute = absolute(&path);
     Config::parse_with(&config, Source::File(absolute.clone()), Secrets::Skip)
         .map_err(|e| t.invalid.replace("{problems}", &e.to_string()))?;
     write(&path, &config, args.force, system)

@@ -144,3 +144,84 @@ fn same_file(a: &Path, b: &Path) -> bool {
         _ => a == b,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::init::Target;
+    use crate::cli::init_text::EN;
+
+    fn answers(secret: SecretFrom, system: bool) -> Answers {
+        Answers {
+            provider: "pagarme".into(),
+            secret,
+            target: Target::Nowhere,
+            system,
+        }
+    }
+
+    #[test]
+    fn the_packaged_service_gets_sudo_commands_that_name_its_files() {
+        let path = Path::new(SYSTEM_PATH);
+        let env = answers(SecretFrom::Env("PAGARME_WEBHOOK_SECRET".into()), true);
+        let steps = next_steps(&env, path, &EN);
+        assert_eq!(steps.len(), 3);
+        assert!(
+            steps[0].0.contains("sudoedit /etc/portaria/portaria.env"),
+            "{steps:?}"
+        );
+        assert!(steps[0].1.contains("PAGARME_WEBHOOK_SECRET=<"), "{steps:?}");
+        assert_eq!(
+            steps[1].0,
+            "sudo sh -c 'set -a; . /etc/portaria/portaria.env; portaria check --user portaria \
+             --config /etc/portaria/portaria.toml'"
+        );
+        assert_eq!(
+            steps[2].0,
+            "sudo systemctl enable portaria && sudo systemctl restart portaria"
+        );
+        let credential = answers(SecretFrom::Credential("pagarme".into()), true);
+        let steps = next_steps(&credential, path, &EN);
+        assert!(
+            steps[0]
+                .1
+                .contains("LoadCredential=pagarme:/etc/portaria/credentials/pagarme"),
+            "{steps:?}"
+        );
+        assert!(
+            steps[1].0.starts_with(
+                "sudo env CREDENTIALS_DIRECTORY=/etc/portaria/credentials portaria check"
+            ),
+            "{steps:?}"
+        );
+        let file = answers(
+            SecretFrom::File("/etc/portaria/pagarme.secret".into()),
+            true,
+        );
+        let steps = next_steps(&file, path, &EN);
+        assert!(
+            steps[0]
+                .0
+                .ends_with("-o portaria -g portaria /dev/stdin /etc/portaria/pagarme.secret"),
+            "readable by the service's user only: {steps:?}"
+        );
+    }
+
+    #[test]
+    fn elsewhere_the_file_is_named_when_the_lookup_would_not_find_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("elsewhere.toml");
+        std::fs::write(&path, "").unwrap();
+        let env = answers(SecretFrom::Env("X".into()), false);
+        let steps = next_steps(&env, &path, &EN);
+        assert_eq!(steps[0].0, "export X='...'");
+        assert_eq!(
+            steps[1].0,
+            format!("portaria check --config {}", path.display())
+        );
+        assert_eq!(
+            steps[2].0,
+            format!("portaria serve --config {}", path.display())
+        );
+    }
+}

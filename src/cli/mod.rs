@@ -194,7 +194,7 @@ pub fn main() -> ExitCode {
             let _log = init_logging(format, "warn");
             verify::run(cli.config.as_deref(), args)
         }
-        Command::Init(args) => init::run(args),
+        Command::Init(args) => init::run(cli.config.as_deref(), args),
         Command::Check(args) => {
             let _log = init_logging(format, "warn");
             check::run(cli.config.as_deref(), args)

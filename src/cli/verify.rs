@@ -237,11 +237,11 @@ fn failure(endpoint: &Endpoint, capture: &Capture, error: &VerifyError, at: i64)
         VerifyError::Mismatch if capture.query.is_none() => {
             match signed_query(capture, endpoint, at) {
                 Some(names) => format!(
-                    "cannot be checked from this capture: {provider} signs {names} from the query \
-                 string of the URL it calls, and this request line has none. portaria does not \
-                 store the query string, so a stored event (`events show --raw`) cannot be \
-                 verified again; to check a delivery, capture it with its whole request line \
-                 (portaria answered this one when it arrived: a stored event was verified)"
+                    "cannot be checked from this capture: {provider} signs {names} from the \
+                     query string of the URL it calls, and this request line has none. portaria \
+                     does not store the query string, so a stored event (`events show --raw`) \
+                     cannot be verified again (it was when it arrived, or it would not be \
+                     stored); to check a delivery, capture it with its whole request line"
                 ),
                 None => mismatch(endpoint),
             }

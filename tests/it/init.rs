@@ -297,3 +297,59 @@ fn init_refuses_what_it_cannot_write_whole() {
     );
     assert!(!d.join("portaria.toml").exists(), "nothing written");
 }
+
+#[test]
+fn init_writes_where_config_says_and_its_commands_name_that_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let out = in_dir(
+        d,
+        &[
+            "--config",
+            "site/portaria.toml",
+            "init",
+            "--provider",
+            "stripe",
+            "--secret-env",
+            "STRIPE_IT_SECRET",
+            "--no-forward",
+        ],
+        "",
+        &[],
+    );
+    // No such folder yet: nothing is created but the file.
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    std::fs::create_dir(d.join("site")).unwrap();
+    let out = in_dir(
+        d,
+        &[
+            "--config",
+            "site/portaria.toml",
+            "init",
+            "--provider",
+            "stripe",
+            "--secret-env",
+            "STRIPE_IT_SECRET",
+            "--no-forward",
+        ],
+        "",
+        &[],
+    );
+    let said = ok_stdout(&out);
+    let written = d.join("site/portaria.toml");
+    assert!(written.exists());
+    // Not where the lookup looks from here: the commands name it.
+    assert_eq!(
+        steps(&said)[1],
+        format!("portaria check --config {}", written.display()),
+        "{said}"
+    );
+    let out = in_dir(
+        d,
+        &["check", "--config", "site/portaria.toml"],
+        "",
+        &[("STRIPE_IT_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")],
+    );
+    ok_stdout(&out);
+    assert!(d.join("site").join("portaria.toml").exists());
+}
