@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::raw::{RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
+use super::readiness::Machine;
 use super::toml_error::line_of;
 use super::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_MIN_BODY_BYTES_PER_SEC, DEFAULT_RETRY, Endpoint, Forward, Limits,
@@ -22,7 +23,12 @@ pub(super) struct Validator<'a> {
     pub(super) base_dir: Option<PathBuf>,
     pub(super) secrets: Secrets,
     /// Variables `serve` took out of its environment at start (`environment`).
-    pub(super) env_at_start: &'a super::EnvAtStart,
+    pub(super) env_at_start: Option<&'a super::EnvAtStart>,
+    /// The one endpoint whose secrets are read although `secrets` skips the others (`send`
+    /// and `verify` need only theirs).
+    pub(super) secrets_of: Option<&'a str>,
+    /// How far to look at this machine beyond the file (`readiness`).
+    pub(super) machine: Machine,
     pub(super) problems: Vec<String>,
     pub(super) warnings: Vec<String>,
     pub(super) secret_variables: Vec<String>,
@@ -285,12 +291,18 @@ impl Validator<'_> {
             .all(|none| none)
             && raw.secrets.is_none();
         let takes_secret = takes_secret(&provider) && !by_certificate;
+        // `send` and `verify` read this one endpoint's secrets, and no other.
+        let skipping = self.secrets;
+        if self.secrets_of == Some(name.as_str()) {
+            self.secrets = Secrets::Load;
+        }
         let secrets = self.secrets(at, given, raw.secrets, takes_secret);
         // With no usable secret (`secrets` has reported why, so this endpoint is refused
         // below), or none loaded (`Secrets::Skip`), check the provider and its options with a
         // stand-in key of whatever form the provider needs, so that every problem shows in one
         // run. A provider that verifies with a public key takes no secret at all.
         let stand_in = takes_secret && (secrets.is_empty() || self.secrets == Secrets::Skip);
+        self.secrets = skipping;
         let jwks = self.jwks(at, raw.jwks_file, raw.jwks_url);
         let settings = Settings {
             hmac: raw.signature.as_ref(),
@@ -322,7 +334,12 @@ impl Validator<'_> {
                 Some(v)
             }
             Err(why) => {
-                self.problem(format!("{at}: {why}"));
+                let known = crate::verify::PROVIDERS;
+                let hint = match known.contains(&provider.as_str()) {
+                    true => String::new(),
+                    false => crate::suggest::hint(&provider, known.iter().copied()),
+                };
+                self.problem(format!("{at}: {why}{hint}"));
                 None
             }
         };
@@ -402,6 +419,7 @@ impl Validator<'_> {
                 if argv.first().is_none_or(|program| program.is_empty()) {
                     self.problem(format!("{at}.command: give the program and its arguments, e.g. [\"/usr/local/bin/on-payment\"]"));
                 }
+                self.program_ready(&format!("{at}.command"), &argv);
                 if !secrets.is_empty() {
                     self.problem(format!("{at}: a forward secret signs URL forwards only"));
                 }
@@ -411,6 +429,7 @@ impl Validator<'_> {
                 if argv.first().is_none_or(|program| program.is_empty()) {
                     self.problem(format!("{at}.pipe: give the program and its arguments, e.g. [\"python3\", \"/srv/handler.py\"]"));
                 }
+                self.program_ready(&format!("{at}.pipe"), &argv);
                 if !secrets.is_empty() {
                     self.problem(format!("{at}: a forward secret signs URL forwards only"));
                 }
@@ -482,7 +501,7 @@ impl Validator<'_> {
 
 /// A directory that exists and is writable, or could be created: its nearest existing
 /// ancestor is a writable directory. Creates nothing (`portaria check` must not).
-fn usable_dir(dir: &Path) -> Result<(), String> {
+pub(super) fn usable_dir(dir: &Path) -> Result<(), String> {
     let existing = dir
         .ancestors()
         .find(|a| a.exists())
@@ -513,7 +532,7 @@ fn usable_dir(dir: &Path) -> Result<(), String> {
 }
 
 #[cfg(unix)]
-fn writable(dir: &Path) -> bool {
+pub(super) fn writable(dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;
@@ -523,7 +542,7 @@ fn writable(dir: &Path) -> bool {
 }
 
 #[cfg(not(unix))]
-fn writable(dir: &Path) -> bool {
+pub(super) fn writable(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
 }
 

@@ -440,6 +440,13 @@ impl Verifier {
         self.preset.scheme.signs_timestamp()
     }
 
+    /// Whether requests carry the configured secret itself (Asaas's, Cielo's, Vindi's and
+    /// Efí's `?hmac=` static credentials) instead of a signature: over plain HTTP, anyone who
+    /// sees one request can forge the next.
+    pub fn static_credential(&self) -> bool {
+        matches!(self.preset.scheme.coverage(), catalog::Coverage::Credential)
+    }
+
     /// Whether the scheme signs `public_url`, so that setting it means something.
     pub fn signs_public_url(&self) -> bool {
         self.preset.signs_public_url
