@@ -1,7 +1,8 @@
 //! What ships beside the code agrees with it: the packaged config passes the real `check`, its
 //! commented-out keys exist, the environment file names every variable the config and the
 //! alert scripts read, the guides name only outcome labels the metrics have, the Raspberry Pi
-//! guide quotes the latest benchmark, and the README's runnable example waits for what it reads.
+//! guide quotes the latest benchmark, and the forwarding guide's runnable example waits for what
+//! it reads.
 
 use std::path::{Path, PathBuf};
 
@@ -252,10 +253,10 @@ fn the_pi_guide_quotes_the_latest_benchmark() {
 }
 
 #[test]
-fn the_readmes_runnable_example_waits_for_what_it_reads() {
-    let readme = read("README.md");
-    let start = readme.find("### A runnable example").unwrap();
-    let block = &readme[start..];
+fn the_forwarding_guides_runnable_example_waits_for_what_it_reads() {
+    let guide = read("docs/forwarding.md");
+    let start = guide.find("## A runnable example").unwrap();
+    let block = &guide[start..];
     let block = &block[..block.find("\n```\n").unwrap()];
     let lines: Vec<&str> = block.lines().collect();
     let at = |text: &str| {
