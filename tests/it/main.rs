@@ -53,6 +53,7 @@ mod sd_notify;
 mod secrets_everywhere;
 mod signed;
 mod status;
+mod store_suite;
 mod support;
 mod target_down;
 mod task_panics;
