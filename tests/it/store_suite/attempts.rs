@@ -3,9 +3,9 @@
 //! the roll-up is written); replay, and the race of an attempt that finishes after its
 //! delivery was taken from it.
 
-use portaria::store::{AfterAttempt, Attempt, EventSummary, ListFilter, Status};
+use portaria::store::{AfterAttempt, Attempt, EventSummary, ListFilter, Order, Status};
 
-use super::{MINUTE, Subject, Webhook, dead, retry_at};
+use super::{Engine, MINUTE, Subject, Webhook, dead, retry_at};
 
 /// (outcome, attempt number, route) of each attempt in the history, in order.
 fn history(attempts: &[Attempt]) -> Vec<(String, u32, String)> {
@@ -298,6 +298,63 @@ async fn a_replay_takes_only_the_deliveries_it_names(s: &Subject) {
     assert_eq!(s.store.replay_dead(None, None, at).await.unwrap(), 0);
 }
 
+/// The replay race: an attempt that finishes after its delivery was taken from it (by a
+/// start's recovery on SQLite, by another instance after the lease on PostgreSQL) does not
+/// move the delivery on, but the history keeps it: a target did get that attempt.
+async fn an_attempt_finished_after_its_delivery_was_taken_is_kept(s: &Subject) {
+    let id = s
+        .new_event(Webhook::new("pagarme", "k", s.now - MINUTE))
+        .await;
+    let mine = s.claim_one("pagarme", "default", s.now).await;
+    let later = s.now + 5 * MINUTE;
+    let other = match s.engine {
+        // A start of the server (its recovery) while this attempt still ran.
+        Engine::Sqlite => {
+            assert_eq!(s.store.recover(later).await.unwrap(), 1);
+            None
+        }
+        // Another instance, once this one's lease has run out.
+        Engine::Postgres => {
+            let other = s.another().await;
+            let lane = portaria::store::LaneClaim {
+                endpoint: "pagarme".into(),
+                route: "default".into(),
+                limit: 1,
+                order: Order::Any,
+            };
+            let taken = other.claim_lanes(vec![lane], later).await.unwrap();
+            assert_eq!(taken[0].deliveries[0].attempt, 2, "taken over");
+            Some(other)
+        }
+    };
+    let interrupted = s.detail(id).await;
+    assert_eq!(
+        history(&interrupted.attempts),
+        [step("interrupted", 1, "default")]
+    );
+
+    // The first attempt ends, delivered: late.
+    s.record(&mine, s.now, AfterAttempt::Delivered).await;
+    s.store.roll_up(vec![id]).await.unwrap();
+    let e = s.detail(id).await;
+    assert_eq!(
+        history(&e.attempts),
+        [
+            step("delivered", 1, "default"),
+            step("interrupted", 1, "default")
+        ],
+        "the late attempt is in the history"
+    );
+    assert_ne!(
+        e.routes[0].status,
+        Status::Delivered,
+        "but not the delivery's to finish"
+    );
+    if let Some(other) = other {
+        super::close(other).await;
+    }
+}
+
 engines!(
     a_failed_attempt_is_kept_and_its_delivery_waits_for_the_retry,
     the_history_keeps_every_attempt_in_order,
@@ -307,4 +364,5 @@ engines!(
     a_start_writes_the_roll_ups_a_stop_cut_off,
     a_replay_puts_finished_deliveries_back_and_keeps_their_history,
     a_replay_takes_only_the_deliveries_it_names,
+    an_attempt_finished_after_its_delivery_was_taken_is_kept,
 );
