@@ -22,7 +22,9 @@ const COUNTED_SINCE: &str = "SELECT sum(duplicate)::bigint, sum(bad_signature)::
      sum(stale_timestamp)::bigint, sum(too_large)::bigint, sum(bad_request)::bigint, \
      sum(storage_error)::bigint FROM hourly WHERE endpoint = $1 AND hour >= $2";
 const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= $1";
-const ROUTES: &str = "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, \
+/// Its due time only while pending (as SQLite's `events::routes`): a claim leaves it set.
+const ROUTES: &str = "SELECT route, status, attempts, \
+     CASE WHEN status = 'pending' THEN next_attempt_at END, last_error, finished_at, \
      order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
 const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
 /// The chosen deliveries (not one being delivered) locked, a delivered attempt given a row of

@@ -103,6 +103,10 @@ async fn an_event_is_delivering_while_an_attempt_runs(s: &Subject) {
     assert_eq!(e.summary.next_attempt_at_ms, None);
     let r = &e.routes[0];
     assert_eq!((r.status, r.attempts), (Status::Delivering, 1));
+    assert_eq!(
+        r.next_attempt_at_ms, None,
+        "not due while it is being delivered"
+    );
     assert_eq!(s.store.event_routes(id).await.unwrap(), e.routes);
     assert_eq!(listed(s, Status::Delivering).await, [id]);
     assert!(listed(s, Status::Pending).await.is_empty());
