@@ -92,6 +92,28 @@ async fn the_history_keeps_every_attempt_in_order(s: &Subject) {
     assert_eq!(e.summary.next_attempt_at_ms, None);
 }
 
+/// Attempts that started in the same millisecond (a quick failure and its quick retry) are
+/// listed in the order they ran, the delivered one last.
+async fn attempts_of_one_millisecond_keep_their_order(s: &Subject) {
+    let id = s
+        .new_event(Webhook::new("pagarme", "k", s.now - MINUTE))
+        .await;
+    s.attempt("pagarme", "default", s.now, retry_at(s.now))
+        .await;
+    s.attempt("pagarme", "default", s.now, retry_at(s.now))
+        .await;
+    s.attempt("pagarme", "default", s.now, AfterAttempt::Delivered)
+        .await;
+    assert_eq!(
+        history(&s.detail(id).await.attempts),
+        [
+            step("failed", 1, "default"),
+            step("failed", 2, "default"),
+            step("delivered", 3, "default")
+        ]
+    );
+}
+
 /// While an attempt runs, the event and its delivery say `delivering`, and nothing is due.
 async fn an_event_is_delivering_while_an_attempt_runs(s: &Subject) {
     let id = s
@@ -362,6 +384,7 @@ async fn an_attempt_finished_after_its_delivery_was_taken_is_kept(s: &Subject) {
 engines!(
     a_failed_attempt_is_kept_and_its_delivery_waits_for_the_retry,
     the_history_keeps_every_attempt_in_order,
+    attempts_of_one_millisecond_keep_their_order,
     an_event_is_delivering_while_an_attempt_runs,
     the_roll_up_waits_for_every_route,
     one_dead_route_makes_the_event_dead,
