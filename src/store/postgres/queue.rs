@@ -89,6 +89,12 @@ const TAKEN_OVER: &str = "INSERT INTO attempts (event_id, route, attempt, starte
 const NEXT_DUE: &str = "SELECT min(CASE WHEN status = 'pending' THEN next_attempt_at \
      ELSE lease_until END) FROM deliveries \
      WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering')";
+/// A strict lane: when its head can be taken (its due time, or its lease's end), whatever
+/// is due behind it; NULL for an empty lane.
+const NEXT_DUE_STRICT: &str = "SELECT (SELECT CASE WHEN status = 'pending' THEN next_attempt_at \
+     ELSE lease_until END FROM deliveries \
+     WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering') \
+     ORDER BY event_id LIMIT 1)";
 /// `order_by`: when the soonest key head of a lane can be taken.
 const NEXT_DUE_BY_KEY: &str = concat!(
     "SELECT min(CASE WHEN d.status = 'pending' THEN d.next_attempt_at \
@@ -162,7 +168,8 @@ impl Pg {
             let next_due = if deliveries.len() < l.limit {
                 let sql = match l.order {
                     Order::ByKey => NEXT_DUE_BY_KEY,
-                    Order::Any | Order::Strict => NEXT_DUE,
+                    Order::Strict => NEXT_DUE_STRICT,
+                    Order::Any => NEXT_DUE,
                 };
                 client
                     .query_one(

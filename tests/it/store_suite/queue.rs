@@ -77,6 +77,7 @@ async fn strict_takes_only_the_head_of_the_lane(s: &Subject) {
     assert_eq!(ids(&head.deliveries), [e[0]]);
     let behind = s.claim("pagarme", "r", Order::Strict, 1, s.now).await;
     assert!(behind.deliveries.is_empty(), "the head is being delivered");
+    s.assert_lease_end(behind.next_due, s.now);
 
     s.record(&head.deliveries[0], s.now, retry_at(s.now + 30_000))
         .await;
@@ -84,6 +85,11 @@ async fn strict_takes_only_the_head_of_the_lane(s: &Subject) {
     assert!(
         waiting.deliveries.is_empty(),
         "the others are due, but behind the head"
+    );
+    assert_eq!(
+        waiting.next_due,
+        Some(s.now + 30_000),
+        "the lane is next due when its head is, not when those behind it are"
     );
 
     let at = s.now + 30_000;
