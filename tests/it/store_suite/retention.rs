@@ -127,6 +127,23 @@ async fn only_finished_events_past_their_window_are_prunable(s: &Subject) {
     ));
 }
 
+/// A pass deletes and reads in the order the events were stored (by id), not by the time
+/// they say they were received: an event received long ago but stored later (a restored one,
+/// a late redelivery) waits for its turn.
+async fn batches_go_in_the_order_events_were_stored(s: &Subject) {
+    let x = aged(s, "x", Status::Stored, 40).await;
+    let y = aged(s, "y", Status::Stored, 50).await;
+    let z = aged(s, "z", Status::Stored, 45).await;
+    let pruning = s.store.pruning().await.unwrap().unwrap();
+    let batch = pruning.prunable(cutoffs(s), 2, u64::MAX).await.unwrap();
+    let read: Vec<i64> = batch.iter().map(|e| e.summary.id).collect();
+    assert_eq!(read, [x, y]);
+    let first = pruning.delete_prunable(cutoffs(s), 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    drop(pruning);
+    assert_eq!(all_ids(s).await, [y, z], "x went first");
+}
+
 /// A batch for the archive: each event in full (headers, body, its attempts), stopping once
 /// the bytes pass the budget but taking one at least; deleted afterwards by id, each only if
 /// still prunable (one replayed meanwhile stays).
@@ -294,6 +311,7 @@ async fn restoring_a_key_with_several_events_sends_it_once_more(s: &Subject) {
 
 engines!(
     only_finished_events_past_their_window_are_prunable,
+    batches_go_in_the_order_events_were_stored,
     an_archive_batch_is_read_in_full_and_deleted_only_if_still_prunable,
     restoring_never_makes_a_second_row_for_one_key,
     restoring_a_key_with_several_events_sends_it_once_more,
