@@ -281,6 +281,34 @@ async fn restoring_never_makes_a_second_row_for_one_key(s: &Subject) {
     );
 }
 
+/// A restored event that was delivered keeps its delivered attempt in the history, as a
+/// replay does.
+async fn a_restored_event_keeps_its_history(s: &Subject) {
+    let id = aged(s, "k", Status::Delivered, 1).await;
+    let events = archived(s, &[id]).await;
+    assert_eq!(events[0].attempts.len(), 1);
+    let restored = s.restore(&events, &[route("default", None)]).await;
+    assert_eq!(restored.reset, 1);
+    let e = s.detail(id).await;
+    let outcomes: Vec<(&str, &str)> = e
+        .attempts
+        .iter()
+        .map(|a| (a.outcome.as_str(), a.route.as_str()))
+        .collect();
+    assert_eq!(
+        outcomes,
+        [("delivered", "k")],
+        "the delivered attempt is kept"
+    );
+    // With no route now, it is stored.
+    let other = aged(s, "stored", Status::Delivered, 1).await;
+    let events = archived(s, &[other]).await;
+    assert_eq!(s.restore(&events, &[]).await.reset, 1);
+    let e = s.detail(other).await;
+    assert_eq!(e.summary.status, Status::Stored);
+    assert!(e.routes.is_empty());
+}
+
 /// With a dedup window a key may have several events: restore sends it once more (the
 /// newest goes back to pending), and not again while that one is on its way.
 async fn restoring_a_key_with_several_events_sends_it_once_more(s: &Subject) {
@@ -314,5 +342,6 @@ engines!(
     batches_go_in_the_order_events_were_stored,
     an_archive_batch_is_read_in_full_and_deleted_only_if_still_prunable,
     restoring_never_makes_a_second_row_for_one_key,
+    a_restored_event_keeps_its_history,
     restoring_a_key_with_several_events_sends_it_once_more,
 );
