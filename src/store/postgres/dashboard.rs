@@ -1,9 +1,10 @@
 //! What the status page and `portaria events` read and do on PostgreSQL: the overview of each
 //! endpoint now and the chart's hours (from `hourly`, which every instance adds to:
-//! `counters.rs`), the events list (the same statement as SQLite's, `events::list_query`:
-//! same filters, cursor and order), one event in full, and replay. Every instance sees every
-//! event: the database is the one they share. A replay is one statement: the deliveries it
-//! puts back are locked, and one being delivered (by any instance) is left alone.
+//! `counters.rs`; this instance's counts not yet folded in go in first), the events list (the
+//! same statement as SQLite's, `events::list_query`: same filters, cursor and order), one
+//! event in full, and replay. Every instance sees every event: the database is the one they
+//! share. A replay is one statement: the deliveries it puts back are locked, and one being
+//! delivered (by any instance) is left alone.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -56,6 +57,13 @@ impl Pg {
         hours: usize,
         now_ms: i64,
     ) -> Result<Overview, StoreError> {
+        // The counts not folded yet go in first, so the page shows every count made before it
+        // was asked (as SQLite's `Store::overview` folds them with its read). A failed fold
+        // keeps them for the keeper's next; the read says what is wrong.
+        let folded = super::counters::fold(&self.pool, &self.tally, crate::time::now_ms()).await;
+        if let Err(e) = folded {
+            tracing::warn!(error = %e, "cannot write the status page's counters; kept for the next try");
+        }
         let queue = self.queue_stats().await?;
         let client = self.client().await?;
         let this_hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;

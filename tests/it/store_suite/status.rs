@@ -4,9 +4,149 @@
 //! `/metrics`' queue figures and `/readyz`'s probe. The counters are kept across a close and
 //! shared by every handle on the database.
 
-use portaria::store::{AfterAttempt, ListFilter, QueueStats, Status};
+use portaria::store::{
+    AfterAttempt, Counted, EndpointNow, ListFilter, QueueStats, Rejected, Rejection, Status,
+};
 
-use super::{DAY, MINUTE, Subject, Webhook, dead};
+use super::{DAY, HOUR, MINUTE, Subject, Webhook, dead};
+
+/// The start of the clock hour of `ms`.
+fn hour_of(ms: i64) -> i64 {
+    ms.div_euclid(HOUR) * HOUR
+}
+
+/// Per endpoint: events received in the last hour and day, the queue, the last arrival; the
+/// counted duplicates and rejections of the last 24 clock hours; and 48 hours of chart, the
+/// current one last, hours without counts as zeros. Counts made just before the read are in
+/// it; endpoints named, or waiting, dead or counted, each get a row.
+async fn the_overview_counts_each_endpoint_and_the_chart_has_every_hour(s: &Subject) {
+    let now = s.now;
+    s.new_event(Webhook::new("shop", "a", now - 5 * MINUTE).to(&[("a", None)]))
+        .await;
+    s.new_event(Webhook::new("shop", "b", now - 90 * MINUTE).to(&[("b", None)]))
+        .await;
+    s.attempt("shop", "b", now, dead()).await;
+    s.new_event(Webhook::new("shop", "c", now - 30 * HOUR).to(&[("c", None)]))
+        .await;
+    s.attempt("shop", "c", now, AfterAttempt::Delivered).await;
+    let count = |what, at| s.store.count("shop", what, at);
+    count(Counted::Duplicate, now);
+    count(Counted::Rejected(Rejection::BadSignature), now);
+    count(Counted::Rejected(Rejection::BadSignature), now - 2 * HOUR);
+    count(Counted::Received, now - 47 * HOUR);
+    count(Counted::Delivered, now - 48 * HOUR);
+    s.store.count("counted-only", Counted::Received, now);
+    let o = s
+        .store
+        .overview(vec!["shop".into(), "quiet".into()], 48, now)
+        .await
+        .unwrap();
+    let names: Vec<&str> = o.endpoints.iter().map(|e| e.endpoint.as_str()).collect();
+    assert_eq!(names, ["shop", "quiet", "counted-only"]);
+    let shop = &o.endpoints[0];
+    assert_eq!(
+        *shop,
+        EndpointNow {
+            endpoint: "shop".into(),
+            received_last_hour: 1,
+            received_last_day: 2,
+            duplicates_last_day: 1,
+            rejected_last_day: Rejected {
+                bad_signature: 2,
+                ..Rejected::default()
+            },
+            pending: 1,
+            dead: 1,
+            oldest_pending_ms: Some(now - 5 * MINUTE),
+            last_received_ms: Some(now - 5 * MINUTE),
+        }
+    );
+    assert_eq!(
+        o.endpoints[1],
+        EndpointNow {
+            endpoint: "quiet".into(),
+            ..EndpointNow::default()
+        }
+    );
+    assert_eq!(o.hours.len(), 48);
+    assert_eq!(o.hours[47].hour_ms, hour_of(now));
+    assert_eq!(o.hours[0].hour_ms, hour_of(now) - 47 * HOUR);
+    assert_eq!((o.hours[47].duplicate, o.hours[47].rejected), (1, 1));
+    assert_eq!(o.hours[47].received, 1, "counted-only's");
+    assert_eq!(o.hours[45].rejected, 1);
+    assert_eq!(o.hours[0].received, 1, "47 hours ago is the first hour");
+    assert_eq!(
+        o.hours.iter().map(|h| h.delivered).sum::<u64>(),
+        0,
+        "48 hours ago is out"
+    );
+}
+
+/// Each rejection under its own reason, the day's 24 clock hours only; in the chart the
+/// rejections of an hour together, beside what was received, delivered and failed.
+async fn every_rejection_is_counted_under_its_reason(s: &Subject) {
+    let now = s.now;
+    let reasons = [
+        Rejection::BadSignature,
+        Rejection::StaleTimestamp,
+        Rejection::TooLarge,
+        Rejection::BadRequest,
+        Rejection::StorageError,
+    ];
+    for (n, reason) in reasons.into_iter().enumerate() {
+        for _ in 0..=n {
+            s.store.count("shop", Counted::Rejected(reason), now);
+        }
+    }
+    let in_day = hour_of(now) - 23 * HOUR;
+    s.store
+        .count("shop", Counted::Rejected(Rejection::TooLarge), in_day);
+    s.store
+        .count("shop", Counted::Rejected(Rejection::TooLarge), in_day - 1);
+    for what in [Counted::Received, Counted::Received, Counted::Delivered] {
+        s.store.count("shop", what, now);
+    }
+    s.store.count("shop", Counted::Failed, now - HOUR);
+    let o = s.store.overview(vec![], 48, now).await.unwrap();
+    assert_eq!(o.endpoints.len(), 1);
+    let rejected = o.endpoints[0].rejected_last_day;
+    assert_eq!(
+        rejected,
+        Rejected {
+            bad_signature: 1,
+            stale_timestamp: 2,
+            too_large: 3 + 1,
+            bad_request: 4,
+            storage_error: 5,
+        },
+        "the first hour of the day is in it, the hour before is not"
+    );
+    assert_eq!(rejected.total(), 16);
+    let hour = &o.hours[47];
+    assert_eq!(
+        (hour.received, hour.rejected, hour.delivered, hour.failed),
+        (2, 15, 1, 0)
+    );
+    assert_eq!(o.hours[46].failed, 1);
+    assert_eq!(o.hours[24].rejected, 1);
+    assert_eq!(o.hours[23].rejected, 1);
+}
+
+/// Counts are kept when a handle closes, and every handle on the database adds to the same
+/// hour's row (two instances on PostgreSQL; a server and a command on SQLite).
+async fn counts_are_shared_and_kept_across_a_close(s: &Subject) {
+    let other = s.another().await;
+    let bad = Counted::Rejected(Rejection::BadSignature);
+    s.store.count("shop", bad, s.now);
+    other.count("shop", bad, s.now);
+    other.count("shop", Counted::Duplicate, s.now);
+    super::close(other).await;
+    let o = s.store.overview(vec![], 48, s.now).await.unwrap();
+    let shop = &o.endpoints[0];
+    assert_eq!(shop.rejected_last_day.bad_signature, 2);
+    assert_eq!(shop.duplicates_last_day, 1);
+    assert_eq!(o.hours[47].rejected, 2);
+}
 
 /// The events list: newest first, each filter narrowing it (endpoint, status through the
 /// deliveries, type, text in the key or the object id), pages by a cursor; one endpoint's
@@ -175,6 +315,9 @@ async fn a_ready_store_takes_the_write_probe(s: &Subject) {
 }
 
 engines!(
+    the_overview_counts_each_endpoint_and_the_chart_has_every_hour,
+    every_rejection_is_counted_under_its_reason,
+    counts_are_shared_and_kept_across_a_close,
     the_events_list_filters_searches_and_pages,
     the_queue_figures_count_deliveries_per_endpoint,
     a_ready_store_takes_the_write_probe,
