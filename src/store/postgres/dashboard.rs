@@ -29,8 +29,9 @@ const ROUTES: &str = "SELECT route, status, attempts, \
      order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
 const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
 /// The chosen deliveries (not one being delivered) locked, a delivered attempt given a row of
-/// its own (its delivery row is reset), the deliveries pending again and due now, their events
-/// with them; answers each event once. $1 now, $2 an event, $3 dead only, $4 an endpoint,
+/// its own (its delivery row is reset), the deliveries pending again and due now (and not
+/// announced dead: if one dies again, the alerts task hears of it again), their events with
+/// them; answers each event once. $1 now, $2 an event, $3 dead only, $4 an endpoint,
 /// $5 a route.
 const REPLAY: &str = "WITH chosen AS (SELECT event_id, route, status, attempts, finished_at, \
        delivered_ms FROM deliveries WHERE status <> 'delivering' \
@@ -42,7 +43,7 @@ const REPLAY: &str = "WITH chosen AS (SELECT event_id, route, status, attempts, 
        FROM chosen WHERE status = 'delivered' AND delivered_ms IS NOT NULL), \
      reset AS (UPDATE deliveries AS d SET status = 'pending', attempts = 0, \
        next_attempt_at = $1, last_error = NULL, finished_at = NULL, delivered_ms = NULL, \
-       claimed_by = NULL, lease_until = NULL \
+       claimed_by = NULL, lease_until = NULL, alerted = NULL \
        FROM chosen WHERE d.event_id = chosen.event_id AND d.route = chosen.route \
        RETURNING d.event_id) \
      UPDATE events SET status = 'pending', finished_at = NULL \

@@ -195,6 +195,12 @@ async fn a_death_is_handed_to_the_alerts_task_once_and_again_after_a_replay(s: &
         s.store.alert_state().await.unwrap(),
         [("alerts:dead".to_string(), "1".to_string())]
     );
+    // Replayed, dead again: handed over again.
+    assert!(s.store.replay_event(id, s.now).await.unwrap());
+    s.attempt("pagarme", "default", s.now, dead()).await;
+    let again = dead_batch(s, first.cursor).await;
+    assert_eq!(again.events.len(), 1, "{again:?}");
+    assert_eq!(again.events[0].id, id);
     let names = vec!["pagarme".into(), "stripe".into()];
     assert_eq!(
         s.store.endpoints_with_events(names).await.unwrap(),
