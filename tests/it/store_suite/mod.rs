@@ -101,9 +101,9 @@ enum Place {
     },
 }
 
-/// The suite's PostgreSQL databases not in use, emptied when taken: a database per test
-/// would leave the shared cluster so many files to write at its shutdown checkpoint that it
-/// would not stop in time. A test that fails keeps its database (as it was, to look at).
+/// The suite's PostgreSQL databases not in use, emptied when taken: with a database per test
+/// (40 more on the shared cluster), the cluster did not stop within the 20 s `pg_cluster`
+/// gives it when the test binary exits. A test that fails keeps its database as it was.
 static FREE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// A database for one test: a free one, emptied (its schema kept, its ids starting over), or
