@@ -1,7 +1,7 @@
 //! The store's behaviour suite: one set of tests, written once against [`Store`]'s public
 //! methods, run on both engines, SQLite (a file in a temp dir) and PostgreSQL (a database of
-//! its own on the shared test cluster, `pg_cluster`; `PORTARIA_REQUIRE_POSTGRES=1` makes a
-//! missing server a failure). Each test is an `async fn(&Subject)`; [`engines!`] at the foot
+//! the shared test cluster, `pg_cluster`, emptied for each test; `PORTARIA_REQUIRE_POSTGRES=1`
+//! makes a missing server a failure). Each test is an `async fn(&Subject)`; [`engines!`] at the foot
 //! of each file makes two `#[tokio::test]`s of each, `<file>::sqlite::<name>` and
 //! `<file>::postgres::<name>`, so a failure names the engine and `cargo test --test it
 //! store_suite::` runs the lot.
@@ -18,9 +18,10 @@
 //! queries and counters), `copy` (`store copy`, SQLite into PostgreSQL), `engines` (where the
 //! engines differ on purpose, each difference asserted as each engine documents it).
 //!
-//! Until the seam lands (issue 25), two calls have no engine-neutral form: restore (SQLite
-//! restores through the command's `Db`) and a second handle on one database
-//! ([`Subject::another`]); both are here, in [`Subject`], and nowhere else.
+//! Opening a store is per engine by nature ([`Subject::open`], [`Subject::another`]); until
+//! the seam lands (issue 25), SQLite's restore and `store copy`'s source also go through the
+//! command's `Db` ([`Subject::restore`], `copy.rs`). Nothing else here knows the engine, but
+//! for the differences on purpose, each named where it is asserted.
 
 use std::path::PathBuf;
 

@@ -271,7 +271,11 @@ async fn the_events_list_filters_searches_and_pages(s: &Subject) {
 }
 
 /// `/metrics`' queue figures per endpoint: deliveries waiting or under way, when the oldest
-/// of them was received, deliveries dead; an endpoint with only dead ones has a row too.
+/// of them was received, deliveries dead; an endpoint with only dead ones has a row too. (The
+/// oldest: SQLite reads the received time of the smallest event id, one row, PostgreSQL the
+/// smallest received time. Alike here, where events are stored in the order received; an
+/// event put back by `archive replay`, a new id with its old time, counts as the oldest only
+/// on PostgreSQL.)
 async fn the_queue_figures_count_deliveries_per_endpoint(s: &Subject) {
     let now = s.now;
     let two = [("erp", None), ("audit", None)];
