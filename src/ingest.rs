@@ -386,6 +386,10 @@ impl Intake {
                 None if matches!(e, VerifyError::StaleTimestamp { .. }) => {
                     return (Outcome::StaleTimestamp, meta);
                 }
+                // Signed, but the body says otherwise: the request's own fault, said in the 400.
+                None if matches!(e, VerifyError::Contradicts(_)) => {
+                    return (Outcome::BadRequest(e.to_string()), meta);
+                }
                 None => return (Outcome::BadSignature(e.to_string()), meta),
             },
         };
@@ -397,7 +401,8 @@ impl Intake {
         }
 
         // 3. The dedup key, and what kind of event this is.
-        let dedup_key = match endpoint.dedup.extract(&parts.headers, &body) {
+        let signed = proof.signed_key();
+        let dedup_key = match endpoint.dedup.extract_signed(signed, &parts.headers, &body) {
             Ok(key) => key,
             Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
         };

@@ -36,6 +36,9 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
     let now = now_ms();
     let written = match command {
         EventsCommand::List(args) => {
+            if let Some(name) = &args.endpoint {
+                known_endpoint(config, db, name)?;
+            }
             let filter = ListFilter {
                 endpoint: args.endpoint,
                 status: args.status,
@@ -78,6 +81,9 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
         },
         EventsCommand::Replay(args) => {
             if let Some(id) = args.id {
+                if let Some(route) = &args.route {
+                    route_of_event(db, id, route)?;
+                }
                 if !db
                     .block_on(store.replay_route(id, args.route.clone(), now))
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
@@ -100,6 +106,12 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                     "event {id} is pending again{to}; the running server delivers it within seconds"
                 )
             } else {
+                if let Some(name) = &args.endpoint {
+                    known_endpoint(config, db, name)?;
+                }
+                if let Some(route) = &args.route {
+                    known_route(config, args.endpoint.as_deref(), route)?;
+                }
                 let n = db
                     .block_on(store.replay_dead(args.endpoint, args.route, now))
                     .map_err(|e| format!("cannot replay dead events: {e}"))?;
@@ -109,6 +121,66 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
     };
     written.map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An endpoint name given to a filter: configured, or still holding stored events (an
+/// endpoint taken out of the config); else an error naming the configured ones and the
+/// closest. A mistyped name never reads as "nothing matched".
+fn known_endpoint(config: &Config, db: &Opened, name: &str) -> Result<(), String> {
+    if config.endpoint(name).is_some() {
+        return Ok(());
+    }
+    let filter = ListFilter {
+        endpoint: Some(name.to_string()),
+        limit: 1,
+        ..ListFilter::default()
+    };
+    let stored = db
+        .block_on(db.store.list_events(filter))
+        .map_err(|e| format!("cannot list events: {e}"))?;
+    if stored.is_empty() {
+        return Err(super::no_such_endpoint(config, name));
+    }
+    Ok(())
+}
+
+/// A route name given to `replay --dead`: one of the endpoint's routes (of any endpoint's,
+/// without `--endpoint`); else an error naming them and the closest.
+fn known_route(config: &Config, endpoint: Option<&str>, route: &str) -> Result<(), String> {
+    let mut routes: Vec<&str> = config
+        .endpoints
+        .iter()
+        .filter(|e| endpoint.is_none_or(|name| e.name == name))
+        .flat_map(|e| e.routes.iter().map(|r| r.name.as_str()))
+        .collect();
+    routes.sort_unstable();
+    routes.dedup();
+    if routes.contains(&route) {
+        return Ok(());
+    }
+    let of = endpoint.map_or_else(String::new, |name| format!(" in endpoint `{name}`"));
+    Err(format!(
+        "no route named `{route}`{of} (configured: {}){}",
+        crate::suggest::list(routes.iter().copied()),
+        crate::suggest::hint(route, routes.iter().copied())
+    ))
+}
+
+/// A route given to `replay ID --route`: one the event went to; else an error naming them.
+/// No such event is the replay's own error.
+fn route_of_event(db: &Opened, id: i64, route: &str) -> Result<(), String> {
+    let routes = db
+        .block_on(db.store.event_routes(id))
+        .map_err(|e| format!("cannot read event {id}: {e}"))?;
+    let names = || routes.iter().map(|r| r.route.as_str());
+    if routes.is_empty() || names().any(|name| name == route) {
+        return Ok(());
+    }
+    Err(format!(
+        "cannot replay event {id}: it never went to route `{route}` (its routes: {}){}",
+        crate::suggest::list(names()),
+        crate::suggest::hint(route, names())
+    ))
 }
 
 /// A listing whose reader went away (`portaria events list | head -1`) is done, not failed: as

@@ -114,8 +114,9 @@ impl Store {
     /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
     /// headers, body and received time. The dedup barrier decides, with no dedup window
     /// whatever the endpoint's: no row yet means a new pending row; a finished row (delivered,
-    /// dead, stored) goes back to pending with a fresh schedule, like `events replay`; a
-    /// pending or delivering row is left alone. Never a second row for one key.
+    /// dead, stored) goes back to pending with a fresh schedule, its history kept, like
+    /// `events replay`; a pending or delivering row is left alone. Never a second row for one
+    /// key.
     ///
     /// An endpoint with a `dedup_window` may hold several rows of one key (one per window).
     /// Then the key's notification goes out once more, never once per row: if any of its rows
