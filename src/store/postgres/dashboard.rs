@@ -58,7 +58,8 @@ impl Pg {
         // The counts not folded yet go in first, so the page shows every count made before it
         // was asked (as SQLite's `Store::overview` folds them with its read). A failed fold
         // keeps them for the keeper's next; the read says what is wrong.
-        let folded = super::counters::fold(&self.pool, &self.tally, crate::time::now_ms()).await;
+        let now = crate::time::now_ms();
+        let folded = super::counters::fold(&self.pool, &self.tally, &self.folding, now).await;
         if let Err(e) = folded {
             tracing::warn!(error = %e, "cannot write the status page's counters; kept for the next try");
         }

@@ -66,6 +66,7 @@ pub(in crate::store) struct Pg {
     noted: alerts::Noted,
     /// The status page's counts not in `hourly` yet, and what asks for the last fold at close.
     tally: Arc<Tally>,
+    folding: counters::Folding,
     closing: counters::Closing,
     /// How the latest intake commits went, for `/readyz`.
     health: Arc<IntakeHealth>,
@@ -121,6 +122,7 @@ impl Pg {
             lease_ms: queue::lease_ms(),
             noted: alerts::Noted::default(),
             tally,
+            folding: counters::Folding::default(),
             closing,
             health,
         };
@@ -133,6 +135,7 @@ impl Pg {
         tokio::spawn(counters::counter_keeper(
             pg.pool.clone(),
             pg.tally.clone(),
+            pg.folding.clone(),
             close_rx,
         ));
         Ok(pg)
@@ -174,11 +177,11 @@ impl Pg {
     /// pool: idle connections go now, busy ones when their call returns.
     pub(in crate::store) fn close(&self) {
         self.wakeups.stop.send_replace(true);
-        if !self.tally.is_empty() {
-            let (done, folded) = std::sync::mpsc::sync_channel(1);
-            if self.closing.try_send(done).is_ok() {
-                let _ = folded.recv_timeout(LAST_FOLD_WAIT);
-            }
+        // Asked even with the tally empty: a fold in flight has taken the counts and not
+        // written them yet; the keeper answers once it has.
+        let (done, folded) = std::sync::mpsc::sync_channel(1);
+        if self.closing.try_send(done).is_ok() {
+            let _ = folded.recv_timeout(LAST_FOLD_WAIT);
         }
         self.pool.close();
     }
