@@ -30,7 +30,7 @@ if (($#)); then
 fi
 cd "$(dirname "$0")/.."
 
-# The stripped binary's budget (README, "Performance": the Pi's 6 MiB).
+# The stripped binary's budget (docs/performance.md: the Pi's 6 MiB).
 MAX_BINARY_BYTES=${MAX_BINARY_BYTES:-$((6 * 1024 * 1024))}
 # The newest glibc symbol version the binary may need: Debian 12 / Raspberry Pi OS Bookworm's
 # glibc. Raspberry Pi OS Bullseye (Debian 11) has 2.31: docs/raspberry-pi.md says which releases

@@ -396,8 +396,8 @@ fn render(a: &Answers) -> String {
     };
     format!(
         "# portaria's configuration, written by `portaria init`. Every key is described in\n\
-         # config.example.toml and the README (\"Configuration\"); `portaria check` reads this\n\
-         # file as `serve` will and lists every problem.\n\
+         # config.example.toml and docs/configuration.md; `portaria check` reads this file as\n\
+         # `serve` will and lists every problem.\n\
          \n\
          [server]\n\
          listen = \"127.0.0.1:8080\"        # loopback only: the tunnel (cloudflared, ngrok) connects here\n\

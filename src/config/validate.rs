@@ -967,7 +967,7 @@ mod tests {
         let forward = &config.endpoints[0].routes[0].forward;
         assert!(matches!(&forward.target, Target::Command(argv) if argv == &["/bin/true"]));
         assert_eq!(forward.timeout, Duration::from_secs(5));
-        // The default schedule, as the README and the example configs write it.
+        // The default schedule, as docs/forwarding.md and the example configs write it.
         let documented: Vec<Duration> = ["10s", "1m", "5m", "30m", "2h", "12h"]
             .iter()
             .map(|s| parse_duration(s).unwrap())

@@ -127,9 +127,11 @@ fn rsa_key(n: Option<&str>, e: Option<&str>) -> Result<RsaKey, String> {
     let exponent = (e.len() <= 5).then(|| e.iter().fold(0u64, |acc, &b| acc << 8 | u64::from(b)));
     let usable = odd(&n) && odd(&e) && exponent.is_some_and(|e| (3..1 << 33).contains(&e));
     if !usable {
-        return Err("not a usable RSA public key (an even modulus, or an exponent that is \
+        return Err(
+            "not a usable RSA public key (an even modulus, or an exponent that is \
                     even or outside 3..2^33)"
-            .to_string());
+                .to_string(),
+        );
     }
     Ok(RsaPublicKeyComponents { n, e })
 }
@@ -374,12 +376,17 @@ mod tests {
         for e in [&[1u8][..], &[2], &[1, 0, 0, 0, 0, 1]] {
             let mut bad_e = jwk("k1");
             bad_e["e"] = json!(URL_SAFE_NO_PAD.encode(e));
-            assert!(err(json!([bad_e])).contains("not a usable RSA public key"), "{e:?}");
+            assert!(
+                err(json!([bad_e])).contains("not a usable RSA public key"),
+                "{e:?}"
+            );
         }
         assert!(err(json!([even])).contains("not a usable RSA public key"));
         // Leading zero bytes are not bits.
         let mut padded = jwk("k1");
-        let n = URL_SAFE_NO_PAD.decode(padded["n"].as_str().unwrap()).unwrap();
+        let n = URL_SAFE_NO_PAD
+            .decode(padded["n"].as_str().unwrap())
+            .unwrap();
         padded["n"] = json!(URL_SAFE_NO_PAD.encode([&[0u8, 0][..], &n].concat()));
         let v = load(json!([padded])).unwrap();
         assert_eq!(check(&v, &signed("k1"), BODY), Ok(0));

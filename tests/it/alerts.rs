@@ -213,6 +213,11 @@ async fn a_restart_never_announces_a_dead_event_twice_and_announces_an_unannounc
     // A new dead event is still announced.
     assert_eq!(post_pagarme(third.addr, &payment_body(2)).await.status, 200);
     eventually(limit, "the new dead alert", || alerts(w).len() == 2).await;
+    // The alert follows the delivery's death; the event's own status is rolled up after it.
+    eventually(limit, "the second event rolled up dead", || {
+        dead_ids(&db).len() == 2
+    })
+    .await;
     let ids = dead_ids(&db);
     assert_eq!(alerts(w)[1]["first_event_id"], ids[1]);
     assert_eq!(alerts(w)[1]["count"], 1);

@@ -58,6 +58,7 @@ mod signed;
 mod signed_dedup;
 mod status;
 mod status_lang;
+mod store_suite;
 mod support;
 mod target_down;
 mod task_panics;

@@ -357,7 +357,7 @@ impl Json {
         }
     }
 
-    /// The rules of README's "The event type and object id", read off the value itself.
+    /// The rules of docs/forwarding.md's "The event type and object id", read off the value itself.
     fn scalar(&self) -> Option<String> {
         match self {
             Json::Str(s) if !s.is_empty() => Some(s.chars().take(200).collect()),

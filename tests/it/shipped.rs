@@ -1,7 +1,9 @@
 //! What ships beside the code agrees with it: the packaged config passes the real `check`, its
 //! commented-out keys exist, the environment file names every variable the config and the
 //! alert scripts read, the guides name only outcome labels the metrics have, the Raspberry Pi
-//! guide quotes the latest benchmark, and the README's runnable example waits for what it reads.
+//! guide (and its Portuguese translation) quotes the latest benchmark, the forwarding guide's
+//! runnable example waits for what it reads, and the Portuguese guides keep the commands of the
+//! English ones.
 
 use std::path::{Path, PathBuf};
 
@@ -173,10 +175,12 @@ fn the_guides_name_only_outcome_labels_the_metrics_have() {
     known.extend(portaria::metrics::DELIVERY_OUTCOMES);
     known.push("not_found");
     let mut files = vec![repo("README.md"), repo("packaging/README.md")];
-    for entry in std::fs::read_dir(repo("docs")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_some_and(|e| e == "md") {
-            files.push(path);
+    for dir in ["docs", "docs/pt-BR"] {
+        for entry in std::fs::read_dir(repo(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                files.push(path);
+            }
         }
     }
     let mut seen = 0;
@@ -222,40 +226,177 @@ fn the_pi_guide_quotes_the_latest_benchmark() {
             .unwrap()
             .to_string()
     };
+    // The Portuguese guide writes the same figures with Brazil's separators: 28.059, 7,6.
+    let brazilian = |figure: String| -> String {
+        figure
+            .chars()
+            .map(|c| match c {
+                '.' => ',',
+                ',' => '.',
+                c => c,
+            })
+            .collect()
+    };
     let guide = read("docs/raspberry-pi.md");
-    for (row, name, unit) in [
-        ("memory at idle", "RSS at idle, MiB", "MiB"),
-        ("memory at peak", "Peak RSS under load, MiB", "MiB"),
+    let guia = read("docs/pt-BR/raspberry-pi.md");
+    for (row, linha, name, unit) in [
+        (
+            "memory at idle",
+            "memória parado",
+            "RSS at idle, MiB",
+            "MiB",
+        ),
+        (
+            "memory at peak",
+            "memória no pico",
+            "Peak RSS under load, MiB",
+            "MiB",
+        ),
         (
             "accepted webhooks per second",
+            "webhooks aceitos por segundo",
             "Durable intake, requests/s",
             "",
         ),
         (
             "at 1,000 req/s",
+            "a 1.000 req/s",
             "at 1,000 req/s (about one event per commit), KiB",
             "KiB",
         ),
-        ("under load", "Disk written per accepted event, KiB", "KiB"),
-        ("under load", "disk written per delivered event, KiB", "KiB"),
+        (
+            "under load",
+            "sob carga",
+            "Disk written per accepted event, KiB",
+            "KiB",
+        ),
+        (
+            "under load",
+            "sob carga",
+            "disk written per delivered event, KiB",
+            "KiB",
+        ),
     ] {
-        let line = guide
-            .lines()
-            .find(|l| l.starts_with('|') && l.contains(row))
-            .unwrap_or_else(|| panic!("no row {row:?} in the Pi guide"));
-        let quoted = format!("{} {unit}", figure(name));
-        assert!(
-            line.contains(quoted.trim()),
-            "the Pi guide's {row:?} row does not quote {quoted:?} ({name}): {line}"
-        );
+        for (guide, row, quoted) in [
+            (&guide, row, format!("{} {unit}", figure(name))),
+            (&guia, linha, format!("{} {unit}", brazilian(figure(name)))),
+        ] {
+            let line = guide
+                .lines()
+                .find(|l| l.starts_with('|') && l.contains(row))
+                .unwrap_or_else(|| panic!("no row {row:?} in a Pi guide"));
+            assert!(
+                line.contains(quoted.trim()),
+                "the Pi guide's {row:?} row does not quote {quoted:?} ({name}): {line}"
+            );
+        }
     }
 }
 
+/// The lines of a guide's fenced code blocks that its translation keeps as they are: every
+/// block but program output (`text`), each line without its comment (comments are translated),
+/// blank lines left out.
+fn code_lines(markdown: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    // Inside a fence: whether its lines count.
+    let mut fence = None;
+    for line in markdown.lines() {
+        if let Some(info) = line.trim_start().strip_prefix("```") {
+            fence = match fence {
+                None => Some(info.trim() != "text"),
+                Some(_) => None,
+            };
+            continue;
+        }
+        if fence == Some(true) {
+            let code = uncommented(line).trim_end();
+            if !code.is_empty() {
+                lines.push(code.to_string());
+            }
+        }
+    }
+    lines
+}
+
+/// `line` up to the `#` that starts a comment (shell, TOML, YAML, systemd): at the start or
+/// after a space, outside quotes.
+fn uncommented(line: &str) -> &str {
+    let (mut single, mut double, mut escaped, mut after_space) = (false, false, false, true);
+    for (at, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if !single => escaped = true,
+            '\'' if !double => single = !single,
+            '"' if !single => double = !double,
+            '#' if !single && !double && after_space => return &line[..at],
+            _ => {}
+        }
+        after_space = c.is_whitespace();
+    }
+    line
+}
+
 #[test]
-fn the_readmes_runnable_example_waits_for_what_it_reads() {
+fn a_comment_is_cut_only_outside_quotes() {
+    assert_eq!(uncommented("# a comment"), "");
+    assert_eq!(uncommented("uname -m    # the machine"), "uname -m    ");
+    assert_eq!(
+        uncommented(r#"sh -c 'a; b # not a comment' # a comment"#),
+        r#"sh -c 'a; b # not a comment' "#
+    );
+    assert_eq!(
+        uncommented(r#"x = "a \" # inside" # outside"#),
+        r#"x = "a \" # inside" "#
+    );
+    assert_eq!(uncommented("echo a#b ${#v}"), "echo a#b ${#v}");
+}
+
+/// The first difference of two lists of code lines, for the message.
+fn first_difference(english: &[String], translated: &[String]) -> Option<String> {
+    let n = english.len().max(translated.len());
+    (0..n).find_map(|i| match (english.get(i), translated.get(i)) {
+        (a, b) if a == b => None,
+        (a, b) => Some(format!(
+            "code line {}: English {a:?}, translation {b:?}",
+            i + 1
+        )),
+    })
+}
+
+#[test]
+fn the_portuguese_guides_keep_the_english_guides_commands_and_link_both_ways() {
+    for name in ["raspberry-pi", "tunnels", "status-page"] {
+        let english = read(&format!("docs/{name}.md"));
+        let translated = read(&format!("docs/pt-BR/{name}.md"));
+        let (en, pt) = (code_lines(&english), code_lines(&translated));
+        assert!(en.len() > 20, "docs/{name}.md: {en:?}");
+        if let Some(diff) = first_difference(&en, &pt) {
+            panic!("docs/pt-BR/{name}.md has drifted from docs/{name}.md: {diff}");
+        }
+        assert!(english.contains(&format!("(pt-BR/{name}.md)")), "{name}");
+        assert!(translated.contains(&format!("(../{name}.md)")), "{name}");
+    }
+    // The README's owner part: its install path, from the package to the status page.
     let readme = read("README.md");
-    let start = readme.find("### A runnable example").unwrap();
-    let block = &readme[start..];
+    let start = readme.find("\n## Install it on a Raspberry Pi\n").unwrap();
+    let end = start + readme[start..].find("\n## Providers\n").unwrap();
+    let (en, pt) = (
+        code_lines(&readme[start..end]),
+        code_lines(&read("docs/pt-BR/README.md")),
+    );
+    assert!(en.len() > 20, "{en:?}");
+    if let Some(diff) = first_difference(&en, &pt) {
+        panic!("docs/pt-BR/README.md has drifted from the README's install path: {diff}");
+    }
+    assert!(readme.contains("(docs/pt-BR/README.md)"));
+    assert!(read("docs/pt-BR/README.md").contains("(../../README.md)"));
+}
+
+#[test]
+fn the_forwarding_guides_runnable_example_waits_for_what_it_reads() {
+    let guide = read("docs/forwarding.md");
+    let start = guide.find("## A runnable example").unwrap();
+    let block = &guide[start..];
     let block = &block[..block.find("\n```\n").unwrap()];
     let lines: Vec<&str> = block.lines().collect();
     let at = |text: &str| {
