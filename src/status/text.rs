@@ -83,7 +83,7 @@ const PT_BR: &[(&str, &str)] = &[
     ("Duplicates, 24 h", "Duplicados, 24 h"),
     ("Rejected, 24 h", "Recusados, 24 h"),
     ("bad signature", "assinatura inválida"),
-    ("stale timestamp", "horário expirado"),
+    ("stale timestamp", "horário fora da janela"),
     ("too large", "grande demais"),
     ("bad request", "requisição inválida"),
     ("storage error", "erro de armazenamento"),
