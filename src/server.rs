@@ -139,6 +139,22 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
+/// Why [`serve`] did not start, or stopped: the store's errors, and what is not the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `[server] tls` names a certificate or key that cannot be used.
+    #[error("not started: server.tls: {0}")]
+    Tls(String),
+    /// Opening the database panicked (on its blocking thread).
+    #[error("opening the database panicked: {0}")]
+    OpenPanicked(String),
+    /// The status page could not seed its session tokens.
+    #[error("the status page has no random source: {0}")]
+    NoRandom(std::io::Error),
+}
+
 /// Serves webhooks (and the admin endpoints, given an admin listener) on already-bound
 /// listeners until `shutdown` resolves, then drains and closes everything. Tests bind
 /// `127.0.0.1:0` and call this directly; a bare `TcpListener` means no admin listener.
@@ -146,7 +162,7 @@ pub async fn serve(
     config: Config,
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), StoreError> {
+) -> Result<(), ServeError> {
     serve_with(config, listeners, shutdown, Options::default()).await
 }
 
@@ -156,7 +172,7 @@ pub async fn serve_with(
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
     options: Options,
-) -> Result<(), StoreError> {
+) -> Result<(), ServeError> {
     let Listeners {
         webhooks: listener,
         admin: admin_listener,
@@ -165,7 +181,7 @@ pub async fn serve_with(
     let certificates = match &config.server.tls {
         Some(tls) => Some(Certificates::new(tls).map_err(|why| {
             tracing::error!("cannot serve HTTPS: {why}");
-            StoreError::Sqlite(format!("not started: server.tls: {why}"))
+            ServeError::Tls(why.to_string())
         })?),
         None => None,
     };
@@ -175,7 +191,7 @@ pub async fn serve_with(
             let path = config.storage.path.clone();
             tokio::task::spawn_blocking(move || Store::open(&path))
                 .await
-                .map_err(|e| StoreError::Sqlite(format!("opening the database panicked: {e}")))??
+                .map_err(|e| ServeError::OpenPanicked(e.to_string()))??
         }
     };
 
@@ -269,9 +285,7 @@ pub async fn serve_with(
                 config.status.token.clone(),
                 admin_addr,
             )
-            .map_err(|e| {
-                StoreError::Sqlite(format!("the status page has no random source: {e}"))
-            })?,
+            .map_err(ServeError::NoRandom)?,
         ),
         None => None,
     };
