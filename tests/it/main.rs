@@ -57,6 +57,7 @@ mod shipped;
 mod signed;
 mod signed_dedup;
 mod status;
+mod status_lang;
 mod store_suite;
 mod support;
 mod target_down;

@@ -436,7 +436,7 @@ async fn with_a_token_the_page_needs_a_login_and_a_wrong_token_is_refused() {
 }
 
 /// Sends one pagarme webhook and waits until the worker has made it dead.
-async fn a_dead_event(server: &TestServer) -> i64 {
+pub(crate) async fn a_dead_event(server: &TestServer) -> i64 {
     let reply = post_pagarme(server.addr, &payment_body(1)).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     eventually(WAIT, "the event dead", || {
@@ -596,7 +596,7 @@ async fn replay_all_dead_of_an_endpoint() {
     let id = a_dead_event(&server).await;
     let page = get(admin, "/", &[]).await;
     assert!(
-        page.body.contains("Replay all 1 dead of pagarme"),
+        page.body.contains("Replay all 1 dead event of pagarme"),
         "{}",
         page.body
     );
