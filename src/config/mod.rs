@@ -17,6 +17,7 @@
 //! credential (`credential:NAME`): `credentials`.
 
 mod alerts;
+mod canary;
 mod credentials;
 mod database;
 mod database_tls;
@@ -40,9 +41,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dedup::DedupRule;
+/// A gateway's give-up rule, as the alerts task reads it from an endpoint's verifier.
+pub use crate::verify::Patience;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
+pub use canary::{CANARY_PATH, Canary, DEFAULT_CANARY_EVERY};
 /// The variable systemd names the service's credentials directory by (`credential:NAME`).
 pub use credentials::VARIABLE as CREDENTIALS_DIRECTORY;
 pub use database::DatabaseUrl;
@@ -180,6 +184,8 @@ pub struct Server {
     pub real_ip: Option<RealIp>,
     /// HTTPS on the webhook listener (`[server] tls`); None: plain HTTP (behind a tunnel).
     pub tls: Option<Tls>,
+    /// The canary through the tunnel (`public_url`); None: no public URL, or the canary off.
+    pub canary: Option<Canary>,
 }
 
 #[derive(Debug, Clone)]
@@ -360,6 +366,7 @@ impl Config {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
             v.check_client_cert_rules(server.tls.as_ref(), &endpoints);
         }
+        v.check_canary_path(&endpoints);
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,

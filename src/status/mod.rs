@@ -6,7 +6,8 @@
 //!
 //! This file owns routing and the shape of answers; `auth` who may look and press
 //! (`sessions` the logins, `throttle` the pace and the log of wrong tokens), `api` the JSON,
-//! `pages` and `event` the HTML, `chart` the SVG, `style.css` the looks. Which `Host` is
+//! `pages` and `event` the HTML, `chart` the SVG, `public` the public path (the canary's
+//! probes) and `style.css` the looks. Which `Host` is
 //! answered at all is the admin listener's rule (`admin`), the same for every path.
 
 mod api;
@@ -14,6 +15,7 @@ mod auth;
 mod chart;
 mod event;
 mod pages;
+mod public;
 mod sessions;
 mod throttle;
 
@@ -28,9 +30,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
+use crate::public_path::PublicPath;
 use crate::store::{ListFilter, Status, Store};
 use crate::time::now_ms;
-use crate::verify::Secret;
+use crate::verify::{Patience, Secret};
 
 use auth::{Guard, Refused, Visitor};
 use throttle::Way;
@@ -63,6 +66,8 @@ pub struct StatusPage {
     guard: Guard,
     /// The admin listener's address, for the page's "open on loopback" note.
     listen: Option<SocketAddr>,
+    /// What the canary's probes saw, when it runs.
+    public: Option<public::PublicView>,
 }
 
 /// What a handler answers.
@@ -83,7 +88,19 @@ impl StatusPage {
             endpoints,
             guard: Guard::new(token)?,
             listen,
+            public: None,
         })
+    }
+
+    /// Shows the canary's record of the public path, and each endpoint's gateway's patience
+    /// (in the config's order) while it fails.
+    pub fn with_public_path(
+        mut self,
+        path: Option<PublicPath>,
+        patience: Vec<(String, Patience)>,
+    ) -> Self {
+        self.public = path.map(|path| public::PublicView { path, patience });
+        self
     }
 
     /// Answers one request to the admin listener that is not `/healthz`, `/readyz` or
@@ -276,7 +293,7 @@ impl StatusPage {
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
             Ok(Ok(overview)) => html(
                 StatusCode::OK,
-                pages::overview(&self.chrome(visitor), &overview, now),
+                pages::overview(&self.chrome(visitor), &overview, self.public.as_ref(), now),
             ),
             Ok(Err(e)) => unavailable(&e.to_string()),
             Err(_) => unavailable("the database did not answer within 5 s"),

@@ -8,6 +8,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::api::Alert;
 use super::chart;
+use super::public::PublicView;
 use crate::store::{EndpointNow, EventSummary, ListFilter, Overview, Status};
 use crate::time::rfc3339;
 
@@ -68,11 +69,11 @@ pub fn csrf_field(chrome: &Chrome) -> Markup {
     }
 }
 
-pub fn overview(chrome: &Chrome, o: &Overview, now: i64) -> Markup {
-    let alert = Alert::of(o, now);
+pub fn overview(chrome: &Chrome, o: &Overview, public: Option<&PublicView>, now: i64) -> Markup {
+    let alert = Alert::of(o, now).with(public);
     let body = html! {
         h1 { "Now" }
-        (banner(&alert, now))
+        (banner(&alert, public, now))
         section aria-labelledby="chart-title" {
             h2 #chart-title { "The last 48 hours" }
             (chart::svg(&o.hours))
@@ -90,11 +91,14 @@ pub fn overview(chrome: &Chrome, o: &Overview, now: i64) -> Markup {
     frame(chrome, "Now", body)
 }
 
-fn banner(alert: &Alert, now: i64) -> Markup {
+fn banner(alert: &Alert, public: Option<&PublicView>, now: i64) -> Markup {
     html! {
         @if alert.is_red() {
             div.banner.alert role="alert" {
                 strong { "Needs you: " }
+                @if let Some(unreachable) = public.and_then(|p| p.banner(now)) {
+                    (unreachable)
+                }
                 @if alert.dead > 0 {
                     a href="/events?status=dead" { (alert.dead) " dead " (plural(alert.dead, "event", "events")) }
                     " (every retry failed; replay them once the target works). "

@@ -1,11 +1,16 @@
 //! GitHub: `X-Hub-Signature-256: sha256=<hex>`, the HMAC-SHA256 of the raw body keyed by the
 //! webhook secret as UTF-8. There is no timestamp, hence no replay window; redeliveries keep
 //! their `X-GitHub-Delivery` GUID, which is the dedup key. The legacy SHA-1 header is ignored.
+//!
+//! Patience: none. GitHub does not retry a failed delivery by itself; it can be redelivered
+//! from the hook's settings or its API within 3 days (docs.github.com "Handling failed webhook
+//! deliveries"; reconcile.md §5 and §9).
 
 use http::HeaderName;
 
 use super::catalog::{Preset, header_rule};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::patience::Rule;
 
 pub const SIGNATURE: &str = "x-hub-signature-256";
 pub const DELIVERY: &str = "x-github-delivery";
@@ -23,7 +28,9 @@ pub fn scheme() -> HmacScheme {
 
 /// Redeliveries keep their `X-GitHub-Delivery`: the dedup key.
 pub(super) fn preset() -> Preset {
-    Preset::new("github", scheme(), header_rule(DELIVERY)).event_type_header(EVENT)
+    Preset::new("github", scheme(), header_rule(DELIVERY))
+        .event_type_header(EVENT)
+        .patience("GitHub", Rule::Never)
 }
 
 #[cfg(test)]
