@@ -2,7 +2,8 @@
 //! probe through the tunnel (`canary`); the gateways' APIs (reconcile, fetch-verification) are
 //! meant to use it too. A leaf: it imports nothing of the crate.
 //!
-//! One request is one connection: resolve, connect, TLS, send, read the whole answer, close.
+//! One request is one connection: resolve, connect, TLS, send, read the whole answer, close
+//! (`http1`: HTTP/1.1 with `httparse`, not hyper's client: the binary's size budget).
 //! portaria calls out a few times an hour, so a pool would only hold sockets open; and with
 //! each phase apart, a failure says which one failed ([`Error::cause`]: `dns`, `connect`,
 //! `tls`, `timeout`, ...), which is what an alert about the public path needs to say.
@@ -23,6 +24,7 @@
 //!   errors name the host, never the path or query (which may hold a token).
 
 mod connect;
+mod http1;
 mod retry_after;
 
 use std::fmt;
@@ -30,10 +32,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONNECTION, CONTENT_TYPE, HOST, USER_AGENT};
+use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, HOST, TRANSFER_ENCODING, USER_AGENT};
 use http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::rt::TokioIo;
 use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore};
 use serde::de::DeserializeOwned;
@@ -290,12 +290,13 @@ impl Client {
         let started = Instant::now();
         let target = connect::Target::of(&request.url)?;
         let stream = target.connect(&self.limits).await?;
-        let (status, headers, body) = if target.tls {
-            let tls = target.handshake(stream, &self.tls, &self.limits).await?;
-            self.exchange(&target, tls, request).await?
+        // One type for both, so HTTP/1.1 over them is one piece of code in the binary.
+        let io: Box<dyn Io> = if target.tls {
+            Box::new(target.handshake(stream, &self.tls, &self.limits).await?)
         } else {
-            self.exchange(&target, stream, request).await?
+            Box::new(stream)
         };
+        let (status, headers, body) = self.exchange(&target, io, request).await?;
         Ok(Answer {
             status,
             headers,
@@ -305,87 +306,51 @@ impl Client {
     }
 
     /// Request and answer over one connection, within [`Limits::answer`].
-    async fn exchange<S>(
+    async fn exchange(
         &self,
         target: &connect::Target,
-        io: S,
+        mut io: Box<dyn Io>,
         request: Request,
-    ) -> Result<(StatusCode, HeaderMap, Bytes), Error>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    ) -> Result<(StatusCode, HeaderMap, Bytes), Error> {
         let limit = self.limits.answer;
-        let http = |why: String| Error::Http {
-            host: target.host.clone(),
-            why,
-        };
-        let exchange = async {
-            let (mut sender, connection) =
-                hyper::client::conn::http1::handshake::<_, Full<Bytes>>(TokioIo::new(io))
-                    .await
-                    .map_err(|e| http(format!("HTTP/1.1 could not start: {e}")))?;
-            // The connection is driven beside the exchange and dropped with it.
-            let driver = AbortOnDrop(tokio::spawn(connection));
-            let answer = sender
-                .send_request(target.request(request)?)
-                .await
-                .map_err(|e| http(format!("no answer: {e}")))?;
-            let (parts, body) = answer.into_parts();
-            let max = self.limits.max_answer_bytes;
-            let too_large = || Error::TooLarge {
+        let head_only = request.method == Method::HEAD;
+        let bytes = target.request_bytes(request)?;
+        let max = self.limits.max_answer_bytes;
+        let answer = tokio::time::timeout(limit, http1::exchange(&mut *io, &bytes, head_only, max));
+        match answer.await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(http1::Broke::TooLarge)) => Err(Error::TooLarge {
                 host: target.host.clone(),
                 limit: max,
-            };
-            let declared = parts
-                .headers
-                .get(http::header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-            if declared.is_some_and(|n| n > max as u64) {
-                return Err(too_large());
-            }
-            let body = match Limited::new(body, max).collect().await {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) if e.is::<http_body_util::LengthLimitError>() => return Err(too_large()),
-                Err(e) => return Err(http(format!("the answer broke off: {e}"))),
-            };
-            drop(driver);
-            Ok((parts.status, parts.headers, body))
-        };
-        tokio::time::timeout(limit, exchange)
-            .await
-            .map_err(|_| Error::Timeout {
+            }),
+            Ok(Err(http1::Broke::Http(why))) => Err(Error::Http {
+                host: target.host.clone(),
+                why,
+            }),
+            Err(_) => Err(Error::Timeout {
                 host: target.host.clone(),
                 phase: Phase::Answer,
                 limit,
-            })?
+            }),
+        }
     }
 }
 
-/// A spawned task aborted when this is dropped (the connection of an exchange that ended,
-/// however it ended).
-struct AbortOnDrop(tokio::task::JoinHandle<Result<(), hyper::Error>>);
+/// A connection, plain or TLS.
+trait Io: AsyncRead + AsyncWrite + Send + Unpin {}
 
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> Io for T {}
 
 impl connect::Target {
-    /// The request as sent: origin-form target, `Host`, `User-Agent`, `Connection: close`.
-    fn request(&self, request: Request) -> Result<http::Request<Full<Bytes>>, Error> {
-        let path = request
-            .url
-            .path_and_query()
-            .map_or("/", |p| p.as_str())
-            .to_string();
-        let mut out = http::Request::new(Full::new(request.body));
-        *out.method_mut() = request.method;
-        *out.uri_mut() = path
-            .parse()
-            .map_err(|_| Error::Url("the URL's path is not valid".into()))?;
-        let headers = out.headers_mut();
-        *headers = request.headers;
+    /// The request as sent: origin-form target, `Host`, `User-Agent`, `Connection: close`,
+    /// `Content-Length` when there is a body (or the method sends one). The body's framing is
+    /// this client's alone: a caller's `Transfer-Encoding` or `Content-Length` is dropped, so
+    /// the head never says other than the bytes that follow it.
+    fn request_bytes(&self, request: Request) -> Result<Vec<u8>, Error> {
+        let target = request.url.path_and_query().map_or("/", |p| p.as_str());
+        let mut headers = request.headers;
+        headers.remove(TRANSFER_ENCODING);
+        headers.remove(CONTENT_LENGTH);
         let host = HeaderValue::from_str(&self.authority)
             .map_err(|_| Error::Url("the URL's host is not valid".into()))?;
         headers.insert(HOST, host);
@@ -393,6 +358,68 @@ impl connect::Target {
             .entry(USER_AGENT)
             .or_insert(HeaderValue::from_static(USER_AGENT_VALUE));
         headers.insert(CONNECTION, HeaderValue::from_static("close"));
-        Ok(out)
+        if !request.body.is_empty()
+            || matches!(request.method, Method::POST | Method::PUT | Method::PATCH)
+        {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(request.body.len()));
+        }
+        Ok(http1::request_bytes(
+            &request.method,
+            target,
+            &headers,
+            &request.body,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request's line, its header lines sorted (a `HeaderMap` keeps no order), its body.
+    fn sent(request: Request) -> (String, Vec<String>, String) {
+        let target = connect::Target::of(request.url()).unwrap();
+        let bytes = String::from_utf8(target.request_bytes(request).unwrap()).unwrap();
+        let (head, body) = bytes.split_once("\r\n\r\n").unwrap();
+        let mut lines = head.split("\r\n").map(str::to_string);
+        let line = lines.next().unwrap();
+        let mut headers: Vec<String> = lines.collect();
+        headers.sort();
+        (line, headers, body.to_string())
+    }
+
+    #[test]
+    fn the_request_frames_its_body_itself() {
+        let url: Uri = "https://api.example:8443/v1/x?a=b".parse().unwrap();
+        let post = Request::post(url.clone(), "{}")
+            .header(TRANSFER_ENCODING, HeaderValue::from_static("chunked"))
+            .header(CONTENT_LENGTH, HeaderValue::from_static("99"))
+            .header(CONNECTION, HeaderValue::from_static("keep-alive"))
+            .header(HOST, HeaderValue::from_static("elsewhere.example"));
+        let agent = format!("user-agent: {USER_AGENT_VALUE}");
+        assert_eq!(
+            sent(post),
+            (
+                "POST /v1/x?a=b HTTP/1.1".to_string(),
+                vec![
+                    "connection: close".to_string(),
+                    "content-length: 2".to_string(),
+                    "host: api.example:8443".to_string(),
+                    agent,
+                ],
+                "{}".to_string()
+            )
+        );
+        let get = Request::get("https://api.example".parse().unwrap())
+            .header(CONTENT_LENGTH, HeaderValue::from_static("5"))
+            .header(USER_AGENT, HeaderValue::from_static("test"));
+        let (line, headers, body) = sent(get);
+        assert_eq!((line.as_str(), body.as_str()), ("GET / HTTP/1.1", ""));
+        assert_eq!(
+            headers,
+            ["connection: close", "host: api.example", "user-agent: test"]
+        );
+        let (_, headers, _) = sent(Request::post(url, ""));
+        assert!(headers.contains(&"content-length: 0".to_string()));
     }
 }
