@@ -24,7 +24,7 @@
 #   6. forwarding to a local HTTP target (the bare server, recording what it receives);
 #   7. a table of every figure next to its target, and bench/results/latest.json (a full run;
 #      a quick run writes bench/results/quick.json, so a smoke run never replaces the figures
-#      the README quotes).
+#      docs/performance.md quotes).
 #
 # Exits non-zero on any correctness miss, never on speed. Every process it starts is stopped on
 # exit. The temporary directory is removed unless a check failed (or KEEP=1).

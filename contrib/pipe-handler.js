@@ -1,9 +1,9 @@
 #!/usr/bin/env node
 // A portaria pipe handler: `forward = { pipe = ["node", "/srv/pipe-handler.js"] }`.
 //
-// One JSON event per line on stdin, one JSON answer per line on stdout (README, "The pipe
-// protocol"). With PIPE_HANDLER_FILE set, each event line is appended to that file; otherwise a
-// line about it goes to stderr, which portaria logs. Ends at EOF on stdin.
+// One JSON event per line on stdin, one JSON answer per line on stdout (docs/forwarding.md,
+// "The pipe protocol"). With PIPE_HANDLER_FILE set, each event line is appended to that file;
+// otherwise a line about it goes to stderr, which portaria logs. Ends at EOF on stdin.
 const fs = require("fs");
 const readline = require("readline");
 
@@ -15,7 +15,7 @@ readline.createInterface({ input: process.stdin }).on("line", (line) => {
     const body = "body" in event ? Buffer.from(event.body) : Buffer.from(event.body_base64, "base64");
     // Handle the event here; throw to have portaria retry it later. Trust event.signed_id over
     // the body (Mercado Pago signs no body: fetch the payment by it), and event_type only if
-    // event.event_type_signed (README, "What the signature covers").
+    // event.event_type_signed (docs/forwarding.md, "What the signature covers").
     if (out) fs.appendFileSync(out, line + "\n");
     else console.error(`event ${event.id} (${event.event_type}): ${body.length} bytes`);
     answer = { id: event.id, ok: true };

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# packaging/check-deb.sh: the .deb, built and installed for real (issue 11). It builds the package
-# from the release binary (`cargo deb --no-build`), checks its fields and contents, installs it
+# packaging/check-deb.sh: the .deb, built and installed for real (issue 11). It takes the package
+# for this machine's architecture (or builds it from the release binary with
+# `packaging/build-debs.sh --reuse-release-build`), checks its fields and contents, installs it
 # with `dpkg -i`, checks what the maintainer scripts did (user, modes, nothing started), runs the
 # installed binary as the `portaria` user against the installed config (serve, a signed
 # `portaria send` answered 200, SIGTERM), then removes and purges the package and checks what
@@ -9,7 +10,8 @@
 # Needs root (CI runs as root), dpkg, setpriv, and a machine without portaria: no package, no
 # user, no /etc/portaria, no /var/lib/portaria, ports 127.0.0.1:8080 and :9464 free. It leaves
 # the machine as it found it (the user and the kept /var/lib/portaria are removed at the end).
-# Run from .ci/run after the release build: bash packaging/check-deb.sh
+# Run from .ci/run after packaging/build-debs.sh: bash packaging/check-deb.sh target/debian/portaria_<version>-1_amd64.deb
+# (without an argument it builds the package first).
 set -euo pipefail
 shopt -s inherit_errexit 2>/dev/null || true
 cd "$(dirname "$0")/.."
@@ -74,21 +76,18 @@ cleanup() {
 trap cleanup EXIT
 
 # ---- the package ----
-step "build the package from the release binary"
-if ! command -v dpkg-shlibdeps >/dev/null; then
-    # cargo-deb resolves `depends = "$auto"` with it; without it the package would have no Depends.
-    echo "check-deb: installing dpkg-dev (dpkg-shlibdeps)"
-    apt-get update -qq && apt-get install -y -qq dpkg-dev
+if (($#)); then
+    DEB=$1
+    [[ -f $DEB ]] || fail "no such package: $DEB"
+    ok "the package $DEB ($(du -k "$DEB" | cut -f1) KiB)"
+else
+    step "build the package from the release binary (packaging/build-debs.sh)"
+    cargo build --release --locked
+    bash packaging/build-debs.sh --arch "$(dpkg --print-architecture)" --reuse-release-build --out "$WORK/debs"
+    DEB=$(echo "$WORK"/debs/portaria_*.deb)
+    [[ -f $DEB ]] || fail "packaging/build-debs.sh wrote no package in $WORK/debs"
+    ok "built $DEB ($(du -k "$DEB" | cut -f1) KiB)"
 fi
-if ! command -v cargo-deb >/dev/null; then
-    echo "check-deb: installing cargo-deb (cargo install cargo-deb --locked)"
-    cargo install cargo-deb --locked
-fi
-cargo deb --version
-cargo build --release --locked # a no-op after .ci/run's benchmark, which builds release
-DEB=$(cargo deb --no-build | tail -n 1)
-[[ -f $DEB ]] || fail "cargo deb did not print the path of a package (got: $DEB)"
-ok "built $DEB ($(du -k "$DEB" | cut -f1) KiB)"
 
 step "dpkg-deb --info"
 dpkg-deb --info "$DEB"

@@ -30,6 +30,10 @@ pub enum DedupRule {
     /// every item's `pspReference`, `eventCode` and `success`). A preset's default only: a
     /// config cannot spell it, and names one of the other rules to override it.
     Custom(CustomKey),
+    /// The key the verifier built from what the signature covers (`Verified::signed_key`:
+    /// Mercado Pago's manifest, the Standard Webhooks id of the family that verified, ...),
+    /// shown by this name. A preset's default only, like [`DedupRule::Custom`].
+    Signed(&'static str),
     /// The first of these single rules whose source the request has (see the module doc).
     /// Built by [`DedupRule::first_of`]: at least two rules, none of them a list.
     FirstOf(Vec<DedupRule>),
@@ -81,6 +85,10 @@ pub enum DedupError {
     Empty,
     #[error("dedup key longer than {MAX_KEY_BYTES} bytes")]
     TooLong,
+    /// A [`DedupRule::Signed`] rule without the verifier's key (never on a verified request of
+    /// its own preset).
+    #[error("the signature covers no dedup key")]
+    NotSigned,
     /// Every rule of a list found its source absent; one error per rule, in order.
     #[error("{}", join_errors(.0))]
     NoneApplies(Vec<DedupError>),
@@ -141,21 +149,37 @@ impl DedupRule {
         match self {
             DedupRule::Header(name) => vec![name],
             DedupRule::FirstOf(rules) => rules.iter().flat_map(DedupRule::headers).collect(),
-            DedupRule::BodySha256 | DedupRule::JsonPointer(_) | DedupRule::Custom(_) => Vec::new(),
+            DedupRule::BodySha256
+            | DedupRule::JsonPointer(_)
+            | DedupRule::Custom(_)
+            | DedupRule::Signed(_) => Vec::new(),
         }
     }
 
-    /// Derives the key from a request that has already been verified.
+    /// Derives the key from a request that has already been verified, for a rule that is not
+    /// [`DedupRule::Signed`] (an `order_by` key).
     pub fn extract(&self, headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
+        self.extract_signed(None, headers, body)
+    }
+
+    /// Derives the key from a verified request; `signed` is the key its verifier built from
+    /// signed material (`Verified::signed_key`), which [`DedupRule::Signed`] takes.
+    pub fn extract_signed(
+        &self,
+        signed: Option<&str>,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Result<String, DedupError> {
         let key = match self {
             DedupRule::BodySha256 => hex::encode(crate::digest::sha256(&[body])),
             DedupRule::Header(name) => header_key(headers, name)?,
             DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
             DedupRule::Custom(custom) => (custom.key)(headers, body)?,
+            DedupRule::Signed(_) => signed.ok_or(DedupError::NotSigned)?.to_string(),
             DedupRule::FirstOf(rules) => {
                 let mut absent = Vec::new();
                 for rule in rules {
-                    match rule.extract(headers, body) {
+                    match rule.extract_signed(signed, headers, body) {
                         Err(e) if e.is_absent() => absent.push(e),
                         done => return done,
                     }
@@ -250,6 +274,7 @@ impl fmt::Display for DedupRule {
             DedupRule::Header(name) => write!(f, "header:{name}"),
             DedupRule::JsonPointer(pointer) => write!(f, "json:{pointer}"),
             DedupRule::Custom(custom) => f.write_str(custom.name),
+            DedupRule::Signed(name) => f.write_str(name),
             // The TOML spelling of the list, so that it can be pasted into a config.
             DedupRule::FirstOf(rules) => {
                 let quoted: Vec<String> = rules.iter().map(|r| format!("\"{r}\"")).collect();

@@ -270,12 +270,6 @@ impl Intake {
         }
     }
 
-    /// Answers the canary's probes, signed with `key`, at `/webhooks/_canary`.
-    pub fn with_canary(mut self, key: Arc<ProbeKey>) -> Intake {
-        self.canary = Some(key);
-        self
-    }
-
     /// Swaps in a reloaded endpoint list, body limits (`max_body_bytes`, `body_timeout`,
     /// `min_body_bytes_per_sec`, `body_budget_bytes`) and client-address rule
     /// (`real_ip_header`, `trusted_proxies`). Requests that already started keep the table
@@ -302,16 +296,7 @@ impl Intake {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
-        if let Some(key) = &self.canary
-            && req.uri().path() == canary::CANARY_PATH
-        {
-            let max = routes.body.max_bytes;
-            let (response, refused) = canary::answer(key, req.method(), req.headers(), max);
-            if let Some(outcome) = refused
-                && self.rejections.first(canary::LOG_NAME, outcome.label())
-            {
-                canary::log_refused(&outcome, client);
-            }
+        if let Some(response) = self.canary_probe(&req, routes.body.max_bytes, client) {
             return response;
         }
         let endpoint = route(&routes.endpoints, req.uri()).cloned();
@@ -409,6 +394,10 @@ impl Intake {
                 None if matches!(e, VerifyError::StaleTimestamp { .. }) => {
                     return (Outcome::StaleTimestamp, meta);
                 }
+                // Signed, but the body says otherwise: the request's own fault, said in the 400.
+                None if matches!(e, VerifyError::Contradicts(_)) => {
+                    return (Outcome::BadRequest(e.to_string()), meta);
+                }
                 None => return (Outcome::BadSignature(e.to_string()), meta),
             },
         };
@@ -420,7 +409,8 @@ impl Intake {
         }
 
         // 3. The dedup key, and what kind of event this is.
-        let dedup_key = match endpoint.dedup.extract(&parts.headers, &body) {
+        let signed = proof.signed_key();
+        let dedup_key = match endpoint.dedup.extract_signed(signed, &parts.headers, &body) {
             Ok(key) => key,
             Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
         };

@@ -21,6 +21,7 @@
 //!   falls quiet, duplicates, storage errors or slow deliveries pile up.
 //! - [`logwriter`] takes log output off the request path; [`logline`] writes the text line
 //!   and [`logescape`] escapes control characters in every field of every format.
+//! - [`suggest`] finds the known name closest to a mistyped one ("did you mean").
 //! - [`time`] has the clock helpers; [`shutdown`] carries the one cancellation signal that
 //!   every task listens to.
 //! - [`hardening`] closes `serve`'s process to the programs it runs: not dumpable, the
@@ -59,6 +60,7 @@ pub mod server;
 pub mod shutdown;
 pub mod status;
 pub mod store;
+pub mod suggest;
 pub mod time;
 pub mod verify;
 pub mod watchdog;

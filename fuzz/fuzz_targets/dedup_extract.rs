@@ -1,6 +1,7 @@
 //! Dedup key extraction: rules parsed from fuzzed text (`body-sha256`, `header:<name>`,
 //! `json:<pointer>`, lists of them) and every preset's default (Adyen's custom key included),
-//! over fuzzed headers and bodies. Never a panic; a key is 1..=512 bytes; a single rule's text
+//! over fuzzed headers, bodies and a verifier's signed key (the `Signed` rules of Mercado Pago,
+//! Standard Webhooks, Twilio and Linear take it). Never a panic; a key is 1..=512 bytes; a single rule's text
 //! parses back to the same rule. Text inputs (the seeds): `#portaria RULE...` (a rule, or
 //! `preset:NAME` for a preset's default), then a raw request.
 
@@ -25,6 +26,8 @@ struct Input {
     rule: Rule,
     headers: Vec<Header>,
     body: Vec<u8>,
+    /// What a verifier's proof would hold as its signed key.
+    signed: Option<String>,
 }
 
 fn preset(i: usize) -> DedupRule {
@@ -43,10 +46,10 @@ fn parse(texts: &[String]) -> Option<DedupRule> {
     DedupRule::parse_list(texts).ok()
 }
 
-fn check(rule: &DedupRule, headers: &HeaderMap, body: &[u8]) {
+fn check(rule: &DedupRule, signed: Option<&str>, headers: &HeaderMap, body: &[u8]) {
     let _ = rule.to_string();
     let _ = rule.refuse_credential_headers(&[]);
-    match rule.extract(headers, body) {
+    match rule.extract_signed(signed, headers, body) {
         Ok(key) => assert!(!key.is_empty() && key.len() <= MAX_KEY_BYTES, "{key:?}"),
         Err(e) => {
             let _ = e.to_string();
@@ -67,7 +70,7 @@ fuzz_target!(|data: &[u8]| {
                 None => return,
             },
         };
-        check(&rule, &text.headers, &text.body);
+        check(&rule, None, &text.headers, &text.body);
         return;
     }
     let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
@@ -80,5 +83,6 @@ fuzz_target!(|data: &[u8]| {
         },
         Rule::Preset(i) => preset(usize::from(*i)),
     };
-    check(&rule, &header_map(&input.headers, &[]), &input.body);
+    let headers = header_map(&input.headers, &[]);
+    check(&rule, input.signed.as_deref(), &headers, &input.body);
 });

@@ -1,9 +1,12 @@
 //! Every provider's verifier on fuzzer-built requests: headers drawn from the names the
 //! providers read (any bytes, or a valid signer's value with an edit), a query string, a body
 //! (any bytes, or the one the reference request signed) and a clock near the signed one or
-//! anywhere. Verification, the handshakes, the default dedup key and the description of a
-//! verified request must never panic. Also a custom `hmac` scheme from fuzzed options, and
-//! requests written as text (`#portaria PROVIDER`, then the raw request: the seeds).
+//! anywhere. Verification, the handshakes, the default dedup key (from the verifier's signed
+//! key where the preset takes one) and the description of a verified request must never
+//! panic. The headers and query may be signed for the body sent or for the reference body (a
+//! signed request whose unsigned parts were changed: Mercado Pago's body, Adyen's batch). Also
+//! a custom `hmac` scheme from fuzzed options, Efí's mutual-TLS verifier, and requests
+//! written as text (`#portaria PROVIDER`, then the raw request: the seeds).
 
 #![no_main]
 
@@ -11,7 +14,7 @@ use arbitrary::{Arbitrary, Unstructured};
 use http::HeaderMap;
 use libfuzzer_sys::fuzz_target;
 use portaria::ingest::describe;
-use portaria::verify::{HmacOptions, Request, Verifier, VerifyError};
+use portaria::verify::{HmacOptions, Request, Settings, Verifier, VerifyError};
 use portaria_fuzz::{Case, Edit, Header, NOW, TextRequest, cases, header_map};
 
 #[derive(Arbitrary, Debug)]
@@ -51,6 +54,8 @@ struct Options {
 enum Scheme {
     Provider(u8),
     Custom(Options),
+    /// Efí's mutual-TLS mode: the connection's certificate is the credential.
+    ClientCertificate,
 }
 
 #[derive(Arbitrary, Debug)]
@@ -59,6 +64,8 @@ struct Input {
     headers: Vec<Header>,
     query: Query,
     body: Body,
+    /// Sign the reference body, then send `body`: what is signed and what is sent differ.
+    sign_reference: bool,
     clock: Clock,
 }
 
@@ -68,10 +75,14 @@ fn structured(verifier: &Verifier, case: Option<&Case>, input: &Input) {
         (Body::Reference(edit), Some(case)) => edit.apply(&case.reference_body),
         (Body::Reference(edit), None) => edit.apply(b"{\"id\":\"evt_1\"}"),
     };
+    let signed_body = match case {
+        Some(case) if input.sign_reference => case.reference_body.clone(),
+        _ => body.clone(),
+    };
     let signed = match case {
-        Some(case) => case.signed_for(&body),
+        Some(case) => case.signed_for(&signed_body),
         None => verifier
-            .sign_request(&body, NOW, "dlv_fuzz_1")
+            .sign_request(&signed_body, NOW, "dlv_fuzz_1")
             .unwrap_or_default(),
     };
     let headers = header_map(&input.headers, &signed.headers);
@@ -95,7 +106,11 @@ fn check(verifier: &Verifier, headers: &HeaderMap, query: Option<&str>, body: &[
     match verifier.verify_request(&request, now) {
         Ok(proof) => {
             let _ = verifier.handshake(&proof, &request);
-            let _ = verifier.default_dedup().extract(headers, body);
+            let rule = verifier.default_dedup();
+            if let Ok(key) = rule.extract_signed(proof.signed_key(), headers, body) {
+                assert!(!key.is_empty() && key.len() <= portaria::dedup::MAX_KEY_BYTES);
+            }
+            let _ = proof.signed_id();
             let _ = describe(verifier.event_type_header(), headers, body);
         }
         Err(e) => {
@@ -138,6 +153,11 @@ fuzz_target!(|data: &[u8]| {
             };
             let secrets: Vec<String> = o.secrets.iter().take(3).cloned().collect();
             if let Ok(v) = Verifier::new("hmac", Some(&options), &secrets, o.tolerance_secs) {
+                structured(&v, None, &input);
+            }
+        }
+        Scheme::ClientCertificate => {
+            if let Ok(v) = Verifier::by_client_certificate("efi", &Settings::default()) {
                 structured(&v, None, &input);
             }
         }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::rules::Pending;
+use crate::config::SHORTHAND_ROUTE;
 use crate::time::rfc3339;
 
 /// What an alert is about. Each (kind, endpoint) is rate-limited on its own.
@@ -68,7 +69,8 @@ impl fmt::Display for Kind {
 pub struct Alert {
     pub kind: &'static str,
     pub endpoint: String,
-    /// Always null until events have routes.
+    /// The route whose deliveries went dead (`dead`); null for what concerns the endpoint as
+    /// a whole (the other kinds).
     pub route: Option<String>,
     /// How many times it happened since the last alert of this kind and endpoint.
     pub count: u64,
@@ -84,10 +86,12 @@ pub struct Alert {
 }
 
 impl Alert {
-    /// The alert summarising `pending`. `quiet_after` is the endpoint's, for a quiet alert.
+    /// The alert summarising `pending`, of one route of the endpoint when `route` says.
+    /// `quiet_after` is the endpoint's, for a quiet alert.
     pub fn new(
         kind: Kind,
         endpoint: &str,
+        route: Option<&str>,
         pending: &Pending,
         quiet_after: Option<Duration>,
         now_ms: i64,
@@ -95,11 +99,11 @@ impl Alert {
         Alert {
             kind: kind.as_str(),
             endpoint: endpoint.to_string(),
-            route: None,
+            route: route.map(str::to_string),
             count: pending.count,
             first_event_id: pending.first,
             last_event_id: pending.last,
-            message: sentence(kind, endpoint, pending, quiet_after),
+            message: sentence(kind, endpoint, route, pending, quiet_after),
             time: rfc3339(now_ms),
             cause: None,
         }
@@ -121,7 +125,13 @@ impl Alert {
     }
 }
 
-fn sentence(kind: Kind, endpoint: &str, p: &Pending, quiet_after: Option<Duration>) -> String {
+fn sentence(
+    kind: Kind,
+    endpoint: &str,
+    route: Option<&str>,
+    p: &Pending,
+    quiet_after: Option<Duration>,
+) -> String {
     let n = p.count;
     let plural = |one: &'static str, many: &'static str| if n == 1 { one } else { many };
     match kind {
@@ -131,10 +141,15 @@ fn sentence(kind: Kind, endpoint: &str, p: &Pending, quiet_after: Option<Duratio
                 (Some(a), _) => format!(" (id {a})"),
                 _ => String::new(),
             };
+            // The one-route shorthand's route is the endpoint's only one: not worth a word.
+            let (on, only) = match route.filter(|r| *r != SHORTHAND_ROUTE) {
+                Some(r) => (format!(" on route {r}"), format!(" --route {r}")),
+                None => (String::new(), String::new()),
+            };
             format!(
-                "{n} {} of endpoint {endpoint} went dead{ids}: every delivery attempt failed. \
-                 See `portaria events list --status dead --endpoint {endpoint}`; replay with \
-                 `portaria events replay --dead --endpoint {endpoint}`.",
+                "{n} {} of endpoint {endpoint} went dead{on}{ids}: every delivery attempt \
+                 failed. See `portaria events list --status dead --endpoint {endpoint}`; replay \
+                 with `portaria events replay --dead --endpoint {endpoint}{only}`.",
                 plural("event", "events")
             )
         }
@@ -210,6 +225,7 @@ mod tests {
         let alert = Alert::new(
             Kind::Dead,
             "pagarme",
+            Some("default"),
             &pending(2, Some(7), Some(9)),
             None,
             0,
@@ -217,7 +233,7 @@ mod tests {
         let value: serde_json::Value = serde_json::from_slice(&alert.to_json()).unwrap();
         assert_eq!(value["kind"], "dead");
         assert_eq!(value["endpoint"], "pagarme");
-        assert!(value["route"].is_null());
+        assert_eq!(value["route"], "default");
         assert_eq!(value["count"], 2);
         assert_eq!(value["first_event_id"], 7);
         assert_eq!(value["last_event_id"], 9);
@@ -229,14 +245,42 @@ mod tests {
 
     #[test]
     fn sentences_name_what_happened() {
-        let one = Alert::new(Kind::Dead, "a", &pending(1, Some(3), Some(3)), None, 0);
+        let one = Alert::new(
+            Kind::Dead,
+            "a",
+            None,
+            &pending(1, Some(3), Some(3)),
+            None,
+            0,
+        );
         assert!(
             one.message
                 .starts_with("1 event of endpoint a went dead (id 3)")
         );
+        let erp = Alert::new(
+            Kind::Dead,
+            "a",
+            Some("erp"),
+            &pending(1, Some(3), None),
+            None,
+            0,
+        );
+        assert!(
+            erp.message
+                .starts_with("1 event of endpoint a went dead on route erp (id 3)"),
+            "{}",
+            erp.message
+        );
+        assert!(
+            erp.message
+                .contains("`portaria events replay --dead --endpoint a --route erp`"),
+            "{}",
+            erp.message
+        );
         let quiet = Alert::new(
             Kind::Quiet,
             "a",
+            None,
             &pending(1, None, None),
             Some(Duration::from_secs(6 * 3600)),
             0,
@@ -248,15 +292,15 @@ mod tests {
         );
         let mut dup = pending(3, None, None);
         dup.out_of = Some(40);
-        let dup = Alert::new(Kind::Duplicates, "a", &dup, None, 0);
+        let dup = Alert::new(Kind::Duplicates, "a", None, &dup, None, 0);
         assert!(
             dup.message.starts_with("3 of the last 40"),
             "{}",
             dup.message
         );
-        let storage = Alert::new(Kind::Storage, "a", &pending(2, None, None), None, 0);
+        let storage = Alert::new(Kind::Storage, "a", None, &pending(2, None, None), None, 0);
         assert!(storage.message.contains("503 to 2 webhooks"));
-        let slow = Alert::new(Kind::Slow, "a", &pending(3, None, None), None, 0);
+        let slow = Alert::new(Kind::Slow, "a", None, &pending(3, None, None), None, 0);
         assert!(
             slow.message
                 .starts_with("3 deliveries of endpoint a took longer than 5 s")

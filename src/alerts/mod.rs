@@ -186,8 +186,9 @@ impl Task {
                 Ok(Ok(batch)) => {
                     self.store_ok();
                     for dead in &batch.events {
+                        let route = dead.route.as_deref();
                         self.book
-                            .note(Kind::Dead, &dead.endpoint, 1, Some(dead.id), now);
+                            .note_on(Kind::Dead, &dead.endpoint, route, 1, Some(dead.id), now);
                     }
                     if batch.cursor != cursor {
                         self.cursor = Some(batch.cursor);
@@ -234,17 +235,26 @@ impl Task {
     async fn send_due(&mut self, now: i64) {
         for due in self.book.due(now) {
             let quiet_after = self.quiet_after.get(&due.endpoint).copied();
-            let alert = Alert::new(due.kind, &due.endpoint, &due.pending, quiet_after, now);
+            let route = due.route.as_deref();
+            let alert = Alert::new(
+                due.kind,
+                &due.endpoint,
+                route,
+                &due.pending,
+                quiet_after,
+                now,
+            );
             let alert = self.with_outlook(alert, due.kind, &due.endpoint, now);
             match self.sink.send(&alert.to_json()).await {
                 Ok(()) => {
                     tracing::info!(
                         kind = alert.kind,
                         endpoint = alert.endpoint,
+                        route,
                         count = alert.count,
                         "alert sent"
                     );
-                    self.book.sent(due.kind, &due.endpoint, now);
+                    self.book.sent_on(due.kind, &due.endpoint, route, now);
                 }
                 Err(why) => {
                     tracing::warn!(

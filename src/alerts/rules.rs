@@ -1,5 +1,7 @@
 //! The rate limit, as pure bookkeeping: what happened since the last alert of each (kind,
 //! endpoint), and whether an alert is due. No clock and no I/O: the caller passes the time.
+//! Dead events are kept per route too (kind, endpoint, route): each route is a target of its
+//! own, and one that is down does not hide, or wait for, another.
 //!
 //! The rule, exactly: occurrences are summed into the key's [`Pending`] summary (count, first
 //! and last event id, since when). A key with something pending is due when it has never
@@ -41,7 +43,8 @@ pub struct State {
     pub pending: Option<Pending>,
 }
 
-type Key = (Kind, String);
+/// (kind, endpoint, route): the route only for what happens on one (dead deliveries).
+type Key = (Kind, String, Option<String>);
 
 /// Every key's state, and which changed since they were last saved.
 #[derive(Debug)]
@@ -56,6 +59,7 @@ pub struct Book {
 pub struct Due {
     pub kind: Kind,
     pub endpoint: String,
+    pub route: Option<String>,
     pub pending: Pending,
 }
 
@@ -68,16 +72,16 @@ impl Book {
         }
     }
 
-    /// Takes one saved `meta` row (`alerts:<kind>:<endpoint>`); false if it is not one. A key
-    /// already in the book (noted before the state could be read) keeps what it has.
+    /// Takes one saved `meta` row (`alerts:<kind>:<endpoint>[:<route>]`); false if it is not
+    /// one. A key already in the book (noted before the state could be read) keeps what it has.
     pub fn load(&mut self, key: &str, value: &str) -> bool {
-        let Some((kind, endpoint)) = parse_key(key) else {
+        let Some((kind, endpoint, route)) = parse_key(key) else {
             return false;
         };
         match serde_json::from_str::<State>(value) {
             Ok(state) => {
                 self.states
-                    .entry((kind, endpoint.to_string()))
+                    .entry((kind, endpoint.to_string(), route.map(str::to_string)))
                     .or_insert(state);
                 true
             }
@@ -87,10 +91,23 @@ impl Book {
 
     /// `count` more occurrences, about event `id` when there is one.
     pub fn note(&mut self, kind: Kind, endpoint: &str, count: u64, id: Option<i64>, now_ms: i64) {
+        self.note_on(kind, endpoint, None, count, id, now_ms);
+    }
+
+    /// [`Book::note`] on one route of the endpoint.
+    pub fn note_on(
+        &mut self,
+        kind: Kind,
+        endpoint: &str,
+        route: Option<&str>,
+        count: u64,
+        id: Option<i64>,
+        now_ms: i64,
+    ) {
         if count == 0 {
             return;
         }
-        let state = self.entry(kind, endpoint);
+        let state = self.entry(kind, endpoint, route);
         let p = state.pending.get_or_insert(Pending {
             count: 0,
             first: id,
@@ -107,13 +124,13 @@ impl Book {
     /// what it said before.
     /// Unchanged, it changes nothing (and is not saved again).
     pub fn level(&mut self, kind: Kind, endpoint: &str, count: u64, out_of: u64, now_ms: i64) {
-        let key = (kind, endpoint.to_string());
+        let key = (kind, endpoint.to_string(), None);
         let pending = self.states.get(&key).and_then(|s| s.pending.as_ref());
         if pending.is_some_and(|p| (p.count, p.out_of) == (count, Some(out_of))) {
             return;
         }
         let since_ms = pending.map_or(now_ms, |p| p.since_ms);
-        self.entry(kind, endpoint).pending = Some(Pending {
+        self.entry(kind, endpoint, None).pending = Some(Pending {
             count,
             first: None,
             last: None,
@@ -124,7 +141,7 @@ impl Book {
 
     /// What is pending is no longer true (the level fell back, the endpoint received again).
     pub fn clear(&mut self, kind: Kind, endpoint: &str) {
-        let key = (kind, endpoint.to_string());
+        let key = (kind, endpoint.to_string(), None);
         if let Some(state) = self.states.get_mut(&key)
             && state.pending.take().is_some()
         {
@@ -137,7 +154,7 @@ impl Book {
         let every = self.every_ms;
         let mut expired = Vec::new();
         let mut out = Vec::new();
-        for ((kind, endpoint), state) in &self.states {
+        for ((kind, endpoint, route), state) in &self.states {
             let Some(p) = &state.pending else { continue };
             if *kind == Kind::Slow && p.count < SLOW_MIN {
                 if now_ms.saturating_sub(p.since_ms) > every {
@@ -152,6 +169,7 @@ impl Book {
                 out.push(Due {
                     kind: *kind,
                     endpoint: endpoint.clone(),
+                    route: route.clone(),
                     pending: p.clone(),
                 });
             }
@@ -163,8 +181,14 @@ impl Book {
     }
 
     /// The alert of this key went out at `now_ms`.
+    #[cfg(test)]
     pub fn sent(&mut self, kind: Kind, endpoint: &str, now_ms: i64) {
-        let state = self.entry(kind, endpoint);
+        self.sent_on(kind, endpoint, None, now_ms);
+    }
+
+    /// The alert of this key (one route's, when `route` says) went out at `now_ms`.
+    pub fn sent_on(&mut self, kind: Kind, endpoint: &str, route: Option<&str>, now_ms: i64) {
+        let state = self.entry(kind, endpoint, route);
         state.sent_at_ms = Some(now_ms);
         state.pending = None;
     }
@@ -172,14 +196,14 @@ impl Book {
     /// When the last alert of this key went out (unix ms), if one did.
     pub fn sent_at(&self, kind: Kind, endpoint: &str) -> Option<i64> {
         self.states
-            .get(&(kind, endpoint.to_string()))
+            .get(&(kind, endpoint.to_string(), None))
             .and_then(|s| s.sent_at_ms)
     }
 
     /// Whether something of this key waits to be sent.
     pub fn is_pending(&self, kind: Kind, endpoint: &str) -> bool {
         self.states
-            .get(&(kind, endpoint.to_string()))
+            .get(&(kind, endpoint.to_string(), None))
             .is_some_and(|s| s.pending.is_some())
     }
 
@@ -195,7 +219,7 @@ impl Book {
             .filter_map(|key| {
                 let state = self.states.get(key)?;
                 let value = serde_json::to_string(state).ok()?;
-                Some((state_key(key.0, &key.1), value))
+                Some((state_key(key.0, &key.1, key.2.as_deref()), value))
             })
             .collect()
     }
@@ -207,24 +231,32 @@ impl Book {
 
     #[cfg(test)]
     pub fn state(&self, kind: Kind, endpoint: &str) -> Option<&State> {
-        self.states.get(&(kind, endpoint.to_string()))
+        self.states.get(&(kind, endpoint.to_string(), None))
     }
 
-    fn entry(&mut self, kind: Kind, endpoint: &str) -> &mut State {
-        let key = (kind, endpoint.to_string());
+    fn entry(&mut self, kind: Kind, endpoint: &str, route: Option<&str>) -> &mut State {
+        let key = (kind, endpoint.to_string(), route.map(str::to_string));
         self.dirty.insert(key.clone());
         self.states.entry(key).or_default()
     }
 }
 
-/// `alerts:dead:pagarme`. Endpoint names hold no `:` (config allows letters, digits, `-_.`).
-pub fn state_key(kind: Kind, endpoint: &str) -> String {
-    format!("{ALERT_KEY_PREFIX}{kind}:{endpoint}")
+/// `alerts:dead:pagarme`, `alerts:dead:pagarme:erp` for a route. Endpoint and route names
+/// hold no `:` (config allows letters, digits, `-_.`).
+pub fn state_key(kind: Kind, endpoint: &str, route: Option<&str>) -> String {
+    match route {
+        Some(route) => format!("{ALERT_KEY_PREFIX}{kind}:{endpoint}:{route}"),
+        None => format!("{ALERT_KEY_PREFIX}{kind}:{endpoint}"),
+    }
 }
 
-fn parse_key(key: &str) -> Option<(Kind, &str)> {
-    let (kind, endpoint) = key.strip_prefix(ALERT_KEY_PREFIX)?.split_once(':')?;
-    Some((Kind::parse(kind)?, endpoint))
+fn parse_key(key: &str) -> Option<(Kind, &str, Option<&str>)> {
+    let (kind, rest) = key.strip_prefix(ALERT_KEY_PREFIX)?.split_once(':')?;
+    let (endpoint, route) = match rest.split_once(':') {
+        Some((endpoint, route)) => (endpoint, Some(route)),
+        None => (rest, None),
+    };
+    Some((Kind::parse(kind)?, endpoint, route))
 }
 
 #[cfg(test)]
@@ -304,6 +336,26 @@ mod tests {
         book.note(Kind::Slow, "a", 2, None, 70 * S);
         book.note(Kind::Slow, "a", 1, None, 80 * S);
         assert_eq!(kinds(&book.due(80 * S)), [(Kind::Slow, "a", 3)]);
+    }
+
+    #[test]
+    fn each_route_of_an_endpoint_has_its_own_clock_and_key() {
+        let mut book = Book::new(EVERY);
+        book.note_on(Kind::Dead, "a", Some("erp"), 1, Some(5), 0);
+        book.note_on(Kind::Dead, "a", Some("audit"), 1, Some(5), 0);
+        let due = book.due(0);
+        let routes: Vec<_> = due.iter().map(|d| d.route.as_deref()).collect();
+        assert_eq!(routes, [Some("audit"), Some("erp")]);
+        book.sent_on(Kind::Dead, "a", Some("erp"), 0);
+        assert_eq!(book.due(0).len(), 1, "audit's alert is not erp's");
+        book.sent_on(Kind::Dead, "a", Some("audit"), 0);
+        let keys: Vec<String> = book.changed_rows().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["alerts:dead:a:audit", "alerts:dead:a:erp"]);
+        let mut again = Book::new(EVERY);
+        assert!(again.load("alerts:dead:a:erp", &book.changed_rows()[1].1));
+        // A row saved before routes (no route in its key) is still read.
+        assert!(again.load("alerts:dead:a", r#"{"sent_at_ms":0,"pending":null}"#));
+        assert!(again.state(Kind::Dead, "a").is_some());
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub(super) fn run(config: Option<&Path>, command: ArchiveCommand) -> Result<Exit
     if let Some(name) = &endpoint
         && config.endpoint(name).is_none()
     {
-        return Err(format!("no endpoint named `{name}` in {}", config.source));
+        return Err(super::no_such_endpoint(&config, name));
     }
     let now = now_ms();
     let only = endpoint.as_deref();

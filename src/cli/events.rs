@@ -32,6 +32,9 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
     let now = now_ms();
     let written = match command {
         EventsCommand::List(args) => {
+            if let Some(name) = &args.endpoint {
+                known_endpoint(config, db, name)?;
+            }
             let filter = ListFilter {
                 endpoint: args.endpoint,
                 status: args.status,
@@ -73,6 +76,9 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
         },
         EventsCommand::Replay(args) => {
             if let Some(id) = args.id {
+                if let Some(route) = &args.route {
+                    route_of_event(db, id, route)?;
+                }
                 if !db
                     .replay(id, args.route.as_deref(), now)
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
@@ -95,6 +101,12 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                     "event {id} is pending again{to}; the running server delivers it within seconds"
                 )
             } else {
+                if let Some(name) = &args.endpoint {
+                    known_endpoint(config, db, name)?;
+                }
+                if let Some(route) = &args.route {
+                    known_route(config, args.endpoint.as_deref(), route)?;
+                }
                 let n = db
                     .replay_dead(args.endpoint.as_deref(), args.route.as_deref(), now)
                     .map_err(|e| format!("cannot replay dead events: {e}"))?;
@@ -104,6 +116,66 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
     };
     written.map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// An endpoint name given to a filter: configured, or still holding stored events (an
+/// endpoint taken out of the config); else an error naming the configured ones and the
+/// closest. A mistyped name never reads as "nothing matched".
+fn known_endpoint(config: &Config, db: &Events, name: &str) -> Result<(), String> {
+    if config.endpoint(name).is_some() {
+        return Ok(());
+    }
+    let filter = ListFilter {
+        endpoint: Some(name.to_string()),
+        limit: 1,
+        ..ListFilter::default()
+    };
+    let stored = db
+        .list(&filter)
+        .map_err(|e| format!("cannot list events: {e}"))?;
+    if stored.is_empty() {
+        return Err(super::no_such_endpoint(config, name));
+    }
+    Ok(())
+}
+
+/// A route name given to `replay --dead`: one of the endpoint's routes (of any endpoint's,
+/// without `--endpoint`); else an error naming them and the closest.
+fn known_route(config: &Config, endpoint: Option<&str>, route: &str) -> Result<(), String> {
+    let mut routes: Vec<&str> = config
+        .endpoints
+        .iter()
+        .filter(|e| endpoint.is_none_or(|name| e.name == name))
+        .flat_map(|e| e.routes.iter().map(|r| r.name.as_str()))
+        .collect();
+    routes.sort_unstable();
+    routes.dedup();
+    if routes.contains(&route) {
+        return Ok(());
+    }
+    let of = endpoint.map_or_else(String::new, |name| format!(" in endpoint `{name}`"));
+    Err(format!(
+        "no route named `{route}`{of} (configured: {}){}",
+        crate::suggest::list(routes.iter().copied()),
+        crate::suggest::hint(route, routes.iter().copied())
+    ))
+}
+
+/// A route given to `replay ID --route`: one the event went to; else an error naming them.
+/// No such event is the replay's own error.
+fn route_of_event(db: &Events, id: i64, route: &str) -> Result<(), String> {
+    let routes = db
+        .routes(id)
+        .map_err(|e| format!("cannot read event {id}: {e}"))?;
+    let names = || routes.iter().map(|r| r.route.as_str());
+    if routes.is_empty() || names().any(|name| name == route) {
+        return Ok(());
+    }
+    Err(format!(
+        "cannot replay event {id}: it never went to route `{route}` (its routes: {}){}",
+        crate::suggest::list(names()),
+        crate::suggest::hint(route, names())
+    ))
 }
 
 /// Where the events are: the SQLite file, or the PostgreSQL database through the store, on a

@@ -1,18 +1,22 @@
 //! The command line: parses arguments (the clap types), sets up logging, and runs the
 //! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`,
-//! `verify`, `init` and `backup`. The small ones live here; `events`, `archive`, [`send`],
-//! `verify` and `backup` have their own files.
+//! `verify`, `init` and `backup`. The small ones live here; `check`, `init` (its next steps in
+//! `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`], `verify` and
+//! `backup` have their own files.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
 mod archive;
 mod backup;
+mod check;
 mod events;
+mod init;
+mod init_next;
+mod init_text;
 pub mod send;
 mod store_copy;
 pub mod verify;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -29,8 +33,8 @@ use crate::time::now_ms;
     about = "A small, durable webhook receiver: verify, deduplicate, store, then forward."
 )]
 struct Cli {
-    /// The config file (else $PORTARIA_CONFIG, ~/.config/portaria/portaria.toml,
-    /// /etc/portaria/portaria.toml, then the embedded demo).
+    /// The config file (else $PORTARIA_CONFIG, ./portaria.toml,
+    /// ~/.config/portaria/portaria.toml, /etc/portaria/portaria.toml, then the embedded demo).
     #[arg(long, short = 'c', global = true, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Log lines for people (`text`, the default) or for machines (`json`).
@@ -50,8 +54,9 @@ enum LogFormat {
 enum Command {
     /// Receive webhooks until SIGTERM or SIGINT.
     Serve,
-    /// Validate the configuration, print `ok` or every problem, and exit.
-    Check,
+    /// Validate the configuration and what `serve` will need of this machine, print `ok` or
+    /// every problem, and exit.
+    Check(check::CheckArgs),
     /// Look at stored events, and replay them.
     #[command(subcommand)]
     Events(EventsCommand),
@@ -70,12 +75,9 @@ enum Command {
     /// Check a captured request against an endpoint's secrets as the server would, and say
     /// why it would be refused.
     Verify(VerifyArgs),
-    /// Write a commented starter config, and say which environment variables to set.
-    Init {
-        /// Where to write it.
-        #[arg(default_value = "portaria.toml")]
-        path: PathBuf,
-    },
+    /// Write a first config from a few questions (or flags), where `check` and `serve` find
+    /// it, and print the next three commands.
+    Init(init::InitArgs),
     /// Write a consistent copy of the database to FILE, safe while the server runs.
     Backup(backup::BackupArgs),
     /// Move between store backends: `store copy --from FILE` (SQLite into PostgreSQL).
@@ -124,6 +126,7 @@ enum EventsCommand {
     List(ListArgs),
     /// Show one event: its headers, raw body and delivery attempts.
     Show {
+        /// The event's id (the first column of `events list`).
         id: i64,
         /// Print only the stored request, as a raw HTTP/1.1 request (for `portaria verify
         /// --request -`): `POST <endpoint path>`, the headers as stored (credentials
@@ -137,11 +140,13 @@ enum EventsCommand {
 
 #[derive(Args, Debug)]
 struct ListArgs {
+    /// Only this endpoint's events (a name from the config).
     #[arg(long)]
     endpoint: Option<String>,
     /// pending, delivering, delivered, dead or stored.
     #[arg(long)]
     status: Option<Status>,
+    /// At most this many, newest first.
     #[arg(long, default_value_t = 50)]
     limit: usize,
     /// One JSON object per line.
@@ -157,6 +162,7 @@ struct ReplayArgs {
     /// Replay every dead delivery (of --endpoint and --route, if given).
     #[arg(long)]
     dead: bool,
+    /// Only this endpoint's dead deliveries (with --dead).
     #[arg(long, requires = "dead")]
     endpoint: Option<String>,
     /// Only the delivery to this route.
@@ -188,10 +194,10 @@ pub fn main() -> ExitCode {
             let _log = init_logging(format, "warn");
             verify::run(cli.config.as_deref(), args)
         }
-        Command::Init { path } => init(&path),
-        Command::Check => {
+        Command::Init(args) => init::run(cli.config.as_deref(), args),
+        Command::Check(args) => {
             let _log = init_logging(format, "warn");
-            check(cli.config.as_deref())
+            check::run(cli.config.as_deref(), args)
         }
         Command::Events(command) => {
             let _log = init_logging(format, "warn");
@@ -322,15 +328,22 @@ fn load(config: Option<&Path>) -> Result<Config, String> {
     Config::load(config).map_err(|e| format!("invalid configuration\n{e}"))
 }
 
-/// The endpoint called `name`, or an error listing the configured ones.
+/// The endpoint called `name`, or an error naming the configured ones and the closest.
 fn find_endpoint<'a>(config: &'a Config, name: &str) -> Result<&'a Endpoint, String> {
-    config.endpoint(name).ok_or_else(|| {
-        let names: Vec<&str> = config.endpoints.iter().map(|e| e.name.as_str()).collect();
-        format!(
-            "no endpoint named `{name}` (configured: {})",
-            names.join(", ")
-        )
-    })
+    config
+        .endpoint(name)
+        .ok_or_else(|| no_such_endpoint(config, name))
+}
+
+/// `no endpoint named `mercadopag` in FILE (configured: ...); did you mean `mercadopago`?`
+fn no_such_endpoint(config: &Config, name: &str) -> String {
+    let names = || config.endpoints.iter().map(|e| e.name.as_str());
+    format!(
+        "no endpoint named `{name}` in {} (configured: {}){}",
+        config.source,
+        crate::suggest::list(names()),
+        crate::suggest::hint(name, names())
+    )
 }
 
 /// For commands that only work on the database: the secrets are not read, so an operator can
@@ -419,82 +432,6 @@ fn forward_hangups(
     }
 }
 
-fn check(config: Option<&Path>) -> Result<ExitCode, String> {
-    match Config::load(config) {
-        Ok(config) => {
-            for warning in &config.warnings {
-                eprintln!("{}: warning: {warning}", config.source);
-            }
-            if config.source == Source::Embedded {
-                println!("ok (no config file found; the embedded demo config would be used)");
-            } else {
-                println!("ok");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        Err(e) => {
-            eprintln!("{e}");
-            Ok(ExitCode::FAILURE)
-        }
-    }
-}
-
-/// The starter config `portaria init` writes: the production template from `packaging/`.
-const STARTER: &str = include_str!("../../packaging/portaria.toml");
-
-fn init(path: &Path) -> Result<ExitCode, String> {
-    if path.exists() {
-        return Err(format!(
-            "{} exists already; not overwriting it",
-            path.display()
-        ));
-    }
-    // Outside /etc/portaria the service's state directory is not ours: keep the database
-    // next to the config file instead.
-    let in_etc = path
-        .parent()
-        .is_some_and(|dir| dir == Path::new("/etc/portaria"));
-    let text = if in_etc {
-        STARTER.to_string()
-    } else {
-        STARTER.replace(
-            r#"path = "/var/lib/portaria/portaria.db"   # systemd creates /var/lib/portaria (StateDirectory=)"#,
-            r#"path = "portaria.db"                     # next to this file"#,
-        )
-    };
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    let mut file = options
-        .open(path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    file.write_all(text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    println!("wrote {}", path.display());
-    let vars = secret_variables(&text, path);
-    if !vars.is_empty() {
-        println!(
-            "set these environment variables before `portaria serve` (the secrets from each gateway's dashboard):"
-        );
-        for var in vars {
-            println!("  export {var}=...");
-        }
-    }
-    println!("then check it: portaria check --config {}", path.display());
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Every `secret_env` a config names, in order, for `init` to list: what the config's own
-/// validation collects (secrets are not read, so none needs to be set yet).
-fn secret_variables(text: &str, path: &Path) -> Vec<String> {
-    Config::parse_with(
-        text,
-        crate::config::Source::File(path.to_path_buf()),
-        crate::config::Secrets::Skip,
-    )
-    .map(|config| config.secret_variables)
-    .unwrap_or_default()
-}
-
 /// The config of a command that works on a database which must already exist (`events`,
 /// `prune`, `archive`, `backup`): on SQLite, the file must be there.
 fn existing_store(config: Option<&Path>) -> Result<Config, String> {
@@ -557,4 +494,46 @@ fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
         .write(&mut std::io::stdout().lock(), dry_run, &config.storage)
         .map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand and every argument of every subcommand, as `--help` shows them.
+    fn undescribed(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+        let path = format!("{path}{}", command.get_name());
+        if command.get_about().is_none() {
+            out.push(path.clone());
+        }
+        for arg in command.get_arguments() {
+            let builtin = matches!(arg.get_id().as_str(), "help" | "version");
+            if !builtin && arg.get_help().is_none() && arg.get_long_help().is_none() {
+                out.push(format!("{path}: {}", arg.get_id()));
+            }
+        }
+        for sub in command.get_subcommands() {
+            undescribed(sub, &format!("{path} "), out);
+        }
+    }
+
+    #[test]
+    fn every_command_and_option_has_a_description() {
+        let mut missing = Vec::new();
+        undescribed(&Cli::command(), "", &mut missing);
+        assert!(missing.is_empty(), "no description in --help: {missing:#?}");
+    }
+
+    #[test]
+    fn a_mistyped_subcommand_gets_a_suggestion() {
+        let e = Cli::try_parse_from(["portaria", "chek"]).unwrap_err();
+        assert!(
+            e.to_string().contains("similar subcommand exists: 'check'"),
+            "{e}"
+        );
+        let e = Cli::try_parse_from(["portaria", "events", "replay", "--dead", "--endpont", "x"])
+            .unwrap_err();
+        assert!(e.to_string().contains("'--endpoint'"), "{e}");
+    }
 }

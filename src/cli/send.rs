@@ -68,7 +68,7 @@ pub fn prepare(
         .sign_request(&body, unix_secs(now), &delivery_id(now))
         .ok_or_else(|| cannot_sign(verifier.provider()))?;
     let url = match &signed.query {
-        Some(query) => with_query(&url, query),
+        Some(query) => with_query(&url, query)?,
         None => url,
     };
     let url: Uri = url
@@ -96,18 +96,44 @@ fn cannot_sign(provider: &str) -> String {
     )
 }
 
-/// `url` with `query` added to its query string (before any `#fragment`).
-fn with_query(url: &str, query: &str) -> String {
+/// `url` with the signed `query` added to its query string (before any `#fragment`). A
+/// parameter the URL already has with the same value is not added again (a provider that signs
+/// `data.id` would see it twice, and refuse the request); with another value, the URL
+/// contradicts what is signed, and that is an error.
+fn with_query(url: &str, query: &str) -> Result<String, String> {
     let (base, fragment) = match url.find('#') {
         Some(at) => url.split_at(at),
         None => (url, ""),
     };
+    let given: Vec<(String, String)> = base
+        .split_once('?')
+        .map(|(_, q)| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+        .unwrap_or_default();
+    let mut added = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let Some((name, value)) = form_urlencoded::parse(pair.as_bytes()).next() else {
+            continue;
+        };
+        match given.iter().find(|(n, _)| *n == name) {
+            None => added.push(pair),
+            Some((_, v)) if *v == value => {}
+            Some(_) => {
+                return Err(format!(
+                    "`{url}` has a `{name}` other than the one the payload signs; leave it out \
+                     of --url (send adds it)"
+                ));
+            }
+        }
+    }
+    if added.is_empty() {
+        return Ok(url.to_string());
+    }
     let join = match base.find('?') {
         None => "?",
         Some(_) if base.ends_with('?') || base.ends_with('&') => "",
         Some(_) => "&",
     };
-    format!("{base}{join}{query}{fragment}")
+    Ok(format!("{base}{join}{}{fragment}", added.join("&")))
 }
 
 /// A delivery id that is new on every run: `dlv_` and the time in nanoseconds, in hex.
@@ -171,7 +197,9 @@ async fn post(
 /// The `send` command: reads the payload, signs it, fires it `--repeat` times and prints
 /// every answer; exit 0 only if every answer was a 2xx.
 pub(super) fn run(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, String> {
-    let config = super::load(config)?;
+    // Only this endpoint's secrets: testing one gateway needs no other gateway's secret.
+    let config = crate::config::Config::load_for_endpoint(config, &args.endpoint)
+        .map_err(|e| format!("invalid configuration\n{e}"))?;
     let endpoint = super::find_endpoint(&config, &args.endpoint)?;
     let body = match (&args.data, &args.file) {
         (Some(data), _) => data.clone().into_bytes(),
@@ -215,6 +243,7 @@ mod tests {
 
     #[test]
     fn a_signed_query_joins_the_url_with_the_right_separator() {
+        let with_query = |url: &str, q: &str| super::with_query(url, q).unwrap();
         let q = "signature=ab%2Bc&ts=1";
         assert_eq!(
             with_query("http://h/w/x", q),
@@ -235,6 +264,27 @@ mod tests {
         assert_eq!(
             with_query("http://h/w/x#top", q),
             "http://h/w/x?signature=ab%2Bc&ts=1#top"
+        );
+    }
+
+    #[test]
+    fn a_parameter_the_url_already_has_is_not_added_twice() {
+        assert_eq!(
+            with_query("http://h/w/mp?data.id=43", "data.id=43"),
+            Ok("http://h/w/mp?data.id=43".to_string())
+        );
+        assert_eq!(
+            with_query("http://h/w/mp?type=payment&data.id=43", "data.id=43&ts=1"),
+            Ok("http://h/w/mp?type=payment&data.id=43&ts=1".to_string())
+        );
+        assert_eq!(
+            with_query("http://h/w/mp?data.id=43#x", "data.id=43"),
+            Ok("http://h/w/mp?data.id=43#x".to_string())
+        );
+        let contradicts = with_query("http://h/w/mp?data.id=44", "data.id=43").unwrap_err();
+        assert!(
+            contradicts.contains("has a `data.id` other than"),
+            "{contradicts}"
         );
     }
 

@@ -186,7 +186,7 @@ pub fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
                 lines.push(format!("note: it did not verify: {e}"));
                 return Diagnosis { lines, ok: true };
             }
-            lines.push(format!("failed: {}", failure(endpoint, &e, at)));
+            lines.push(format!("failed: {}", failure(endpoint, capture, &e, at)));
             lines.extend(hints(endpoint, capture, &e));
             return Diagnosis { lines, ok: false };
         }
@@ -213,7 +213,10 @@ pub fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
             ""
         }
     ));
-    match endpoint.dedup.extract(&capture.headers, &capture.body) {
+    match endpoint
+        .dedup
+        .extract_signed(proof.signed_key(), &capture.headers, &capture.body)
+    {
         Ok(key) => {
             lines.push(format!("dedup key: {key} ({})", endpoint.dedup));
             Diagnosis { lines, ok: true }
@@ -230,10 +233,22 @@ pub fn diagnose(endpoint: &Endpoint, capture: &Capture, at: i64) -> Diagnosis {
 
 /// One sentence for why the signature check failed. Never a secret or a header's value:
 /// `VerifyError`'s texts name headers and parts only.
-fn failure(endpoint: &Endpoint, error: &VerifyError, at: i64) -> String {
+fn failure(endpoint: &Endpoint, capture: &Capture, error: &VerifyError, at: i64) -> String {
     let verifier = &endpoint.verifier;
     let provider = verifier.provider();
     match error {
+        VerifyError::Mismatch if capture.query.is_none() => {
+            match signed_query(capture, endpoint, at) {
+                Some(names) => format!(
+                    "cannot be checked from this capture: {provider} signs {names} from the \
+                     query string of the URL it calls, and this request line has none. portaria \
+                     does not store the query string, so a stored event (`events show --raw`) \
+                     cannot be verified again (it was when it arrived, or it would not be \
+                     stored); to check a delivery, capture it with its whole request line"
+                ),
+                None => mismatch(endpoint),
+            }
+        }
         VerifyError::MissingHeader(name) => format!(
             "no `{name}` header: {provider} sends it with every delivery, and portaria answers \
              401 without it (is this a capture of a {provider} delivery, for this endpoint?)"
@@ -246,29 +261,16 @@ fn failure(endpoint: &Endpoint, error: &VerifyError, at: i64) -> String {
         VerifyError::Malformed(what) => {
             format!("malformed signature: {what}; portaria answers 401")
         }
+        VerifyError::Contradicts(what) => format!(
+            "the signature matches, but the body contradicts what {provider} signed: {what}; \
+             portaria answers 400 and stores nothing"
+        ),
         VerifyError::UnknownKey => format!(
             "the signature names a key that is not in the endpoint's key set: {provider} \
              rotated its keys, or this capture is not from it; download its current keys again \
              (see docs/providers.md) and restart; portaria answers 401"
         ),
-        VerifyError::Mismatch => {
-            let tried = match verifier.secret_count() {
-                1 => "tried 1 secret".to_string(),
-                n => format!("tried {n} secrets"),
-            };
-            if verifier.credential_headers().is_empty() {
-                format!(
-                    "the signature does not match: {tried}, and none of them signed this request; \
-                     either a byte changed on the way (of the body, or of a signed header), or \
-                     the configured secret is not the one {provider} signs with"
-                )
-            } else {
-                format!(
-                    "the credential does not match: {tried}, and none of them is the one this \
-                     request carries"
-                )
-            }
-        }
+        VerifyError::Mismatch => mismatch(endpoint),
         VerifyError::StaleTimestamp { skew_secs } => {
             let window = verifier.tolerance_secs();
             if *skew_secs >= 0 {
@@ -290,6 +292,39 @@ fn failure(endpoint: &Endpoint, error: &VerifyError, at: i64) -> String {
             }
         }
     }
+}
+
+/// No secret matched: a changed byte, or another secret.
+fn mismatch(endpoint: &Endpoint) -> String {
+    let verifier = &endpoint.verifier;
+    let provider = verifier.provider();
+    let tried = match verifier.secret_count() {
+        1 => "tried 1 secret".to_string(),
+        n => format!("tried {n} secrets"),
+    };
+    if verifier.credential_headers().is_empty() {
+        format!(
+            "the signature does not match: {tried}, and none of them signed this request; \
+             either a byte changed on the way (of the body, or of a signed header), or \
+             the configured secret is not the one {provider} signs with"
+        )
+    } else {
+        format!(
+            "the credential does not match: {tried}, and none of them is the one this \
+             request carries"
+        )
+    }
+}
+
+/// The query parameters the endpoint's scheme signs for this body (`` `data.id` `` for
+/// Mercado Pago), found by signing the body as the provider would; None when it signs none.
+fn signed_query(capture: &Capture, endpoint: &Endpoint, at: i64) -> Option<String> {
+    let signed = endpoint.verifier.sign_request(&capture.body, at, "-")?;
+    let query = signed.query?;
+    let names: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        .map(|(name, _)| format!("`{name}`"))
+        .collect();
+    (!names.is_empty()).then(|| names.join(", "))
 }
 
 /// ` (about 3 h)` for a skew long enough that seconds say little; else nothing.
@@ -342,7 +377,9 @@ fn hints(endpoint: &Endpoint, capture: &Capture, error: &VerifyError) -> Vec<Str
 /// The `verify` command: exit 0 if the server would take the request, 1 (with the reason) if
 /// not.
 pub(super) fn run(config: Option<&Path>, args: VerifyArgs) -> Result<ExitCode, String> {
-    let config = super::load(config)?;
+    // Only this endpoint's secrets, as `send`.
+    let config = crate::config::Config::load_for_endpoint(config, &args.endpoint)
+        .map_err(|e| format!("invalid configuration\n{e}"))?;
     let endpoint = super::find_endpoint(&config, &args.endpoint)?;
     let raw = if args.request.as_os_str() == "-" {
         let mut raw = Vec::new();

@@ -44,7 +44,7 @@ impl Validator<'_> {
     pub(super) fn var(&self, name: &str) -> Option<String> {
         std::env::var(name)
             .ok()
-            .or_else(|| self.env_at_start.0.get(name).cloned())
+            .or_else(|| self.env_at_start?.0.get(name).cloned())
     }
 }
 

@@ -7,9 +7,11 @@
 //!
 //! Lookup order (first hit wins; see [`locate`]):
 //! 1. `--config FILE`, or else `$PORTARIA_CONFIG`;
-//! 2. `portaria.toml` in the user's config dir (`~/.config/portaria/` on Linux);
-//! 3. `/etc/portaria/portaria.toml`;
-//! 4. the embedded demo config (`config.example.toml`), with a loud warning.
+//! 2. `portaria.toml` in the current directory (where `portaria init` writes by default, so
+//!    that a plain `check` or `serve` in that folder uses what `init` wrote);
+//! 3. `portaria.toml` in the user's config dir (`~/.config/portaria/` on Linux);
+//! 4. `/etc/portaria/portaria.toml`;
+//! 5. the embedded demo config (`config.example.toml`), with a loud warning.
 //!
 //! This file owns the validated model, loading and lookup. The raw file as written is in
 //! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
@@ -24,9 +26,11 @@ mod database_tls;
 mod dedup_window;
 mod environment;
 mod ip_range;
+mod keys;
 mod memory;
 mod public_keys;
 mod raw;
+mod readiness;
 mod real_ip;
 mod route;
 mod secrets;
@@ -55,11 +59,10 @@ pub use dedup_window::default_dedup_window;
 pub use environment::EnvAtStart;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
-use raw::RawConfig;
+use readiness::Machine;
 pub use real_ip::{RealIp, RealIpHeader};
 pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
 pub use tls::{ClientCertRule, Tls, TlsFiles};
-use toml_error::toml_message;
 use validate::Validator;
 pub use validate::parse_duration;
 
@@ -124,6 +127,41 @@ pub enum Secrets {
     /// the database (`events`, `prune`, `archive`), so an operator needs no gateway secret.
     /// The verifiers built then hold a placeholder that verifies nothing.
     Skip,
+}
+
+/// How much a load reads beyond the file: each public entry point of [`Config`] picks one.
+#[derive(Debug, Clone, Copy)]
+struct Reading<'a> {
+    secrets: Secrets,
+    /// The endpoint whose secrets are read although `secrets` skips the rest.
+    secrets_of: Option<&'a str>,
+    machine: Machine,
+    /// What `serve` took out of its environment at start, for a reload (`environment`).
+    env: Option<&'a EnvAtStart>,
+}
+
+impl Reading<'_> {
+    const CHECK: Reading<'static> = Reading {
+        secrets: Secrets::Load,
+        secrets_of: None,
+        machine: Machine::Require,
+        env: None,
+    };
+
+    /// `serve` (secrets read) is warned of a missing program; the database commands (secrets
+    /// skipped) do not look.
+    fn of(secrets: Secrets) -> Reading<'static> {
+        let machine = match secrets {
+            Secrets::Load => Machine::Warn,
+            Secrets::Skip => Machine::Ignore,
+        };
+        Reading {
+            secrets,
+            secrets_of: None,
+            machine,
+            env: None,
+        }
+    }
 }
 
 /// `[status]`: what the status page asks for. Without a token it serves only on a loopback
@@ -281,7 +319,24 @@ impl Config {
 
     /// [`Config::load`], choosing whether secrets are read (see [`Secrets`]).
     pub fn load_with(explicit: Option<&Path>, secrets: Secrets) -> Result<Config, ConfigError> {
-        Config::load_keeping(explicit, secrets, &EnvAtStart::default())
+        Config::load_as(explicit, Reading::of(secrets))
+    }
+
+    /// For `portaria check`: [`Config::load`], and what `serve` will need of this machine
+    /// checked as this user (the database's directory writable, each program there and
+    /// executable: `readiness`), a missing one a problem, not a warning.
+    pub fn load_for_check(explicit: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::load_as(explicit, Reading::CHECK)
+    }
+
+    /// For `send` and `verify`: the secrets of endpoint `name` only, so that the operator
+    /// needs no other endpoint's secret (nor the status token, nor the database URL's).
+    pub fn load_for_endpoint(explicit: Option<&Path>, name: &str) -> Result<Config, ConfigError> {
+        let reading = Reading {
+            secrets_of: Some(name),
+            ..Reading::of(Secrets::Skip)
+        };
+        Config::load_as(explicit, reading)
     }
 
     /// [`Config::load_with`], a variable missing from the environment read from `env`: what
@@ -291,9 +346,18 @@ impl Config {
         secrets: Secrets,
         env: &EnvAtStart,
     ) -> Result<Config, ConfigError> {
+        let reading = Reading {
+            env: Some(env),
+            ..Reading::of(secrets)
+        };
+        Config::load_as(explicit, reading)
+    }
+
+    fn load_as(explicit: Option<&Path>, reading: Reading<'_>) -> Result<Config, ConfigError> {
         let source = locate(
             explicit,
             std::env::var_os("PORTARIA_CONFIG").map(PathBuf::from),
+            here_config_path(),
             user_config_path(),
             Path::new(SYSTEM_PATH),
         );
@@ -302,10 +366,11 @@ impl Config {
                 let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
                     source: source.clone(),
                     problems: vec![format!("cannot read the file: {e}")],
+                    warnings: Vec::new(),
                 })?;
-                Config::parse_keeping(&text, source, secrets, env)
+                Config::parse_as(&text, source, reading)
             }
-            Source::Embedded => Config::parse_keeping(EXAMPLE, Source::Embedded, secrets, env),
+            Source::Embedded => Config::parse_as(EXAMPLE, Source::Embedded, reading),
         }
     }
 
@@ -317,7 +382,12 @@ impl Config {
 
     /// [`Config::parse`], choosing whether secrets are read (see [`Secrets`]).
     pub fn parse_with(text: &str, source: Source, secrets: Secrets) -> Result<Config, ConfigError> {
-        Config::parse_keeping(text, source, secrets, &EnvAtStart::default())
+        Config::parse_as(text, source, Reading::of(secrets))
+    }
+
+    /// [`Config::load_for_check`] for a text.
+    pub fn parse_for_check(text: &str, source: Source) -> Result<Config, ConfigError> {
+        Config::parse_as(text, source, Reading::CHECK)
     }
 
     /// [`Config::parse_with`], a variable missing from the environment read from `env`.
@@ -327,22 +397,39 @@ impl Config {
         secrets: Secrets,
         env: &EnvAtStart,
     ) -> Result<Config, ConfigError> {
+        let reading = Reading {
+            env: Some(env),
+            ..Reading::of(secrets)
+        };
+        Config::parse_as(text, source, reading)
+    }
+
+    fn parse_as(text: &str, source: Source, reading: Reading<'_>) -> Result<Config, ConfigError> {
         let fail = |problems| ConfigError {
             source: source.clone(),
             problems,
+            warnings: Vec::new(),
         };
-        let raw: RawConfig =
-            toml::from_str(text).map_err(|e| fail(vec![toml_message(text, &e)]))?;
+        // Unknown keys and refused values are problems like any other: the rest is still
+        // validated, so one run reports them all (`keys`).
+        let (raw, problems) = keys::read(text).map_err(fail)?;
+        // Relative paths in the file are relative to it, made absolute here even when the
+        // file was named relative to the current directory.
         let base_dir = match &source {
-            Source::File(path) => path.parent().map(Path::to_path_buf),
+            Source::File(path) => path.parent().map(|dir| match std::env::current_dir() {
+                Ok(cwd) if dir.is_relative() => cwd.join(dir),
+                _ => dir.to_path_buf(),
+            }),
             Source::Embedded => None,
         };
         let mut v = Validator {
             text,
             base_dir,
-            secrets,
-            env_at_start: env,
-            problems: Vec::new(),
+            secrets: reading.secrets,
+            secrets_of: reading.secrets_of,
+            machine: reading.machine,
+            env_at_start: reading.env,
+            problems,
             warnings: Vec::new(),
             secret_variables: Vec::new(),
             inline_secrets: false,
@@ -365,6 +452,13 @@ impl Config {
         if let Some(server) = &server {
             v.warn_allow_ips_without_real_ip(server, &endpoints);
             v.check_client_cert_rules(server.tls.as_ref(), &endpoints);
+            v.warn_static_credentials_in_clear(server, &endpoints);
+        }
+        if let Some(storage) = storage.as_ref().filter(|s| s.postgres.is_none()) {
+            v.storage_ready(&storage.path);
+        }
+        if let Some(argv) = alerts.as_ref().and_then(|a| a.command.as_ref()) {
+            v.program_ready("alerts.command", argv);
         }
         v.check_canary_path(&endpoints);
         match (server, storage, v.problems.is_empty()) {
@@ -379,7 +473,11 @@ impl Config {
                 warnings: v.warnings,
                 secret_variables: v.secret_variables,
             }),
-            _ => Err(fail(v.problems)),
+            _ => Err(ConfigError {
+                source,
+                problems: v.problems,
+                warnings: v.warnings,
+            }),
         }
     }
 
@@ -392,6 +490,7 @@ impl Config {
 pub fn locate(
     explicit: Option<&Path>,
     from_env: Option<PathBuf>,
+    here_file: Option<PathBuf>,
     user_file: Option<PathBuf>,
     system_file: &Path,
 ) -> Source {
@@ -399,6 +498,9 @@ pub fn locate(
         return Source::File(path.to_path_buf());
     }
     if let Some(path) = from_env.filter(|p| !p.as_os_str().is_empty()) {
+        return Source::File(path);
+    }
+    if let Some(path) = here_file.filter(|p| p.is_file()) {
         return Source::File(path);
     }
     if let Some(path) = user_file.filter(|p| p.is_file()) {
@@ -412,6 +514,15 @@ pub fn locate(
 
 fn project_dirs() -> Option<directories::ProjectDirs> {
     directories::ProjectDirs::from("", "", "portaria")
+}
+
+/// The file name looked for in the current directory.
+pub const HERE_FILE: &str = "portaria.toml";
+
+/// `portaria.toml` in the current directory, absolute (so that messages and the paths
+/// relative to it are too); None when the current directory cannot be read.
+pub fn here_config_path() -> Option<PathBuf> {
+    std::env::current_dir().ok().map(|dir| dir.join(HERE_FILE))
 }
 
 /// `portaria.toml` in the user's config dir, if the platform has one.
@@ -429,6 +540,9 @@ fn default_db_path() -> Option<PathBuf> {
 pub struct ConfigError {
     pub source: Source,
     pub problems: Vec<String>,
+    /// What would have been a warning, found on the way (`check` shows them with the
+    /// problems; `Display` leaves them out).
+    pub warnings: Vec<String>,
 }
 
 impl fmt::Display for ConfigError {
@@ -510,17 +624,29 @@ secret = "s3cret-s3cret-s3cret"
     }
 
     #[test]
-    fn lookup_order_is_flag_then_env_then_user_then_system_then_embedded() {
+    fn lookup_order_is_flag_then_env_then_here_then_user_then_system_then_embedded() {
         let dir = tempfile::tempdir().unwrap();
+        let here = dir.path().join("here.toml");
         let user = dir.path().join("user.toml");
         let system = dir.path().join("system.toml");
         let flag = PathBuf::from("/flag.toml");
         let env = PathBuf::from("/env.toml");
+        std::fs::write(&here, "").unwrap();
         std::fs::write(&user, "").unwrap();
         std::fs::write(&system, "").unwrap();
+        assert_eq!(
+            locate(None, Some(env.clone()), Some(here.clone()), None, &system),
+            Source::File(env.clone())
+        );
+        assert_eq!(
+            locate(None, None, Some(here.clone()), Some(user.clone()), &system),
+            Source::File(here)
+        );
 
-        let pick =
-            |f: Option<&Path>, e: Option<PathBuf>, u: Option<PathBuf>, s: &Path| locate(f, e, u, s);
+        let absent_here = Some(dir.path().join("absent-here.toml"));
+        let pick = |f: Option<&Path>, e: Option<PathBuf>, u: Option<PathBuf>, s: &Path| {
+            locate(f, e, absent_here.clone(), u, s)
+        };
         assert_eq!(
             pick(Some(&flag), Some(env.clone()), Some(user.clone()), &system),
             Source::File(flag.clone())

@@ -105,6 +105,8 @@ pub(super) struct RawEndpoint {
     pub(super) secrets: Option<Vec<String>>,
     /// One rule, or an ordered list of rules (the first whose source is present wins).
     pub(super) dedup: Option<OneOrMany>,
+    /// Accept a `dedup` rule that reads what the provider does not sign.
+    pub(super) dedup_unsigned: Option<bool>,
     pub(super) dedup_window: Option<String>,
     pub(super) tolerance_secs: Option<u64>,
     pub(super) signature: Option<HmacOptions>,

@@ -339,8 +339,8 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.toml");
-        let inline = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret = \"x\"\n";
-        let listed = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecrets = [\"x\"]\n";
+        let inline = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecret = \"a-long-enough-secret\"\n";
+        let listed = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\nsecrets = [\"a-long-enough-secret\"]\n";
         let from_env = "[[endpoint]]\npath = \"/a\"\nprovider = \"plowf\"\n\
                         secret_env = \"PORTARIA_TEST_OTHERS_READ\"\n";
         let warnings = |text: &str, mode: u32| {
@@ -348,7 +348,7 @@ mod tests {
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
             let kept = crate::config::EnvAtStart::new([(
                 "PORTARIA_TEST_OTHERS_READ".to_string(),
-                "x".to_string(),
+                "a-long-enough-secret".to_string(),
             )]);
             Config::parse_keeping(text, Source::File(path.clone()), Secrets::Load, &kept)
                 .unwrap()

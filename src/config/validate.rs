@@ -9,6 +9,7 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::raw::{RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
+use super::readiness::Machine;
 use super::toml_error::line_of;
 use super::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_MIN_BODY_BYTES_PER_SEC, DEFAULT_RETRY, Endpoint, Forward, Limits,
@@ -22,7 +23,12 @@ pub(super) struct Validator<'a> {
     pub(super) base_dir: Option<PathBuf>,
     pub(super) secrets: Secrets,
     /// Variables `serve` took out of its environment at start (`environment`).
-    pub(super) env_at_start: &'a super::EnvAtStart,
+    pub(super) env_at_start: Option<&'a super::EnvAtStart>,
+    /// The one endpoint whose secrets are read although `secrets` skips the others (`send`
+    /// and `verify` need only theirs).
+    pub(super) secrets_of: Option<&'a str>,
+    /// How far to look at this machine beyond the file (`readiness`).
+    pub(super) machine: Machine,
     pub(super) problems: Vec<String>,
     pub(super) warnings: Vec<String>,
     pub(super) secret_variables: Vec<String>,
@@ -287,12 +293,18 @@ impl Validator<'_> {
             .all(|none| none)
             && raw.secrets.is_none();
         let takes_secret = takes_secret(&provider) && !by_certificate;
+        // `send` and `verify` read this one endpoint's secrets, and no other.
+        let skipping = self.secrets;
+        if self.secrets_of == Some(name.as_str()) {
+            self.secrets = Secrets::Load;
+        }
         let secrets = self.secrets(at, given, raw.secrets, takes_secret);
         // With no usable secret (`secrets` has reported why, so this endpoint is refused
         // below), or none loaded (`Secrets::Skip`), check the provider and its options with a
         // stand-in key of whatever form the provider needs, so that every problem shows in one
         // run. A provider that verifies with a public key takes no secret at all.
         let stand_in = takes_secret && (secrets.is_empty() || self.secrets == Secrets::Skip);
+        self.secrets = skipping;
         let jwks = self.jwks(at, raw.jwks_file, raw.jwks_url);
         let settings = Settings {
             hmac: raw.signature.as_ref(),
@@ -324,7 +336,12 @@ impl Validator<'_> {
                 Some(v)
             }
             Err(why) => {
-                self.problem(format!("{at}: {why}"));
+                let known = crate::verify::PROVIDERS;
+                let hint = match known.contains(&provider.as_str()) {
+                    true => String::new(),
+                    false => crate::suggest::hint(&provider, known.iter().copied()),
+                };
+                self.problem(format!("{at}: {why}{hint}"));
                 None
             }
         };
@@ -332,6 +349,7 @@ impl Validator<'_> {
         if let Some(v) = &verifier {
             self.unsigned_event_type(at, &name, v, &routes);
         }
+        let (configured, unsigned_ok) = (raw.dedup.is_some(), raw.dedup_unsigned == Some(true));
         let dedup = match raw.dedup.map(|d| DedupRule::parse_list(&d.into_vec())) {
             Some(Ok(rule)) => Some(rule),
             Some(Err(why)) => {
@@ -346,6 +364,17 @@ impl Validator<'_> {
             && let Err(why) = rule.refuse_credential_headers(v.credential_headers())
         {
             self.problem(format!("{at}.dedup: {why}"));
+        }
+        // A key read from what the signature does not cover (issue 23): only when asked for.
+        if let (Some(rule), Some(v), true) = (&dedup, &verifier, configured && !unsigned_ok)
+            && let Err(why) = v.refuse_unsigned_dedup(rule)
+        {
+            self.problem(format!("{at}.dedup: {why}"));
+        }
+        if unsigned_ok && !configured {
+            let why = "there is no `dedup` rule: the provider's default reads signed parts only";
+            self.warnings
+                .push(format!("{at}.dedup_unsigned: {why}, so it has no effect"));
         }
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
@@ -392,6 +421,7 @@ impl Validator<'_> {
                 if argv.first().is_none_or(|program| program.is_empty()) {
                     self.problem(format!("{at}.command: give the program and its arguments, e.g. [\"/usr/local/bin/on-payment\"]"));
                 }
+                self.program_ready(&format!("{at}.command"), &argv);
                 if !secrets.is_empty() {
                     self.problem(format!("{at}: a forward secret signs URL forwards only"));
                 }
@@ -401,6 +431,7 @@ impl Validator<'_> {
                 if argv.first().is_none_or(|program| program.is_empty()) {
                     self.problem(format!("{at}.pipe: give the program and its arguments, e.g. [\"python3\", \"/srv/handler.py\"]"));
                 }
+                self.program_ready(&format!("{at}.pipe"), &argv);
                 if !secrets.is_empty() {
                     self.problem(format!("{at}: a forward secret signs URL forwards only"));
                 }
@@ -472,7 +503,7 @@ impl Validator<'_> {
 
 /// A directory that exists and is writable, or could be created: its nearest existing
 /// ancestor is a writable directory. Creates nothing (`portaria check` must not).
-fn usable_dir(dir: &Path) -> Result<(), String> {
+pub(super) fn usable_dir(dir: &Path) -> Result<(), String> {
     let existing = dir
         .ancestors()
         .find(|a| a.exists())
@@ -503,7 +534,7 @@ fn usable_dir(dir: &Path) -> Result<(), String> {
 }
 
 #[cfg(unix)]
-fn writable(dir: &Path) -> bool {
+pub(super) fn writable(dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;
@@ -513,7 +544,7 @@ fn writable(dir: &Path) -> bool {
 }
 
 #[cfg(not(unix))]
-fn writable(dir: &Path) -> bool {
+pub(super) fn writable(dir: &Path) -> bool {
     std::fs::metadata(dir).is_ok_and(|m| !m.permissions().readonly())
 }
 
@@ -576,7 +607,7 @@ mod tests {
             endpoint.name, "github",
             "name defaults to the last path segment"
         );
-        assert_eq!(endpoint.dedup.to_string(), "header:x-github-delivery");
+        assert_eq!(endpoint.dedup.to_string(), "body-sha256");
         assert!(endpoint.routes.is_empty());
     }
 
@@ -730,7 +761,7 @@ mod tests {
     #[test]
     fn dedup_may_be_an_ordered_list() {
         let config = parse(&format!(
-            "{MINIMAL}dedup = [\"header:X-Event-Id\", \"body-sha256\"]\n"
+            "{MINIMAL}dedup_unsigned = true\ndedup = [\"header:X-Event-Id\", \"body-sha256\"]\n"
         ))
         .unwrap();
         assert_eq!(
@@ -748,6 +779,65 @@ mod tests {
             "{MINIMAL}dedup = [\"json:/id\", \"header:Authorization\"]\n"
         ));
         assert!(msg.contains("carries this provider's credential"), "{msg}");
+    }
+
+    #[test]
+    fn a_dedup_rule_reading_what_is_not_signed_needs_dedup_unsigned() {
+        // GitHub signs the body, no header: its delivery header is anyone's to change.
+        let msg = problems(&format!("{MINIMAL}dedup = \"header:X-GitHub-Delivery\"\n"));
+        assert!(
+            msg.contains(
+                ".dedup: `header:x-github-delivery` reads the header `x-github-delivery`, which \
+                 the github signature does not cover"
+            ) && msg.contains("set `dedup_unsigned = true`"),
+            "{msg}"
+        );
+        // Inside a list too, wherever it stands.
+        let msg = problems(&format!(
+            "{MINIMAL}dedup = [\"json:/id\", \"header:X-GitHub-Delivery\"]\n"
+        ));
+        assert!(msg.contains("the header `x-github-delivery`"), "{msg}");
+        let accepted = "dedup_unsigned = true\ndedup = \"header:X-GitHub-Delivery\"\n";
+        let config = parse(&format!("{MINIMAL}{accepted}")).unwrap();
+        assert_eq!(
+            config.endpoints[0].dedup.to_string(),
+            "header:x-github-delivery"
+        );
+        // What is signed needs nothing: the body here, a signed header or the body elsewhere.
+        for rule in ["body-sha256", "json:/id"] {
+            parse(&format!("{MINIMAL}dedup = \"{rule}\"\n")).unwrap();
+        }
+        let relya = "[[endpoint]]\npath = \"/r\"\nprovider = \"relya\"\nsecret = \"s\"\n";
+        parse(&format!("{relya}dedup = \"header:x-relya-delivery-id\"\n")).unwrap();
+        let svix = "[[endpoint]]\npath = \"/s\"\nprovider = \"svix\"\nsecret = \"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"\n";
+        parse(&format!("{svix}dedup = \"header:webhook-id\"\n")).unwrap();
+        let msg = problems(&format!("{svix}dedup = \"header:svix-id\"\n"));
+        assert!(msg.contains("the header `svix-id`"), "{msg}");
+        // Mercado Pago signs no body; Asaas signs nothing, its token admits any request alike.
+        let mp = "[[endpoint]]\npath = \"/m\"\nprovider = \"mercadopago\"\nsecret = \"s\"\n";
+        let msg = problems(&format!("{mp}dedup = \"json:/id\"\n"));
+        assert!(
+            msg.contains("reads the body, which the mercadopago signature"),
+            "{msg}"
+        );
+        parse(&format!("{mp}dedup = \"header:x-request-id\"\n")).unwrap();
+        let asaas = "[[endpoint]]\npath = \"/a\"\nprovider = \"asaas\"\nsecret = \"s\"\n";
+        parse(&format!("{asaas}dedup = \"header:x-anything\"\n")).unwrap();
+        // A generic scheme signs the headers its template names.
+        let hmac = "[[endpoint]]\npath = \"/h\"\nprovider = \"hmac\"\nsecret = \"s\"\n\
+                    signature = { header = \"X-Sig\", template = \"{header:x-id}.{body}\" }\n";
+        parse(&format!("{hmac}dedup = \"header:x-id\"\n")).unwrap();
+        assert!(problems(&format!("{hmac}dedup = \"header:x-other\"\n")).contains("x-other"));
+        // Set without a rule: a warning that it does nothing.
+        let config = parse(&format!("{MINIMAL}dedup_unsigned = true\n")).unwrap();
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("dedup_unsigned") && w.contains("no effect")),
+            "{:?}",
+            config.warnings
+        );
     }
 
     #[test]
@@ -879,7 +969,7 @@ mod tests {
         let forward = &config.endpoints[0].routes[0].forward;
         assert!(matches!(&forward.target, Target::Command(argv) if argv == &["/bin/true"]));
         assert_eq!(forward.timeout, Duration::from_secs(5));
-        // The default schedule, as the README and the example configs write it.
+        // The default schedule, as docs/forwarding.md and the example configs write it.
         let documented: Vec<Duration> = ["10s", "1m", "5m", "30m", "2h", "12h"]
             .iter()
             .map(|s| parse_duration(s).unwrap())

@@ -53,7 +53,7 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// database. A cheap read of `PRAGMA data_version`; the hot path never waits on it.
 pub const EXTERNAL_CHECK: Duration = Duration::from_secs(2);
 
-/// A delivery that takes longer than this is logged as slow (README, "Observability").
+/// A delivery that takes longer than this is logged as slow (docs/operations.md, "Metrics and health").
 pub const SLOW_DELIVERY: Duration = Duration::from_secs(5);
 
 /// One delivery attempt's input: the claimed event, as the store hands it over.

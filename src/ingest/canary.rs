@@ -5,12 +5,13 @@
 //! an endpoint's series: the canary's own metrics count its probes on the sending side.
 
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, header};
 use http_body_util::Full;
 
-use super::Outcome;
+use super::{Intake, Outcome};
 use crate::canary::{HEADER, ProbeKey, Refusal};
 pub use crate::config::CANARY_PATH;
 use crate::time::now_ms;
@@ -18,6 +19,35 @@ use crate::time::now_ms;
 /// What the flood-limited log counts refused probes under: not a name an endpoint can have
 /// (no parentheses in those), so never summed with one's.
 pub const LOG_NAME: &str = "(canary)";
+
+impl Intake {
+    /// Answers the canary's probes, signed with `key`, at `/webhooks/_canary`.
+    pub fn with_canary(mut self, key: Arc<ProbeKey>) -> Intake {
+        self.canary = Some(key);
+        self
+    }
+
+    /// The answer to `req` when it is for the canary's path and the canary runs (a refusal
+    /// logged, flood-limited like an endpoint's); None for every other request.
+    pub(super) fn canary_probe<B>(
+        &self,
+        req: &http::Request<B>,
+        max_body_bytes: usize,
+        client: IpAddr,
+    ) -> Option<Response<Full<Bytes>>> {
+        let key = self.canary.as_ref()?;
+        if req.uri().path() != CANARY_PATH {
+            return None;
+        }
+        let (response, refused) = answer(key, req.method(), req.headers(), max_body_bytes);
+        if let Some(outcome) = refused
+            && self.rejections.first(LOG_NAME, outcome.label())
+        {
+            log_refused(&outcome, client);
+        }
+        Some(response)
+    }
+}
 
 /// The answer to one request to the canary's path, and the outcome it was if refused.
 pub fn answer(

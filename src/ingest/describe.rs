@@ -3,11 +3,11 @@
 //! (`data.id`). [`describe`] reads the body only as far as it needs: serde_json's parser, driven
 //! member by member, stopped once it has both.
 //!
-//! The rules (README, "The event type and object id"): the first occurrence of a member wins; a
-//! `type` that is not a non-empty string or a number falls back to `event`; strings keep their
-//! first 200 characters, numbers are written as JSON has them; a `data` that is not an object
-//! has no id. What comes after the stop point is never read, so it may be anything; a body that
-//! is not JSON up to that point (or is not an object) gives nothing.
+//! The rules (docs/forwarding.md, "The event type and object id"): the first occurrence of a
+//! member wins; a `type` that is not a non-empty string or a number falls back to `event`;
+//! strings keep their first 200 characters, numbers are written as JSON has them; a `data` that
+//! is not an object has no id. What comes after the stop point is never read, so it may be
+//! anything; a body that is not JSON up to that point (or is not an object) gives nothing.
 
 use std::fmt;
 

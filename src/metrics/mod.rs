@@ -10,8 +10,8 @@
 //! pending event, dead) are read from the database at scrape time
 //! ([`crate::store::Store::queue_stats`]): the database is the truth, and `portaria events
 //! replay` in another process changes it. The duplicate ratio comes from a 15-minute
-//! [`DuplicateWindow`] per endpoint, the same one that raises the duplicate warning (README,
-//! "Observability").
+//! [`DuplicateWindow`] per endpoint, the same one that raises the duplicate warning
+//! (docs/operations.md, "Metrics and health").
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,7 +75,7 @@ const REQUEST_BUCKETS: [f64; 14] = [
 ];
 
 /// Delivery latency, seconds: a local command or URL, up to the 30 s default timeout. 5 s is
-/// the slow-delivery line (README, "Observability").
+/// the slow-delivery line (docs/operations.md, "Metrics and health").
 const DELIVERY_BUCKETS: [f64; 12] = [
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 ];

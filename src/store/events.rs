@@ -254,14 +254,16 @@ pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<R
 }
 
 pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
-    // The failed and interrupted attempts have rows; a delivered one is its delivery row.
+    // The failed and interrupted attempts have rows; a delivered one is its delivery row, the
+    // last of its route: after the rows that started in the same millisecond (NULLS LAST, as
+    // PostgreSQL sorts it by default).
     let mut stmt = conn.prepare_cached(
         "SELECT attempt, started_at, duration_ms, outcome, error, route, id FROM attempts \
          WHERE event_id = ?1 \
          UNION ALL SELECT attempts, finished_at - delivered_ms, delivered_ms, 'delivered', \
            NULL, route, NULL FROM deliveries \
          WHERE event_id = ?1 AND status = 'delivered' AND delivered_ms IS NOT NULL \
-         ORDER BY 2, 7",
+         ORDER BY 2, 7 NULLS LAST",
     )?;
     stmt.query_map([event_id], |r| {
         Ok(Attempt {

@@ -30,7 +30,8 @@ impl Store {
 }
 
 impl Pruning<'_> {
-    /// Deletes up to `limit` prunable events, oldest first, without reading them.
+    /// Deletes up to `limit` prunable events, in the order they were stored (by id), without
+    /// reading them.
     pub async fn delete_prunable(
         &self,
         cutoffs: Cutoffs,
@@ -42,8 +43,9 @@ impl Pruning<'_> {
         }
     }
 
-    /// Up to `limit` prunable events in full (with attempts), oldest first, stopping early
-    /// once their headers and bodies pass `byte_budget`: what the archive writes.
+    /// Up to `limit` prunable events in full (with attempts), in the order they were stored
+    /// (by id), stopping early once their headers and bodies pass `byte_budget`: what the
+    /// archive writes.
     pub async fn prunable(
         &self,
         cutoffs: Cutoffs,

@@ -148,8 +148,9 @@ impl Db {
     /// Puts archived events back in the queue, due now, keeping their endpoint, dedup key,
     /// headers, body and received time. The dedup barrier decides, with no dedup window
     /// whatever the endpoint's: no row yet means a new pending row; a finished row (delivered,
-    /// dead, stored) goes back to pending with a fresh schedule, like `events replay`; a
-    /// pending or delivering row is left alone. Never a second row for one key.
+    /// dead, stored) goes back to pending with a fresh schedule, its history kept, like
+    /// `events replay`; a pending or delivering row is left alone. Never a second row for one
+    /// key.
     ///
     /// An endpoint with a `dedup_window` may hold several rows of one key (one per window).
     /// Then the key's notification goes out once more, never once per row: if any of its rows
@@ -357,6 +358,14 @@ pub(super) fn restore(
 ) -> rusqlite::Result<Restored> {
     let mut insert = conn.prepare_cached(INSERT_UNLESS_KNOWN)?;
     let mut reset = conn.prepare_cached(RESET_FINISHED)?;
+    // A delivered attempt lives on its delivery row, which the reset deletes: it gets a row
+    // of its own first, so the history keeps it (as `events replay` does).
+    let mut keep = conn.prepare_cached(
+        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
+         SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, \
+         'delivered' FROM deliveries \
+         WHERE event_id = ?1 AND status = 'delivered' AND delivered_ms IS NOT NULL",
+    )?;
     let mut forget = conn.prepare_cached("DELETE FROM deliveries WHERE event_id = ?1")?;
     let mut deliver = conn.prepare_cached(INSERT_DELIVERY)?;
     let mut out = Restored::default();
@@ -409,6 +418,7 @@ pub(super) fn restore(
             .optional()?
         {
             // Its old deliveries (finished, all of them) give way to the current routes'.
+            keep.execute([id])?;
             forget.execute([id])?;
             deliver_to(id)?;
             out.reset += 1;

@@ -17,9 +17,14 @@
 //! Adyen expects `[accepted]` as the answer. Its optional Basic auth on the endpoint is
 //! independent of this (and `Authorization` is never stored).
 //!
-//! Dedup ([`DEDUP`]): each item's `pspReference:eventCode:success`, joined with `,` (Adyen
-//! resends an item with the same three); a body with no items (the header variant) is keyed
-//! by its SHA-256.
+//! Dedup ([`DEDUP`]): each item's `pspReference:eventCode:success` (signed fields; Adyen
+//! resends an item with the same three), sorted and joined with `,`, so a batch is one key
+//! whatever the order of its items; a batch that names one item twice is refused (400), as
+//! Adyen never sends one and its key would hide that the item is in it twice. A body with no
+//! items (the header variant) is keyed by its SHA-256. Each item is signed on its own, so
+//! items of several captured notifications can be put together in one batch: the key of
+//! such a batch is new even when each item was seen (a batch is one event, one key). Adyen
+//! sends one item per notification, so its genuine notifications are keyed item by item.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
@@ -27,9 +32,9 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use subtle::{Choice, ConstantTimeEq};
 
-use super::catalog::{KeyFormat, Preset, Scheme, Signed};
+use super::catalog::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule};
 
 pub const SIGNATURE: &str = "hmacsignature";
@@ -153,23 +158,37 @@ fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, Ve
     verify_items(keys, body)
 }
 
-/// Each item's `pspReference:eventCode:success`, joined with `,`; the body's SHA-256 when it
-/// is not a standard notification (no non-empty list of items with those fields: the header
-/// variant's bodies). Either way a function of the body alone, so a resent body gets the same
-/// key. Runs on a verified request only.
+/// Each item's `pspReference:eventCode:success`, sorted and joined with `,`; the body's
+/// SHA-256 when it is not a standard notification (no non-empty list of items with those
+/// fields: the header variant's bodies). Either way a function of the signed content alone,
+/// whatever the order of the items. Runs on a verified request only.
 fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
-    Ok(item_keys(body).unwrap_or_else(|| hex::encode(crate::digest::sha256(&[body]))))
+    let Some(mut keys) = item_keys(body) else {
+        return Ok(hex::encode(crate::digest::sha256(&[body])));
+    };
+    // Positions kept for the message: which item repeats which.
+    keys.sort();
+    if let Some(pair) = keys.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        let (first, again) = (pair[0].1.min(pair[1].1), pair[0].1.max(pair[1].1));
+        return Err(DedupError::Custom(format!(
+            "notification item {again} repeats item {first} (the same pspReference, eventCode \
+             and success)"
+        )));
+    }
+    let keys: Vec<String> = keys.into_iter().map(|(key, _)| key).collect();
+    Ok(keys.join(","))
 }
 
-fn item_keys(body: &[u8]) -> Option<String> {
+/// Each item's key with its position (from 1), in the body's order.
+fn item_keys(body: &[u8]) -> Option<Vec<(String, usize)>> {
     let document: Value = serde_json::from_slice(body).ok()?;
     let mut keys = Vec::new();
-    for item in items(&document)? {
+    for (i, item) in items(&document)?.into_iter().enumerate() {
         let [psp, event, success] =
             ["pspReference", "eventCode", "success"].map(|f| text(item?, f));
-        keys.push(format!("{}:{}:{}", psp?, event?, success?));
+        keys.push((format!("{}:{}:{}", psp?, event?, success?), i + 1));
     }
-    (!keys.is_empty()).then(|| keys.join(","))
+    (!keys.is_empty()).then_some(keys)
 }
 
 pub(super) fn preset() -> Preset {
@@ -188,14 +207,23 @@ impl Scheme for Adyen {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body).map(Checked::from)
     }
 
     /// The header variant: a sender cannot add a field to the body.
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
         let mac = STANDARD.encode(Algorithm::Sha256.mac(key.expose(), &[body]));
         Some(vec![(SIGNATURE.to_string(), mac)].into())
+    }
+
+    /// Each item's signed fields, not the body's bytes (nor, for a config, the header variant's:
+    /// which variant a request uses is the request's choice).
+    fn coverage(&self) -> Coverage {
+        Coverage::Signed {
+            headers: Vec::new(),
+            body: false,
+        }
     }
 }
 
@@ -375,9 +403,22 @@ mod tests {
         assert_eq!(v.default_dedup().to_string(), "adyen-items");
         let none = http::HeaderMap::new();
         let two = body(&[official(), signed("8815407325143704", 2500)]);
+        let pair = "7914073381342284:AUTHORISATION:true,8815407325143704:AUTHORISATION:true";
+        assert_eq!(v.default_dedup().extract(&none, &two).as_deref(), Ok(pair));
+        // The same items in the other order: the same key.
+        let swapped = body(&[signed("8815407325143704", 2500), official()]);
         assert_eq!(
-            v.default_dedup().extract(&none, &two).as_deref(),
-            Ok("7914073381342284:AUTHORISATION:true,8815407325143704:AUTHORISATION:true")
+            v.default_dedup().extract(&none, &swapped).as_deref(),
+            Ok(pair)
+        );
+        // An item twice: refused, saying which.
+        let twice = body(&[official(), signed("8815407325143704", 2500), official()]);
+        assert_eq!(
+            v.default_dedup()
+                .extract(&none, &twice)
+                .unwrap_err()
+                .to_string(),
+            "notification item 3 repeats item 1 (the same pspReference, eventCode and success)"
         );
         let key = v
             .default_dedup()

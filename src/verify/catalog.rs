@@ -13,8 +13,8 @@ use http::HeaderName;
 use super::hmac_scheme::HmacScheme;
 use super::patience::{Patience, Rule};
 use super::{
-    DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas, cielo,
-    discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
+    Checked, DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas,
+    cielo, discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
     standard_webhooks, stripe, vindi,
 };
 use crate::dedup::DedupRule;
@@ -152,7 +152,8 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
 
 /// How one provider signs. A scheme holds no secret: the keys are passed in.
 pub(super) trait Scheme: fmt::Debug + Send + Sync {
-    /// The index of the first key that verifies the request. See the module `verify` for the
+    /// The index of the first key that verifies the request, and what else the signature
+    /// covers (a signed id, a key built from signed material). See the module `verify` for the
     /// order of errors.
     fn verify(
         &self,
@@ -160,7 +161,7 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError>;
+    ) -> Result<Checked, VerifyError>;
 
     /// What a sender adds to a request for `body`, signed with `key` at `now`, with
     /// `delivery_id` where the scheme carries one. None: it cannot be signed with a shared
@@ -190,11 +191,10 @@ pub(super) trait Scheme: fmt::Debug + Send + Sync {
         false
     }
 
-    /// Whether what verifies covers the body, so that a fact read from it (the event type)
-    /// is the provider's word: false for a static credential, which whoever captured one
-    /// request can send with any body, and for a scheme that signs other parts only.
-    fn covers_body(&self) -> bool {
-        true
+    /// What of a request the signature covers, for the check of a configured `dedup` rule.
+    /// Most schemes sign the raw body and no header.
+    fn coverage(&self) -> Coverage {
+        Coverage::body()
     }
 
     /// A verified request that is the provider checking the URL, not an event: answered with
@@ -228,7 +228,7 @@ impl<S: Scheme> Scheme for WithHandshake<S> {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         self.scheme.verify(keys, request, now, tolerance_secs)
     }
 
@@ -254,8 +254,8 @@ impl<S: Scheme> Scheme for WithHandshake<S> {
         self.scheme.signs_timestamp()
     }
 
-    fn covers_body(&self) -> bool {
-        self.scheme.covers_body()
+    fn coverage(&self) -> Coverage {
+        self.scheme.coverage()
     }
 
     fn handshake(&self, key: &Secret, request: &Request<'_>) -> Option<Reply> {
@@ -280,6 +280,61 @@ impl From<Vec<(String, String)>> for Signed {
         Signed {
             headers,
             query: None,
+        }
+    }
+}
+
+/// What of a request a scheme's check covers: a key read from anything else can be changed by
+/// whoever holds one captured request, making a replay a new event or taking the key of an
+/// event still to come (issue 23). The config refuses a `dedup` rule that reads an uncovered
+/// part unless the endpoint says `dedup_unsigned = true`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Coverage {
+    /// A signature over these request headers and, if `body`, the raw body's bytes.
+    Signed {
+        headers: Vec<HeaderName>,
+        body: bool,
+    },
+    /// A credential the request carries (a static token, HTTP Basic, a client certificate):
+    /// nothing is signed, and whoever holds one request can send any other, so no part of a
+    /// request is more trustworthy than another.
+    Credential,
+    /// The connection itself is the sender's proof (Efí's mutual TLS: only its private key
+    /// opens it): whatever the request says, the sender said; no capture forges it.
+    Connection,
+}
+
+impl Coverage {
+    /// The raw body, no header.
+    pub(super) fn body() -> Coverage {
+        Coverage::Signed {
+            headers: Vec::new(),
+            body: true,
+        }
+    }
+
+    /// The raw body and these headers.
+    pub(super) fn body_and(headers: &[&'static str]) -> Coverage {
+        Coverage::Signed {
+            headers: headers.iter().map(|h| HeaderName::from_static(h)).collect(),
+            body: true,
+        }
+    }
+
+    /// What of `rule` this does not cover, said as "the header `x`" or "the body", if any.
+    pub(super) fn unsigned_part(&self, rule: &DedupRule) -> Option<String> {
+        let Coverage::Signed { headers, body } = self else {
+            return None;
+        };
+        match rule {
+            DedupRule::Header(name) if !headers.contains(name) => {
+                Some(format!("the header `{name}`"))
+            }
+            DedupRule::BodySha256 | DedupRule::JsonPointer(_) if !body => {
+                Some("the body".to_string())
+            }
+            DedupRule::FirstOf(rules) => rules.iter().find_map(|r| self.unsigned_part(r)),
+            _ => None,
         }
     }
 }

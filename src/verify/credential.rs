@@ -16,8 +16,8 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use http::HeaderName;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::catalog::{Scheme, Signed};
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::catalog::{Coverage, Scheme, Signed};
+use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 
 /// Cielo lets a merchant register at most three custom headers.
 pub const MAX_HEADERS: usize = 3;
@@ -152,19 +152,14 @@ fn matching_secret(keys: &[Secret], received: &[u8]) -> Result<usize, VerifyErro
 }
 
 impl Scheme for Credential {
-    /// A credential is the same on every request, whatever the body.
-    fn covers_body(&self) -> bool {
-        false
-    }
-
     fn verify(
         &self,
         keys: &[Secret],
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        match &self.form {
+    ) -> Result<Checked, VerifyError> {
+        let index = match &self.form {
             Form::Header(name) => {
                 let value = header(request.headers, name.as_str())?;
                 matching_secret(keys, value.as_bytes())
@@ -209,7 +204,8 @@ impl Scheme for Credential {
                     .ok_or_else(|| VerifyError::MissingQuery(param.clone()))?;
                 matching_secret(keys, value.as_bytes())
             }
-        }
+        };
+        index.map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
@@ -267,6 +263,10 @@ impl Scheme for Credential {
             _ => Ok(()),
         }
     }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::Credential
+    }
 }
 
 #[cfg(test)]
@@ -289,7 +289,9 @@ mod tests {
     ) -> Result<usize, VerifyError> {
         let h = headers(pairs);
         let request = Request::new(&h, b"{}").with_query(query);
-        credential.verify(&keys(secrets), &request, 0, 0)
+        credential
+            .verify(&keys(secrets), &request, 0, 0)
+            .map(|c| c.index)
     }
 
     fn token() -> Credential {
@@ -508,7 +510,11 @@ mod tests {
             let signed = credential.sign_with_keys(&k, b"{}", 0, "").unwrap();
             let h = headers(&signed.headers);
             let request = Request::new(&h, b"{}").with_query(signed.query.as_deref());
-            assert_eq!(credential.verify(&k, &request, 0, 0), Ok(0), "{signed:?}");
+            assert_eq!(
+                credential.verify(&k, &request, 0, 0).map(|c| c.index),
+                Ok(0),
+                "{signed:?}"
+            );
         }
         let signed = Credential::query("hmac")
             .sign(&keys(&["s+c/r t"])[0], b"", 0, "")

@@ -16,8 +16,8 @@
 
 use ed25519_dalek::{Signature, VerifyingKey};
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
-use super::{Reply, Request, Secret, VerifyError, check_window, header, parse_timestamp};
+use super::catalog::{Coverage, Preset, Scheme, Signed, json_rule};
+use super::{Checked, Reply, Request, Secret, VerifyError, check_window, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "x-signature-ed25519";
 pub const TIMESTAMP: &str = "x-signature-timestamp";
@@ -69,7 +69,7 @@ impl Scheme for Discord {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let signature = header(request.headers, SIGNATURE)?;
         let timestamp = header(request.headers, TIMESTAMP)?;
         let when = parse_timestamp(timestamp, TIMESTAMP)?;
@@ -84,7 +84,7 @@ impl Scheme for Discord {
             .verify_strict(&message, &Signature::from_bytes(&bytes))
             .map_err(|_| VerifyError::Mismatch)?;
         check_window(when, now, tolerance_secs)?;
-        Ok(0)
+        Ok(0.into())
     }
 
     /// Only Discord holds the private key.
@@ -94,6 +94,10 @@ impl Scheme for Discord {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::body_and(&[TIMESTAMP])
     }
 
     fn handshake(&self, _key: &Secret, request: &Request<'_>) -> Option<Reply> {

@@ -24,9 +24,9 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::catalog::{Preset, Scheme, Signed};
+use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::credential::Credential;
-use super::{Request, Secret, Settings, VerifyError};
+use super::{Checked, Request, Secret, Settings, VerifyError};
 use crate::dedup::{CustomKey, DedupError, DedupRule, MAX_KEY_BYTES};
 
 pub const DEFAULT_QUERY_PARAM: &str = "hmac";
@@ -62,13 +62,17 @@ impl Scheme for ClientCertificate {
         _request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        Ok(0)
+    ) -> Result<Checked, VerifyError> {
+        Ok(0.into())
     }
 
     /// A sender proves itself with its certificate, not with anything in the request.
     fn sign(&self, _key: &Secret, _body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
         None
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::Connection
     }
 }
 

@@ -1,6 +1,11 @@
 //! GitHub: `X-Hub-Signature-256: sha256=<hex>`, the HMAC-SHA256 of the raw body keyed by the
-//! webhook secret as UTF-8. There is no timestamp, hence no replay window; redeliveries keep
-//! their `X-GitHub-Delivery` GUID, which is the dedup key. The legacy SHA-1 header is ignored.
+//! webhook secret as UTF-8. There is no timestamp, hence no replay window. The legacy SHA-1
+//! header is ignored.
+//!
+//! Dedup: the body's SHA-256, the one thing signed. A redelivery carries the same payload (and
+//! the same `X-GitHub-Delivery` GUID, which was the key before); the GUID is not signed, so a
+//! captured delivery re-sent with a new GUID was a new event, forever (no timestamp bounds it).
+//! Nor is `X-GitHub-Event`, the event type.
 //!
 //! Patience: none. GitHub does not retry a failed delivery by itself; it can be redelivered
 //! from the hook's settings or its API within 3 days (docs.github.com "Handling failed webhook
@@ -8,9 +13,10 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, header_rule};
+use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
 use super::patience::Rule;
+use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-hub-signature-256";
 pub const DELIVERY: &str = "x-github-delivery";
@@ -26,9 +32,8 @@ pub fn scheme() -> HmacScheme {
     .with_delivery_header(HeaderName::from_static(DELIVERY))
 }
 
-/// Redeliveries keep their `X-GitHub-Delivery`: the dedup key.
 pub(super) fn preset() -> Preset {
-    Preset::new("github", scheme(), header_rule(DELIVERY))
+    Preset::new("github", scheme(), DedupRule::BodySha256)
         .event_type_header(EVENT)
         .patience("GitHub", Rule::Never)
 }

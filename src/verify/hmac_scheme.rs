@@ -10,8 +10,10 @@ use http::{HeaderMap, HeaderName};
 
 use crate::digest::{MacHash, MacKey};
 
-use super::catalog::{Scheme, Signed};
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::catalog::{Coverage, Scheme, Signed};
+use super::{
+    Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
+};
 
 /// The raw `[endpoint.signature]` table for `provider = "hmac"`.
 #[derive(Debug, Clone, Default, serde::Deserialize, PartialEq)]
@@ -405,7 +407,7 @@ impl Scheme for HmacScheme {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         // The inherent method of the same name: this scheme reads headers and body only.
         HmacScheme::verify(
             self,
@@ -415,6 +417,7 @@ impl Scheme for HmacScheme {
             now,
             tolerance_secs,
         )
+        .map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
@@ -423,6 +426,18 @@ impl Scheme for HmacScheme {
 
     fn signs_timestamp(&self) -> bool {
         HmacScheme::signs_timestamp(self)
+    }
+
+    /// The body (every template has it) and the template's headers.
+    fn coverage(&self) -> Coverage {
+        let headers = self.template.iter().filter_map(|part| match part {
+            Part::Header(name) => Some(name.clone()),
+            Part::Text(_) | Part::Body => None,
+        });
+        Coverage::Signed {
+            headers: headers.collect(),
+            body: true,
+        }
     }
 }
 

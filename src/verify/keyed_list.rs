@@ -12,7 +12,9 @@ use http::HeaderName;
 
 use super::catalog::{Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{
+    Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
+};
 
 #[derive(Debug, Clone)]
 pub struct KeyedList {
@@ -57,7 +59,7 @@ impl Scheme for KeyedList {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let name = self.header.as_str();
         let malformed = |why: String| VerifyError::Malformed(format!("header `{name}` {why}"));
         let value = header(request.headers, name)?;
@@ -94,7 +96,7 @@ impl Scheme for KeyedList {
             self.mac(key, timestamp_text, request.body)
         })?;
         check_window(timestamp, now, tolerance_secs)?;
-        Ok(index)
+        Ok(index.into())
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, _delivery_id: &str) -> Option<Signed> {

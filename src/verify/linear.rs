@@ -8,14 +8,21 @@
 //! MAC, as `Malformed`. The `Linear-Timestamp` header is not signed and is ignored, as in the
 //! SDK.
 //!
-//! Dedup: `Linear-Delivery` (a UUID per delivery, the same on a retry). Event type:
-//! `Linear-Event` (`Issue`, `Comment`, ...).
+//! Dedup ([`DEDUP`]): the SHA-256 of the signed body without its `webhookTimestamp` (the body
+//! parsed, the member removed, written again with its members in order). A retry must carry a
+//! new `webhookTimestamp` to pass the 60 s window, so the raw body's hash would make each retry
+//! a new event; everything else of the body is what Linear signed for that delivery. The
+//! `Linear-Delivery` header (a UUID per delivery) was the key before: it is not signed, so a
+//! captured delivery re-sent within the minute with another UUID was a second event. Event
+//! type: `Linear-Event` (`Issue`, `Comment`, ...), not signed either.
 
 use http::HeaderName;
+use serde_json::Value;
 
-use super::catalog::{Preset, Scheme, Signed, header_rule};
+use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Request, Secret, VerifyError, check_window};
+use super::{Checked, Request, Secret, VerifyError, check_window};
+use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "linear-signature";
 pub const DELIVERY: &str = "linear-delivery";
@@ -31,7 +38,7 @@ pub(super) fn preset() -> Preset {
         Encoding::Hex,
     )
     .with_delivery_header(HeaderName::from_static(DELIVERY));
-    Preset::new("linear", Linear(scheme), header_rule(DELIVERY))
+    Preset::new("linear", Linear(scheme), DEDUP)
         .event_type_header(EVENT)
         .tolerance_secs(TOLERANCE_SECS)
 }
@@ -39,20 +46,31 @@ pub(super) fn preset() -> Preset {
 #[derive(Debug)]
 struct Linear(HmacScheme);
 
-/// `webhookTimestamp` in unix seconds (floored), from a body whose MAC matched.
-fn body_timestamp(body: &[u8]) -> Result<i64, VerifyError> {
+/// The dedup rule: the key [`signed_body`] builds, through `Verified::signed_key`.
+pub const DEDUP: DedupRule = DedupRule::Signed("linear-body-sha256");
+
+const TIMESTAMP_MEMBER: &str = "webhookTimestamp";
+
+/// `webhookTimestamp` in unix seconds (floored), and the dedup key, from a body whose MAC
+/// matched: the hex SHA-256 of the body written again without that member.
+fn signed_body(body: &[u8]) -> Result<(i64, String), VerifyError> {
     let bad = || {
         VerifyError::Malformed(
             "the body's `webhookTimestamp` is missing or not a whole number of milliseconds"
                 .to_string(),
         )
     };
-    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| bad())?;
-    let millis = value
-        .get("webhookTimestamp")
-        .and_then(serde_json::Value::as_i64)
+    let mut value: Value = serde_json::from_slice(body).map_err(|_| bad())?;
+    let object = value.as_object_mut().ok_or_else(bad)?;
+    let millis = object
+        .remove(TIMESTAMP_MEMBER)
+        .as_ref()
+        .and_then(Value::as_i64)
         .ok_or_else(bad)?;
-    Ok(millis.div_euclid(1000))
+    // serde_json's map keeps its members sorted, so the text is one per content.
+    let canonical = value.to_string();
+    let key = hex::encode(crate::digest::sha256(&[canonical.as_bytes()]));
+    Ok((millis.div_euclid(1000), key))
 }
 
 impl Scheme for Linear {
@@ -62,10 +80,15 @@ impl Scheme for Linear {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        let index = Scheme::verify(&self.0, keys, request, now, tolerance_secs)?;
-        check_window(body_timestamp(request.body)?, now, tolerance_secs)?;
-        Ok(index)
+    ) -> Result<Checked, VerifyError> {
+        let index = Scheme::verify(&self.0, keys, request, now, tolerance_secs)?.index;
+        let (timestamp, key) = signed_body(request.body)?;
+        check_window(timestamp, now, tolerance_secs)?;
+        Ok(Checked {
+            index,
+            signed_key: Some(key),
+            ..Checked::default()
+        })
     }
 
     /// The body must carry its own current `webhookTimestamp`; `sign` cannot add one.
@@ -147,6 +170,26 @@ mod tests {
         );
         assert_eq!(v.tolerance_secs(), 60);
         assert_eq!(v.event_type_header(), Some("linear-event"));
-        assert_eq!(v.default_dedup().to_string(), "header:linear-delivery");
+        assert_eq!(v.default_dedup().to_string(), "linear-body-sha256");
+    }
+
+    #[test]
+    fn the_key_leaves_out_the_timestamp_only() {
+        let v = Verifier::new("linear", None, &[SECRET.to_string()], None).unwrap();
+        let key = |body: &str, now: i64| {
+            let signed = headers(&v.sign(body.as_bytes(), now, "d"));
+            let proof = v.verify(&signed, body.as_bytes(), now).unwrap();
+            proof.signed_key().unwrap().to_string()
+        };
+        let first = key(BODY, NOW);
+        // A retry a minute later: a new `webhookTimestamp`, the same key.
+        let retry = BODY.replace("1700000000000", "1700000090000");
+        assert_eq!(key(&retry, NOW + 90), first);
+        // The same content spelled with other spaces and order: the same key.
+        let spelled = r#"{ "webhookTimestamp":1700000000000, "type":"Issue","action":"create" }"#;
+        assert_eq!(key(spelled, NOW), first);
+        // Anything else changed: another key.
+        assert_ne!(key(&BODY.replace("create", "update"), NOW), first);
+        assert_eq!(first.len(), 64);
     }
 }

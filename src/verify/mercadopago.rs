@@ -18,17 +18,36 @@
 //!   signed timestamp with no window is no replay defence. MP retries every 15 minutes, and
 //!   whether a retry is signed again is undocumented: if retries after an outage show up as
 //!   `stale_timestamp`, raise `tolerance_secs`.
-//! - Dedup: the body's `id` (the notification id, stable across retries per the docs);
-//!   `x-request-id`'s behaviour on retries is undocumented, so it is not used.
-//! - QR-code and legacy IPN (`topic`/`resource`) notifications are not signed, and fail here.
 //! - The BODY IS NOT SIGNED (MP's design): only the id, the request id and the time are. Treat
-//!   the body as a hint and fetch the resource by `data.id` from MP's API before acting on it.
+//!   the body as a hint and fetch the resource by `data.id` from MP's API before acting on it:
+//!   portaria hands targets the signed id (`Verified::signed_id`). A body whose `data.id` is
+//!   not the signed one, or that spells `data` or `data.id` twice (a reader taking the first
+//!   would see another id than one taking the last), is refused (`Contradicts`, a 400) after
+//!   the MAC matched: what is stored and forwarded is never a body that names another object
+//!   than the signature. A query without `data.id` (MP's manifest then leaves `id:` out) signs
+//!   no id: no body check, no signed id.
+//! - Dedup ([`signed_key`]): only signed material, never the body: the manifest without its
+//!   timestamp, `id:<data.id>;request-id:<x-request-id>;`, or with it when there is no request
+//!   id (`id:<data.id>;ts:<ts>;`). The body's notification `id` was the key before: unsigned,
+//!   so one captured request let anyone claim the ids of notifications still to come. MP's docs
+//!   and SDKs say nothing about what a retry keeps (the notification `id` is "stable", the body
+//!   is unsigned; whether `x-request-id` is kept is undocumented; MP's own guidance is to make
+//!   handlers idempotent on `data.id` and type): keyed this way, a retry with the same
+//!   `x-request-id` is one event even when MP signs it again at a new `ts`, and a retry with a
+//!   new one is a second event. The choice is a second delivery of a notification over a lost
+//!   one: keying on the signed `data.id` alone would make `payment.updated` a duplicate of
+//!   `payment.created`, and a target that fetches the payment by id handles a second delivery.
+//!   Without `x-request-id`, two notifications of one object signed in the same `ts` are one
+//!   event (nothing signed tells them apart); MP sends the header with every signed webhook.
+//! - QR-code and legacy IPN (`topic`/`resource`) notifications are not signed, and fail here.
 
 use http::HeaderMap;
+use serde::Deserialize;
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
+use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, check_window, find_secret, header};
+use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-signature";
 pub const REQUEST_ID: &str = "x-request-id";
@@ -44,6 +63,62 @@ fn manifest(data_id: Option<&str>, request_id: Option<&str>, ts: &str) -> String
     }
     text.push_str(&format!("ts:{ts};"));
     text
+}
+
+/// The dedup key of a verified request (see the module doc): the manifest as signed, without
+/// `ts:` when a request id tells notifications apart.
+fn signed_key(data_id: Option<&str>, request_id: Option<&str>, ts: &str) -> String {
+    match request_id {
+        Some(_) => {
+            let mut key = manifest(data_id, request_id, ts);
+            key.truncate(key.len() - "ts:;".len() - ts.len());
+            key
+        }
+        None => manifest(data_id, None, ts),
+    }
+}
+
+/// What of the body is checked against the signature: `data.id`. serde's derived readers
+/// refuse a field given twice, so a body cannot carry one id for a reader that takes the first
+/// and another for one that takes the last; every other member is ignored.
+#[derive(Deserialize)]
+struct Notification {
+    data: Option<Data>,
+}
+
+#[derive(Deserialize)]
+struct Data {
+    id: Option<serde_json::Value>,
+}
+
+/// Refuses a body that names another object than the signed `id` (`lowered`: the signature
+/// matched the lowercased query id, so the body's is compared lowercased). A body that is not
+/// JSON, or has no `data.id`, names none.
+fn check_body(body: &[u8], signed_id: &str, lowered: bool) -> Result<(), VerifyError> {
+    let contradicts = |why: &str| Err(VerifyError::Contradicts(why.to_string()));
+    let notification: Notification = match serde_json::from_slice(body) {
+        Ok(notification) => notification,
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            return contradicts("it spells `data` or `data.id` twice, or not as an object and id");
+        }
+        Err(_) => return Ok(()),
+    };
+    let body_id = match notification.data.and_then(|data| data.id) {
+        None | Some(serde_json::Value::Null) => return Ok(()),
+        Some(serde_json::Value::String(text)) => text,
+        Some(serde_json::Value::Number(number)) => number.to_string(),
+        Some(_) => return contradicts("its `data.id` is not a string or number"),
+    };
+    let same = if lowered {
+        body_id.to_lowercase() == signed_id
+    } else {
+        body_id == signed_id
+    };
+    if same {
+        Ok(())
+    } else {
+        contradicts("its `data.id` is not the query's `data.id`, which the signature covers")
+    }
 }
 
 /// A header that may be absent (None, like a blank one); given twice it is refused.
@@ -72,12 +147,6 @@ fn data_id(request: &Request<'_>) -> Result<Option<String>, VerifyError> {
         }
     }
     Ok(None)
-}
-
-/// The `data.id` a verified request's signature covers (the query's), for
-/// `Verified::signed_id`.
-pub(super) fn signed_id(request: &Request<'_>) -> Option<String> {
-    data_id(request).ok().flatten()
 }
 
 /// `ts` and the `v1` MAC of an `x-signature` value.
@@ -130,24 +199,36 @@ fn verify(
     request: &Request<'_>,
     now: i64,
     tolerance_secs: u64,
-) -> Result<usize, VerifyError> {
+) -> Result<Checked, VerifyError> {
     let (ts, received) = parse_signature(header(request.headers, SIGNATURE)?)?;
     let request_id = optional_header(request.headers, REQUEST_ID)?;
     let id = data_id(request)?;
     let received = [received];
     let exact = manifest(id.as_deref(), request_id, ts);
-    let index = match find_secret(keys, &received, mac(&exact)) {
-        Ok(index) => index,
+    // The id as signed: as received, or lowercased when only that form matched.
+    let (index, signed_id, lowered) = match find_secret(keys, &received, mac(&exact)) {
+        Ok(index) => (index, id, false),
         Err(mismatch) => match id.as_deref().map(str::to_lowercase) {
             Some(lower) if Some(lower.as_str()) != id.as_deref() => {
                 let lowered = manifest(Some(&lower), request_id, ts);
-                find_secret(keys, &received, mac(&lowered))?
+                (
+                    find_secret(keys, &received, mac(&lowered))?,
+                    Some(lower),
+                    true,
+                )
             }
             _ => return Err(mismatch),
         },
     };
     check_window(seconds(ts), now, tolerance_secs)?;
-    Ok(index)
+    if let Some(signed_id) = &signed_id {
+        check_body(request.body, signed_id, lowered)?;
+    }
+    Ok(Checked {
+        index,
+        signed_key: Some(signed_key(signed_id.as_deref(), request_id, ts)),
+        signed_id,
+    })
 }
 
 /// The id a sender puts in the query string: the body's `data.id`, when the body is JSON.
@@ -183,8 +264,11 @@ fn sign(key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Signed {
     Signed { headers, query }
 }
 
+/// The dedup rule: [`signed_key`], through `Verified::signed_key`.
+pub const DEDUP: DedupRule = DedupRule::Signed("mercadopago-manifest");
+
 pub(super) fn preset() -> Preset {
-    Preset::new("mercadopago", MercadoPago, json_rule("/id"))
+    Preset::new("mercadopago", MercadoPago, DEDUP)
 }
 
 #[derive(Debug)]
@@ -197,7 +281,7 @@ impl Scheme for MercadoPago {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         verify(keys, request, now, tolerance_secs)
     }
 
@@ -209,16 +293,21 @@ impl Scheme for MercadoPago {
         true
     }
 
-    /// The id, the request id and the time: not the body.
-    fn covers_body(&self) -> bool {
-        false
+    /// The request id; the query's `data.id` and the signature's `ts`; not the body.
+    fn coverage(&self) -> Coverage {
+        Coverage::Signed {
+            headers: vec![http::HeaderName::from_static(REQUEST_ID)],
+            body: false,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderMap;
+
     use super::super::tests::headers;
-    use super::super::{Request, Verifier, VerifyError};
+    use super::super::{Request, Verified, Verifier, VerifyError};
 
     // Computed vectors (Python stdlib, signature-schemes.md §7.2), not provider-issued; the
     // ones marked "here" were computed the same way for this file.
@@ -239,18 +328,41 @@ mod tests {
     const BODY: &[u8] =
         br#"{"action":"payment.updated","data":{"id":"999999999"},"id":12345,"type":"payment"}"#;
 
+    /// The body MP would send with `query`: its `data.id` is the query's.
+    fn body_for(query: Option<&str>) -> Vec<u8> {
+        let none = HeaderMap::new();
+        let request = Request::new(&none, b"").with_query(query);
+        let ids = [request.query_values("data.id"), request.query_values("id")].concat();
+        match ids.first() {
+            Some(id) => {
+                format!(r#"{{"action":"payment.updated","data":{{"id":"{id}"}},"id":12345}}"#)
+                    .into_bytes()
+            }
+            None => BODY.to_vec(),
+        }
+    }
+
+    fn verified(
+        signature: &str,
+        request_id: Option<&str>,
+        query: Option<&str>,
+        body: &[u8],
+        now: i64,
+    ) -> Result<Verified, VerifyError> {
+        let v = Verifier::new("mercadopago", None, &[SECRET.to_string()], None).unwrap();
+        let mut pairs = vec![("x-signature", signature)];
+        pairs.extend(request_id.map(|id| ("x-request-id", id)));
+        let h = headers(&pairs);
+        v.verify_request(&Request::new(&h, body).with_query(query), now)
+    }
+
     fn check(
         signature: &str,
         request_id: Option<&str>,
         query: Option<&str>,
         now: i64,
     ) -> Result<usize, VerifyError> {
-        let v = Verifier::new("mercadopago", None, &[SECRET.to_string()], None).unwrap();
-        let mut pairs = vec![("x-signature", signature)];
-        pairs.extend(request_id.map(|id| ("x-request-id", id)));
-        let h = headers(&pairs);
-        v.verify_request(&Request::new(&h, BODY).with_query(query), now)
-            .map(|p| p.secret_index())
+        verified(signature, request_id, query, &body_for(query), now).map(|p| p.secret_index())
     }
 
     #[test]
@@ -394,6 +506,116 @@ mod tests {
         assert_eq!(signed.query, None);
         assert_eq!(signed.headers[0].1, format!("ts={PAY_TS},v1={PAY_NO_ID}"));
         assert!(v.signs_timestamp());
-        assert_eq!(v.default_dedup().to_string(), "json:/id");
+        assert_eq!(v.default_dedup().to_string(), "mercadopago-manifest");
+    }
+
+    #[test]
+    fn a_body_naming_another_object_than_the_signature_is_refused() {
+        let with_id = format!("ts={PAY_TS},v1={PAY_WITH_ID}");
+        let query = Some("data.id=999999999&type=payment");
+        let refused = |body: &[u8]| {
+            matches!(
+                verified(&with_id, Some(PAY_REQUEST), query, body, PAY_TS),
+                Err(VerifyError::Contradicts(_))
+            )
+        };
+        assert!(refused(br#"{"data":{"id":"123"},"id":1}"#));
+        assert!(refused(br#"{"data":{"id":123},"id":1}"#));
+        assert!(refused(br#"{"data":{"id":["999999999"]}}"#));
+        // Twice, whichever copy a reader takes.
+        assert!(refused(
+            br#"{"data":{"id":"123"},"data":{"id":"999999999"}}"#
+        ));
+        assert!(refused(br#"{"data":{"id":"123","id":"999999999"}}"#));
+        // The same id, as a string or a number; no `data.id`, or no JSON: nothing contradicts.
+        for body in [
+            &br#"{"data":{"id":"999999999"},"id":1}"#[..],
+            br#"{"data":{"id":999999999},"id":1}"#,
+            br#"{"data":{},"id":1}"#,
+            br#"{"type":"payment"}"#,
+            b"not json",
+        ] {
+            let proof = verified(&with_id, Some(PAY_REQUEST), query, body, PAY_TS);
+            assert_eq!(
+                proof.as_ref().map(|p| p.signed_id()),
+                Ok(Some("999999999")),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // A forgery is told `Mismatch` before its body is read.
+        let forged = format!("ts={PAY_TS},v1={PAY_NO_ID}");
+        assert_eq!(
+            verified(&forged, Some(PAY_REQUEST), query, b"{\"data\":1}", PAY_TS).unwrap_err(),
+            VerifyError::Mismatch
+        );
+    }
+
+    #[test]
+    fn a_lowercased_signature_compares_the_body_id_lowercased() {
+        let query = Some("data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3");
+        let lower = format!("ts={ORDER_TS},v1={ORDER_LOWER}");
+        let body = br#"{"data":{"id":"ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"}}"#;
+        let proof = verified(&lower, Some(ORDER_REQUEST), query, body, ORDER_TS).unwrap();
+        assert_eq!(proof.signed_id(), Some("ord01jq4s4ky8hwq6na5pxb65b3d3"));
+        let other = br#"{"data":{"id":"ORD01JQ4S4KY8HWQ6NA5PXB65B3D4"}}"#;
+        assert!(matches!(
+            verified(&lower, Some(ORDER_REQUEST), query, other, ORDER_TS),
+            Err(VerifyError::Contradicts(_))
+        ));
+        // Signed as received: compared exactly.
+        let exact = format!("ts={ORDER_TS},v1={ORDER_EXACT}");
+        let proof = verified(&exact, Some(ORDER_REQUEST), query, body, ORDER_TS).unwrap();
+        assert_eq!(proof.signed_id(), Some("ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"));
+        let lowered = br#"{"data":{"id":"ord01jq4s4ky8hwq6na5pxb65b3d3"}}"#;
+        assert!(matches!(
+            verified(&exact, Some(ORDER_REQUEST), query, lowered, ORDER_TS),
+            Err(VerifyError::Contradicts(_))
+        ));
+    }
+
+    #[test]
+    fn the_dedup_key_is_the_signed_manifest() {
+        let key = |signature: &str, request_id, query, now| {
+            let proof = verified(signature, request_id, query, b"{}", now).unwrap();
+            proof.signed_key().map(str::to_string)
+        };
+        let query = Some("data.id=999999999");
+        let with_id = format!("ts={PAY_TS},v1={PAY_WITH_ID}");
+        let expected = format!("id:999999999;request-id:{PAY_REQUEST};");
+        assert_eq!(
+            key(&with_id, Some(PAY_REQUEST), query, PAY_TS),
+            Some(expected)
+        );
+        // No request id: the timestamp is all that tells two notifications apart.
+        let no_request = format!("ts={PAY_TS},v1={PAY_NO_REQUEST}");
+        assert_eq!(
+            key(&no_request, None, query, PAY_TS),
+            Some(format!("id:999999999;ts:{PAY_TS};"))
+        );
+        // No `data.id` in the query: no signed id, and the key has no `id:`.
+        let no_id = format!("ts={PAY_TS},v1={PAY_NO_ID}");
+        let proof = verified(
+            &no_id,
+            Some(PAY_REQUEST),
+            None,
+            br#"{"data":{"id":"7"}}"#,
+            PAY_TS,
+        );
+        let proof = proof.unwrap();
+        assert_eq!(proof.signed_id(), None);
+        assert_eq!(
+            proof.signed_key(),
+            Some(format!("request-id:{PAY_REQUEST};").as_str())
+        );
+        // Lowercased: the key holds the id as signed.
+        let lower = format!("ts={ORDER_TS},v1={ORDER_LOWER}");
+        let upper = Some("data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3");
+        assert_eq!(
+            key(&lower, Some(ORDER_REQUEST), upper, ORDER_TS),
+            Some(format!(
+                "id:ord01jq4s4ky8hwq6na5pxb65b3d3;request-id:{ORDER_REQUEST};"
+            ))
+        );
     }
 }

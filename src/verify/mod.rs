@@ -159,6 +159,32 @@ pub struct Verified {
     /// body (Mercado Pago's query `data.id`); None where the scheme signs the whole body (the
     /// body is then the signed fact) or signs no id.
     signed_id: Option<String>,
+    /// The dedup key the scheme derived from what it signed, where the signed material is not
+    /// simply the body's bytes (see [`Checked::signed_key`]).
+    signed_key: Option<String>,
+}
+
+/// What a scheme's check established: which key matched, and what of the request its
+/// signature covers that a dedup key or a target may rely on.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(super) struct Checked {
+    pub(super) index: usize,
+    /// See [`Verified::signed_id`].
+    pub(super) signed_id: Option<String>,
+    /// A key built only from signed material, for the preset's [`DedupRule::Signed`]: Mercado
+    /// Pago's manifest (its body is not signed), the Standard Webhooks id of the header family
+    /// that verified, Twilio's form parameters in canonical order, Linear's body without its
+    /// per-attempt `webhookTimestamp`. None for the schemes that need none.
+    pub(super) signed_key: Option<String>,
+}
+
+impl From<usize> for Checked {
+    fn from(index: usize) -> Self {
+        Checked {
+            index,
+            ..Checked::default()
+        }
+    }
 }
 
 impl Verified {
@@ -172,6 +198,12 @@ impl Verified {
     /// with the old secret shows up here.
     pub fn secret_index(&self) -> usize {
         self.secret_index
+    }
+
+    /// The dedup key the scheme built from signed material, if it builds one (read by
+    /// [`DedupRule::Signed`]).
+    pub fn signed_key(&self) -> Option<&str> {
+        self.signed_key.as_deref()
     }
 }
 
@@ -193,6 +225,12 @@ pub enum VerifyError {
     /// The request names a public key (a JWKS `kid`) that the endpoint does not hold.
     #[error("no key in the JWKS has the request's `kid` (a new key? refresh the JWKS file)")]
     UnknownKey,
+    /// The signature checked out, but an unsigned part of the request says something else than
+    /// the signed part (Mercado Pago: the body's `data.id` is not the signed query `data.id`):
+    /// refused (400), nothing stored, since what is stored and forwarded would not be what the
+    /// provider signed.
+    #[error("the body contradicts what is signed: {0}")]
+    Contradicts(String),
 }
 
 impl Verifier {
@@ -324,18 +362,14 @@ impl Verifier {
         request: &Request<'_>,
         now_unix: i64,
     ) -> Result<Verified, VerifyError> {
-        let secret_index =
+        let checked =
             self.preset
                 .scheme
                 .verify(&self.keys, request, now_unix, self.tolerance_secs)?;
-        // Mercado Pago signs the query's `data.id`, not the body.
-        let signed_id = match self.preset.name {
-            "mercadopago" => mercadopago::signed_id(request),
-            _ => None,
-        };
         Ok(Verified {
-            secret_index,
-            signed_id,
+            secret_index: checked.index,
+            signed_id: checked.signed_id,
+            signed_key: checked.signed_key,
         })
     }
 
@@ -362,6 +396,22 @@ impl Verifier {
         self.preset.dedup.clone()
     }
 
+    /// Refuses a configured dedup `rule` that reads a part of the request this provider's
+    /// signature does not cover, saying why: a replay changing that part would be a new event,
+    /// or take the key of one still to come. The endpoint's `dedup_unsigned = true` accepts it.
+    pub fn refuse_unsigned_dedup(&self, rule: &DedupRule) -> Result<(), String> {
+        let Some(part) = self.preset.scheme.coverage().unsigned_part(rule) else {
+            return Ok(());
+        };
+        Err(format!(
+            "`{rule}` reads {part}, which the {} signature does not cover: whoever holds one \
+             captured request could send it again with another value there, a new event, or \
+             take the key of an event still to come; dedup on what is signed (the provider's \
+             default, `{}`), or set `dedup_unsigned = true` on the endpoint to accept that",
+            self.preset.name, self.preset.dedup
+        ))
+    }
+
     /// The header carrying the event type for this provider, if it sends one.
     pub fn event_type_header(&self) -> Option<&'static str> {
         self.preset.event_type_header
@@ -369,16 +419,34 @@ impl Verifier {
 
     /// Whether the event type this provider's requests carry is covered by what the signature
     /// signs: false where it comes from an unsigned header (GitHub's `X-GitHub-Event`,
-    /// Shopify's topic, ...) or from a body the scheme does not sign (Mercado Pago's, and
-    /// every static credential's: Asaas, Cielo, Vindi, Efí's `?hmac=`). Targets are told
+    /// Shopify's topic, ...) or from a body whose bytes the scheme does not sign (Mercado
+    /// Pago's, Adyen's, a Twilio form's, which can be spelled anew), or that a static
+    /// credential admits whatever it says (Asaas, Cielo, Vindi, Efí's `?hmac=`: whoever
+    /// captured one request can send any body with it). Read from the scheme's
+    /// [`catalog::Coverage`]; Efí's mutual TLS, where only Efí's private key opens the
+    /// connection the body comes on, is as good as a signature. Targets are told
     /// (`PORTARIA_EVENT_TYPE_SIGNED=0`).
     pub fn event_type_signed(&self) -> bool {
-        self.preset.event_type_header.is_none() && self.preset.scheme.covers_body()
+        match (self.preset.scheme.coverage(), self.preset.event_type_header) {
+            (catalog::Coverage::Credential, _) => false,
+            (catalog::Coverage::Connection, _) => true,
+            (catalog::Coverage::Signed { headers, .. }, Some(name)) => {
+                headers.iter().any(|signed| signed == name)
+            }
+            (catalog::Coverage::Signed { body, .. }, None) => body,
+        }
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
     pub fn signs_timestamp(&self) -> bool {
         self.preset.scheme.signs_timestamp()
+    }
+
+    /// Whether requests carry the configured secret itself (Asaas's, Cielo's, Vindi's and
+    /// Efí's `?hmac=` static credentials) instead of a signature: over plain HTTP, anyone who
+    /// sees one request can forge the next.
+    pub fn static_credential(&self) -> bool {
+        matches!(self.preset.scheme.coverage(), catalog::Coverage::Credential)
     }
 
     /// Whether the scheme signs `public_url`, so that setting it means something.
@@ -723,15 +791,10 @@ mod tests {
                 "standard-webhooks",
                 "standard-webhooks",
                 None,
-                "header:webhook-id",
+                "signed-webhook-id",
             ),
-            ("svix", "svix", None, "header:svix-id"),
-            (
-                "github",
-                "github",
-                Some("x-github-event"),
-                "header:x-github-delivery",
-            ),
+            ("svix", "svix", None, "signed-webhook-id"),
+            ("github", "github", Some("x-github-event"), "body-sha256"),
             ("hmac", "hmac", None, "body-sha256"),
         ];
         for (given, canonical, event, dedup) in expect {
@@ -743,47 +806,45 @@ mod tests {
     }
 
     #[test]
-    fn the_event_type_is_signed_only_where_the_signature_covers_its_source() {
-        let signed = |provider: &str, settings: &Settings<'_>| {
-            Verifier::without_secrets(provider, settings, None)
-                .unwrap()
-                .event_type_signed()
-        };
-        let none = Settings::default();
-        // The type from a signed body.
-        for provider in [
-            "pagarme",
-            "stripe",
-            "standard-webhooks",
-            "paddle",
-            "plowf",
-            "pagbank",
-        ] {
-            assert!(signed(provider, &none), "{provider}");
-        }
-        // From a header the signature leaves out; from a body it does not cover.
-        for provider in [
+    fn the_event_type_is_signed_where_the_signature_covers_its_source() {
+        let unsigned = [
             "github",
             "shopify",
             "linear",
             "relya",
             "woocommerce",
             "mercadopago",
-        ] {
-            assert!(!signed(provider, &none), "{provider}");
+            "adyen",
+            "twilio",
+            "asaas",
+            "vindi",
+            "efi",
+        ];
+        for provider in PROVIDERS {
+            let settings = Settings {
+                public_url: Some("https://example.com/hook"),
+                credential_headers: None,
+                ..Settings::default()
+            };
+            let v = match Verifier::without_secrets(provider, &settings, None) {
+                Ok(v) => v,
+                // Those that need another setting (a key, a JWKS, Cielo's headers, hmac's
+                // table): the test above.
+                Err(_) => continue,
+            };
+            let expected = !unsigned.contains(provider);
+            assert_eq!(v.event_type_signed(), expected, "{provider}");
         }
         // A static credential signs nothing: whoever has it sends any body.
-        for provider in ["asaas", "vindi", "efi"] {
-            assert!(!signed(provider, &none), "{provider}");
-        }
         let headers = ["X-Shop-Key".to_string()];
         let cielo = Settings {
             credential_headers: Some(&headers),
             ..Settings::default()
         };
-        assert!(!signed("cielo", &cielo));
+        let cielo = Verifier::without_secrets("cielo", &cielo, None).unwrap();
+        assert!(!cielo.event_type_signed());
         // Efí over mutual TLS: only Efí's certificate opens the connection the body comes on.
-        let mtls = Verifier::by_client_certificate("efi", &none).unwrap();
+        let mtls = Verifier::by_client_certificate("efi", &Settings::default()).unwrap();
         assert!(mtls.event_type_signed());
     }
 

@@ -8,7 +8,7 @@ use http::{HeaderMap, HeaderName};
 
 use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
-use super::{Request, Secret, VerifyError, header};
+use super::{Checked, Request, Secret, VerifyError, header};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-hub-signature";
@@ -58,8 +58,8 @@ impl Scheme for Pagarme {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body).map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {

@@ -16,14 +16,11 @@
 
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-use rsa::pkcs1v15::{Signature, VerifyingKey};
-use rsa::signature::Verifier as _;
-use rsa::{BoxedUint, PublicKey};
+use ring::signature::{RSA_PKCS1_2048_8192_SHA256, RsaPublicKeyComponents};
 use serde::Deserialize;
-use sha2::Sha256;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
-use super::{Request, Secret, VerifyError, header};
+use super::{Checked, Request, Secret, VerifyError, header};
 
 pub const SIGNATURE: &str = "x-webhook-asymmetric-signature";
 
@@ -35,6 +32,14 @@ const BASE64URL: GeneralPurpose = GeneralPurpose::new(
 
 /// Smallest modulus accepted, in bits.
 const MIN_BITS: usize = 2048;
+/// Largest modulus `ring`'s RS256 verification takes, in bits.
+const MAX_BITS: usize = 8192;
+
+/// An RSA public key, checked at load the way `ring` checks it at each verification (a
+/// modulus of 2048-8192 bits, odd; an odd exponent from 3 to 2^33 - 1), so a broken key in
+/// the JWKS is refused when it loads, not at the first webhook. `ring` is rustls's provider,
+/// already linked: its RSA verification costs the binary nothing more.
+type RsaKey = RsaPublicKeyComponents<Vec<u8>>;
 
 pub(super) fn preset(jwks: Option<&str>) -> Result<Preset, String> {
     let text = jwks.ok_or_else(|| {
@@ -65,10 +70,10 @@ struct Jwk {
 
 /// The RSA signing keys of a JWKS, by `kid`. A JWKS with none is refused, and so is a usable
 /// key that is broken (its kid is named: a JWKS is public).
-fn parse_jwks(text: &str) -> Result<Vec<(String, VerifyingKey<Sha256>)>, String> {
+fn parse_jwks(text: &str) -> Result<Vec<(String, RsaKey)>, String> {
     let jwks: Jwks = serde_json::from_str(text)
         .map_err(|e| format!("jwks_file: not a JWKS (a JSON object with `keys`): {e}"))?;
-    let mut keys: Vec<(String, VerifyingKey<Sha256>)> = Vec::new();
+    let mut keys: Vec<(String, RsaKey)> = Vec::new();
     for (i, value) in jwks.keys.into_iter().enumerate() {
         let jwk: Jwk =
             serde_json::from_value(value).map_err(|e| format!("jwks_file: key {}: {e}", i + 1))?;
@@ -97,22 +102,38 @@ fn parse_jwks(text: &str) -> Result<Vec<(String, VerifyingKey<Sha256>)>, String>
     Ok(keys)
 }
 
-fn rsa_key(n: Option<&str>, e: Option<&str>) -> Result<VerifyingKey<Sha256>, String> {
+fn rsa_key(n: Option<&str>, e: Option<&str>) -> Result<RsaKey, String> {
+    // Big-endian, without leading zero bytes.
     let number = |name: &str, value: Option<&str>| {
         let text = value.ok_or_else(|| format!("no `{name}`"))?;
         let bytes = BASE64URL
             .decode(text)
             .map_err(|_| format!("`{name}` is not base64url"))?;
-        Ok::<_, String>(BoxedUint::from_be_slice_vartime(&bytes))
+        let start = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
+        Ok::<_, String>(bytes[start..].to_vec())
     };
     let (n, e) = (number("n", n)?, number("e", e)?);
-    let bits = n.bit_width_vartime() as usize;
+    let bits = match n.first() {
+        Some(&top) => n.len() * 8 - top.leading_zeros() as usize,
+        None => 0,
+    };
     if bits < MIN_BITS {
         return Err(format!("{bits} bits; at least {MIN_BITS} are required"));
     }
-    let key = PublicKey::new_with_size_limits(n, e, MIN_BITS..=PublicKey::MAX_SIZE)
-        .map_err(|e| format!("not a usable RSA public key ({e})"))?;
-    Ok(VerifyingKey::new(key))
+    if bits > MAX_BITS {
+        return Err(format!("{bits} bits; at most {MAX_BITS} are supported"));
+    }
+    let odd = |x: &[u8]| x.last().is_some_and(|b| b & 1 == 1);
+    let exponent = (e.len() <= 5).then(|| e.iter().fold(0u64, |acc, &b| acc << 8 | u64::from(b)));
+    let usable = odd(&n) && odd(&e) && exponent.is_some_and(|e| (3..1 << 33).contains(&e));
+    if !usable {
+        return Err(
+            "not a usable RSA public key (an even modulus, or an exponent that is \
+                    even or outside 3..2^33)"
+                .to_string(),
+        );
+    }
+    Ok(RsaPublicKeyComponents { n, e })
 }
 
 /// The three required parts of the header.
@@ -154,7 +175,7 @@ fn parse_header(value: &str) -> Result<Parts<'_>, VerifyError> {
 }
 
 struct PagarmeV5 {
-    keys: Vec<(String, VerifyingKey<Sha256>)>,
+    keys: Vec<(String, RsaKey)>,
 }
 
 impl std::fmt::Debug for PagarmeV5 {
@@ -171,18 +192,16 @@ impl Scheme for PagarmeV5 {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let parts = parse_header(header(request.headers, SIGNATURE)?)?;
         let (_, key) = self
             .keys
             .iter()
             .find(|(kid, _)| kid == parts.kid)
             .ok_or(VerifyError::UnknownKey)?;
-        let signature =
-            Signature::try_from(parts.signature.as_slice()).map_err(|_| VerifyError::Mismatch)?;
-        key.verify(request.body, &signature)
+        key.verify(&RSA_PKCS1_2048_8192_SHA256, request.body, &parts.signature)
             .map_err(|_| VerifyError::Mismatch)?;
-        Ok(0)
+        Ok(0.into())
     }
 
     /// Only Pagar.me holds the private key.
@@ -343,6 +362,34 @@ mod tests {
             "jwks_file: two RSA signing keys have the kid `k1`"
         );
         assert!(err(json!([])).contains("no RSA signing key"));
+        // What ring's verification would refuse at every webhook is refused at load.
+        let mut even = jwk("k1");
+        let mut n = URL_SAFE_NO_PAD.decode(even["n"].as_str().unwrap()).unwrap();
+        *n.last_mut().unwrap() &= 0xfe;
+        even["n"] = json!(URL_SAFE_NO_PAD.encode(&n));
+        let mut huge = jwk("k1");
+        huge["n"] = json!(URL_SAFE_NO_PAD.encode([0xffu8; 1025]));
+        assert_eq!(
+            err(json!([huge])),
+            "jwks_file: key `k1`: 8200 bits; at most 8192 are supported"
+        );
+        for e in [&[1u8][..], &[2], &[1, 0, 0, 0, 0, 1]] {
+            let mut bad_e = jwk("k1");
+            bad_e["e"] = json!(URL_SAFE_NO_PAD.encode(e));
+            assert!(
+                err(json!([bad_e])).contains("not a usable RSA public key"),
+                "{e:?}"
+            );
+        }
+        assert!(err(json!([even])).contains("not a usable RSA public key"));
+        // Leading zero bytes are not bits.
+        let mut padded = jwk("k1");
+        let n = URL_SAFE_NO_PAD
+            .decode(padded["n"].as_str().unwrap())
+            .unwrap();
+        padded["n"] = json!(URL_SAFE_NO_PAD.encode([&[0u8, 0][..], &n].concat()));
+        let v = load(json!([padded])).unwrap();
+        assert_eq!(check(&v, &signed("k1"), BODY), Ok(0));
         let settings = Settings {
             jwks: Some("{\"keys\": 3"),
             ..Settings::default()

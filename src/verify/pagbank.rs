@@ -5,12 +5,19 @@
 //! absent in the sandbox. The Recurring Payments `X-Payload-Signature` is another, undocumented
 //! scheme, not handled here.
 //!
-//! No delivery id is documented: dedup on the body's SHA-256.
+//! A plain SHA-256 is open to length extension: from the digest of `<token>-<body>` and the
+//! token's length alone, anyone can compute the digest of `<token>-<body><padding><more>`, so
+//! a captured notification could be sent again with `&notificationCode=...` appended. The
+//! padding starts with the byte 0x80, which can never follow a complete UTF-8 character, and
+//! PagBank's bodies (form-encoded or JSON) are UTF-8: a body that is not UTF-8 is refused
+//! (`Malformed`, 401) before its digest is computed.
+//!
+//! No delivery id is documented: dedup on the body's SHA-256 (all of it is signed).
 
 use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed};
-use super::{Request, Secret, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-authenticity-token";
@@ -21,6 +28,13 @@ fn digest(token: &[u8], body: &[u8]) -> Vec<u8> {
 
 fn verify(keys: &[Secret], headers: &HeaderMap, body: &[u8]) -> Result<usize, VerifyError> {
     let value = header(headers, SIGNATURE)?;
+    if std::str::from_utf8(body).is_err() {
+        return Err(VerifyError::Malformed(
+            "the body is not UTF-8: no PagBank notification is, and a length-extended forgery \
+             always is not"
+                .to_string(),
+        ));
+    }
     let received = hex::decode(value)
         .ok()
         .filter(|bytes| bytes.len() == 32)
@@ -44,8 +58,8 @@ impl Scheme for PagBank {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body).map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {
@@ -109,5 +123,20 @@ mod tests {
             [("x-authenticity-token".to_string(), DIGEST.to_string())]
         );
         assert_eq!(v.default_dedup().to_string(), "body-sha256");
+    }
+
+    #[test]
+    fn a_body_that_is_not_utf8_is_refused_before_its_digest() {
+        let v = Verifier::new("pagbank", None, &[TOKEN.to_string()], None).unwrap();
+        // Signed with the token, so only the UTF-8 rule can refuse it.
+        let body = b"notificationCode=1\x80\x00\x00";
+        let h = headers(&v.sign(body, 0, ""));
+        assert!(matches!(
+            v.verify(&h, body, 0),
+            Err(VerifyError::Malformed(m)) if m.contains("not UTF-8")
+        ));
+        let utf8 = "notificationCode=1&nome=João".as_bytes();
+        let h = headers(&v.sign(utf8, 0, ""));
+        assert!(v.verify(&h, utf8, 0).is_ok());
     }
 }

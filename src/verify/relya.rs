@@ -4,9 +4,11 @@
 
 use http::HeaderMap;
 
-use super::catalog::{Preset, Scheme, Signed, header_rule};
+use super::catalog::{Coverage, Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{
+    Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
+};
 
 pub const SIGNATURE: &str = "x-relya-signature";
 pub const TIMESTAMP: &str = "x-relya-timestamp";
@@ -83,8 +85,8 @@ impl Scheme for Relya {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body, now, tolerance_secs)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body, now, tolerance_secs).map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Option<Signed> {
@@ -93,6 +95,10 @@ impl Scheme for Relya {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    fn coverage(&self) -> Coverage {
+        Coverage::body_and(&[TIMESTAMP, DELIVERY_ID])
     }
 }
 

@@ -3,14 +3,17 @@
 //! refused, as in Shopify's own `shopify.webhooks.validate` (`@shopify/shopify-api`). The
 //! other `X-Shopify-*` headers are not signed.
 //!
-//! Dedup: `X-Shopify-Event-Id` (Shopify's "ignore duplicate webhooks" guide: the same value
-//! across several webhooks is a duplicate), else `X-Shopify-Webhook-Id`, which older API
-//! versions send alone. Webhooks triggered by hand from a store's notification settings are
-//! signed with another key and fail, as they do in the SDK.
+//! Dedup: the body's SHA-256, the one thing signed. `X-Shopify-Event-Id` (Shopify's "ignore
+//! duplicate webhooks" guide), else `X-Shopify-Webhook-Id`, was the key before; neither is
+//! signed, so a captured delivery re-sent with a new id was a new event, forever (no timestamp
+//! bounds it). A retry resends the same payload. What is lost: one event delivered to two
+//! subscriptions whose payloads differ (two API versions) is two events now. Webhooks
+//! triggered by hand from a store's notification settings are signed with another key and
+//! fail, as they do in the SDK.
 
 use http::HeaderName;
 
-use super::catalog::{Preset, header_rule};
+use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
 use crate::dedup::DedupRule;
 
@@ -28,8 +31,7 @@ pub(super) fn preset() -> Preset {
     .with_body_required()
     .with_delivery_header(HeaderName::from_static(WEBHOOK_ID))
     .with_delivery_header(HeaderName::from_static(EVENT_ID));
-    let dedup = DedupRule::FirstOf(vec![header_rule(EVENT_ID), header_rule(WEBHOOK_ID)]);
-    Preset::new("shopify", scheme, dedup).event_type_header(TOPIC)
+    Preset::new("shopify", scheme, DedupRule::BodySha256).event_type_header(TOPIC)
 }
 
 #[cfg(test)]
@@ -74,7 +76,7 @@ mod tests {
     }
 
     #[test]
-    fn signs_like_shopify_and_dedups_on_the_event_id_then_the_webhook_id() {
+    fn signs_like_shopify_and_dedups_on_the_body() {
         let v = Verifier::new("shopify", None, &[SECRET.to_string()], None).unwrap();
         let signed = v.sign(BODY.as_bytes(), 0, "dlv_1");
         assert_eq!(
@@ -83,16 +85,6 @@ mod tests {
         );
         assert!(signed.contains(&("x-shopify-webhook-id".to_string(), "dlv_1".to_string())));
         assert_eq!(v.event_type_header(), Some("x-shopify-topic"));
-        assert_eq!(
-            v.default_dedup().to_string(),
-            r#"["header:x-shopify-event-id", "header:x-shopify-webhook-id"]"#
-        );
-        let only_webhook_id = headers(&[("x-shopify-webhook-id", "w-1")]);
-        assert_eq!(
-            v.default_dedup()
-                .extract(&only_webhook_id, b"{}")
-                .as_deref(),
-            Ok("w-1")
-        );
+        assert_eq!(v.default_dedup().to_string(), "body-sha256");
     }
 }

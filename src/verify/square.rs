@@ -13,7 +13,7 @@ use base64::engine::general_purpose::STANDARD;
 use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::{Algorithm, Encoding};
 use super::public_url::{self, PublicUrl};
-use super::{Request, Secret, Settings, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, Settings, VerifyError, find_secret, header};
 
 pub const SIGNATURE: &str = "x-square-hmacsha256-signature";
 
@@ -34,7 +34,7 @@ impl Scheme for Square {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let value = header(request.headers, SIGNATURE)?;
         let received = Encoding::Base64.read(SIGNATURE, value)?;
         Algorithm::Sha256.expect_len(SIGNATURE, &received)?;
@@ -47,6 +47,7 @@ impl Scheme for Square {
         find_secret(keys, &[received], |key| {
             key.mac(Algorithm::Sha256, &[url.as_bytes(), request.body])
         })
+        .map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], _now: i64, _delivery_id: &str) -> Option<Signed> {

@@ -9,15 +9,23 @@
 //! rotating); entries other than `v1` are skipped. The timestamp must be within the tolerance
 //! (300 s) either way. Svix's `svix-id`, `svix-timestamp` and `svix-signature` are read when
 //! none of the `webhook-*` headers is present; the two families are never mixed.
+//!
+//! Dedup ([`DEDUP`]): the id of the family that verified, which the signature covers (a retry
+//! keeps it, signed again at a new timestamp). The `svix` preset deduplicated on the `svix-id`
+//! header whichever family verified: a captured delivery re-sent under the `webhook-*` names,
+//! with any `svix-id` beside them, was a new event.
 
 use base64::Engine as _;
 use base64::alphabet;
 use base64::engine::general_purpose::{GeneralPurpose, NO_PAD, STANDARD};
 use http::HeaderMap;
 
-use super::catalog::{KeyFormat, Preset, Scheme, Signed, header_rule};
+use super::catalog::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{
+    Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
+};
+use crate::dedup::DedupRule;
 
 pub const ID: &str = "webhook-id";
 pub const TIMESTAMP: &str = "webhook-timestamp";
@@ -75,15 +83,18 @@ fn header_names(headers: &HeaderMap) -> [&'static str; 3] {
     }
 }
 
-/// Returns the index of the first key with a matching `v1` entry. See the module `verify` for
-/// the error order.
+/// The dedup rule of both presets: the signed id, through `Verified::signed_key`.
+pub const DEDUP: DedupRule = DedupRule::Signed("signed-webhook-id");
+
+/// Returns the index of the first key with a matching `v1` entry, and the id it signed. See
+/// the module `verify` for the error order.
 pub(super) fn verify(
     keys: &[Secret],
     headers: &HeaderMap,
     body: &[u8],
     now: i64,
     tolerance_secs: u64,
-) -> Result<usize, VerifyError> {
+) -> Result<Checked, VerifyError> {
     let [id_name, timestamp_name, signature_name] = header_names(headers);
     let signatures = header(headers, signature_name)?;
     let id = header(headers, id_name)?;
@@ -114,7 +125,11 @@ pub(super) fn verify(
     }
     let index = find_secret(keys, &received, |key| mac(key, id, timestamp, body))?;
     check_window(timestamp, now, tolerance_secs)?;
-    Ok(index)
+    Ok(Checked {
+        index,
+        signed_key: Some(id.to_string()),
+        ..Checked::default()
+    })
 }
 
 /// The three `webhook-*` headers a sender adds, signed with `key` (already decoded).
@@ -138,15 +153,10 @@ pub(super) fn sign_headers(
     ]
 }
 
-/// `svix`: the same scheme; Svix's deliveries carry the `svix-*` header names, so they dedup on
-/// `svix-id`.
+/// `svix`: the same scheme, signing under the `svix-*` header names Svix's deliveries carry.
 pub(super) fn preset(svix: bool) -> Preset {
-    let (name, id) = if svix {
-        ("svix", SVIX_ID)
-    } else {
-        ("standard-webhooks", ID)
-    };
-    Preset::new(name, StandardWebhooks { svix }, header_rule(id)).key(KeyFormat::StandardWebhooks)
+    let name = if svix { "svix" } else { "standard-webhooks" };
+    Preset::new(name, StandardWebhooks { svix }, DEDUP).key(KeyFormat::StandardWebhooks)
 }
 
 #[derive(Debug)]
@@ -162,7 +172,7 @@ impl Scheme for StandardWebhooks {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         verify(keys, request.headers, request.body, now, tolerance_secs)
     }
 
@@ -172,6 +182,12 @@ impl Scheme for StandardWebhooks {
 
     fn signs_timestamp(&self) -> bool {
         true
+    }
+
+    /// The `webhook-*` id and timestamp: signed whenever present (a request with any of them
+    /// is verified over that family). `svix-*` ones are not, beside a `webhook-*` family.
+    fn coverage(&self) -> Coverage {
+        Coverage::body_and(&[ID, TIMESTAMP])
     }
 }
 
@@ -329,6 +345,34 @@ mod tests {
             check("svix", &mixed, SPEC_TS),
             Err(VerifyError::MissingHeader("webhook-signature".to_string()))
         );
+    }
+
+    #[test]
+    fn the_key_is_the_id_of_the_family_that_verified() {
+        let key = |provider: &str, pairs: &[(&str, &str)]| {
+            let v = Verifier::new(provider, None, &[SPEC_SECRET.to_string()], None).unwrap();
+            let proof = v.verify(&headers(pairs), SPEC_BODY.as_bytes(), SPEC_TS);
+            proof.unwrap().signed_key().map(str::to_string)
+        };
+        let svix = [
+            ("svix-id", SPEC_ID),
+            ("svix-timestamp", "1614265330"),
+            ("svix-signature", SPEC_SIG),
+        ];
+        assert_eq!(key("svix", &svix), Some(SPEC_ID.to_string()));
+        // The same delivery under the `webhook-*` names, a made-up `svix-id` beside them: the
+        // `webhook-*` family verifies, and its id is the key.
+        let renamed = [
+            ("webhook-id", SPEC_ID),
+            ("webhook-timestamp", "1614265330"),
+            ("webhook-signature", SPEC_SIG),
+            ("svix-id", "msg_made_up"),
+        ];
+        for provider in ["svix", "standard-webhooks"] {
+            assert_eq!(key(provider, &renamed), Some(SPEC_ID.to_string()));
+            let v = Verifier::new(provider, None, &[SPEC_SECRET.to_string()], None).unwrap();
+            assert_eq!(v.default_dedup().to_string(), "signed-webhook-id");
+        }
     }
 
     #[test]

@@ -13,7 +13,9 @@ use http::HeaderMap;
 use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
 use super::patience::Rule;
-use super::{Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp};
+use super::{
+    Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
+};
 
 pub const SIGNATURE: &str = "stripe-signature";
 
@@ -89,8 +91,8 @@ impl Scheme for Stripe {
         request: &Request<'_>,
         now: i64,
         tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
-        verify(keys, request.headers, request.body, now, tolerance_secs)
+    ) -> Result<Checked, VerifyError> {
+        verify(keys, request.headers, request.body, now, tolerance_secs).map(Checked::from)
     }
 
     fn sign(&self, key: &Secret, body: &[u8], now: i64, _delivery_id: &str) -> Option<Signed> {

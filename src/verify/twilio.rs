@@ -12,16 +12,23 @@
 //! signed. Twilio signs decoded form parameters, not raw bytes: two spellings of one form
 //! (`%41` for `A`, a repeated pair) verify alike; the stored body is the bytes that arrived.
 //!
-//! Dedup: `I-Twilio-Idempotency-Token` (the same on Twilio's retries), else the body's SHA-256.
+//! Dedup ([`DEDUP`], [`signed_key`]): the SHA-256 of what the MAC covers past the configured
+//! URL: `?<query>` as it arrived, then each sorted, distinct parameter's name and value (for a
+//! JSON body none: the query holds `bodySHA256`, which binds the body). Every spelling of a form
+//! that verifies alike (pairs reordered, re-encoded or doubled, even a value's bytes moved into
+//! its name, which Twilio's concatenation cannot tell apart) has the one key; a retry resends
+//! the same parameters. `I-Twilio-Idempotency-Token`, else the raw body's SHA-256, was the key
+//! before: the token is not signed and the raw bytes are not what is signed, so a captured
+//! request re-sent with a new token, or re-spelled, was a new event, forever.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use subtle::ConstantTimeEq;
 
-use super::catalog::{Preset, Scheme, Signed, header_rule};
+use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding};
 use super::public_url::{self, PublicUrl};
-use super::{Request, Secret, Settings, VerifyError, find_secret, header};
+use super::{Checked, Request, Secret, Settings, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-twilio-signature";
@@ -31,8 +38,7 @@ const BODY_HASH: &str = "bodySHA256";
 
 pub(super) fn preset(settings: &Settings<'_>) -> Result<Preset, String> {
     let url = public_url::required(settings.public_url, "twilio", "the URL it calls")?;
-    let dedup = DedupRule::FirstOf(vec![header_rule(IDEMPOTENCY_TOKEN), DedupRule::BodySha256]);
-    Ok(Preset::new("twilio", Twilio { url }, dedup).signs_public_url())
+    Ok(Preset::new("twilio", Twilio { url }, DEDUP).signs_public_url())
 }
 
 #[derive(Debug)]
@@ -48,6 +54,21 @@ fn sorted_params(body: &[u8]) -> Vec<(String, String)> {
     params.sort();
     params.dedup();
     params
+}
+
+/// The dedup rule: [`signed_key`], through `Verified::signed_key`.
+pub const DEDUP: DedupRule = DedupRule::Signed("twilio-signed-params");
+
+/// The hex SHA-256 of the signed message past the configured URL (see the module doc).
+fn signed_key(query: Option<&str>, params: &[(String, String)]) -> String {
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(2 + 2 * params.len());
+    if let Some(query) = query {
+        parts.extend([&b"?"[..], query.as_bytes()]);
+    }
+    for (name, value) in params {
+        parts.extend([name.as_bytes(), value.as_bytes()]);
+    }
+    hex::encode(crate::digest::sha256(&parts))
 }
 
 fn mac(algorithm: Algorithm, key: &Secret, url: &str, params: &[(String, String)]) -> Vec<u8> {
@@ -87,7 +108,7 @@ impl Scheme for Twilio {
         request: &Request<'_>,
         _now: i64,
         _tolerance_secs: u64,
-    ) -> Result<usize, VerifyError> {
+    ) -> Result<Checked, VerifyError> {
         let value = header(request.headers, SIGNATURE)?;
         let received = Encoding::Base64.read(SIGNATURE, value)?;
         let algorithm = algorithm(request)?;
@@ -122,7 +143,11 @@ impl Scheme for Twilio {
                 return Err(VerifyError::Mismatch);
             }
         }
-        Ok(index)
+        Ok(Checked {
+            index,
+            signed_key: Some(signed_key(request.query, &params)),
+            ..Checked::default()
+        })
     }
 
     /// A JSON body is signed the JSON way (`bodySHA256` in the query the sender appends);
@@ -144,6 +169,14 @@ impl Scheme for Twilio {
             ],
             query,
         })
+    }
+
+    /// The decoded parameters, not the body's bytes, which can be spelled anew.
+    fn coverage(&self) -> Coverage {
+        Coverage::Signed {
+            headers: Vec::new(),
+            body: false,
+        }
     }
 }
 
@@ -293,11 +326,42 @@ mod tests {
         let h = headers(&json.headers);
         let request = Request::new(&h, body).with_query(Some(query));
         assert!(v.verify_request(&request, 0).is_ok());
-        assert_eq!(
-            v.default_dedup().to_string(),
-            r#"["header:i-twilio-idempotency-token", "body-sha256"]"#
-        );
+        assert_eq!(v.default_dedup().to_string(), "twilio-signed-params");
         assert!(v.signs_public_url());
+    }
+
+    #[test]
+    fn every_spelling_of_a_signed_form_has_one_key() {
+        let v = twilio("https://mycompany.com/myapp.php");
+        let sig = "IK+Dwps556ElfBT0I3Rgjkr1wJU=";
+        let key = |query: Option<&str>, body: &str| {
+            let h = headers(&[
+                ("X-Twilio-Signature", sig),
+                ("I-Twilio-Idempotency-Token", body),
+            ]);
+            let request = Request::new(&h, body.as_bytes()).with_query(query);
+            let proof = v.verify_request(&request, 0);
+            proof.map(|p| p.signed_key().map(str::to_string))
+        };
+        let body = "Sid=CA123&SidAccount=AC123&Digits=5678&Digits=1234";
+        let first = key(Some(QUERY), body).unwrap();
+        for spelling in [
+            "Digits=1234&Digits=5678&SidAccount=AC123&Sid=CA123",
+            "Sid=C%41123&SidAccount=AC123&Digits=5678&Digits=1234&Digits=1234",
+            // Twilio's concatenation cannot tell `SidAccount=AC123` from `SidA=ccountAC123`.
+            "Sid=CA123&SidA=ccountAC123&Digits=5678&Digits=1234",
+        ] {
+            assert_eq!(key(Some(QUERY), spelling).unwrap(), first, "{spelling}");
+        }
+        assert_eq!(first.as_ref().map(String::len), Some(64));
+        // Another parameter is another signature; another query, too.
+        assert_eq!(
+            key(
+                Some(QUERY),
+                "Sid=CA124&SidAccount=AC123&Digits=5678&Digits=1234"
+            ),
+            Err(VerifyError::Mismatch)
+        );
     }
 
     #[test]

@@ -16,7 +16,11 @@ fn check_says_ok_for_a_valid_file_and_exits_0() {
         .output()
         .unwrap();
     ok_stdout(&out);
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("ok: {}", config.display()),
+        "ok, and which file"
+    );
     assert!(
         !dir.path().join("p.db").exists(),
         "check serves nothing and creates nothing"
@@ -90,28 +94,77 @@ fn serve_refuses_to_start_on_a_bad_config() {
 }
 
 #[test]
-fn config_lookup_prefers_the_flag_then_the_env_then_the_user_file() {
+fn check_and_serve_refuse_a_dedup_rule_on_unsigned_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let endpoint = |extra: &str| {
+        format!(
+            "[storage]\npath = \"{}\"\n\n[[endpoint]]\npath = \"/webhooks/github\"\n\
+             provider = \"github\"\nsecret = \"s3cret\"\ndedup = \"header:X-GitHub-Delivery\"\n{extra}",
+            db.display()
+        )
+    };
+    let config = dir.path().join("unsigned.toml");
+    std::fs::write(&config, endpoint("")).unwrap();
+    for command in ["check", "serve"] {
+        let out = portaria()
+            .arg(command)
+            .arg("--config")
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{command}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("endpoint[0] (line 4).dedup: `header:x-github-delivery` reads the header")
+                && err.contains("which the github signature does not cover")
+                && err.contains("dedup_unsigned = true"),
+            "{command}: {err}"
+        );
+    }
+    assert!(!db.exists(), "serve stopped before opening the store");
+    // Asked for by name, it is accepted.
+    std::fs::write(&config, endpoint("dedup_unsigned = true\n")).unwrap();
+    let out = portaria()
+        .arg("check")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(ok_stdout(&out).trim(), format!("ok: {}", config.display()));
+}
+
+#[test]
+fn config_lookup_prefers_the_flag_then_the_env_then_here_then_the_user_file() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let user_dir = home.join(".config/portaria");
     std::fs::create_dir_all(&user_dir).unwrap();
+    let here = dir.path().join("here");
+    let elsewhere = dir.path().join("elsewhere");
+    std::fs::create_dir_all(&here).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
     // Each candidate file is broken in its own way, so the error says which one was read.
+    std::fs::write(here.join("portaria.toml"), "here_file_marker = 1\n").unwrap();
     std::fs::write(user_dir.join("portaria.toml"), "user_file_marker = 1\n").unwrap();
     let env_file = dir.path().join("env.toml");
     std::fs::write(&env_file, "env_file_marker = 1\n").unwrap();
     let flag_file = dir.path().join("flag.toml");
     std::fs::write(&flag_file, "flag_file_marker = 1\n").unwrap();
-    let run = |args: &[&std::ffi::OsStr], env: Option<&std::path::Path>| {
-        let mut cmd = portaria();
-        cmd.arg("check")
-            .args(args)
-            .env("HOME", &home)
-            .env_remove("XDG_CONFIG_HOME");
-        if let Some(env) = env {
-            cmd.env("PORTARIA_CONFIG", env);
-        }
-        String::from_utf8_lossy(&cmd.output().unwrap().stderr).into_owned()
-    };
+    let run_in =
+        |cwd: &std::path::Path, args: &[&std::ffi::OsStr], env: Option<&std::path::Path>| {
+            let mut cmd = portaria();
+            cmd.arg("check")
+                .args(args)
+                .current_dir(cwd)
+                .env("HOME", &home)
+                .env_remove("XDG_CONFIG_HOME");
+            if let Some(env) = env {
+                cmd.env("PORTARIA_CONFIG", env);
+            }
+            String::from_utf8_lossy(&cmd.output().unwrap().stderr).into_owned()
+        };
+    let run = |args: &[&std::ffi::OsStr], env: Option<&std::path::Path>| run_in(&here, args, env);
     assert!(
         run(
             &["--config".as_ref(), flag_file.as_os_str()],
@@ -120,7 +173,8 @@ fn config_lookup_prefers_the_flag_then_the_env_then_the_user_file() {
         .contains("flag_file_marker")
     );
     assert!(run(&[], Some(&env_file)).contains("env_file_marker"));
-    assert!(run(&[], None).contains("user_file_marker"));
+    assert!(run(&[], None).contains("here_file_marker"));
+    assert!(run_in(&elsewhere, &[], None).contains("user_file_marker"));
 }
 
 #[test]
@@ -128,6 +182,7 @@ fn with_no_config_anywhere_check_reports_the_embedded_demo() {
     let home = tempfile::tempdir().unwrap();
     let out = portaria()
         .arg("check")
+        .current_dir(home.path())
         .env("HOME", home.path())
         .env_remove("XDG_CONFIG_HOME")
         .output()
@@ -346,51 +401,6 @@ async fn what_send_signs_is_rejected_after_tampering_with_one_byte() {
         .await;
         assert_eq!(reply.status, 200, "{name}: the untampered copy passes");
     }
-}
-
-#[test]
-fn init_writes_a_starter_config_and_names_the_variables_to_set() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("portaria.toml");
-    let out = portaria().arg("init").arg(&path).output().unwrap();
-    ok_stdout(&out);
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("export PAGARME_WEBHOOK_SECRET="), "{said}");
-    let text = std::fs::read_to_string(&path).unwrap();
-    assert!(
-        text.contains("secret_env") && text.contains("path = \"portaria.db\""),
-        "{text}"
-    );
-
-    let unset = portaria()
-        .arg("check")
-        .arg("--config")
-        .arg(&path)
-        .env_remove("PAGARME_WEBHOOK_SECRET")
-        .output()
-        .unwrap();
-    assert_eq!(
-        unset.status.code(),
-        Some(1),
-        "the variable it named is really needed"
-    );
-    let set = portaria()
-        .arg("check")
-        .arg("--config")
-        .arg(&path)
-        .env("PAGARME_WEBHOOK_SECRET", "s")
-        .output()
-        .unwrap();
-    assert_eq!(
-        set.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&set.stderr)
-    );
-
-    let again = portaria().arg("init").arg(&path).output().unwrap();
-    assert_eq!(again.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("not overwriting"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -769,7 +779,8 @@ fn verify_accepts_a_good_capture_and_says_why_a_bad_one_fails() {
     let (code, out) = verify_cli(&config, &["--endpoint", "strip", "--request", file], b"");
     assert_eq!(code, Some(1), "{out}");
     assert!(
-        out.contains("no endpoint named `strip` (configured: stripe)"),
+        out.contains("no endpoint named `strip` in ")
+            && out.contains("(configured: stripe); did you mean `stripe`?"),
         "{out}"
     );
 
@@ -822,7 +833,12 @@ async fn events_show_raw_piped_into_verify_round_trips_a_stored_event() {
         out.contains("ok: verified with secret 1 of 1 (provider github)"),
         "{out}"
     );
-    assert!(out.contains("dedup key: dlv-raw-1"), "{out}");
+    // GitHub's key is the signed body's SHA-256, not the unsigned delivery header.
+    let key = hex::encode(portaria::digest::sha256(&[body]));
+    assert!(
+        out.contains(&format!("dedup key: {key} (body-sha256)")),
+        "{out}"
+    );
 
     // Checked against the wrong endpoint: which header is missing, that the path differs,
     // and that a redacted credential cannot be checked again.
@@ -854,4 +870,101 @@ async fn events_show_raw_piped_into_verify_round_trips_a_stored_event() {
         "{out}"
     );
     assert!(!out.contains(STRIPE_SECRET) && !out.contains(GITHUB_SECRET));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn send_needs_only_its_endpoints_secret_and_a_stored_mercado_pago_event_says_why_it_cannot_be_checked()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let config = dir.path().join("p.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+[storage]
+path = "{}"
+[[endpoint]]
+path = "/webhooks/mp"
+provider = "mercadopago"
+secret_env = "PORTARIA_IT_MP_SECRET"
+[[endpoint]]
+path = "/webhooks/pagarme"
+provider = "pagarme"
+secret_env = "PORTARIA_IT_PAGARME_SECRET"
+"#,
+            db.display()
+        ),
+    )
+    .unwrap();
+    let mp_secret = "a-mercado-pago-secret-signature";
+    let mut serve = portaria();
+    serve
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("PORTARIA_IT_MP_SECRET", mp_secret)
+        .env("PORTARIA_IT_PAGARME_SECRET", PAGARME_SECRET);
+    let server = Process::spawn_command(serve).await;
+    let url = format!("http://{}/webhooks/mp", server.addr);
+    // Only Mercado Pago's secret is in this environment: Pagar.me's is not needed to send.
+    let send = |url: &str, body: &str| {
+        let out = portaria()
+            .args([
+                "send",
+                "--endpoint",
+                "mp",
+                "--data",
+                body,
+                "--url",
+                url,
+                "--config",
+            ])
+            .arg(&config)
+            .env("PORTARIA_IT_MP_SECRET", mp_secret)
+            .env_remove("PORTARIA_IT_PAGARME_SECRET")
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code(), said)
+    };
+    let (code, said) = send(&url, r#"{"id":1,"type":"payment","data":{"id":"42"}}"#);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(said.contains("1/1: 200"), "{said}");
+    // A URL that already carries the signed parameter is not given it twice.
+    let (code, said) = send(
+        &format!("{url}?data.id=43"),
+        r#"{"id":2,"type":"payment","data":{"id":"43"}}"#,
+    );
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("POST http://")
+            && said.contains("/webhooks/mp?data.id=43 (")
+            && said.contains("1/1: 200"),
+        "{said}"
+    );
+
+    // A stored Mercado Pago event: its signed `data.id` was in the query string, which is not
+    // stored; `verify` says so instead of blaming a changed byte.
+    let raw = ok_stdout(&run_cli(&["events", "show", "--raw", "1"], &config));
+    let mut verify = portaria()
+        .args(["verify", "--endpoint", "mp", "--request", "-", "--config"])
+        .arg(&config)
+        .env("PORTARIA_IT_MP_SECRET", mp_secret)
+        .env_remove("PORTARIA_IT_PAGARME_SECRET")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut verify.stdin.take().unwrap(), raw.as_bytes()).unwrap();
+    let out = verify.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("failed: cannot be checked from this capture: mercadopago signs `data.id` from the query string"),
+        "{said}"
+    );
+    assert!(!said.contains("a byte changed"), "{said}");
 }

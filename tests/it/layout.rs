@@ -110,6 +110,7 @@ fn the_dependency_rules_hold() {
         "panics",
         "logescape",
         "hardening",
+        "suggest",
         "public_path",
         "outbound",
     ] {
@@ -124,7 +125,7 @@ fn the_dependency_rules_hold() {
     only("store", &["verify", "fault", "digest", "time", "der"]);
     // Metrics is a sink of label strings: the reserved endpoint label, the queue figures.
     only("metrics", &["config", "store"]);
-    only("config", &["dedup", "verify"]);
+    only("config", &["dedup", "verify", "suggest"]);
     // The status page reads and replays through the store's handle, nothing of the pipeline.
     only(
         "status",

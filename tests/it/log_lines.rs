@@ -202,9 +202,10 @@ async fn a_flood_of_bad_signatures_is_a_bounded_number_of_lines_and_every_one_is
 fn check_warns_of_weak_secrets_and_unchecked_database_tls_without_quoting_them() {
     let dir = tempfile::tempdir().unwrap();
     let text = base_config(&dir.path().join("portaria.db"), "", "") + WEAK_ENDPOINT;
-    let out = run_cli(&["check"], &config_with(dir.path(), &text));
+    let config = config_with(dir.path(), &text);
+    let out = run_cli(&["check"], &config);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(ok_stdout(&out).trim(), "ok");
+    assert_eq!(ok_stdout(&out).trim(), format!("ok: {}", config.display()));
     assert!(
         stderr.contains("warning: endpoint[4] (line 32): secret 1 of 2 is 7 bytes long; a secret shorter than 16 bytes can be guessed"),
         "{stderr}"
@@ -224,9 +225,10 @@ fn check_warns_of_weak_secrets_and_unchecked_database_tls_without_quoting_them()
         &format!("path = \"{db}\""),
         "url = \"postgres://portaria@db.example.net/portaria?sslmode=require\"",
     );
-    let out = run_cli(&["check"], &config_with(dir.path(), &text));
+    let config = config_with(dir.path(), &text);
+    let out = run_cli(&["check"], &config);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(ok_stdout(&out).trim(), "ok");
+    assert_eq!(ok_stdout(&out).trim(), format!("ok: {}", config.display()));
     assert!(
         stderr.contains(
             "warning: storage.url: sslmode=require without a CA, to a database that is not on this machine"

@@ -3,7 +3,10 @@
 //! others skip that pass; `portaria prune` says so), instances pruning on a short schedule
 //! (`PORTARIA_TEST_PRUNE_EVERY_MS`) while old events keep arriving, each prunable event
 //! deleted once with its dedup row (and, with an archive, archived once, by the instance that
-//! deleted it), nothing undelivered touched; an archive that cannot be written deletes nothing.
+//! deleted it), nothing undelivered touched. What may be pruned, the batches and restore are
+//! the store's behaviour suite's, on both engines (`store_suite::retention`); that an archive
+//! which cannot be written deletes nothing is `retention.rs`'s (the pass, archive then
+//! delete, is the same code on both engines).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -374,28 +377,4 @@ async fn two_instances_prune(archive: bool) {
     assert_eq!(delivered.attempt_log[0].duration_ms, 15);
     let stored = all.iter().find(|l| l.status == "stored").unwrap();
     assert!(stored.attempt_log.is_empty());
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_is_deleted_when_the_archive_cannot_be_written_on_postgres() {
-    let Some(pg) = pg_cluster::shared() else {
-        return;
-    };
-    let db = pg.database().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = write_config(dir.path(), &pg.url(&db), "archive_dir = \"archive\"", "");
-    ok_stdout(&run_cli(&["prune", "--dry-run"], &config));
-    let client = pg.connect(&db).await;
-    seed(&client, "pagarme", "old-", "delivered", 40, 3).await;
-    // The day's archive file cannot be opened for appending: a directory holds its name.
-    for at in [now_ms(), now_ms() + DAY_MS] {
-        let date = &portaria::time::rfc3339(at)[..10];
-        std::fs::create_dir_all(dir.path().join(format!("archive/{date}.jsonl.gz"))).unwrap();
-    }
-    let out = run_cli(&["prune"], &config);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot prune: archive: cannot open"), "{err}");
-    assert_eq!(count(&client, "SELECT count(*) FROM events").await, 3);
-    assert_eq!(count(&client, "SELECT count(*) FROM dedup").await, 3);
 }

@@ -1,13 +1,15 @@
-//! The read side on PostgreSQL, against a real PostgreSQL (`pg_cluster`) and two instances on
-//! one database: the object id and the hourly counters every instance adds to, the status
-//! page's API (an event accepted by one instance seen and replayed through the other), and
-//! `portaria events list/show/replay` with the real binary.
+//! The read side on PostgreSQL, against a real PostgreSQL (`pg_cluster`): counts kept while
+//! PostgreSQL is down, the status API answering the same as on SQLite for every filter,
+//! `portaria events list/show/replay` and `portaria prune` with the real binary. What the
+//! store reads and counts (the overview, the hourly counters every instance adds to, the list,
+//! replay) is the store's behaviour suite's, on both engines (`store_suite::status`,
+//! `store_suite::attempts`).
 
 use std::time::{Duration, Instant};
 
 use crate::pg_cluster::{self, Cluster};
 use crate::postgres::{count, server, until_count};
-use crate::status::{cookie_of, csrf, form, forward_to, get, json};
+use crate::status::{forward_to, get, json};
 use crate::support::*;
 
 async fn bad_signature(addr: std::net::SocketAddr) {
@@ -19,59 +21,6 @@ async fn bad_signature(addr: std::net::SocketAddr) {
     )
     .await;
     assert_eq!(bad.status, 401);
-}
-
-/// Both instances count into the one `hourly` table, adding to each other's rows; a stop
-/// writes what it had not folded yet; intake stores the object id.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_add_to_one_hourly_row_and_a_stop_writes_the_rest() {
-    let Some(pg) = pg_cluster::shared() else {
-        return;
-    };
-    let db = pg.database().await;
-    let url = pg.url(&db);
-    let (a, b) = tokio::join!(server(&url, ""), server(&url, ""));
-    for (n, s) in [(1, &a), (2, &b), (3, &a)] {
-        assert_eq!(post_pagarme(s.addr, &payment_body(n)).await.status, 200);
-    }
-    // A duplicate through each instance, a bad signature through each.
-    assert_eq!(post_pagarme(b.addr, &payment_body(1)).await.status, 200);
-    assert_eq!(post_pagarme(a.addr, &payment_body(2)).await.status, 200);
-    bad_signature(a.addr).await;
-    bad_signature(b.addr).await;
-    let client = pg.connect(&db).await;
-    assert_eq!(
-        count(
-            &client,
-            "SELECT count(*) FROM events WHERE object_id IN ('ch_1', 'ch_2', 'ch_3')"
-        )
-        .await,
-        3
-    );
-    // One row per endpoint and hour, whoever counted.
-    until_count(
-        &client,
-        "SELECT coalesce(sum(received + duplicate + bad_signature), 0)::bigint FROM hourly",
-        7,
-    )
-    .await;
-    assert_eq!(count(&client, "SELECT count(*) FROM hourly").await, 1);
-    assert_eq!(
-        count(&client, "SELECT sum(received)::bigint FROM hourly").await,
-        3
-    );
-    assert_eq!(
-        count(&client, "SELECT sum(duplicate)::bigint FROM hourly").await,
-        2
-    );
-    // Counted just before a stop: in the table after it, not lost with the process.
-    bad_signature(a.addr).await;
-    a.stop().await;
-    assert_eq!(
-        count(&client, "SELECT sum(bad_signature)::bigint FROM hourly").await,
-        3
-    );
-    b.stop().await;
 }
 
 /// Counts taken while PostgreSQL is down are not lost: the failed fold keeps them, and the
@@ -97,142 +46,6 @@ async fn counts_taken_while_postgres_is_down_reach_the_table_when_it_is_back() {
     )
     .await;
     s.stop().await;
-}
-
-/// The status page's API on PostgreSQL, two instances on one database: what one accepted is
-/// counted, listed (filters, search, pages) and shown by the other; a dead event is replayed
-/// through the other's page (with its CSRF token) and delivered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_status_api_of_one_instance_shows_and_replays_what_the_other_accepted() {
-    let Some(pg) = pg_cluster::shared() else {
-        return;
-    };
-    // Two failures make the event dead; the replay's attempt is the third, and succeeds.
-    let target = Target::start(vec![500, 500, 200]).await;
-    let db = pg.database().await;
-    let url = pg.url(&db);
-    let forward = forward_to(target.addr);
-    let (a, b) = tokio::join!(server(&url, &forward), server(&url, &forward));
-    let admin = b.admin.unwrap();
-    assert_eq!(post_pagarme(a.addr, &payment_body(1)).await.status, 200);
-    let client = pg.connect(&db).await;
-    until_count(
-        &client,
-        "SELECT count(*) FROM deliveries WHERE status = 'dead'",
-        1,
-    )
-    .await;
-    let id = count(&client, "SELECT id FROM events").await;
-    // Two more through A, a duplicate and a bad signature through each.
-    for n in [2, 3] {
-        assert_eq!(post_pagarme(a.addr, &payment_body(n)).await.status, 200);
-    }
-    assert_eq!(post_pagarme(b.addr, &payment_body(2)).await.status, 200);
-    bad_signature(a.addr).await;
-    bad_signature(b.addr).await;
-    until_count(
-        &client,
-        "SELECT coalesce(sum(bad_signature), 0)::bigint FROM hourly",
-        2,
-    )
-    .await;
-
-    let stats = json(&get(admin, "/api/stats", &[]).await);
-    let pagarme = &stats["endpoints"][0];
-    assert_eq!(pagarme["endpoint"], "pagarme", "{stats:#}");
-    assert_eq!(pagarme["received_last_hour"], 3, "{stats:#}");
-    assert_eq!(pagarme["received_last_day"], 3);
-    assert_eq!(pagarme["duplicates_last_day"], 1);
-    assert_eq!(pagarme["rejected_last_day"]["bad_signature"], 2);
-    assert_eq!(pagarme["dead"], 1);
-    assert!(pagarme["last_received_at"].as_str().unwrap().ends_with('Z'));
-    assert_eq!(stats["alert"]["red"], true, "a dead event: {stats:#}");
-    let hours = stats["hours"].as_array().unwrap();
-    assert_eq!(hours.len(), 48);
-    assert_eq!(hours[47]["received"], 3);
-    assert_eq!(hours[47]["rejected"], 2);
-    assert_eq!(hours[47]["failed"], 2, "A's or B's attempts, counted once");
-    let overview = get(admin, "/", &[]).await;
-    assert_eq!(overview.status, 200, "{}", overview.body);
-    assert!(overview.body.contains("1 dead event"), "{}", overview.body);
-
-    // The list: newest first, a page of 2 then the rest; by status, by search.
-    let page1 = json(&get(admin, "/api/events?endpoint=pagarme&limit=2", &[]).await);
-    let events = page1["events"].as_array().unwrap();
-    assert_eq!(events.len(), 2, "{page1:#}");
-    assert!(events[0]["id"].as_i64() > events[1]["id"].as_i64());
-    assert_eq!(events[0]["object_id"], "ch_3");
-    let before = page1["next_before"].as_i64().unwrap();
-    let page2 = json(
-        &get(
-            admin,
-            &format!("/api/events?endpoint=pagarme&limit=2&before={before}"),
-            &[],
-        )
-        .await,
-    );
-    assert_eq!(page2["events"].as_array().unwrap().len(), 1);
-    assert_eq!(page2["events"][0]["id"], id);
-    assert_eq!(page2["next_before"], serde_json::Value::Null);
-    let dead = json(&get(admin, "/api/events?status=dead", &[]).await);
-    assert_eq!(dead["events"].as_array().unwrap().len(), 1, "{dead:#}");
-    assert_eq!(dead["events"][0]["id"], id);
-    assert_eq!(dead["events"][0]["status"], "dead");
-    let by_object = json(&get(admin, "/api/events?q=ch_2", &[]).await);
-    assert_eq!(by_object["events"].as_array().unwrap().len(), 1);
-    assert_eq!(by_object["events"][0]["object_id"], "ch_2");
-    let key = events[1]["dedup_key"].as_str().unwrap();
-    let by_key = json(&get(admin, &format!("/api/events?q={}", &key[3..12]), &[]).await);
-    assert_eq!(by_key["events"].as_array().unwrap().len(), 1);
-    assert_eq!(by_key["events"][0]["id"], events[1]["id"]);
-    let none = json(&get(admin, "/api/events?type=refund", &[]).await);
-    assert!(none["events"].as_array().unwrap().is_empty());
-
-    // One event in full, then its replay through B's page.
-    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
-    assert_eq!(one["id"], id);
-    assert_eq!(one["status"], "dead");
-    assert!(one["body_text"].as_str().unwrap().contains("hook_1"));
-    assert_eq!(
-        one["delivery_attempts"].as_array().unwrap().len(),
-        2,
-        "{one:#}"
-    );
-    assert_eq!(get(admin, "/api/events/999999", &[]).await.status, 404);
-    let page = get(admin, &format!("/events/{id}"), &[]).await;
-    assert_eq!(page.status, 200);
-    let path = format!("/events/{id}/replay");
-    let visitor = cookie_of(&page);
-    let refused = form(admin, &path, std::slice::from_ref(&visitor), "csrf=0000").await;
-    assert_eq!(refused.status, 403, "a wrong form token");
-    let origin = format!("http://{admin}");
-    let replayed = form(
-        admin,
-        &path,
-        &[
-            visitor,
-            h("origin", &origin),
-            h("sec-fetch-site", "same-origin"),
-        ],
-        &format!("csrf={}", csrf(&page.body)),
-    )
-    .await;
-    assert_eq!(replayed.status, 303, "{}", replayed.body);
-    until_count(
-        &client,
-        &format!("SELECT count(*) FROM events WHERE status = 'delivered' AND id = {id}"),
-        1,
-    )
-    .await;
-    // Two failed attempts and the replayed one of this event, one each of the two others.
-    assert_eq!(target.count(), 5);
-    let one = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
-    assert_eq!(one["status"], "delivered");
-    let attempts = one["delivery_attempts"].as_array().unwrap();
-    assert_eq!(attempts.len(), 3, "the two failed ones kept: {one:#}");
-    assert_eq!(attempts[2]["outcome"], "delivered");
-    a.stop().await;
-    b.stop().await;
 }
 
 /// Every page of `/api/events` for `query`, following `next_before`: each event's fields that

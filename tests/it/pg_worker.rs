@@ -1,14 +1,16 @@
 //! The PostgreSQL backend's worker side, with two (or three) portaria instances on one
-//! database (a real PostgreSQL from `pg_cluster`): `order_by` across instances (a key one at a
-//! time, in arrival order; a failing key holds back only itself), `LISTEN/NOTIFY` wake-ups
-//! (intake, a replay, a cut listening connection), and `[alerts]` (one dead event, one alert,
-//! whichever instance holds the alerts lock). The takeover's `interrupted` attempt is checked
-//! in `postgres::a_killed_instances_delivery_is_taken_over_after_its_lease`.
+//! database (a real PostgreSQL from `pg_cluster`): `order_by` under load across instances (a
+//! key never delivered twice at once, in arrival order), `LISTEN/NOTIFY` wake-ups (intake, a
+//! replay, a cut listening connection), and `[alerts]` (one dead event, one alert, whichever
+//! instance holds the alerts lock). The takeover's `interrupted` attempt is checked in
+//! `postgres::a_killed_instances_delivery_is_taken_over_after_its_lease`. The claims' order
+//! (a key one at a time, a failing key holding back only itself, across two handles) is the
+//! store's behaviour suite's, on both engines (`store_suite::queue`).
 
 use std::path::Path;
 use std::time::Duration;
 
-use crate::ordering::{fail_first_of_event_1, lines, payment};
+use crate::ordering::{lines, payment};
 use crate::pg_cluster;
 use crate::postgres::{count, server, until_count};
 use crate::support::*;
@@ -28,91 +30,6 @@ async fn delivered_events(client: &tokio_postgres::Client, n: i64) {
         n,
     )
     .await;
-}
-
-/// `order_by` with two instances on one database: a failing payment holds back only its own
-/// events, in whichever instance they arrived, and its `paid` never overtakes its `created`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn order_by_holds_a_key_in_order_across_instances() {
-    let Some(pg) = pg_cluster::shared() else {
-        return;
-    };
-    let work = tempfile::tempdir().unwrap();
-    let program = fail_first_of_event_1(work.path());
-    let route = format!(
-        "[[endpoint.route]]\nname = \"erp\"\nforward = {{ command = [\"{}\"] }}\n\
-         retry = [\"3s\"]\nconcurrency = 4\norder_by = \"json:/data/id\"\n",
-        program.display()
-    );
-    let db = pg.database().await;
-    let url = pg.url(&db);
-    let (a, b) = tokio::join!(server(&url, &route), server(&url, &route));
-    let events = [
-        payment(1, "payment.created", Some("pay_A")), // fails once, retried in ~3 s
-        payment(2, "payment.created", Some("pay_B")),
-        payment(3, "payment.paid", Some("pay_A")), // must wait for event 1
-        payment(4, "payment.paid", Some("pay_B")),
-        payment(5, "refund.created", None), // no key: a lane of its own
-    ];
-    for (n, body) in events.iter().enumerate() {
-        let addr = if n % 2 == 0 { a.addr } else { b.addr };
-        assert_eq!(post_pagarme(addr, body).await.status, 200);
-    }
-    eventually(WAIT, "B and the keyless event delivered", || {
-        let done = lines(work.path(), "delivered");
-        ["2", "4", "5"]
-            .iter()
-            .all(|id| done.iter().any(|d| d == id))
-    })
-    .await;
-    let client = pg.connect(&db).await;
-    let head: String = client
-        .query_one(
-            "SELECT status || ' ' || attempts FROM deliveries WHERE event_id = 1",
-            &[],
-        )
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(head, "pending 1", "A's head still waits for its retry");
-    assert!(
-        !lines(work.path(), "calls")
-            .iter()
-            .any(|c| c.starts_with("3 ")),
-        "A's paid was not tried before A's created went out: {:?}",
-        lines(work.path(), "calls")
-    );
-    let delivered = lines(work.path(), "delivered");
-    let at = |id: &str| delivered.iter().position(|d| d == id);
-    assert!(at("2") < at("4"), "B in arrival order: {delivered:?}");
-
-    eventually(WAIT, "A delivered after its retry", || {
-        lines(work.path(), "delivered").len() == 5
-    })
-    .await;
-    let delivered = lines(work.path(), "delivered");
-    let at = |id: &str| delivered.iter().position(|d| d == id);
-    assert!(
-        at("1") < at("3"),
-        "A's paid never overtakes its created: {delivered:?}"
-    );
-    // Each delivered once, across both instances; the keys stored with the deliveries.
-    assert_eq!(lines(work.path(), "calls").len(), 6);
-    let keys: Vec<Option<String>> = client
-        .query("SELECT order_key FROM deliveries ORDER BY event_id", &[])
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let key = |k: &str| Some(k.to_string());
-    assert_eq!(
-        keys,
-        [key("pay_A"), key("pay_B"), key("pay_A"), key("pay_B"), None]
-    );
-    delivered_events(&client, 5).await;
-    a.stop().await;
-    b.stop().await;
 }
 
 /// `order_by` under load from both instances at once: three keys of six events each, every

@@ -103,7 +103,9 @@ async fn the_python_and_node_handlers_get_every_field_of_each_event() {
         assert_eq!(first["id"], 1, "{interpreter}");
         assert_eq!(first["endpoint"], "github");
         assert_eq!(first["route"], "default");
-        assert_eq!(first["dedup_key"], "d-1");
+        // GitHub's key: the signed body's SHA-256 (its delivery header is not signed).
+        let key = hex::encode(portaria::digest::sha256(&[&text]));
+        assert_eq!(first["dedup_key"], key.as_str());
         assert_eq!(first["event_type"], "push");
         assert_eq!(first["attempt"], 1);
         let received = first["received_at"].as_str().unwrap();

@@ -347,7 +347,7 @@ fn check_warns_when_others_can_read_a_config_that_holds_secrets() {
     for (mode, warned) in [(0o644, true), (0o640, true), (0o600, false)] {
         std::fs::set_permissions(&config, std::fs::Permissions::from_mode(mode)).unwrap();
         let out = run_cli(&["check"], &config);
-        assert_eq!(ok_stdout(&out).trim(), "ok");
+        assert_eq!(ok_stdout(&out).trim(), format!("ok: {}", config.display()));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             stderr.contains("holds secrets inline (secret, secrets) and is readable by group or others; chmod 600 it"),

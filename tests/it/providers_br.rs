@@ -154,8 +154,9 @@ async fn mercadopago_signed_as_the_sdk_checks_it_is_stored_once() {
         ),
     )
     .await;
+    // The signed manifest without its timestamp, not the body's unsigned `id` (signed_dedup.rs).
     let key: String = server.one("SELECT dedup_key FROM events WHERE endpoint = 'mercadopago'");
-    assert_eq!(key, "987654");
+    assert_eq!(key, format!("id:123456;request-id:{request_id};"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

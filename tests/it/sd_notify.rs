@@ -253,7 +253,10 @@ async fn a_secret_comes_from_a_systemd_credential() {
         }
         cmd.output().unwrap()
     };
-    assert_eq!(ok_stdout(&check(Some(credentials.path()))).trim(), "ok");
+    assert_eq!(
+        ok_stdout(&check(Some(credentials.path()))).trim(),
+        format!("ok: {}", config.display())
+    );
 
     let unset = check(None);
     let stderr = String::from_utf8_lossy(&unset.stderr);

@@ -242,7 +242,7 @@ async fn check_and_serve_warn_about_a_route_filtering_on_an_unsigned_event_type(
     let dir = tempfile::tempdir().unwrap();
     let config = filtered_config(dir.path());
     let out = run_cli(&["check"], &config);
-    assert_eq!(ok_stdout(&out), "ok\n");
+    assert_eq!(ok_stdout(&out), format!("ok: {}\n", config.display()));
     let stderr = String::from_utf8_lossy(&out.stderr);
     let warnings: Vec<&str> = stderr.lines().filter(|l| l.contains("warning")).collect();
     let [warning] = warnings.as_slice() else {

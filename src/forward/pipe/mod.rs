@@ -1,5 +1,6 @@
 //! The pipe target: one long-running handler program per lane, fed one JSON line per event on
-//! its stdin and answering one JSON line per event on its stdout (README, "The pipe protocol").
+//! its stdin and answering one JSON line per event on its stdout (docs/forwarding.md, "The pipe
+//! protocol").
 //!
 //! [`PipeTarget`] is only a handle. The handler process belongs to a background task, the
 //! *supervisor* (`supervisor`), which starts it at the first delivery (no shell, a process

@@ -4,8 +4,8 @@
 //! SQLite's cursor on `attempts.id` does not carry over: ids from a sequence are handed out
 //! in insert order, not commit order, so an attempt committed late below the cursor would be
 //! skipped. Instead each dead delivery says on its row whether its death was announced
-//! (`deliveries.alerted`: the `attempts` count it was announced at, so a replayed delivery
-//! that dies again is announced again), read through the partial index
+//! (`deliveries.alerted`: the `attempts` count it was announced at, cleared by a replay, so a
+//! replayed delivery that dies again is announced again), read through the partial index
 //! `deliveries_unannounced`. And one instance at a time looks: the one whose listening
 //! connection holds the alerts lock (`listen.rs`, a session-level advisory lock: it passes to
 //! another instance when that connection ends). Its dead events are marked announced in the

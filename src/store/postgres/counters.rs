@@ -16,7 +16,8 @@ use super::error;
 use crate::store::StoreError;
 use crate::store::counters::{COLUMNS, KEEP_MS, Tally};
 
-/// How often the tally is folded in: the status page lags intake by at most this.
+/// How often the tally is folded in: the status page lags another instance's counts by at
+/// most this (its own it folds in first: `dashboard.rs`).
 pub(super) const EVERY: Duration = Duration::from_secs(2);
 
 /// What asks the keeper for a last fold at close, and hears when it is done.

@@ -1,9 +1,10 @@
 //! What the status page and `portaria events` read and do on PostgreSQL: the overview of each
 //! endpoint now and the chart's hours (from `hourly`, which every instance adds to:
-//! `counters.rs`), the events list (the same statement as SQLite's, `events::list_query`:
-//! same filters, cursor and order), one event in full, and replay. Every instance sees every
-//! event: the database is the one they share. A replay is one statement: the deliveries it
-//! puts back are locked, and one being delivered (by any instance) is left alone.
+//! `counters.rs`; this instance's counts not yet folded in go in first), the events list (the
+//! same statement as SQLite's, `events::list_query`: same filters, cursor and order), one
+//! event in full, and replay. Every instance sees every event: the database is the one they
+//! share. A replay is one statement: the deliveries it puts back are locked, and one being
+//! delivered (by any instance) is left alone.
 
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
@@ -22,12 +23,15 @@ const COUNTED_SINCE: &str = "SELECT sum(duplicate)::bigint, sum(bad_signature)::
      sum(stale_timestamp)::bigint, sum(too_large)::bigint, sum(bad_request)::bigint, \
      sum(storage_error)::bigint FROM hourly WHERE endpoint = $1 AND hour >= $2";
 const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= $1";
-const ROUTES: &str = "SELECT route, status, attempts, next_attempt_at, last_error, finished_at, \
+/// Its due time only while pending (as SQLite's `events::routes`): a claim leaves it set.
+const ROUTES: &str = "SELECT route, status, attempts, \
+     CASE WHEN status = 'pending' THEN next_attempt_at END, last_error, finished_at, \
      order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
 const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
 /// The chosen deliveries (not one being delivered) locked, a delivered attempt given a row of
-/// its own (its delivery row is reset), the deliveries pending again and due now, their events
-/// with them; answers each event once. $1 now, $2 an event, $3 dead only, $4 an endpoint,
+/// its own (its delivery row is reset), the deliveries pending again and due now (and not
+/// announced dead: if one dies again, the alerts task hears of it again), their events with
+/// them; answers each event once. $1 now, $2 an event, $3 dead only, $4 an endpoint,
 /// $5 a route.
 const REPLAY: &str = "WITH chosen AS (SELECT event_id, route, status, attempts, finished_at, \
        delivered_ms FROM deliveries WHERE status <> 'delivering' \
@@ -39,7 +43,7 @@ const REPLAY: &str = "WITH chosen AS (SELECT event_id, route, status, attempts, 
        FROM chosen WHERE status = 'delivered' AND delivered_ms IS NOT NULL), \
      reset AS (UPDATE deliveries AS d SET status = 'pending', attempts = 0, \
        next_attempt_at = $1, last_error = NULL, finished_at = NULL, delivered_ms = NULL, \
-       claimed_by = NULL, lease_until = NULL \
+       claimed_by = NULL, lease_until = NULL, alerted = NULL \
        FROM chosen WHERE d.event_id = chosen.event_id AND d.route = chosen.route \
        RETURNING d.event_id) \
      UPDATE events SET status = 'pending', finished_at = NULL \
@@ -54,6 +58,13 @@ impl Pg {
         hours: usize,
         now_ms: i64,
     ) -> Result<Overview, StoreError> {
+        // The counts not folded yet go in first, so the page shows every count made before it
+        // was asked (as SQLite's `Store::overview` folds them with its read). A failed fold
+        // keeps them for the keeper's next; the read says what is wrong.
+        let folded = super::counters::fold(&self.pool, &self.tally, crate::time::now_ms()).await;
+        if let Err(e) = folded {
+            tracing::warn!(error = %e, "cannot write the status page's counters; kept for the next try");
+        }
         let queue = self.queue_stats().await?;
         let client = self.client().await?;
         let this_hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;

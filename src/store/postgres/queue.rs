@@ -11,7 +11,9 @@
 //! has an older unfinished delivery (pending, or delivering in any instance's hands) waits,
 //! so one key goes one at a time across all instances, and a keyless delivery is its own lane.
 //! A delivery taken over after its lease expired gets its cut-off attempt recorded as
-//! `interrupted` in the claim's own transaction, as SQLite's recovery does at start.
+//! `interrupted` in the claim's own transaction, as SQLite's recovery does at start; if the
+//! cut-off attempt ends delivered after all, its record moves nothing but is kept in the
+//! history, as on SQLite.
 //! Leases are compared with each instance's clock: keep the instances' clocks in sync (NTP).
 
 use std::time::Duration;
@@ -87,6 +89,12 @@ const TAKEN_OVER: &str = "INSERT INTO attempts (event_id, route, attempt, starte
 const NEXT_DUE: &str = "SELECT min(CASE WHEN status = 'pending' THEN next_attempt_at \
      ELSE lease_until END) FROM deliveries \
      WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering')";
+/// A strict lane: when its head can be taken (its due time, or its lease's end), whatever
+/// is due behind it; NULL for an empty lane.
+const NEXT_DUE_STRICT: &str = "SELECT (SELECT CASE WHEN status = 'pending' THEN next_attempt_at \
+     ELSE lease_until END FROM deliveries \
+     WHERE endpoint = $1 AND route = $2 AND status IN ('pending', 'delivering') \
+     ORDER BY event_id LIMIT 1)";
 /// `order_by`: when the soonest key head of a lane can be taken.
 const NEXT_DUE_BY_KEY: &str = concat!(
     "SELECT min(CASE WHEN d.status = 'pending' THEN d.next_attempt_at \
@@ -99,7 +107,8 @@ const EVENTS: &str = "SELECT e.id, e.dedup_key, e.event_type, e.content_type, e.
      JOIN payloads p ON p.event_id = e.id WHERE e.id = ANY($1)";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (event_id, route, attempt, started_at, \
      duration_ms, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7)";
-/// Only this instance's claim moves on: one taken over after its lease expired does not.
+/// Only this instance's claim moves on: one taken over after its lease expired does not (its
+/// attempt, if delivered, gets a row of its own instead).
 const MOVE_ON: &str = "UPDATE deliveries SET status = $3, next_attempt_at = $4, \
      finished_at = $5, last_error = $7, delivered_ms = $8, claimed_by = NULL, \
      lease_until = NULL \
@@ -159,7 +168,8 @@ impl Pg {
             let next_due = if deliveries.len() < l.limit {
                 let sql = match l.order {
                     Order::ByKey => NEXT_DUE_BY_KEY,
-                    Order::Any | Order::Strict => NEXT_DUE,
+                    Order::Strict => NEXT_DUE_STRICT,
+                    Order::Any => NEXT_DUE,
                 };
                 client
                     .query_one(
@@ -213,21 +223,41 @@ impl Pg {
         };
         let finished =
             (status != Status::Pending).then_some(attempt.started_at_ms + attempt.duration_ms);
-        tx.execute(
-            &tx.prepare_cached(MOVE_ON).await.map_err(error)?,
-            &[
-                &event_id,
-                &route,
-                &status.as_str(),
-                &next,
-                &finished,
-                &self.instance,
-                &after.error(),
-                &(after == AfterAttempt::Delivered).then_some(attempt.duration_ms),
-            ],
-        )
-        .await
-        .map_err(error)?;
+        let moved = tx
+            .execute(
+                &tx.prepare_cached(MOVE_ON).await.map_err(error)?,
+                &[
+                    &event_id,
+                    &route,
+                    &status.as_str(),
+                    &next,
+                    &finished,
+                    &self.instance,
+                    &after.error(),
+                    &(after == AfterAttempt::Delivered).then_some(attempt.duration_ms),
+                ],
+            )
+            .await
+            .map_err(error)?;
+        if moved == 0 && after == AfterAttempt::Delivered {
+            // The claim is no longer ours (taken over after the lease, or a replay won the
+            // race): the row is not ours to finish, but the attempt happened and the history
+            // keeps it, as on SQLite (`store/queue.rs`).
+            tx.execute(
+                &tx.prepare_cached(INSERT_ATTEMPT).await.map_err(error)?,
+                &[
+                    &event_id,
+                    &route,
+                    &(attempt.attempt as i32),
+                    &attempt.started_at_ms,
+                    &attempt.duration_ms,
+                    &"delivered",
+                    &None::<String>,
+                ],
+            )
+            .await
+            .map_err(error)?;
+        }
         tx.commit().await.map_err(error)?;
         let Some(next) = then else { return Ok(None) };
         let mut claimed = self

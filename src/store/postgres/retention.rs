@@ -3,8 +3,9 @@
 //! connection of the pass's own ([`RetentionLock`], taken out of the pool) that runs every
 //! batch of the pass and is closed when the pass ends, which releases the lock however the
 //! pass ends (and so does the death of the instance). An instance that finds the lock taken
-//! skips that pass. Finished events past their window are deleted in batches, oldest first,
-//! their payloads, deliveries, attempts and dedup rows going with them (ON DELETE CASCADE).
+//! skips that pass. Finished events past their window are deleted in batches, in the order
+//! they were stored (by id, as on SQLite), their payloads, deliveries, attempts and dedup rows
+//! going with them (ON DELETE CASCADE).
 //! The same rule as SQLite's `PRUNABLE`: pending and delivering events never match. With an
 //! archive, a batch is read in full first ([`RetentionLock::prunable`]) and deleted by id
 //! once the archive is fsynced ([`RetentionLock::delete_pruned`]), both on the lock's session:
@@ -33,29 +34,30 @@ macro_rules! prunable {
     };
 }
 
-/// Up to $3 prunable events deleted, oldest first. `SKIP LOCKED` leaves alone a row a replay
-/// is changing right now.
+/// Up to $3 prunable events deleted, in the order they were stored (by id, as SQLite's: an
+/// event restored from the archive, received long ago, waits its turn). `SKIP LOCKED` leaves
+/// alone a row a replay is changing right now.
 const DELETE_PRUNABLE: &str = concat!(
     "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ",
     prunable!(),
-    " ORDER BY received_at LIMIT $3 FOR UPDATE SKIP LOCKED) \
+    " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
      RETURNING endpoint, status, payload_bytes"
 );
 
-/// Up to $3 prunable events, oldest first, in full, stopping once the headers and bodies
-/// before an event reach $4 (at least one event): what an archive batch writes. `before` is
-/// the bytes of the events ahead of each in the batch.
+/// Up to $3 prunable events, in the order they were stored (by id), in full, stopping once
+/// the headers and bodies before an event reach $4 (at least one event): what an archive
+/// batch writes. `before` is the bytes of the events ahead of each in the batch.
 fn prunable_batch() -> String {
     format!(
-        "WITH oldest AS (SELECT id, received_at, payload_bytes FROM events WHERE {} \
-           ORDER BY received_at, id LIMIT $3), \
-         batch AS (SELECT id AS pruned_id, received_at AS pruned_at, \
-           (sum(payload_bytes) OVER (ORDER BY received_at, id))::bigint - payload_bytes \
+        "WITH oldest AS (SELECT id, payload_bytes FROM events WHERE {} \
+           ORDER BY id LIMIT $3), \
+         batch AS (SELECT id AS pruned_id, \
+           (sum(payload_bytes) OVER (ORDER BY id))::bigint - payload_bytes \
            AS before FROM oldest) \
          SELECT {}, {} FROM batch \
          JOIN events ON events.id = batch.pruned_id \
          JOIN payloads ON payloads.event_id = batch.pruned_id \
-         WHERE batch.before < $4::bigint ORDER BY batch.pruned_at, batch.pruned_id",
+         WHERE batch.before < $4::bigint ORDER BY batch.pruned_id",
         prunable!(),
         events::SUMMARY,
         DETAIL

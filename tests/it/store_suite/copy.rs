@@ -1,0 +1,153 @@
+//! `portaria store copy`: a SQLite database's events into an empty PostgreSQL one, read back
+//! alike (ids, statuses, due times, headers and bodies, attempts), the dedup barrier carried
+//! over (a copy of a copied key is a duplicate, within its window too), ids going on after
+//! the copied ones, a delivery cut off mid-attempt arriving pending. The target is always
+//! PostgreSQL: on SQLite the copy is refused.
+
+use portaria::store::{AfterAttempt, Db, EventDetail, Inserted, ListFilter, Status};
+
+use super::{Engine, HOUR, MINUTE, Subject, Webhook, dead, retry_at};
+
+/// A SQLite database with an event of every kind; its events read in full.
+async fn source() -> (Subject, Vec<EventDetail>) {
+    let s = Subject::open(Engine::Sqlite).await.unwrap();
+    let now = s.now;
+    // Delivered after a failure.
+    s.new_event(
+        Webhook::new("pagarme", "delivered", now - 3 * HOUR)
+            .object("ch_1")
+            .to(&[("erp", Some("ch_1"))]),
+    )
+    .await;
+    s.attempt("pagarme", "erp", now - HOUR, retry_at(now - HOUR))
+        .await;
+    s.attempt("pagarme", "erp", now - HOUR + 10, AfterAttempt::Delivered)
+        .await;
+    // Dead on one route, waiting on the other.
+    s.new_event(
+        Webhook::new("pagarme", "dead", now - 2 * HOUR).to(&[("erp", None), ("audit", None)]),
+    )
+    .await;
+    s.attempt("pagarme", "erp", now - HOUR, dead()).await;
+    // Cut off mid-attempt: it arrives pending.
+    s.new_event(Webhook::new("pagarme", "delivering", now - HOUR).to(&[("slow", None)]))
+        .await;
+    s.claim_one("pagarme", "slow", now).await;
+    // Stored, with what only some events carry; a body SQLite keeps deflated.
+    let mut stored = Webhook::new("mercadopago", "stored", now - MINUTE).to(&[]);
+    stored.body = format!(
+        "{{\"data\":{{\"id\":\"pay_9\"}},\"pad\":\"{}\"}}",
+        "z".repeat(3000)
+    )
+    .into_bytes();
+    stored.client_cert = Some("CN=gateway".into());
+    stored.signed_id = Some("pay_9".into());
+    s.new_event(stored).await;
+    // A key with a window, received twice in two windows.
+    for ago in [50 * MINUTE, 20 * MINUTE] {
+        s.new_event(
+            Webhook::new("stripe", "windowed", now - ago)
+                .window(10 * MINUTE)
+                .to(&[]),
+        )
+        .await;
+    }
+    let mut events = Vec::new();
+    for e in s.store.list_events(ListFilter::default()).await.unwrap() {
+        events.push(s.detail(e.id).await);
+    }
+    (s, events)
+}
+
+/// What must read the same after the copy: all of it, but a delivery cut off mid-attempt
+/// arrives pending, due at its old time (never retried: when it was received).
+fn comparable(mut e: EventDetail) -> EventDetail {
+    if e.summary.status == Status::Delivering {
+        let due = Some(e.summary.received_at_ms);
+        e.summary.status = Status::Pending;
+        e.summary.next_attempt_at_ms = due;
+        for r in &mut e.routes {
+            if r.status == Status::Delivering {
+                r.status = Status::Pending;
+                r.next_attempt_at_ms = due;
+            }
+        }
+    }
+    e
+}
+
+async fn a_sqlite_database_is_copied_whole_into_postgres(s: &Subject) {
+    let (from, events) = source().await;
+    super::close(from.store.clone()).await;
+    let db = Db::open(from.sqlite_path().unwrap()).unwrap();
+    if s.engine == Engine::Sqlite {
+        let refused = s.store.copy_from_sqlite(&db).await.unwrap_err();
+        assert!(refused.to_string().contains("PostgreSQL"), "{refused}");
+        return;
+    }
+    let report = s.store.copy_from_sqlite(&db).await.unwrap();
+    assert_eq!(
+        (report.events, report.deliveries, report.attempts),
+        (6, 4, 2),
+        "the delivered attempt is its delivery's row"
+    );
+    let mut copied = Vec::new();
+    for e in &events {
+        copied.push(s.detail(e.summary.id).await);
+    }
+    for (was, is) in events.iter().zip(&copied) {
+        let (was, is) = (comparable(was.clone()), is.clone());
+        assert_eq!(was.summary, is.summary);
+        assert_eq!((&was.headers, &was.body), (&is.headers, &is.body));
+        assert_eq!(was.content_type, is.content_type);
+        assert_eq!(
+            (&was.signed_id, was.event_type_signed),
+            (&is.signed_id, is.event_type_signed)
+        );
+        assert_eq!(was.routes, is.routes, "{}", was.summary.dedup_key);
+        assert_eq!(was.attempts, is.attempts, "{}", was.summary.dedup_key);
+    }
+    let stored = events
+        .iter()
+        .find(|e| e.summary.dedup_key == "stored")
+        .unwrap();
+    assert_eq!(
+        s.store
+            .client_cert(stored.summary.id)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("CN=gateway")
+    );
+
+    // The barrier came along: copies of copied keys are duplicates (the window's newest).
+    let id_of = |key: &str| {
+        events
+            .iter()
+            .filter(|e| e.summary.dedup_key == key)
+            .map(|e| e.summary.id)
+            .max()
+            .unwrap()
+    };
+    assert_eq!(
+        s.insert(Webhook::new("pagarme", "delivered", s.now)).await,
+        Inserted::Duplicate(id_of("delivered"))
+    );
+    assert_eq!(
+        s.insert(Webhook::new("stripe", "windowed", s.now).window(30 * MINUTE))
+            .await,
+        Inserted::Duplicate(id_of("windowed"))
+    );
+    // New ids go on after the copied ones; the cut-off delivery is due for its retry.
+    let newest = events.iter().map(|e| e.summary.id).max().unwrap();
+    let new = s.new_event(Webhook::new("pagarme", "new", s.now)).await;
+    assert!(new > newest, "{new} after {newest}");
+    let retry = s.claim_one("pagarme", "slow", s.now).await;
+    assert_eq!((retry.dedup_key.as_str(), retry.attempt), ("delivering", 2));
+    // Only into an empty database.
+    let again = s.store.copy_from_sqlite(&db).await.unwrap_err();
+    assert!(again.to_string().contains("already has"), "{again}");
+    from.close().await;
+}
+
+engines!(a_sqlite_database_is_copied_whole_into_postgres);
