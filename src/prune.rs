@@ -33,7 +33,7 @@ use tokio::task::JoinHandle;
 use crate::archive;
 use crate::config::Storage;
 use crate::shutdown::Shutdown;
-use crate::store::{Cutoffs, Db, EventDetail, Reclaimed, Removed, Store, StoreError};
+use crate::store::{Cutoffs, EventDetail, Reclaimed, Removed, Store, StoreError};
 use crate::time::now_ms;
 
 /// How often the server prunes, after the pass at start-up.
@@ -309,17 +309,8 @@ pub async fn prune_once(
     report
 }
 
-/// What [`prune_once`] would remove now, changing nothing.
-pub fn dry_run(db: &Db, storage: &Storage, now_ms: i64) -> Result<Report, PruneError> {
-    Ok(would_remove(db.prunable_counts(cutoffs(storage, now_ms))?))
-}
-
-/// [`dry_run`] through the store (`portaria prune --dry-run` on PostgreSQL).
-pub async fn dry_run_on(
-    store: &Store,
-    storage: &Storage,
-    now_ms: i64,
-) -> Result<Report, PruneError> {
+/// What [`prune_once`] would remove now, changing nothing (`portaria prune --dry-run`).
+pub async fn dry_run(store: &Store, storage: &Storage, now_ms: i64) -> Result<Report, PruneError> {
     Ok(would_remove(
         store.prunable_counts(cutoffs(storage, now_ms)).await?,
     ))

@@ -142,6 +142,25 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
+/// Why [`serve`] did not start, or stopped: the store's errors, and what is not the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `[server] tls` names a certificate or key that cannot be used.
+    #[error("not started: server.tls: {0}")]
+    Tls(String),
+    /// Opening the database panicked (on its blocking thread).
+    #[error("opening the database panicked: {0}")]
+    OpenPanicked(String),
+    /// The status page could not seed its session tokens.
+    #[error("the status page has no random source: {0}")]
+    NoRandom(std::io::Error),
+    /// The canary (`[server] public_url`) could not make its key or its client.
+    #[error("the canary cannot start: {0}")]
+    Canary(String),
+}
+
 /// Serves webhooks (and the admin endpoints, given an admin listener) on already-bound
 /// listeners until `shutdown` resolves, then drains and closes everything. Tests bind
 /// `127.0.0.1:0` and call this directly; a bare `TcpListener` means no admin listener.
@@ -149,7 +168,7 @@ pub async fn serve(
     config: Config,
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), StoreError> {
+) -> Result<(), ServeError> {
     serve_with(config, listeners, shutdown, Options::default()).await
 }
 
@@ -159,7 +178,7 @@ pub async fn serve_with(
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
     options: Options,
-) -> Result<(), StoreError> {
+) -> Result<(), ServeError> {
     let Listeners {
         webhooks: listener,
         admin: admin_listener,
@@ -168,7 +187,7 @@ pub async fn serve_with(
     let certificates = match &config.server.tls {
         Some(tls) => Some(Certificates::new(tls).map_err(|why| {
             tracing::error!("cannot serve HTTPS: {why}");
-            StoreError::Sqlite(format!("not started: server.tls: {why}"))
+            ServeError::Tls(why.to_string())
         })?),
         None => None,
     };
@@ -178,7 +197,7 @@ pub async fn serve_with(
             let path = config.storage.path.clone();
             tokio::task::spawn_blocking(move || Store::open(&path))
                 .await
-                .map_err(|e| StoreError::Sqlite(format!("opening the database panicked: {e}")))??
+                .map_err(|e| ServeError::OpenPanicked(e.to_string()))??
         }
     };
 
@@ -207,7 +226,7 @@ pub async fn serve_with(
     let probes = match &config.server.canary {
         Some(settings) => {
             let key = ProbeKey::random()
-                .map_err(|e| StoreError::Sqlite(format!("the canary has no key: {e}")))?;
+                .map_err(|e| ServeError::Canary(format!("no random source for its key: {e}")))?;
             metrics.canary_on(&canary::CAUSES);
             Some((
                 settings.clone(),
@@ -294,7 +313,7 @@ pub async fn serve_with(
                 config.status.token.clone(),
                 admin_addr,
             )
-            .map_err(|e| StoreError::Sqlite(format!("the status page has no random source: {e}")))?
+            .map_err(ServeError::NoRandom)?
             .with_public_path(public_path.clone(), patience_of(&endpoints)),
         ),
         None => None,
@@ -392,7 +411,7 @@ fn start_canary(
     path: PublicPath,
     metrics: &Arc<Metrics>,
     signal: &shutdown::Shutdown,
-) -> Result<Canary, StoreError> {
+) -> Result<Canary, ServeError> {
     let roots = Roots::system();
     for problem in &roots.problems {
         tracing::warn!(error = %problem, "canary: a system root certificate could not be read");
@@ -410,7 +429,7 @@ fn start_canary(
         "canary: probing the public path"
     );
     Canary::start(settings, roots, key, path, metrics.clone(), signal.clone())
-        .map_err(|e| StoreError::Sqlite(format!("the canary cannot start: {e}")))
+        .map_err(ServeError::Canary)
 }
 
 /// Each endpoint's gateway's give-up rule, for the status page's banner.

@@ -195,8 +195,8 @@ impl Task {
                         self.cursor_dirty = true;
                     }
                 }
-                Ok(Err(e)) => self.store_failed("reading dead events", &e),
-                Err(_) => self.store_failed("reading dead events", &timed_out()),
+                Ok(Err(e)) => self.store_failed("reading dead events", &Asked::Failed(e)),
+                Err(_) => self.store_failed("reading dead events", &Asked::TimedOut),
             }
         }
         self.send_due(now).await;
@@ -207,8 +207,8 @@ impl Task {
     async fn load(&mut self) {
         let state = match timeout(LOAD_BOUND, self.store.alert_state()).await {
             Ok(Ok(rows)) => rows,
-            Ok(Err(e)) => return self.store_failed("loading the alert state", &e),
-            Err(_) => return self.store_failed("loading the alert state", &timed_out()),
+            Ok(Err(e)) => return self.store_failed("loading the alert state", &Asked::Failed(e)),
+            Err(_) => return self.store_failed("loading the alert state", &Asked::TimedOut),
         };
         let mut cursor = 0;
         for (key, value) in &state {
@@ -222,8 +222,12 @@ impl Task {
             let names = self.quiet_after.keys().cloned().collect();
             match timeout(LOAD_BOUND, self.store.endpoints_with_events(names)).await {
                 Ok(Ok(names)) => self.watch.received_before(names),
-                Ok(Err(e)) => self.store_failed("reading which endpoints have events", &e),
-                Err(_) => self.store_failed("reading which endpoints have events", &timed_out()),
+                Ok(Err(e)) => {
+                    self.store_failed("reading which endpoints have events", &Asked::Failed(e))
+                }
+                Err(_) => {
+                    self.store_failed("reading which endpoints have events", &Asked::TimedOut)
+                }
             }
         }
         self.store_ok();
@@ -321,13 +325,15 @@ impl Task {
                     self.cursor_saved_at = tokio::time::Instant::now();
                 }
             }
-            Ok(Err(e)) => self.store_failed("saving the alert state", &e),
-            Err(_) => self.store_failed("saving the alert state", &timed_out()),
+            Ok(Err(e)) => self.store_failed("saving the alert state", &Asked::Failed(e)),
+            Err(_) => self.store_failed("saving the alert state", &Asked::TimedOut),
         }
     }
 
-    fn store_failed(&mut self, what: &str, e: &StoreError) {
-        if matches!(e, StoreError::Closed) || std::mem::replace(&mut self.store_failing, true) {
+    fn store_failed(&mut self, what: &str, e: &Asked) {
+        if matches!(e, Asked::Failed(StoreError::Closed))
+            || std::mem::replace(&mut self.store_failing, true)
+        {
             return;
         }
         tracing::warn!(error = %e, "alerts: {what} failed; trying again at the next tick");
@@ -338,8 +344,14 @@ impl Task {
     }
 }
 
-fn timed_out() -> StoreError {
-    StoreError::Sqlite(format!("no answer within {STORE_BOUND:?}"))
+/// Why a question to the store went unanswered: the store's error, or no answer within
+/// [`STORE_BOUND`] (the task asks again at its next tick either way).
+#[derive(Debug, thiserror::Error)]
+enum Asked {
+    #[error(transparent)]
+    Failed(StoreError),
+    #[error("no answer within {STORE_BOUND:?}")]
+    TimedOut,
 }
 
 #[cfg(test)]

@@ -1,15 +1,16 @@
 //! The status page's data as JSON, for scripts (documented in `docs/status-page.md`):
 //! `/api/stats` (the overview and the chart's hours), `/api/events` (the list, with the same
-//! filters and cursor as the page) and `/api/events/ID` (one event with its attempts). Times
-//! are unix milliseconds (`*_ms`) and RFC 3339 text beside them.
+//! filters and cursor as the page) and `/api/events/ID` (one event with its routes and
+//! attempts), each event in the store's one JSON shape (`store::summary_json`,
+//! `store::detail_json`, which `portaria events` prints too). Times are unix milliseconds
+//! (`*_ms`) and RFC 3339 text beside them.
 
-use base64::Engine;
 use http::StatusCode;
 use serde_json::{Value, json};
 
 use super::public::PublicView;
 use super::{Answer, StatusPage, filter, respond};
-use crate::store::{EventDetail, EventSummary, Overview};
+use crate::store::{Overview, detail_json, summary_json};
 use crate::time::{now_ms, rfc3339};
 
 /// What turns the page's banner red: any dead event, a pending one waiting too long, or the
@@ -107,7 +108,7 @@ pub async fn events(page: &StatusPage, query: &str) -> Answer {
                 .then(|| events.last().map(|e| e.id))
                 .flatten();
             ok(json!({
-                "events": events.iter().map(summary).collect::<Vec<_>>(),
+                "events": events.iter().map(|e| summary_json(e, None)).collect::<Vec<_>>(),
                 "next_before": next,
             }))
         }
@@ -121,52 +122,6 @@ pub async fn event(page: &StatusPage, id: i64) -> Answer {
         Ok(None) => error(StatusCode::NOT_FOUND, "no such event"),
         Err(e) => super::unavailable(&e),
     }
-}
-
-pub fn summary(e: &EventSummary) -> Value {
-    json!({
-        "id": e.id,
-        "endpoint": e.endpoint,
-        "dedup_key": e.dedup_key,
-        "object_id": e.object_id,
-        "event_type": e.event_type,
-        "received_at": rfc3339(e.received_at_ms),
-        "received_at_ms": e.received_at_ms,
-        "status": e.status.as_str(),
-        "attempts": e.attempts,
-        "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
-        "next_attempt_at_ms": e.next_attempt_at_ms,
-        "last_error": e.last_error,
-    })
-}
-
-fn detail_json(d: &EventDetail) -> Value {
-    let headers: Vec<Value> = super::event::header_lines(&d.headers)
-        .map(|(name, value)| json!([name, value]))
-        .collect();
-    let mut v = summary(&d.summary);
-    v["signed_id"] = json!(d.signed_id);
-    v["event_type_signed"] = json!(d.event_type_signed);
-    v["content_type"] = json!(d.content_type);
-    v["headers"] = json!(headers);
-    v["body_bytes"] = json!(d.body.len());
-    v["body_text"] = json!(std::str::from_utf8(&d.body).ok());
-    v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&d.body));
-    v["delivery_attempts"] = d
-        .attempts
-        .iter()
-        .map(|a| {
-            json!({
-                "attempt": a.attempt,
-                "started_at": rfc3339(a.started_at_ms),
-                "started_at_ms": a.started_at_ms,
-                "duration_ms": a.duration_ms,
-                "outcome": a.outcome,
-                "error": a.error,
-            })
-        })
-        .collect();
-    v
 }
 
 fn ok(value: Value) -> Answer {

@@ -8,7 +8,7 @@ use maud::{Markup, html};
 
 use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge, when};
 use super::{Answer, respond};
-use crate::store::{EventDetail, Status, Store};
+use crate::store::{EventDetail, Status, Store, header_lines};
 
 /// How much of a body the page shows; the rest is a download.
 pub const SHOWN_BYTES: usize = 64 * 1024;
@@ -107,20 +107,6 @@ fn outcome_class(outcome: &str) -> &'static str {
     }
 }
 
-/// The stored `name: value\r\n` lines, as (name, value).
-pub fn header_lines(blob: &[u8]) -> impl Iterator<Item = (String, String)> + '_ {
-    blob.split(|b| *b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let text = String::from_utf8_lossy(line);
-            match text.split_once(": ") {
-                Some((name, value)) => (name.to_string(), value.to_string()),
-                None => (text.to_string(), String::new()),
-            }
-        })
-}
-
 /// The body as text to show: pretty JSON if it parses as JSON, else the text itself (invalid
 /// UTF-8 replaced); cut at [`SHOWN_BYTES`]. Says whether it was cut.
 fn body_text(body: &[u8]) -> (String, bool) {
@@ -169,18 +155,5 @@ mod tests {
         let big = "é".repeat(SHOWN_BYTES);
         let (text, cut) = body_text(big.as_bytes());
         assert!(cut && text.len() <= SHOWN_BYTES && text.len() > SHOWN_BYTES - 2);
-    }
-
-    #[test]
-    fn header_lines_split_name_and_value() {
-        let lines: Vec<_> = header_lines(b"a: 1\r\nauthorization: [redacted]\r\nodd\r\n").collect();
-        assert_eq!(
-            lines,
-            [
-                ("a".into(), "1".into()),
-                ("authorization".into(), "[redacted]".into()),
-                ("odd".into(), String::new())
-            ]
-        );
     }
 }

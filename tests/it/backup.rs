@@ -53,7 +53,7 @@ fn integrity(path: &Path) -> String {
 
 /// Fills a new database with `HISTORY` delivered events of an earlier day, in one transaction.
 fn fill_history(db: &Path) {
-    drop(portaria::store::Db::open(db).unwrap());
+    portaria::store::Store::open(db).unwrap().close();
     let mut conn = open_db(db);
     let tx = conn.transaction().unwrap();
     let now_ms = now_secs() * 1000;

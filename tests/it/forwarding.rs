@@ -80,10 +80,7 @@ fn status_of(server: &TestServer, id: i64) -> (String, u32) {
 /// An event's attempts as `events show` lists them: the failed ones have rows of their own,
 /// the delivered one is recorded on its delivery row (schema 4).
 fn attempt_outcomes(server: &TestServer, id: i64) -> Vec<(String, Option<String>)> {
-    let db = portaria::store::Db::open(&server.db).unwrap();
-    db.event(id)
-        .unwrap()
-        .unwrap()
+    event_detail(&server.db, id)
         .attempts
         .into_iter()
         .map(|a| (a.outcome, a.error))

@@ -208,3 +208,73 @@ fn no_production_file_is_over_the_size_a_reader_can_hold() {
         );
     }
 }
+
+/// The store's two engines are peers behind one handle (ARCHITECTURE.md, "Dependency
+/// rules"): the files at `store/` are what both share and name neither engine's client
+/// library; an engine names the other nowhere but in `store copy` (a SQLite file into
+/// PostgreSQL); and `Store`'s methods live only in the shared files, each one `match` over
+/// the engine, so an engine that lacks one is a compile error.
+#[test]
+fn the_store_engines_are_peers_behind_one_handle() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    sources(&store, &mut files);
+    let mut shared = 0;
+    for file in files {
+        let rel = file
+            .strip_prefix(&store)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        if rel.ends_with("fixtures.rs") {
+            continue; // a test-only module (`#[cfg(test)] mod fixtures`)
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = production(&text);
+        let names = |what: &str| {
+            code.lines()
+                .any(|l| !l.trim_start().starts_with("//") && l.contains(what))
+        };
+        let engine = rel.split('/').next().filter(|_| rel.contains('/'));
+        match engine {
+            None => {
+                shared += 1;
+                assert!(
+                    !names("rusqlite") && !names("deadpool"),
+                    "store/{rel} names an engine's client"
+                );
+                // Opening PostgreSQL takes its connection settings; nothing else names them.
+                assert!(
+                    rel == "handle.rs" || !names("tokio_postgres"),
+                    "store/{rel} names tokio_postgres"
+                );
+                assert!(
+                    !names("postgres()"),
+                    "store/{rel}: a run-time test of the engine"
+                );
+            }
+            Some("sqlite") => {
+                assert!(
+                    !names("postgres::") && !names("tokio_postgres"),
+                    "store/{rel} names PostgreSQL"
+                );
+                assert!(
+                    !names("impl Store {"),
+                    "store/{rel}: Store's methods live in the shared files"
+                );
+            }
+            Some("postgres") => {
+                assert!(
+                    rel == "postgres/copy.rs" || !names("sqlite::") && !names("rusqlite"),
+                    "store/{rel} names SQLite"
+                );
+                assert!(
+                    !names("impl Store {"),
+                    "store/{rel}: Store's methods live in the shared files"
+                );
+            }
+            Some(other) => panic!("store/{other}/: a third engine? add its rules here"),
+        }
+    }
+    assert!(shared > 10, "found {shared} shared files");
+}

@@ -216,6 +216,15 @@ async fn the_events_commands_list_show_and_replay_on_postgres() {
         "{}\n",
         String::from_utf8(payment_body(1)).unwrap()
     )));
+    let as_json: serde_json::Value = serde_json::from_str(&ok_stdout(&run_cli(
+        &["events", "show", "--json", &id.to_string()],
+        &path,
+    )))
+    .unwrap();
+    assert_eq!(as_json["id"], id);
+    assert_eq!(as_json["routes"][0]["status"], "dead", "{as_json:#}");
+    assert_eq!(as_json["delivery_attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(as_json["delivery_attempts"][0]["route"], "default");
     let raw = ok_stdout(&run_cli(
         &["events", "show", "--raw", &id.to_string()],
         &path,

@@ -680,3 +680,46 @@ async fn failed_attempts_are_retried_then_dead_on_postgres() {
     );
     s.stop().await;
 }
+
+/// The store's two commands of one engine answer a typed refusal on PostgreSQL (the command
+/// line refuses before it opens anything; a library caller hears this): `backup_to` copies a
+/// SQLite file, and a copy goes only from SQLite into PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_only_store_methods_refuse_postgres_by_type() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let url = pg.url(&pg.database().await);
+    let settings: tokio_postgres::Config = url.parse().unwrap();
+    let store = portaria::store::Store::open_postgres(settings.clone(), None)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let refused = store
+        .backup_to(dir.path().join("copy.db"), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, portaria::store::BackupError::OnPostgres),
+        "{refused:?}"
+    );
+    assert!(!dir.path().join("copy.db").exists());
+    let other = portaria::store::Store::open_postgres(settings, None)
+        .await
+        .unwrap();
+    let refused = store.copy_from(&other).await.unwrap_err();
+    assert!(
+        matches!(refused, portaria::store::CopyError::FromPostgres),
+        "{refused:?}"
+    );
+    let sqlite = dir.path().join("p.db");
+    portaria::store::Store::open(&sqlite).unwrap().close();
+    let file = portaria::store::Store::open_read_only(&sqlite).unwrap();
+    let refused = file.copy_from(&store).await.unwrap_err();
+    assert!(
+        matches!(refused, portaria::store::CopyError::IntoSqlite),
+        "{refused:?}"
+    );
+    other.close();
+    store.close();
+}

@@ -105,7 +105,6 @@ impl Reloading {
     /// Every attempt, event by event, as `events show` lists them (a delivered attempt is
     /// recorded on its delivery row, the others in `attempts`: schema 4).
     fn attempts(&self) -> Vec<(i64, i64, String, Option<String>)> {
-        let db = portaria::store::Db::open(&self.db).unwrap();
         let ids: Vec<i64> = {
             let conn = open_db(&self.db);
             let mut query = conn.prepare("SELECT id FROM events ORDER BY id").unwrap();
@@ -117,8 +116,7 @@ impl Reloading {
         };
         ids.into_iter()
             .flat_map(|id| {
-                let event = db.event(id).unwrap().unwrap();
-                event
+                event_detail(&self.db, id)
                     .attempts
                     .into_iter()
                     .map(move |a| (id, i64::from(a.attempt), a.outcome, a.error))

@@ -54,7 +54,7 @@ secret = "{GITHUB_SECRET}"
 /// Creates the database with portaria's own schema, then returns a plain connection to it.
 fn new_db(dir: &Path) -> rusqlite::Connection {
     let path = dir.join("portaria.db");
-    drop(portaria::store::Db::open(&path).unwrap());
+    portaria::store::Store::open(&path).unwrap().close();
     open_db(&path)
 }
 

@@ -250,12 +250,7 @@ async fn a_dead_route_is_replayed_alone_from_the_command_line() {
     })
     .await;
     assert_eq!(audit.count(), 2, "audit was not sent the event again");
-    let history = portaria::store::Db::open(&db)
-        .unwrap()
-        .event(1)
-        .unwrap()
-        .unwrap()
-        .attempts;
+    let history = event_detail(&db, 1).attempts;
     let of = |route: &str| -> Vec<(u32, String)> {
         history
             .iter()

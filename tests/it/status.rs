@@ -772,6 +772,15 @@ async fn the_json_api_lists_filters_pages_and_counts() {
             .any(|h| h[0] == "x-hub-signature")
     );
     assert!(one["delivery_attempts"].as_array().unwrap().is_empty());
+    // `portaria events show --json` prints the very same object: one shape for one event.
+    let shown = ok_stdout(&run_cli(
+        &["events", "show", "--json", &id.to_string()],
+        &server.dir.path().join("portaria.toml"),
+    ));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
+        one
+    );
     let missing = get(admin, "/api/events/999999", &[]).await;
     assert_eq!(missing.status, 404);
     assert_eq!(json(&missing)["error"], "no such event");

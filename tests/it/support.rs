@@ -180,6 +180,23 @@ pub fn open_db(path: &Path) -> rusqlite::Connection {
     conn
 }
 
+/// One event as `events show` reads it (its routes and attempts), through a read-only store
+/// on a thread and runtime of its own: callable from sync code inside an async test.
+pub fn event_detail(db: &Path, id: i64) -> portaria::store::EventDetail {
+    let db = db.to_path_buf();
+    std::thread::spawn(move || {
+        let store = portaria::store::Store::open_read_only(&db).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let detail = runtime.block_on(store.event_detail(id)).unwrap();
+        store.close();
+        detail.unwrap()
+    })
+    .join()
+    .unwrap()
+}
+
 /// A reply, read in full.
 #[derive(Debug)]
 pub struct Reply {

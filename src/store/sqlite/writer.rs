@@ -46,7 +46,7 @@ use rusqlite::Connection;
 
 use super::StoreError;
 use super::checkpoint::Checkpointer;
-use super::counters::Tally;
+use crate::store::counters::Tally;
 use crate::time::now_ms;
 
 /// Called once the batch a job ran in has committed (or failed to).
@@ -504,8 +504,8 @@ const ROW: Savepoint = Savepoint {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Store;
     use super::*;
+    use crate::store::Store;
 
     /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
     fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
@@ -718,7 +718,7 @@ mod tests {
         C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
         let (a, b, c) = behind_a_busy_writer(store, async {
-            store.count("e", super::super::Counted::Received, hour * 3_600_000);
+            store.count("e", crate::store::Counted::Received, hour * 3_600_000);
             tokio::join!(
                 store.run_intake(jobs.0, PATIENT),
                 store.run_intake(jobs.1, PATIENT),
