@@ -21,6 +21,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 mod body;
+mod canary;
 mod describe;
 mod flood;
 
@@ -29,6 +30,7 @@ pub use describe::{Described, describe};
 
 use body::BodyLimits;
 
+use crate::canary::ProbeKey;
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
@@ -57,6 +59,8 @@ pub struct Intake {
     rejections: Arc<flood::Rejections>,
     /// The body bytes buffered across all requests (`body_budget_bytes`).
     budget: Budget,
+    /// The canary's key, when it runs: its probes are answered at `CANARY_PATH` (`canary`).
+    canary: Option<Arc<ProbeKey>>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -262,6 +266,7 @@ impl Intake {
                 crate::fault::log_summary_every().unwrap_or(flood::SUMMARY_EVERY),
             ),
             budget: Budget::new(server.body_budget_bytes),
+            canary: None,
         }
     }
 
@@ -291,6 +296,9 @@ impl Intake {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
+        if let Some(response) = self.canary_probe(&req, routes.body.max_bytes, client) {
+            return response;
+        }
         let endpoint = route(&routes.endpoints, req.uri()).cloned();
         let (outcome, meta) = match &endpoint {
             Some(endpoint) => {

@@ -28,12 +28,15 @@
 //!   secrets' variables taken out of its environment.
 //! - [`panics`] ends `serve` on any panic, naming the task, so systemd restarts it;
 //!   [`fault`] holds the test-only fault hooks (debug builds only).
+//! - [`outbound`] is the HTTPS client portaria calls out with; [`canary`] probes the public
+//!   path through the tunnel with it, and [`public_path`] holds what the probes saw.
 //! - [`notify`] speaks systemd's notify protocol; [`watchdog`] tells systemd the server is
 //!   ready, how its queue stands, that it stops, and (`WatchdogSec=`) that it is alive.
 
 pub mod admin;
 pub mod alerts;
 pub mod archive;
+pub mod canary;
 pub mod cli;
 pub mod client_ip;
 pub mod config;
@@ -49,8 +52,10 @@ pub mod logline;
 pub mod logwriter;
 pub mod metrics;
 pub mod notify;
+pub mod outbound;
 pub mod panics;
 pub mod prune;
+pub mod public_path;
 pub mod server;
 pub mod shutdown;
 pub mod status;

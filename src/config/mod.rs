@@ -19,6 +19,7 @@
 //! credential (`credential:NAME`): `credentials`.
 
 mod alerts;
+mod canary;
 mod credentials;
 mod database;
 mod database_tls;
@@ -44,9 +45,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dedup::DedupRule;
+/// A gateway's give-up rule, as the alerts task reads it from an endpoint's verifier.
+pub use crate::verify::Patience;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
+pub use canary::{CANARY_PATH, Canary, DEFAULT_CANARY_EVERY};
 /// The variable systemd names the service's credentials directory by (`credential:NAME`).
 pub use credentials::VARIABLE as CREDENTIALS_DIRECTORY;
 pub use database::DatabaseUrl;
@@ -218,6 +222,8 @@ pub struct Server {
     pub real_ip: Option<RealIp>,
     /// HTTPS on the webhook listener (`[server] tls`); None: plain HTTP (behind a tunnel).
     pub tls: Option<Tls>,
+    /// The canary through the tunnel (`public_url`); None: no public URL, or the canary off.
+    pub canary: Option<Canary>,
 }
 
 #[derive(Debug, Clone)]
@@ -454,6 +460,7 @@ impl Config {
         if let Some(argv) = alerts.as_ref().and_then(|a| a.command.as_ref()) {
             v.program_ready("alerts.command", argv);
         }
+        v.check_canary_path(&endpoints);
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,

@@ -28,8 +28,10 @@ use prometheus_client::registry::Registry;
 
 use crate::store::QueueStats;
 
+mod canary;
 mod duplicate_window;
 mod facts;
+pub use canary::PROBE_OK;
 pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
 pub use facts::EndpointFacts;
 
@@ -147,6 +149,8 @@ pub struct Metrics {
     /// Gauges are set from one scrape's snapshot and then encoded; two scrapes must not
     /// interleave.
     scrape: Mutex<()>,
+    /// The canary's series, when it runs (`canary`).
+    canary: Option<canary::CanarySeries>,
 }
 
 /// The families of the per-endpoint counters and histograms.
@@ -274,6 +278,7 @@ impl Metrics {
             dead,
             started: Instant::now(),
             scrape: Mutex::new(()),
+            canary: None,
         };
         metrics.configure(endpoints);
         metrics

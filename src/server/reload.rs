@@ -218,6 +218,7 @@ impl Reloader {
         config.server.listen = self.server.listen;
         config.server.admin_listen = self.server.admin_listen;
         config.server.max_connections = self.server.max_connections;
+        config.server.canary = self.server.canary.clone();
         config.storage.path = self.storage.path.clone();
         config.storage.postgres = self.storage.postgres.clone();
         // HTTPS or not is the listener's, fixed at start; the certificate itself is reloaded.
@@ -314,6 +315,24 @@ pub fn fixed_settings(server: &Server, storage: &Storage, new: &Config) -> Vec<S
         server.max_connections.to_string(),
         new.server.max_connections.to_string(),
         "open connections hold the slots",
+    );
+    let canary = |c: &Option<crate::config::Canary>| {
+        c.as_ref().map_or_else(
+            || "off".to_string(),
+            |c| {
+                let ca = c
+                    .ca_file
+                    .as_ref()
+                    .map_or_else(String::new, |f| format!(" (CA {})", f.display()));
+                format!("{} every {:?}{ca}", c.public_url, c.every)
+            },
+        )
+    };
+    check(
+        "server.public_url (the canary)",
+        canary(&server.canary),
+        canary(&new.server.canary),
+        "the canary's task takes it at start",
     );
     let scheme = |tls: bool| if tls { "tls" } else { "no tls" }.to_string();
     check(

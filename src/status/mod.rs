@@ -6,8 +6,9 @@
 //!
 //! This file owns routing and the shape of answers; `auth` who may look and press
 //! (`sessions` the logins, `throttle` the pace and the log of wrong tokens), `api` the JSON,
-//! `pages` and `event` the HTML, `chart` the SVG, `text` what the HTML says (English or
-//! Brazilian Portuguese, by `Accept-Language`), `style.css` the looks. Which `Host` is
+//! `pages` and `event` the HTML, `chart` the SVG, `public` the public path (the canary's
+//! probes), `text` what the HTML says (English or Brazilian Portuguese, by
+//! `Accept-Language`), `style.css` the looks. Which `Host` is
 //! answered at all is the admin listener's rule (`admin`), the same for every path.
 
 mod api;
@@ -15,6 +16,7 @@ mod auth;
 mod chart;
 mod event;
 mod pages;
+mod public;
 mod sessions;
 mod text;
 mod throttle;
@@ -30,9 +32,10 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
+use crate::public_path::PublicPath;
 use crate::store::{ListFilter, Status, Store};
 use crate::time::now_ms;
-use crate::verify::Secret;
+use crate::verify::{Patience, Secret};
 
 use auth::{Guard, Refused, Visitor};
 use text::Lang;
@@ -66,6 +69,8 @@ pub struct StatusPage {
     guard: Guard,
     /// The admin listener's address, for the page's "open on loopback" note.
     listen: Option<SocketAddr>,
+    /// What the canary's probes saw, when it runs.
+    public: Option<public::PublicView>,
 }
 
 /// What a handler answers.
@@ -86,7 +91,19 @@ impl StatusPage {
             endpoints,
             guard: Guard::new(token)?,
             listen,
+            public: None,
         })
+    }
+
+    /// Shows the canary's record of the public path, and each endpoint's gateway's patience
+    /// (in the config's order) while it fails.
+    pub fn with_public_path(
+        mut self,
+        path: Option<PublicPath>,
+        patience: Vec<(String, Patience)>,
+    ) -> Self {
+        self.public = path.map(|path| public::PublicView { path, patience });
+        self
     }
 
     /// Answers one request to the admin listener that is not `/healthz`, `/readyz` or
@@ -283,7 +300,12 @@ impl StatusPage {
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
             Ok(Ok(overview)) => html(
                 StatusCode::OK,
-                pages::overview(&self.chrome(visitor, t), &overview, now),
+                pages::overview(
+                    &self.chrome(visitor, t),
+                    &overview,
+                    self.public.as_ref(),
+                    now,
+                ),
                 t,
             ),
             Ok(Err(e)) => unavailable(&e.to_string()),

@@ -9,6 +9,7 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::api::Alert;
 use super::chart;
+use super::public::PublicView;
 use super::text::Lang;
 use crate::store::{EndpointNow, EventSummary, ListFilter, Overview, Status};
 use crate::time::rfc3339;
@@ -72,12 +73,12 @@ pub fn csrf_field(chrome: &Chrome) -> Markup {
     }
 }
 
-pub fn overview(chrome: &Chrome, o: &Overview, now: i64) -> Markup {
-    let alert = Alert::of(o, now);
+pub fn overview(chrome: &Chrome, o: &Overview, public: Option<&PublicView>, now: i64) -> Markup {
+    let alert = Alert::of(o, now).with(public);
     let t = chrome.lang;
     let body = html! {
         h1 { t { "Now" } }
-        (banner(&alert, t))
+        (banner(&alert, public, now, t))
         section aria-labelledby="chart-title" {
             h2 #chart-title { t { "The last 48 hours" } }
             (chart::svg(&o.hours))
@@ -95,11 +96,14 @@ pub fn overview(chrome: &Chrome, o: &Overview, now: i64) -> Markup {
     frame(chrome, html! { t { "Now" } }, body)
 }
 
-fn banner(alert: &Alert, t: Lang) -> Markup {
+fn banner(alert: &Alert, public: Option<&PublicView>, now: i64, t: Lang) -> Markup {
     html! {
         @if alert.is_red() {
             div.banner.alert role="alert" {
                 strong { t { "Needs you: " } }
+                @if let Some(unreachable) = public.and_then(|p| p.banner(now, t)) {
+                    (unreachable)
+                }
                 @if alert.dead > 0 {
                     a href="/events?status=dead" { (alert.dead) t { (plural(alert.dead, " dead event", " dead events")) } }
                     t { " (every retry failed; replay them once the target works). " }

@@ -65,6 +65,17 @@ const PT_BR: &[(&str, &str)] = &[
          contados por hora cheia (as últimas 24).",
     ),
     ("Needs you: ", "Precisa da sua atenção: "),
+    ("The public URL ", "O endereço público "),
+    (" does not reach portaria", " não chega ao portaria"),
+    (" (since ", " (desde "),
+    (" failed probe", " teste com falha"),
+    (" failed probes", " testes com falha"),
+    (
+        ". Gateways cannot deliver until the tunnel is back; each keeps retrying for a while (",
+        ". Os gateways não conseguem entregar até o túnel voltar; cada um continua tentando \
+         por um tempo (",
+    ),
+    (" of it used):", " já passados):"),
     (" dead event", " evento morto"),
     (" dead events", " eventos mortos"),
     (
@@ -366,8 +377,10 @@ mod tests {
     use http::HeaderValue;
 
     use super::super::pages::{self, Chrome};
+    use super::super::public::PublicView;
     use super::super::{PENDING_ALERT_MS, event};
     use super::*;
+    use crate::public_path::PublicPath;
     use crate::store::{
         Attempt, EndpointNow, EventDetail, EventSummary, HourCounts, ListFilter, Overview,
         Rejected, Status,
@@ -470,9 +483,9 @@ mod tests {
         let big = vec![b'x'; event::SHOWN_BYTES + 1];
         let outcomes = ["delivered", "failed", "interrupted"];
         [
-            pages::overview(&c, &red, NOW),
-            pages::overview(&c, &one, NOW),
-            pages::overview(&c, &calm, NOW),
+            pages::overview(&c, &red, Some(&unreachable(1)), NOW),
+            pages::overview(&c, &one, Some(&unreachable(2)), NOW),
+            pages::overview(&c, &calm, None, NOW),
             pages::events(&c, &endpoints, &full, &listed, NOW),
             pages::events(&c, &endpoints, &ListFilter::default(), &[], NOW),
             event::page(&c, &detail(Status::Dead, &outcomes, big), NOW),
@@ -483,6 +496,22 @@ mod tests {
         .into_iter()
         .map(|page| page.into_string())
         .collect()
+    }
+
+    /// A public path whose canary has failed `probes` times.
+    fn unreachable(probes: u32) -> PublicView {
+        let path = PublicPath::new("https://hooks.example.com");
+        for i in 0..probes {
+            path.failed(
+                NOW - 60_000 * i64::from(probes - i),
+                "dns",
+                "no such host".into(),
+            );
+        }
+        PublicView {
+            path,
+            patience: Vec::new(),
+        }
     }
 
     /// Every `<t>` phrase of `page`.

@@ -30,6 +30,7 @@ pub mod paddle;
 pub mod pagarme;
 pub mod pagarme_v5;
 pub mod pagbank;
+pub mod patience;
 pub mod plowf;
 pub mod public_url;
 pub mod relya;
@@ -55,6 +56,7 @@ use crate::dedup::DedupRule;
 use catalog::Preset;
 pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
+pub use patience::Patience;
 pub use secret::Secret;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
@@ -475,6 +477,15 @@ impl Verifier {
     /// Canonical provider name.
     pub fn provider(&self) -> &'static str {
         self.preset.name
+    }
+
+    /// How long the gateway keeps retrying a failed delivery: its documented rule, or
+    /// [`patience::Rule::Unknown`] under the provider's name.
+    pub fn patience(&self) -> Patience {
+        self.preset.patience.unwrap_or(Patience {
+            gateway: self.preset.name,
+            rule: patience::Rule::Unknown,
+        })
     }
 
     /// How many secrets are configured (for a report of what was tried).

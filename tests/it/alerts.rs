@@ -11,7 +11,7 @@ use crate::support::*;
 
 /// An alert command in `dir` that appends its stdin to `dir/alerts.jsonl` and its
 /// environment to `dir/alert-env`; while `dir/fail` exists it says why on stderr and exits 3.
-fn alert_command(dir: &Path) -> PathBuf {
+pub(crate) fn alert_command(dir: &Path) -> PathBuf {
     let path = dir.join("alert.sh");
     write_executable(
         &path,
@@ -33,7 +33,7 @@ fn alerts_table(dir: &Path, every: &str) -> String {
     )
 }
 
-fn alerts(dir: &Path) -> Vec<Value> {
+pub(crate) fn alerts(dir: &Path) -> Vec<Value> {
     std::fs::read_to_string(dir.join("alerts.jsonl"))
         .unwrap_or_default()
         .lines()
@@ -41,7 +41,7 @@ fn alerts(dir: &Path) -> Vec<Value> {
         .collect()
 }
 
-fn of_kind(dir: &Path, kind: &str) -> Vec<Value> {
+pub(crate) fn of_kind(dir: &Path, kind: &str) -> Vec<Value> {
     alerts(dir)
         .into_iter()
         .filter(|a| a["kind"] == kind)
@@ -390,6 +390,38 @@ async fn storage_errors_answered_503_alert() {
     assert!(
         alert["message"].as_str().unwrap().contains("503"),
         "{alert}"
+    );
+}
+
+#[tokio::test]
+async fn a_storage_alert_says_how_long_the_gateway_keeps_retrying() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let asaas = "\n[[endpoint]]\npath = \"/webhooks/asaas\"\nprovider = \"asaas\"\nsecret = \"tok-asaas\"\n";
+    let config = process_config(w, &alerts_table(w, "1s"), asaas);
+    let server = serve(&config, &[]).await;
+    let blocker = open_db(&w.join("portaria.db"));
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let body = br#"{"id":"evt_1","event":"PAYMENT_RECEIVED"}"#;
+    let headers = [h("asaas-access-token", "tok-asaas")];
+    let reply = post(server.addr, "/webhooks/asaas", &headers, body).await;
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(reply.status, 503);
+    eventually(Duration::from_secs(30), "the storage alert", || {
+        !of_kind(w, "storage").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "storage")[0];
+    assert_eq!(alert["endpoint"], "asaas");
+    let message = alert["message"].as_str().unwrap();
+    // One failure seen, one due on Asaas's schedule in the first seconds: 14 left.
+    assert!(
+        message.contains("Asaas pauses this queue after about 14 more failures (in about 12h "),
+        "{message}"
+    );
+    assert!(
+        message.contains("deleted 14 days after the pause"),
+        "{message}"
     );
 }
 

@@ -11,7 +11,7 @@ use prometheus_parse::{Scrape, Value};
 use crate::support::*;
 
 /// GETs `/metrics` and parses it as Prometheus does.
-async fn scrape(admin: SocketAddr) -> Scrape {
+pub(crate) async fn scrape(admin: SocketAddr) -> Scrape {
     let reply = send(admin, "GET", "/metrics", &[], b"").await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(
@@ -22,7 +22,7 @@ async fn scrape(admin: SocketAddr) -> Scrape {
 }
 
 /// The value of one series, or None if the scrape does not have it.
-fn find(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+pub(crate) fn find(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
     scrape
         .samples
         .iter()
