@@ -574,10 +574,16 @@ fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
     }
 }
 
-/// The SQLite compiled into the binary: `.cargo/config.toml` turns off what portaria never uses
-/// (full-text search, R*Trees, dbstat, SOUNDEX, extension loading).
 #[cfg(test)]
-mod build {
+mod tests {
+    use super::super::Db;
+    use super::super::fixtures::{new_event, temp_db};
+    use super::super::intake::insert_event;
+    use super::*;
+    use crate::store::{Inserted, Status};
+
+    /// The SQLite compiled into the binary: `.cargo/config.toml` turns off what portaria never
+    /// uses (full-text search, R*Trees, dbstat, SOUNDEX, extension loading).
     #[test]
     fn sqlite_is_built_without_what_portaria_does_not_use() {
         let conn = rusqlite::Connection::open_in_memory().unwrap();
@@ -611,15 +617,6 @@ mod build {
             "{options:?}"
         );
     }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::Db;
-    use super::super::fixtures::{new_event, temp_db};
-    use super::super::intake::insert_event;
-    use super::*;
-    use crate::store::{Inserted, Status};
 
     /// A file of schema `from`: a command refuses it, the server upgrades it to this version,
     /// whose status writes build no temporary b-tree (schema 8).
