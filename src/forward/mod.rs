@@ -26,15 +26,15 @@
 //! the database, with the start-up warning repeated. No event changes state because of a
 //! reload, so none is lost or delivered twice by it.
 
+mod attempt;
 pub mod command;
 pub mod http;
 pub mod pipe;
 pub mod rollup;
 
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
@@ -42,8 +42,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, Counted, LaneClaim, Order, Store, StoreError, Tried};
-use crate::time::{now_ms, unix_millis};
+use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, Store, StoreError};
+use crate::time::now_ms;
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
 /// stay `delivering` in the database, and go out again after the next start.
@@ -63,8 +63,19 @@ pub use crate::store::Delivery;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
-    /// A short error text, at most a few KiB, safe to log and store.
+    /// A short error text, at most a few KiB, safe to log and store. Retried on the schedule.
     Failed(String),
+    /// Failed in a way no retry can fix (a handler's `EX_DATAERR`, an HTTP 400): dead now,
+    /// whatever is left of the schedule.
+    Permanent(String),
+    /// Failed, and the target said when to come back (`EX_TEMPFAIL` has no time; HTTP
+    /// `Retry-After` and a pipe handler's `retry_after` do): retried after `wait` instead of
+    /// the schedule's gap, but never later than the schedule's longest step, and never past
+    /// its end.
+    RetryAfter {
+        error: String,
+        wait: Duration,
+    },
 }
 
 /// Where one route's events go.
@@ -456,7 +467,7 @@ async fn start_due(
 async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
     let mut delivery = first;
     loop {
-        let (attempt, after) = attempt(&lane, &delivery).await;
+        let (tried, after) = attempt::attempt(&lane, &delivery).await;
         let retired = lane.retired.load(Ordering::Relaxed);
         let then = (!shutdown.is_fired() && !retired).then(|| ClaimNext {
             endpoint: lane.endpoint.clone(),
@@ -473,7 +484,7 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
                 .record_attempt(
                     delivery.event_id,
                     delivery.route.clone(),
-                    attempt,
+                    tried,
                     after.clone(),
                     then.clone(),
                 )
@@ -495,205 +506,6 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         match next {
             Some(claimed) => delivery = claimed,
             None => return,
-        }
-    }
-}
-
-/// One attempt: run it, and work out what it came to and what happens next.
-async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt) {
-    let started_at = SystemTime::now();
-    let clock = Instant::now();
-    let outcome = lane.runner.deliver(delivery).await;
-    let elapsed = clock.elapsed();
-    let finished_ms = now_ms();
-
-    let after = match outcome {
-        Outcome::Delivered => AfterAttempt::Delivered,
-        // Attempt n failed: wait the n-th gap of the schedule; past its end, the event is dead.
-        Outcome::Failed(error) => match lane.retry.get(delivery.attempt as usize - 1).copied() {
-            Some(gap) => AfterAttempt::RetryAt {
-                at_ms: finished_ms + jittered(gap, delivery.event_id),
-                error,
-            },
-            None => AfterAttempt::Dead { error },
-        },
-    };
-    log_attempt(delivery, &after, elapsed);
-    lane.metrics
-        .delivery(&delivery.endpoint, &delivery.route, after.label(), elapsed);
-    let counted = match after {
-        AfterAttempt::Delivered => Counted::Delivered,
-        AfterAttempt::RetryAt { .. } | AfterAttempt::Dead { .. } => Counted::Failed,
-    };
-    lane.store.count(&delivery.endpoint, counted, now_ms());
-    let tried = Tried {
-        attempt: delivery.attempt,
-        started_at_ms: unix_millis(started_at),
-        duration_ms: elapsed.as_millis() as i64,
-    };
-    (tried, after)
-}
-
-fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
-    let error = after.error().unwrap_or("");
-    let latency_ms = elapsed.as_secs_f64() * 1000.0;
-    let (event_id, endpoint, attempt) = (d.event_id, d.endpoint.as_str(), d.attempt);
-    let route = d.route.as_str();
-    if elapsed > SLOW_DELIVERY {
-        tracing::warn!(
-            event_id,
-            endpoint,
-            attempt,
-            route,
-            latency_ms,
-            "slow delivery (over 5 s)"
-        );
-    }
-    match after {
-        AfterAttempt::Delivered => {
-            tracing::info!(
-                event_id,
-                endpoint,
-                attempt,
-                route,
-                latency_ms,
-                outcome = after.label(),
-                "delivery"
-            )
-        }
-        AfterAttempt::RetryAt { at_ms, .. } => tracing::warn!(
-            event_id,
-            endpoint,
-            attempt,
-            route,
-            latency_ms,
-            outcome = after.label(),
-            retry_in_ms = at_ms - now_ms(),
-            error,
-            "delivery"
-        ),
-        AfterAttempt::Dead { .. } => tracing::error!(
-            event_id,
-            endpoint,
-            attempt,
-            route,
-            latency_ms,
-            outcome = after.label(),
-            error,
-            "delivery failed for the last time; event is dead (replay with `portaria events replay`)"
-        ),
-    }
-}
-
-/// The gap plus or minus up to 10 %, so retries of many events spread out.
-fn jittered(gap: Duration, seed: i64) -> i64 {
-    let ms = gap.as_millis() as i64;
-    let spread = ms / 10;
-    if spread == 0 {
-        return ms;
-    }
-    let random = RandomState::new().hash_one((seed, now_ms())) as i64;
-    ms + random.rem_euclid(2 * spread + 1) - spread
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_ten_percent() {
-        for seed in 0..200 {
-            let ms = jittered(Duration::from_secs(10), seed);
-            assert!((9_000..=11_000).contains(&ms), "{ms}");
-        }
-        assert_eq!(jittered(Duration::from_millis(5), 1), 5);
-    }
-
-    /// What `f` logs, as the fmt subscriber writes it.
-    fn logged(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
-    }
-
-    #[test]
-    fn a_delivery_slower_than_five_seconds_gets_a_warning_of_its_own() {
-        let d = Delivery {
-            event_id: 7,
-            endpoint: "pagarme".into(),
-            route: "default".into(),
-            dedup_key: "k".into(),
-            event_type: None,
-            event_type_signed: false,
-            signed_id: None,
-            content_type: None,
-            received_at_ms: 0,
-            attempt: 1,
-            headers: bytes::Bytes::new(),
-            body: bytes::Bytes::new(),
-        };
-        let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, SLOW_DELIVERY * 2));
-        assert!(
-            slow.lines().any(|l| l.contains("WARN")
-                && l.contains("slow delivery")
-                && l.contains("event_id=7")),
-            "{slow}"
-        );
-        assert!(slow.contains("outcome=\"delivered\""), "{slow}");
-        let quick = logged(|| log_attempt(&d, &AfterAttempt::Delivered, Duration::from_millis(40)));
-        assert!(!quick.contains("slow delivery"), "{quick}");
-        assert!(quick.contains("outcome=\"delivered\""), "{quick}");
-        // The last failure of the schedule is an error, with the way out in it.
-        let dead = logged(|| {
-            log_attempt(
-                &d,
-                &AfterAttempt::Dead {
-                    error: "exit status 3".into(),
-                },
-                Duration::from_millis(40),
-            )
-        });
-        assert!(
-            dead.lines().any(|l| l.contains("ERROR")
-                && l.contains("outcome=\"dead\"")
-                && l.contains("events replay")),
-            "{dead}"
-        );
-    }
-
-    #[test]
-    fn every_delivery_label_has_a_series_from_the_start() {
-        for after in [
-            AfterAttempt::Delivered,
-            AfterAttempt::RetryAt {
-                at_ms: 0,
-                error: String::new(),
-            },
-            AfterAttempt::Dead {
-                error: String::new(),
-            },
-        ] {
-            assert!(
-                crate::metrics::DELIVERY_OUTCOMES.contains(&after.label()),
-                "{after:?}"
-            );
         }
     }
 }
