@@ -10,7 +10,7 @@ use std::hash::{BuildHasher, RandomState};
 use std::time::{Duration, Instant, SystemTime};
 
 use super::{Delivery, LaneShared, Outcome, SLOW_DELIVERY};
-use crate::store::{AfterAttempt, Counted, Tried};
+use crate::store::{AfterAttempt, Counted, RoutePause, StoreError, Tried};
 use crate::time::{now_ms, unix_millis};
 
 /// One attempt: run it, and work out what it came to and what happens next.
@@ -21,7 +21,20 @@ pub(super) async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, A
     let elapsed = clock.elapsed();
     let finished_ms = now_ms();
 
-    let after = after_attempt(outcome, &lane.retry, delivery, finished_ms);
+    let after = match outcome {
+        Outcome::Gone(error) => match pause_route(lane, &error, finished_ms).await {
+            // Due at once, whatever the schedule: it goes first when the route resumes.
+            Ok(()) => AfterAttempt::RetryAt {
+                at_ms: finished_ms,
+                error,
+            },
+            Err(e) => {
+                tracing::error!(endpoint = %lane.endpoint, route = %lane.route, error = %e, "cannot pause the route; the delivery is retried on its schedule");
+                after_attempt(Outcome::Failed(error), &lane.retry, delivery, finished_ms)
+            }
+        },
+        outcome => after_attempt(outcome, &lane.retry, delivery, finished_ms),
+    };
     log_attempt(delivery, &after, elapsed);
     lane.metrics
         .delivery(&delivery.endpoint, &delivery.route, after.label(), elapsed);
@@ -36,6 +49,28 @@ pub(super) async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, A
         duration_ms: elapsed.as_millis() as i64,
     };
     (tried, after)
+}
+
+/// Pauses `lane`'s route in the store, until resumed, because its target is gone; its slots
+/// claim nothing more from now on.
+async fn pause_route(lane: &LaneShared, reason: &str, now_ms: i64) -> Result<(), StoreError> {
+    let pause = RoutePause {
+        endpoint: lane.endpoint.clone(),
+        route: lane.route.clone(),
+        paused_at_ms: now_ms,
+        until_ms: None,
+        reason: Some(reason.to_string()),
+    };
+    lane.store.pause_route(pause).await?;
+    lane.paused
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    tracing::warn!(
+        endpoint = %lane.endpoint,
+        route = %lane.route,
+        reason,
+        "route paused: its target is gone; events are stored and wait (`portaria route resume`)"
+    );
+    Ok(())
 }
 
 fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
@@ -102,10 +137,12 @@ fn after_attempt(
     match (outcome, gap) {
         (Outcome::Delivered, _) => AfterAttempt::Delivered,
         (Outcome::Permanent(error), _) => AfterAttempt::Dead { error },
-        (Outcome::Failed(error) | Outcome::RetryAfter { error, .. }, None) => {
-            AfterAttempt::Dead { error }
-        }
-        (Outcome::Failed(error), Some(gap)) => AfterAttempt::RetryAt {
+        (
+            Outcome::Failed(error) | Outcome::RetryAfter { error, .. } | Outcome::Gone(error),
+            None,
+        ) => AfterAttempt::Dead { error },
+        // Gone is [`attempt`]'s to handle; here only when the route could not be paused.
+        (Outcome::Failed(error) | Outcome::Gone(error), Some(gap)) => AfterAttempt::RetryAt {
             at_ms: finished_ms + jittered(gap, delivery.event_id),
             error,
         },

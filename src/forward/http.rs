@@ -4,7 +4,7 @@
 //! This file owns the request's shape (headers, signature), the pooled keep-alive client, and
 //! the mapping from what the server did to an [`Outcome`] ([`outcome`]): any 2xx is delivered;
 //! a 4xx says the request itself is wrong, so retrying cannot help and the delivery is dead at
-//! once, except 408, 409, 425 and 429, which say "not now"; 429 and 503 may say when to come
+//! once, except 408, 409, 425 and 429, which say "not now", and 410, which pauses the route; 429 and 503 may say when to come
 //! back (`Retry-After`); anything else, including a connection error or the timeout, is a
 //! failure for the worker to retry on the schedule.
 //!
@@ -196,10 +196,10 @@ const RETRIED_4XX: [u16; 4] = [408, 409, 425, 429];
 /// by [`crate::outbound::retry_after`]); `quoted` the body's excerpt, `: …` or empty.
 fn outcome(status: u16, retry_after: Option<Duration>, quoted: &str) -> Outcome {
     match status {
-        // Slice 2 makes this pause the route: a gone URL takes no event at all.
-        410 => Outcome::Permanent(format!(
-            "HTTP 410 Gone: the target says this URL is gone for good; not retried (fix the \
-             route's url and replay){quoted}"
+        // A gone URL takes no event at all: the route pauses rather than killing each one.
+        410 => Outcome::Gone(format!(
+            "HTTP 410 Gone: the target says this URL is gone for good; route paused (fix its \
+             url, then `portaria route resume`){quoted}"
         )),
         400..=499 if !RETRIED_4XX.contains(&status) => Outcome::Permanent(format!(
             "HTTP {status}: the target refused this request, retrying cannot help; not retried{quoted}"
@@ -376,8 +376,8 @@ mod tests {
                 "{text}"
             );
         }
-        let Outcome::Permanent(gone) = outcome(410, None, "") else {
-            panic!("410 is permanent")
+        let Outcome::Gone(gone) = outcome(410, None, "") else {
+            panic!("410 is gone")
         };
         assert!(
             gone.contains("410 Gone") && gone.contains("gone for good"),

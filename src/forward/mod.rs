@@ -42,7 +42,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, Store, StoreError};
+use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, RoutePause, Store, StoreError};
 use crate::time::now_ms;
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
@@ -76,6 +76,10 @@ pub enum Outcome {
         error: String,
         wait: Duration,
     },
+    /// The target is gone for good (HTTP 410): no event of this route can be delivered until
+    /// the owner changes it, so the route is paused with this reason, and the delivery waits
+    /// (due again at once when the route is resumed).
+    Gone(String),
 }
 
 /// Where one route's events go.
@@ -125,6 +129,9 @@ struct LaneShared {
     /// Set when a reload replaced or removed this lane: its slots finish the attempt they are
     /// running and then claim nothing more.
     retired: AtomicBool,
+    /// Set while the route is paused (`portaria route pause`, read from the store each round):
+    /// as with `retired`, its slots finish their attempt and claim nothing more.
+    paused: AtomicBool,
     /// Events whose delivery here finished, for their roll-up status ([`rollup`]).
     finished: mpsc::UnboundedSender<i64>,
 }
@@ -173,6 +180,7 @@ impl Lane {
                 store: store.clone(),
                 metrics: metrics.clone(),
                 retired: AtomicBool::new(false),
+                paused: AtomicBool::new(false),
                 finished: finished.clone(),
             }),
             concurrency: forward.concurrency,
@@ -423,10 +431,21 @@ async fn start_due(
     slots: &mut JoinSet<()>,
 ) -> Result<Option<i64>, StoreError> {
     let mut wake_at: Option<i64> = None;
+    // A paused route's deliveries wait; the round after its pause runs out claims them.
+    let pauses = store.route_pauses(now_ms()).await?;
+    for lane in lanes.iter() {
+        let pause = pauses.iter().find(|p| lane.is(&p.endpoint, &p.route));
+        note_pause(&lane.shared, pause);
+        if let Some(until) = pause.and_then(|p| p.until_ms) {
+            wake_at = Some(wake_at.map_or(until, |w| w.min(until)));
+        }
+    }
     // Every lane with room, in one round trip and one commit.
-    let with_room: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].free() > 0).collect();
+    let with_room: Vec<usize> = (0..lanes.len())
+        .filter(|&i| lanes[i].free() > 0 && !lanes[i].shared.paused.load(Ordering::Relaxed))
+        .collect();
     if with_room.is_empty() {
-        return Ok(None);
+        return Ok(wake_at);
     }
     let asks = with_room
         .iter()
@@ -461,6 +480,25 @@ async fn start_due(
     Ok(wake_at)
 }
 
+/// Marks `lane` paused or not, as `pause` (the one in force for its route, if any) says, and
+/// logs the change.
+fn note_pause(lane: &LaneShared, pause: Option<&RoutePause>) {
+    let was = lane.paused.swap(pause.is_some(), Ordering::Relaxed);
+    let (endpoint, route) = (lane.endpoint.as_str(), lane.route.as_str());
+    match pause {
+        Some(p) if !was => tracing::warn!(
+            endpoint,
+            route,
+            reason = p.reason.as_deref().unwrap_or(""),
+            until = p.until_ms.map(crate::time::rfc3339).unwrap_or_default(),
+            "route paused: its events are accepted and stored, their deliveries wait \
+             (`portaria route resume`)"
+        ),
+        None if was => tracing::info!(endpoint, route, "route resumed: deliveries go on in order"),
+        _ => {}
+    }
+}
+
 /// A delivery slot: runs one attempt, records it and claims the lane's next due event in the
 /// same commit, and goes on until nothing more is due (or shutdown). A busy lane thus costs
 /// one commit per delivery and no round trip through the worker loop.
@@ -468,7 +506,7 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
     let mut delivery = first;
     loop {
         let (tried, after) = attempt::attempt(&lane, &delivery).await;
-        let retired = lane.retired.load(Ordering::Relaxed);
+        let retired = lane.retired.load(Ordering::Relaxed) || lane.paused.load(Ordering::Relaxed);
         let then = (!shutdown.is_fired() && !retired).then(|| ClaimNext {
             endpoint: lane.endpoint.clone(),
             route: lane.route.clone(),

@@ -31,6 +31,7 @@ mod oracle;
 mod ordering;
 mod outbound;
 mod partial_body;
+mod pause;
 mod pg_archive;
 mod pg_cluster;
 mod pg_intake;
