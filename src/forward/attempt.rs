@@ -64,6 +64,7 @@ async fn pause_route(lane: &LaneShared, reason: &str, now_ms: i64) -> Result<(),
     lane.store.pause_route(pause).await?;
     lane.paused
         .store(true, std::sync::atomic::Ordering::Relaxed);
+    lane.metrics.route_paused(&lane.endpoint, &lane.route, true);
     tracing::warn!(
         endpoint = %lane.endpoint,
         route = %lane.route,

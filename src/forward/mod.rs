@@ -484,6 +484,8 @@ async fn start_due(
 /// logs the change.
 fn note_pause(lane: &LaneShared, pause: Option<&RoutePause>) {
     let was = lane.paused.swap(pause.is_some(), Ordering::Relaxed);
+    lane.metrics
+        .route_paused(&lane.endpoint, &lane.route, pause.is_some());
     let (endpoint, route) = (lane.endpoint.as_str(), lane.route.as_str());
     match pause {
         Some(p) if !was => tracing::warn!(

@@ -88,6 +88,21 @@ async fn a_paused_route_stores_and_waits_across_a_restart_and_resumes_in_order()
     let server = TestServer::start_with(dir, db, &text).await;
     accept(&server, 3).await;
     let config = server.config_path();
+    let admin = server.admin.unwrap();
+    let paused = || async move {
+        let scrape = crate::observability::scrape(admin).await;
+        let labels = [("endpoint", "pagarme"), ("route", "default")];
+        crate::observability::find(&scrape, "portaria_route_paused", &labels)
+    };
+    // Set by the worker's round, which the accepted event started.
+    let deadline = std::time::Instant::now() + WAIT;
+    while paused().await != Some(1.0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/metrics never said paused"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let resumed_at = now_ms();
     let said = route(&config, &["resume", "--endpoint", "pagarme"]);
@@ -97,6 +112,7 @@ async fn a_paused_route_stores_and_waits_across_a_restart_and_resumes_in_order()
     })
     .await;
     assert_eq!(calls(work.path()), [1, 2, 3], "in arrival order");
+    assert_eq!(paused().await, Some(0.0), "/metrics says resumed");
     // None went out while the route was paused.
     for (id, at) in finished(&server) {
         let at = at.unwrap();
