@@ -1,9 +1,19 @@
-//! The request pipeline, in the order of the mission: route, check the method, the client
-//! address (`allow_ips`) and the client certificate (`require_client_cert`), limit the body, verify the signature on the raw bytes, derive the
-//! dedup key, store durably, and only then answer.
+//! The request pipeline, in the order of the mission, each step with its answer: [`route`]
+//! (the path exactly as sent, undecoded: 404), the method (405), the client address
+//! (`client_ip`) against `allow_ips` and the verified client certificate against
+//! `require_client_cert`/`client_cert_subject` (403), a declared `Content-Length` over the
+//! limit (413, before reading), the body (`body`: 413, 408, 503), the signature on the raw
+//! bytes (`verify`: 401; 400 for a body that contradicts what is signed; a provider checking
+//! the URL gets its preset's reply and nothing is stored), the dedup key (400 when it cannot be
+//! derived), the event type and object id (`describe`: never a reason to refuse), the routes
+//! that take the type (`Endpoint::deliveries_for`), the insert (503 if the store did not take
+//! it within [`STORE_DEADLINE`], or its commit failed), and only then 200.
 //!
 //! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
 //! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
+//! Each request logs one line (`flood` sums up the rejections anyone can cause) and is counted
+//! in `Metrics`; an accepted or duplicate one goes into the endpoint's duplicate window too.
+//! Credential headers (`Authorization`, a preset's own) are stored as `[redacted]`.
 //!
 //! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
