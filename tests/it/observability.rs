@@ -181,38 +181,30 @@ async fn metrics_count_every_request_by_endpoint_and_outcome() {
 }
 
 fn forwarding_config(db: &std::path::Path) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/pagarme"
-provider = "pagarme"
-secret = "{PAGARME_SECRET}"
-forward = {{ command = ["/bin/sh", "-c", "cat >/dev/null"] }}
-
-[[endpoint]]
-path = "/webhooks/github"
-provider = "github"
-secret = "{GITHUB_SECRET}"
-forward = {{ command = ["/bin/sh", "-c", "cat >/dev/null; while [ -e '{hold}' ]; do sleep 0.05; done; exit 3"] }}
-retry = ["50ms"]
-
-[[endpoint]]
-path = "/webhooks/stripe"
-provider = "stripe"
-secret = "{STRIPE_SECRET}"
-forward = {{ command = ["/bin/sh", "-c", "cat >/dev/null; exit 3"] }}
-retry = ["1h"]
-"#,
-        db = db.display(),
-        hold = github_hold(db).display(),
-    )
+    let hold = github_hold(db);
+    sqlite_config(db)
+        .pagarme("forward = { command = [\"/bin/sh\", \"-c\", \"cat >/dev/null\"] }")
+        .endpoint(
+            "/webhooks/github",
+            "github",
+            &format!(
+                "secret = \"{GITHUB_SECRET}\"\n\
+                 forward = {{ command = [\"/bin/sh\", \"-c\", \"cat >/dev/null; \
+                 while [ -e '{}' ]; do sleep 0.05; done; exit 3\"] }}\n\
+                 retry = [\"50ms\"]",
+                hold.display()
+            ),
+        )
+        .endpoint(
+            "/webhooks/stripe",
+            "stripe",
+            &format!(
+                "secret = \"{STRIPE_SECRET}\"\n\
+                 forward = {{ command = [\"/bin/sh\", \"-c\", \"cat >/dev/null; exit 3\"] }}\n\
+                 retry = [\"1h\"]"
+            ),
+        )
+        .text()
 }
 
 /// While this file exists, github's deliveries hang (then fail as before once it is gone).
