@@ -3,7 +3,8 @@
 //! written beside the database. While full: webhooks get 503 with `Retry-After`, `/readyz`
 //! says 503, the worker and the pruner stay alive without spinning (CPU time measured), and
 //! nothing half-written is left. Once the file system is grown, intake and readiness come back
-//! by themselves, and every event accepted is delivered.
+//! by themselves, and every event accepted is delivered. Where the tmpfs cannot be mounted
+//! the test is skipped, unless `PORTARIA_REQUIRE_TMPFS=1` (CI), where it fails.
 
 use std::io::Write;
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::faults::{
     age_rows, assert_recovered_whole, big_body, config, cpu_time, gated_recorder, readyz,
-    tmpfs_or_skip,
+    tmpfs_or_skip, tmpfs_or_skip_unless,
 };
 use crate::support::*;
 
@@ -133,4 +134,26 @@ async fn a_full_disk_gets_503_and_not_ready_then_recovers_by_itself_when_space_r
 
     assert_recovered_whole(process, &flag, &out, &db, body, &refused).await;
     drop(fs);
+}
+
+/// A tmpfs that cannot be mounted (its mount point would be under a file) fails the test
+/// where it is required, and skips it elsewhere.
+#[test]
+fn a_tmpfs_that_cannot_be_mounted_fails_where_required_and_skips_elsewhere() {
+    let work = tempfile::tempdir().unwrap();
+    let file = work.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    assert!(tmpfs_or_skip_unless(false, &file, "4m", "unmountable").is_none());
+    let required = std::panic::catch_unwind(|| {
+        tmpfs_or_skip_unless(true, &file, "4m", "unmountable");
+    });
+    let message = required.expect_err("a required tmpfs that cannot be mounted fails");
+    let message = message
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("unmountable: ") && message.contains("PORTARIA_REQUIRE_TMPFS=1"),
+        "{message}"
+    );
 }

@@ -69,11 +69,22 @@ impl Drop for Tmpfs {
     }
 }
 
-/// Mounts a tmpfs under `dir`, or prints why this test is skipped and returns None.
+/// Mounts a tmpfs under `dir`, or prints why this test is skipped and returns None. With
+/// `PORTARIA_REQUIRE_TMPFS=1` (CI, which runs as root), not being able to is a failure.
 pub fn tmpfs_or_skip(dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
+    let required = std::env::var_os("PORTARIA_REQUIRE_TMPFS").is_some_and(|v| v == "1");
+    tmpfs_or_skip_unless(required, dir, size, test)
+}
+
+/// [`tmpfs_or_skip`], told whether the tmpfs is required.
+pub fn tmpfs_or_skip_unless(required: bool, dir: &Path, size: &str, test: &str) -> Option<Tmpfs> {
     match Tmpfs::mount(&dir.join("fs"), size) {
         Ok(fs) => Some(fs),
         Err(why) => {
+            assert!(
+                !required,
+                "{test}: {why}, and PORTARIA_REQUIRE_TMPFS=1 says it must run"
+            );
             eprintln!("SKIPPED {test}: {why} (run as root, as CI does, to test this)");
             None
         }
