@@ -1,19 +1,16 @@
-//! The request pipeline, in the order of the mission, each step with its answer: [`route`]
-//! (the path exactly as sent, undecoded: 404), the method (405), the client address
-//! (`client_ip`) against `allow_ips` and the verified client certificate against
-//! `require_client_cert`/`client_cert_subject` (403), a declared `Content-Length` over the
-//! limit (413, before reading), the body (`body`: 413, 408, 503), the signature on the raw
-//! bytes (`verify`: 401; 400 for a body that contradicts what is signed; a provider checking
-//! the URL gets its preset's reply and nothing is stored), the dedup key (400 when it cannot be
-//! derived), the event type and object id (`describe`: never a reason to refuse), the routes
-//! that take the type (`Endpoint::deliveries_for`), the insert (503 if the store did not take
-//! it within [`STORE_DEADLINE`], or its commit failed), and only then 200.
+//! The request pipeline, each step with its answer: the canary's probe first (`canary`), then
+//! [`route`] (the path exactly as sent: 404), the method (405), the client address against
+//! `allow_ips` and the client certificate against `require_client_cert` (403), the body
+//! (`body`: 413, 408, 503), the signature on the raw bytes (`verify`: 401; 400 for a body that
+//! contradicts what is signed; a provider's URL check answered, nothing stored), the dedup key
+//! (400), the event type and object id (`describe`, never a reason to refuse), the routes that
+//! take the type (`Endpoint::deliveries_for`), the insert (503 past [`STORE_DEADLINE`] or on a
+//! failed commit), and only then 200.
 //!
-//! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
-//! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
-//! Each request logs one line (`flood` sums up the rejections anyone can cause) and is counted
-//! in `Metrics`; an accepted or duplicate one goes into the endpoint's duplicate window too.
-//! Credential headers (`Authorization`, a preset's own) are stored as `[redacted]`.
+//! Every way a request can end is an [`Outcome`]; [`Outcome::response`] is the one place that
+//! turns outcomes into HTTP answers. The handler never forwards: it wakes the worker. Each
+//! request logs one line (`flood` sums up what anyone can cause) and is counted in `Metrics`
+//! (and the duplicate window). Credential headers are stored as `[redacted]`.
 //!
 //! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
@@ -31,6 +28,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 mod body;
+mod canary;
 mod describe;
 mod flood;
 
@@ -39,6 +37,7 @@ pub use describe::{Described, describe};
 
 use body::BodyLimits;
 
+use crate::canary::ProbeKey;
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
@@ -67,6 +66,8 @@ pub struct Intake {
     rejections: Arc<flood::Rejections>,
     /// The body bytes buffered across all requests (`body_budget_bytes`).
     budget: Budget,
+    /// The canary's key, when it runs: its probes are answered at `CANARY_PATH` (`canary`).
+    canary: Option<Arc<ProbeKey>>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -272,6 +273,7 @@ impl Intake {
                 crate::fault::log_summary_every().unwrap_or(flood::SUMMARY_EVERY),
             ),
             budget: Budget::new(server.body_budget_bytes),
+            canary: None,
         }
     }
 
@@ -301,6 +303,9 @@ impl Intake {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
+        if let Some(response) = self.canary_probe(&req, routes.body.max_bytes, client) {
+            return response;
+        }
         let endpoint = route(&routes.endpoints, req.uri()).cloned();
         let (outcome, meta) = match &endpoint {
             Some(endpoint) => {

@@ -18,6 +18,9 @@
 //! - [`admin`]: `/healthz`, `/readyz` and `/metrics` on a second, loopback listener.
 //! - [`status`]: the status page on the admin listener: what came in, what failed, replay.
 //! - [`alerts`]: tells the owner when events go dead or something else needs them.
+//! - [`canary`]: probes the public path through the tunnel, signed, every `canary_every`.
+//! - [`outbound`]: the HTTPS client portaria calls out with (the canary's).
+//! - [`public_path`]: what the canary's probes saw, for the alerts and the status page.
 //! - [`shutdown`]: the one cancellation signal every task listens to.
 //! - [`hardening`]: `serve`'s process closed to the programs it runs.
 //! - [`panics`]: any panic ends `serve`, naming the task, for systemd to restart it.
@@ -35,6 +38,7 @@
 pub mod admin;
 pub mod alerts;
 pub mod archive;
+pub mod canary;
 pub mod cli;
 pub mod client_ip;
 pub mod config;
@@ -50,8 +54,10 @@ pub mod logline;
 pub mod logwriter;
 pub mod metrics;
 pub mod notify;
+pub mod outbound;
 pub mod panics;
 pub mod prune;
+pub mod public_path;
 pub mod server;
 pub mod shutdown;
 pub mod status;

@@ -23,6 +23,11 @@
 //! store closes. Thresholds: duplicates past 5 %, storage errors answered 503, deliveries
 //! taking over 5 s (`metrics::SLOW_DELIVERY`, asserted at compile time to equal the worker's).
 //!
+//! With the canary running, each tick also reads the [`PublicPath`]: failed probes are
+//! `unreachable`, their return after one was announced `reachable`. A `storage` or
+//! `unreachable` alert says how much of each gateway's patience is left
+//! ([`Patience::outlook`], from when the failures began).
+//!
 //! The kinds and what one alert says: `kinds`.
 
 mod kinds;
@@ -37,8 +42,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, timeout};
 
-use crate::config::{self, Endpoint};
+use crate::config::{self, Endpoint, Patience};
 use crate::metrics::Metrics;
+use crate::public_path::PublicPath;
 use crate::shutdown::Shutdown;
 use crate::store::{Store, StoreError};
 use crate::time::now_ms;
@@ -79,12 +85,14 @@ pub struct Alerts {
 impl Alerts {
     /// Starts the task. `hidden_env`: the variables the alert command must not see.
     /// `alert_every`, the command, the URL and each endpoint's `quiet_after` are fixed at start.
+    /// `public_path`: the canary's record, when it runs.
     pub fn start(
         config: &config::Alerts,
         endpoints: &[Arc<Endpoint>],
         hidden_env: Vec<String>,
         store: Store,
         metrics: Arc<Metrics>,
+        public_path: Option<PublicPath>,
         shutdown: Shutdown,
     ) -> Alerts {
         let quiet_after: HashMap<String, Duration> = endpoints
@@ -96,6 +104,11 @@ impl Alerts {
             book: Book::new(config.every),
             watch: Watch::new(quiet_after.clone(), Vec::new(), now_ms()),
             quiet_after,
+            patience: endpoints
+                .iter()
+                .map(|e| (e.name.clone(), e.verifier.patience()))
+                .collect(),
+            public_path,
             sink: Sink::new(config, hidden_env),
             store,
             metrics,
@@ -154,6 +167,9 @@ struct Task {
     book: Book,
     watch: Watch,
     quiet_after: HashMap<String, Duration>,
+    /// Each endpoint's gateway's give-up rule, in the config's order.
+    patience: Vec<(String, Patience)>,
+    public_path: Option<PublicPath>,
     sink: Sink,
     store: Store,
     metrics: Arc<Metrics>,
@@ -173,6 +189,10 @@ impl Task {
         }
         let now = now_ms();
         self.watch.fold(&self.metrics.facts(), &mut self.book, now);
+        if let Some(path) = &self.public_path {
+            self.watch
+                .fold_path(&path.seen(), path.url(), &mut self.book);
+        }
         if let Some(cursor) = self.cursor {
             match timeout(STORE_BOUND, self.store.dead_after(cursor)).await {
                 Ok(Ok(batch)) => {
@@ -240,6 +260,7 @@ impl Task {
                 quiet_after,
                 now,
             );
+            let alert = self.with_outlook(alert, due.kind, &due.endpoint, now);
             match self.sink.send(&alert.to_json()).await {
                 Ok(()) => {
                     tracing::info!(
@@ -262,6 +283,36 @@ impl Task {
                 }
             }
         }
+    }
+
+    /// A `storage` alert with how much of its gateway's patience is left, an `unreachable`
+    /// one with the probe's cause and every endpoint's gateway's.
+    fn with_outlook(&self, mut alert: Alert, kind: Kind, endpoint: &str, now: i64) -> Alert {
+        match kind {
+            Kind::Storage => {
+                let patience = self.patience.iter().find(|(name, _)| name == endpoint);
+                if let (Some((_, patience)), Some((since, failures))) =
+                    (patience, self.watch.storage_run(endpoint))
+                {
+                    alert = alert.and(&patience.outlook(since, now, Some(failures)));
+                }
+            }
+            Kind::Unreachable => {
+                let failing = self.public_path.as_ref().and_then(|p| p.seen().failing);
+                if let Some(run) = &failing {
+                    alert.cause = Some(run.cause);
+                    alert = alert.and(&format!("Last cause ({}): {}.", run.cause, run.detail));
+                }
+                if let Some(since) = self.watch.path_down_since() {
+                    for (name, patience) in &self.patience {
+                        let outlook = patience.outlook(since, now, None);
+                        alert = alert.and(&format!("Endpoint {name}: {outlook}"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        alert
     }
 
     /// Saves what changed (clocks, summaries and the cursor, in one transaction), as delivery

@@ -21,10 +21,11 @@
 //! checks that turn it into the model in `validate` (`Validator`), and the TOML error
 //! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
 //! `secrets`, `public_keys`, `dedup_window`, `real_ip` and `ip_range`, `memory`, `tls`,
-//! `database` and `database_tls`, `alerts`, `status`, `environment`, `readiness`. A
+//! `database` and `database_tls`, `canary`, `alerts`, `status`, `environment`, `readiness`. A
 //! `secret_file` may name a systemd credential (`credential:NAME`): `credentials`.
 
 mod alerts;
+mod canary;
 mod credentials;
 mod database;
 mod database_tls;
@@ -50,9 +51,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dedup::DedupRule;
+/// A gateway's give-up rule, as the alerts task reads it from an endpoint's verifier.
+pub use crate::verify::Patience;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
+pub use canary::{CANARY_PATH, Canary, DEFAULT_CANARY_EVERY};
 /// The variable systemd names the service's credentials directory by (`credential:NAME`).
 pub use credentials::VARIABLE as CREDENTIALS_DIRECTORY;
 pub use database::DatabaseUrl;
@@ -224,6 +228,8 @@ pub struct Server {
     pub real_ip: Option<RealIp>,
     /// HTTPS on the webhook listener (`[server] tls`); None: plain HTTP (behind a tunnel).
     pub tls: Option<Tls>,
+    /// The canary through the tunnel (`public_url`); None: no public URL, or the canary off.
+    pub canary: Option<Canary>,
 }
 
 #[derive(Debug, Clone)]
@@ -460,6 +466,7 @@ impl Config {
         if let Some(argv) = alerts.as_ref().and_then(|a| a.command.as_ref()) {
             v.program_ready("alerts.command", argv);
         }
+        v.check_canary_path(&endpoints);
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,

@@ -50,7 +50,8 @@ impl Validator<'_> {
         self.problems.push(msg.into());
     }
 
-    pub(super) fn server(&mut self, raw: RawServer) -> Option<Server> {
+    pub(super) fn server(&mut self, mut raw: RawServer) -> Option<Server> {
+        let canary = self.canary(&mut raw);
         let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
         let listen = match listen.parse() {
             Ok(addr) => addr,
@@ -95,6 +96,7 @@ impl Validator<'_> {
             memory,
             real_ip,
             tls,
+            canary,
         })
     }
 

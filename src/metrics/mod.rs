@@ -6,7 +6,8 @@
 //! fixed by the configuration. All series exist from the start, at zero, so `rate()` sees the
 //! first increment: one `prometheus-client` `Registry`, filled from the [`Series`] (endpoint
 //! name, its route names) the server lists. Intake calls [`Metrics::request`], the worker
-//! [`Metrics::delivery`], `/metrics` [`Metrics::render`], the alerts task `Metrics::facts`.
+//! [`Metrics::delivery`], the canary `canary_probe` (its series only when it runs), `/metrics`
+//! [`Metrics::render`], the alerts task `Metrics::facts`.
 //!
 //! Counters and histograms move as things happen. The queue gauges (pending, age of the oldest
 //! pending event, dead) are read from the database at scrape time
@@ -30,8 +31,10 @@ use prometheus_client::registry::Registry;
 
 use crate::store::QueueStats;
 
+mod canary;
 mod duplicate_window;
 mod facts;
+pub use canary::PROBE_OK;
 pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
 pub use facts::EndpointFacts;
 
@@ -149,6 +152,8 @@ pub struct Metrics {
     /// Gauges are set from one scrape's snapshot and then encoded; two scrapes must not
     /// interleave.
     scrape: Mutex<()>,
+    /// The canary's series, when it runs (`canary`).
+    canary: Option<canary::CanarySeries>,
 }
 
 /// The families of the per-endpoint counters and histograms.
@@ -276,6 +281,7 @@ impl Metrics {
             dead,
             started: Instant::now(),
             scrape: Mutex::new(()),
+            canary: None,
         };
         metrics.configure(endpoints);
         metrics

@@ -8,15 +8,18 @@
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::public::PublicView;
 use super::{Answer, StatusPage, filter, respond};
 use crate::store::{Overview, detail_json, summary_json};
 use crate::time::{now_ms, rfc3339};
 
-/// What turns the page's banner red: any dead event, or a pending one waiting too long.
+/// What turns the page's banner red: any dead event, a pending one waiting too long, or the
+/// canary's probes failing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Alert {
     pub dead: u64,
     pub oldest_pending_age_ms: Option<i64>,
+    pub unreachable: bool,
 }
 
 impl Alert {
@@ -29,7 +32,14 @@ impl Alert {
                 .filter_map(|e| e.oldest_pending_ms)
                 .min()
                 .map(|t| (now_ms - t).max(0)),
+            unreachable: false,
         }
+    }
+
+    /// The same, with the public path's state when the canary runs.
+    pub fn with(mut self, public: Option<&PublicView>) -> Alert {
+        self.unreachable = public.is_some_and(|p| p.failing().is_some());
+        self
     }
 
     pub fn pending_too_long(&self) -> bool {
@@ -38,7 +48,7 @@ impl Alert {
     }
 
     pub fn is_red(&self) -> bool {
-        self.dead > 0 || self.pending_too_long()
+        self.dead > 0 || self.pending_too_long() || self.unreachable
     }
 }
 
@@ -52,7 +62,7 @@ pub async fn stats(page: &StatusPage) -> Answer {
         Ok(Err(e)) => return super::unavailable(&e.to_string()),
         Err(_) => return super::unavailable("the database did not answer within 5 s"),
     };
-    let alert = Alert::of(&overview, now);
+    let alert = Alert::of(&overview, now).with(page.public.as_ref());
     let hours: Vec<Value> = overview
         .hours
         .iter()
@@ -81,7 +91,9 @@ pub async fn stats(page: &StatusPage) -> Answer {
             "dead": alert.dead,
             "oldest_pending_age_ms": alert.oldest_pending_age_ms,
             "pending_alert_after_ms": super::PENDING_ALERT_MS,
+            "unreachable": alert.unreachable,
         },
+        "public_path": page.public.as_ref().map(|p| p.json(now)),
         "endpoints": endpoints,
         "hours": hours,
     }))

@@ -11,6 +11,7 @@ use std::fmt;
 use http::HeaderName;
 
 use super::hmac_scheme::HmacScheme;
+use super::patience::{Patience, Rule};
 use super::{
     Checked, DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas,
     cielo, discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
@@ -391,6 +392,8 @@ pub(super) struct Preset {
     /// For a scheme that verifies with the sender's public key, the setting that holds it (the
     /// endpoint's credential; a shared secret is refused). None: a shared secret is required.
     pub public_key_setting: Option<&'static str>,
+    /// How long the gateway keeps retrying a failed delivery, where its docs say (`patience`).
+    pub patience: Option<Patience>,
 }
 
 impl Preset {
@@ -406,7 +409,14 @@ impl Preset {
             ack: None,
             signs_public_url: false,
             public_key_setting: None,
+            patience: None,
         }
+    }
+
+    /// The gateway's give-up rule, `gateway` its name as the owner knows it.
+    pub(super) fn patience(mut self, gateway: &'static str, rule: Rule) -> Self {
+        self.patience = Some(Patience { gateway, rule });
+        self
     }
 
     pub(super) fn event_type_header(mut self, name: &'static str) -> Self {

@@ -1,8 +1,8 @@
 //! Signature verification: one file per provider, the catalog of their names (`catalog.rs`),
 //! and the [`Verifier`] in front of them. The generic pieces the providers' files build on:
 //! `secret` (the key bytes and their keyed HMAC states), `hmac_scheme`, `credential` (static
-//! credentials), `keyed_list` (a `t=..,v1=..` header) and `public_url` (Twilio's and Square's
-//! signed URL).
+//! credentials), `keyed_list` (a `t=..,v1=..` header), `public_url` (Twilio's and Square's
+//! signed URL) and `patience` (a gateway's documented give-up rule, which its preset carries).
 //!
 //! A verifier is a pure function of (secrets, request, now). It runs on the raw bytes before
 //! anything parses them, compares decoded MAC bytes (or credentials) in constant time, and
@@ -38,6 +38,7 @@ pub mod paddle;
 pub mod pagarme;
 pub mod pagarme_v5;
 pub mod pagbank;
+pub mod patience;
 pub mod plowf;
 pub mod public_url;
 pub mod relya;
@@ -63,6 +64,7 @@ use crate::dedup::DedupRule;
 use catalog::Preset;
 pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
+pub use patience::Patience;
 pub use secret::Secret;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
@@ -483,6 +485,15 @@ impl Verifier {
     /// Canonical provider name.
     pub fn provider(&self) -> &'static str {
         self.preset.name
+    }
+
+    /// How long the gateway keeps retrying a failed delivery: its documented rule, or
+    /// [`patience::Rule::Unknown`] under the provider's name.
+    pub fn patience(&self) -> Patience {
+        self.preset.patience.unwrap_or(Patience {
+            gateway: self.preset.name,
+            rule: patience::Rule::Unknown,
+        })
     }
 
     /// How many secrets are configured (for a report of what was tried).

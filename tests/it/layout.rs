@@ -111,6 +111,8 @@ fn the_dependency_rules_hold() {
         "logescape",
         "hardening",
         "suggest",
+        "public_path",
+        "outbound",
     ] {
         only(leaf, &[]);
     }
@@ -125,7 +127,10 @@ fn the_dependency_rules_hold() {
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify", "suggest"]);
     // The status page reads and replays through the store's handle, nothing of the pipeline.
-    only("status", &["store", "time", "verify", "digest"]);
+    only(
+        "status",
+        &["store", "time", "verify", "digest", "public_path"],
+    );
     assert!(
         !deps("ingest").contains("forward"),
         "ingest imports forward"
@@ -137,8 +142,39 @@ fn the_dependency_rules_hold() {
     // The alerts task reads facts (metrics, store) and tells the owner; it starts nothing else.
     only(
         "alerts",
-        &["config", "store", "metrics", "time", "shutdown", "panics"],
+        &[
+            "config",
+            "store",
+            "metrics",
+            "time",
+            "shutdown",
+            "panics",
+            "public_path",
+        ],
     );
+    // The canary calls out and records; only the server starts it, and intake answers its
+    // probes with its key.
+    only(
+        "canary",
+        &[
+            "config",
+            "outbound",
+            "metrics",
+            "public_path",
+            "shutdown",
+            "panics",
+            "time",
+            "digest",
+        ],
+    );
+    for (m, d) in &graph {
+        if d.contains("canary") {
+            assert!(
+                ["server", "ingest"].contains(&m.as_str()),
+                "{m} imports canary: only server starts it, and ingest answers its probes"
+            );
+        }
+    }
     for (m, d) in &graph {
         if d.contains("alerts") {
             assert_eq!(m, "server", "{m} imports alerts: only server starts it");

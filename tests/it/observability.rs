@@ -2,40 +2,12 @@
 //! `/readyz` against a really locked database, `admin_listen = "off"`, and a busy admin port
 //! stopping the real binary before it opens anything.
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Scrape, Value};
 
 use crate::support::*;
-
-/// GETs `/metrics` and parses it as Prometheus does.
-async fn scrape(admin: SocketAddr) -> Scrape {
-    let reply = send(admin, "GET", "/metrics", &[], b"").await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(
-        reply.headers["content-type"],
-        "text/plain; version=0.0.4; charset=utf-8"
-    );
-    Scrape::parse(reply.body.lines().map(|l| Ok(l.to_string()))).expect("valid exposition text")
-}
-
-/// The value of one series, or None if the scrape does not have it.
-fn find(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    scrape
-        .samples
-        .iter()
-        .find(|s| {
-            s.metric == metric
-                && s.labels.len() == labels.len()
-                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-        })
-        .map(|s| match s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
-            ref other => panic!("{metric} is not a single value: {other:?}"),
-        })
-}
 
 fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
     find(scrape, metric, labels).unwrap_or_else(|| panic!("no {metric} {labels:?}"))

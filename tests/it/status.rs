@@ -12,12 +12,6 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(15);
 const TOKEN: &str = "correct-horse-battery-staple";
 
-async fn form(admin: SocketAddr, path: &str, headers: &[(String, String)], body: &str) -> Reply {
-    let mut headers = headers.to_vec();
-    headers.push(h("content-type", "application/x-www-form-urlencoded"));
-    send(admin, "POST", path, &headers, body.as_bytes()).await
-}
-
 /// The status of `GET /api/events` sent with exactly this `Host`.
 async fn raw_status(admin: SocketAddr, host: &str) -> u16 {
     raw_get(admin, "/api/events", host, "").await
@@ -409,25 +403,6 @@ async fn with_a_token_the_page_needs_a_login_and_a_wrong_token_is_refused() {
     server.stop().await;
 }
 
-/// Sends one pagarme webhook and waits until the worker has made it dead.
-async fn a_dead_event(server: &TestServer) -> i64 {
-    let reply = post_pagarme(server.addr, &payment_body(1)).await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    eventually(WAIT, "the event dead", || {
-        server
-            .db()
-            .query_row(
-                "SELECT count(*) FROM deliveries WHERE status = 'dead'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            == 1
-    })
-    .await;
-    server.one("SELECT id FROM events")
-}
-
 fn status_and_attempts(server: &TestServer, id: i64) -> (String, i64) {
     server
         .db()
@@ -570,7 +545,7 @@ async fn replay_all_dead_of_an_endpoint() {
     let id = a_dead_event(&server).await;
     let page = get(admin, "/", &[]).await;
     assert!(
-        page.body.contains("Replay all 1 dead of pagarme"),
+        page.body.contains("Replay all 1 dead event of pagarme"),
         "{}",
         page.body
     );

@@ -582,6 +582,42 @@ mod tests {
     use super::*;
     use crate::store::{Inserted, Status};
 
+    /// The SQLite compiled into the binary: `.cargo/config.toml` turns off what portaria never
+    /// uses (full-text search, R*Trees, dbstat, SOUNDEX, extension loading).
+    #[test]
+    fn sqlite_is_built_without_what_portaria_does_not_use() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for off in [
+            "ENABLE_FTS3",
+            "ENABLE_FTS5",
+            "ENABLE_RTREE",
+            "ENABLE_DBSTAT_VTAB",
+            "SOUNDEX",
+            "ENABLE_LOAD_EXTENSION",
+        ] {
+            assert!(
+                !options.iter().any(|o| o.starts_with(off)),
+                "{off} in {options:?}"
+            );
+        }
+        assert!(
+            options.iter().any(|o| o == "OMIT_LOAD_EXTENSION"),
+            "{options:?}"
+        );
+        // What portaria does use is still there.
+        assert!(
+            options.iter().any(|o| o.starts_with("THREADSAFE=1")),
+            "{options:?}"
+        );
+    }
+
     /// A file of schema `from`: a command refuses it, the server upgrades it to this version,
     /// whose status writes build no temporary b-tree (schema 8).
     fn upgraded(path: &Path, from: i64) -> Db {

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
+use prometheus_parse::{Scrape, Value};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::signing::pagarme_headers;
+use super::signing::{h, pagarme_headers};
 
 /// A reply, read in full.
 #[derive(Debug)]
@@ -154,4 +155,43 @@ impl Target {
 /// The pagarme endpoint forwards to `target`, one retry 100 ms after the first attempt.
 pub fn forward_to(target: SocketAddr) -> String {
     format!("forward = {{ url = \"http://{target}/in\", timeout_secs = 2 }}\nretry = [\"100ms\"]\n")
+}
+
+/// POSTs a form (`application/x-www-form-urlencoded`).
+pub async fn form(
+    admin: SocketAddr,
+    path: &str,
+    headers: &[(String, String)],
+    body: &str,
+) -> Reply {
+    let mut headers = headers.to_vec();
+    headers.push(h("content-type", "application/x-www-form-urlencoded"));
+    send(admin, "POST", path, &headers, body.as_bytes()).await
+}
+
+/// GETs `/metrics` and parses it as Prometheus does.
+pub async fn scrape(admin: SocketAddr) -> Scrape {
+    let reply = send(admin, "GET", "/metrics", &[], b"").await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        reply.headers["content-type"],
+        "text/plain; version=0.0.4; charset=utf-8"
+    );
+    Scrape::parse(reply.body.lines().map(|l| Ok(l.to_string()))).expect("valid exposition text")
+}
+
+/// The value of one series, or None if the scrape does not have it.
+pub fn find(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == metric
+                && s.labels.len() == labels.len()
+                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+        })
+        .map(|s| match s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
+            ref other => panic!("{metric} is not a single value: {other:?}"),
+        })
 }

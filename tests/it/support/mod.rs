@@ -7,7 +7,8 @@
 //! `use crate::support::*`. The rest is named where it is used: a throwaway PostgreSQL
 //! (`pg_cluster`) and what the PostgreSQL tests share (`postgres`), the providers' own
 //! libraries as oracles (`oracle`), storage that fails on purpose (`faults`: a tmpfs to fill;
-//! `refusing_fs`: a FUSE mount that turns read-only), and a small random generator (`rng`).
+//! `refusing_fs`: a FUSE mount that turns read-only), HTTPS on loopback and a tunnel in front
+//! of portaria (`tunnel`), and a small random generator (`rng`).
 //!
 //! No test file is a helper library for another: what two files share lives here.
 
@@ -24,6 +25,7 @@ pub mod refusing_fs;
 pub mod rng;
 pub mod server;
 pub mod signing;
+pub mod tunnel;
 
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+use serde_json::Value;
+
 /// A recorded line: `<event id> <attempt>` (read back with [`event_attempts`]).
 pub const EVENT_ATTEMPT: &str = "$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT";
 
@@ -81,5 +83,38 @@ pub fn route_attempts(dir: &Path) -> Vec<(i64, String, u32)> {
                 parts.next().unwrap().parse().unwrap(),
             )
         })
+        .collect()
+}
+
+/// An alert command in `dir` that appends its stdin to `dir/alerts.jsonl` and its
+/// environment to `dir/alert-env`; while `dir/fail` exists it says why on stderr and exits 3.
+pub fn alert_command(dir: &Path) -> PathBuf {
+    let path = dir.join("alert.sh");
+    write_executable(
+        &path,
+        format!(
+            "#!/bin/sh\nD='{}'\n\
+             if [ -e \"$D/fail\" ]; then echo 'the alert service said no' >&2; exit 3; fi\n\
+             cat >> \"$D/alerts.jsonl\"\nenv > \"$D/alert-env\"\n",
+            dir.display()
+        ),
+    );
+    path
+}
+
+/// The alerts the alert command recorded, in order.
+pub fn alerts(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("alerts.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each alert is one JSON line"))
+        .collect()
+}
+
+/// Those of `kind`.
+pub fn of_kind(dir: &Path, kind: &str) -> Vec<Value> {
+    alerts(dir)
+        .into_iter()
+        .filter(|a| a["kind"] == kind)
         .collect()
 }

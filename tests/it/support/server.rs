@@ -14,8 +14,9 @@ use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::oneshot;
 
-use super::http::send;
-use super::signing::{GITHUB_SECRET, PAGARME_SECRET, RELYA_SECRET, STRIPE_SECRET};
+use super::eventually;
+use super::http::{post_pagarme, send};
+use super::signing::{GITHUB_SECRET, PAGARME_SECRET, RELYA_SECRET, STRIPE_SECRET, payment_body};
 
 /// A config with one endpoint per kind the contract tests need. `{extra}` lets a test add
 /// keys to the pagarme endpoint (a forward target, say). The admin listener takes any free
@@ -330,4 +331,23 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Sends one pagarme webhook and waits until the worker has made it dead.
+pub async fn a_dead_event(server: &TestServer) -> i64 {
+    let reply = post_pagarme(server.addr, &payment_body(1)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    eventually(Duration::from_secs(15), "the event dead", || {
+        server
+            .db()
+            .query_row(
+                "SELECT count(*) FROM deliveries WHERE status = 'dead'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    })
+    .await;
+    server.one("SELECT id FROM events")
 }
