@@ -1,9 +1,16 @@
-//! The request pipeline, in the order of the mission: route, check the method, the client
-//! address (`allow_ips`) and the client certificate (`require_client_cert`), limit the body, verify the signature on the raw bytes, derive the
-//! dedup key, store durably, and only then answer.
+//! The request pipeline, each step with its answer: the canary's probe first (`canary`), then
+//! [`route`] (the path exactly as sent: 404), the method (405), the client address against
+//! `allow_ips` and the client certificate against `require_client_cert` (403), the body
+//! (`body`: 413, 408, 503), the signature on the raw bytes (`verify`: 401; 400 for a body that
+//! contradicts what is signed; a provider's URL check answered, nothing stored), the dedup key
+//! (400), the event type and object id (`describe`, never a reason to refuse), the routes that
+//! take the type (`Endpoint::deliveries_for`), the insert (503 past [`STORE_DEADLINE`] or on a
+//! failed commit), and only then 200.
 //!
-//! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
-//! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
+//! Every way a request can end is an [`Outcome`]; [`Outcome::response`] is the one place that
+//! turns outcomes into HTTP answers. The handler never forwards: it wakes the worker. Each
+//! request logs one line (`flood` sums up what anyone can cause) and is counted in `Metrics`
+//! (and the duplicate window). Credential headers are stored as `[redacted]`.
 //!
 //! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`

@@ -1,13 +1,19 @@
-//! The server: opens the store, starts the forwarding worker, accepts connections (at most
-//! `max_connections` at once, the longest-idle closed to make room at the cap, each with
-//! header and body deadlines), hands each request to
-//! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
-//! worker, the pruner and the alerts task at a safe point and closes the database.
+//! The server, the one composition root: opens the store, builds the endpoint list once (for
+//! intake, the worker and metrics), starts the forwarding worker, the pruner and the alerts
+//! task (and, with `public_url`, the canary: its `ProbeKey` given to intake, its `PublicPath`
+//! to the alerts task and the status page, the system's root certificates read then),
+//! accepts connections (an accept queue of 4096; at most `max_connections` at once, the
+//! longest-idle closed to make room at the cap, else a stalled head or the slowest body cut:
+//! `accept`, `connections`; hyper's http1 with the header deadline and a 64 KiB read buffer),
+//! hands each request to [`Intake`], and on shutdown stops accepting, lets requests in flight
+//! finish, stops the worker, the pruner and the alerts task at a safe point and closes the
+//! database.
 //!
 //! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz`, `/metrics` and
-//! the status page
-//! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
-//! before anything is opened or started, so a busy port is a clear start-up error.
+//! the status page ([`Admin`]) with the same accept loop (the `Handler` is the only
+//! difference), a small connection cap of its own, and the same shutdown, drained before the
+//! store closes. [`Listeners::bind`] binds both before anything is opened or started, so a
+//! busy port is a clear start-up error.
 //!
 //! [`serve_with`] also takes reload requests ([`Options::reload`]): `reload` re-reads the
 //! config file and swaps what can change while serving.

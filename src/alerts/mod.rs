@@ -11,6 +11,18 @@
 //! once. An alert that could not be sent is logged and tried again at the next tick; the task
 //! never holds up intake or delivery, and a stuck store does not stop the storage alert.
 //!
+//! A tick, every quarter of the shortest of `alert_every` and the `quiet_after`s: (1) the
+//! first time, load the saved state and which endpoints have events (one whole-table read, at
+//! start only); no dead event is looked for before that load succeeds, so a failed read never
+//! restarts the scan from the first event; (2) fold the facts and the dead deliveries after
+//! the cursor into the `Book`; (3) send what is due, oldest key first, stopping at the first
+//! failure; (4) save every changed key and the cursor in one store call. A crash between a
+//! send and its save sends that alert again after the restart (at least once, like
+//! deliveries); an alert is marked sent only once every sink took it. `serve` starts the task
+//! when the config has `[alerts]`, and stops it after the worker and the pruner, before the
+//! store closes. Thresholds: duplicates past 5 %, storage errors answered 503, deliveries
+//! taking over 5 s (`metrics::SLOW_DELIVERY`, asserted at compile time to equal the worker's).
+//!
 //! With the canary running, each tick also reads the [`PublicPath`]: failed probes are
 //! `unreachable`, their return after one was announced `reachable`. A `storage` or
 //! `unreachable` alert says how much of each gateway's patience is left

@@ -1,7 +1,8 @@
 //! How a command opens the configured store: [`Opened`], the [`Store`] and the runtime its
 //! async calls block on. The one place a command picks the engine, as `server` does for the
-//! server: SQLite's file (read-only for a command that only looks, through a writer thread
-//! like the server's for one that writes) or the PostgreSQL database. Every command then
+//! server: SQLite's file (read-only for a command that only looks, [`Access::Read`], through
+//! a writer thread like the server's for one that writes, [`Access::Write`]) or the
+//! PostgreSQL database. Every command then
 //! speaks to the same [`Store`] methods, whatever the engine.
 
 use std::future::Future;

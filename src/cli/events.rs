@@ -1,7 +1,10 @@
 //! `portaria events list/show/replay`: looks at the stored events (read-only) and puts them
-//! back into the queue, and owns their output: the table, one JSON object per line, and the
-//! detail view of one event. It speaks to the configured [`crate::store::Store`] (`database.rs`
-//! opens it), whatever its engine: the output is the same.
+//! back into the queue, and owns their output: the table, one JSON object per line (the
+//! store's one shape, `store::summary_json`/`detail_json`, as the status page's API), the
+//! detail view of one event and its raw request. It speaks to the configured
+//! [`crate::store::Store`] (`database.rs` opens it), whatever its engine: the output is the
+//! same. An endpoint or route name that matches nothing configured is an error naming the
+//! closest, never an empty result.
 
 use std::io::Write;
 use std::path::Path;

@@ -13,10 +13,16 @@
 //! 4. `/etc/portaria/portaria.toml`;
 //! 5. the embedded demo config (`config.example.toml`), with a loud warning.
 //!
-//! This file owns the validated model, loading and lookup. The raw file as written is in
-//! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
-//! (which never echo a secret) in `toml_error`. A `secret_file` may name a systemd
-//! credential (`credential:NAME`): `credentials`.
+//! This file owns the validated model (`Config`, `Endpoint`, `Forward`, `Target`, ...),
+//! loading (how far a load reads: every secret, none for the commands that only work on the
+//! database, or one endpoint's for `send`/`verify`; and how far it looks at the machine) and
+//! lookup, and the reserved label [`UNKNOWN_ENDPOINT`]. The raw file as written is in `raw`,
+//! read by `keys` (every unknown key and refused value reported, the rest still read), the
+//! checks that turn it into the model in `validate` (`Validator`), and the TOML error
+//! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
+//! `secrets`, `public_keys`, `dedup_window`, `real_ip` and `ip_range`, `memory`, `tls`,
+//! `database` and `database_tls`, `canary`, `alerts`, `status`, `environment`, `readiness`. A
+//! `secret_file` may name a systemd credential (`credential:NAME`): `credentials`.
 
 mod alerts;
 mod canary;

@@ -4,7 +4,10 @@
 //! Every label value is a configured endpoint name, `-` (a request to a path no endpoint has),
 //! or one of a fixed list of outcomes: never anything a client sent, so the number of series is
 //! fixed by the configuration. All series exist from the start, at zero, so `rate()` sees the
-//! first increment.
+//! first increment: one `prometheus-client` `Registry`, filled from the [`Series`] (endpoint
+//! name, its route names) the server lists. Intake calls [`Metrics::request`], the worker
+//! [`Metrics::delivery`], the canary `canary_probe` (its series only when it runs), `/metrics`
+//! [`Metrics::render`], the alerts task `Metrics::facts`.
 //!
 //! Counters and histograms move as things happen. The queue gauges (pending, age of the oldest
 //! pending event, dead) are read from the database at scrape time

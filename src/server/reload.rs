@@ -19,9 +19,12 @@
 //!
 //! What is fixed at start ([`fixed_settings`]: the listen addresses, bound before anything
 //! else; HTTPS or plain HTTP on the webhook listener; the connection cap, a semaphore the
-//! open connections hold; the database path) keeps its old value, and the log says that it
-//! needs a restart. Queued events live in the
-//! database, not in the configuration: no reload changes their state.
+//! open connections hold; the database path; the canary's `public_url`, `canary_every` and
+//! `canary_ca_file`), and so do `[alerts]` and the endpoints' `quiet_after` (the alerts task
+//! takes them at start), keep their old values, and the log
+//! says that they need a restart. Reloads are served in `serve`'s own task, joined with the
+//! accept loops. Queued events live in the database, not in the configuration: no reload
+//! changes their state, and `Store::recover` runs only at start-up.
 //!
 //! Secrets read from environment variables (`secret_env`, `url_env`, `token_env`) are read
 //! again too, but from the environment the process started with: the binary took the ones its

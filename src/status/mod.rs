@@ -10,6 +10,12 @@
 //! probes), `text` what the HTML says (English or Brazilian Portuguese, by
 //! `Accept-Language`), `style.css` the looks. Which `Host` is
 //! answered at all is the admin listener's rule (`admin`), the same for every path.
+//!
+//! Everything shown comes from the store's handle, each call bounded by 5 s: `overview` (each
+//! endpoint now, from its events, the hourly counters and the queue figures; the chart's 48
+//! hours), `list_events`/`event_detail`, and `replay_event`/`replay_dead_of`, after which the
+//! worker is woken (`Notify`: it does not see its own connection's commits through
+//! `data_version`). The counters are never on the request path (`store::counters`).
 
 mod api;
 mod auth;

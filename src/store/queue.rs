@@ -4,6 +4,17 @@
 //! A lane is one (endpoint, route); its deliveries are rows of `deliveries`. How each engine
 //! keeps the queue: `sqlite/queue.rs` (a partial index, one writer), `postgres/queue.rs`
 //! (`FOR UPDATE SKIP LOCKED`, leases, several instances).
+//!
+//! The cycle: [`Store::claim_lanes`] marks the due deliveries of every lane with room
+//! `delivering` (attempts + 1) in one transaction; [`Store::record_attempt`] moves one to
+//! `delivered`, back to `pending` with its next due time, or to `dead`, and claims the lane's
+//! next in the same transaction. A lane claims in one of three [`Order`]s: `Strict` (only its
+//! oldest unfinished delivery is a candidate), `ByKey` (a delivery waits while an older one
+//! with its `order_key`, stored at intake, is unfinished: the partial index
+//! `deliveries_order`), `Any`. [`Store::recover`], at start-up, turns every `delivering`
+//! delivery back into `pending`, due now, with its cut-off attempt recorded `interrupted`,
+//! clears from the queue the finished deliveries a crash left there, and writes the lost
+//! roll-ups.
 
 use bytes::Bytes;
 

@@ -1,7 +1,8 @@
 //! Retention, as its callers see it: what pruning may remove, defined once ([`prunable!`]:
 //! delivered and stored events past `retention_days`, dead ones past `dead_retention_days`;
 //! pending and delivering events never match it, however old), what a pass removed, the
-//! space given back, and archive restore ([`Store::restore`]). A pass reaches the batches
+//! space given back, and archive restore ([`Store::restore`], the one way into `events` besides
+//! `insert_event`, for events verified when first received). A pass reaches the batches
 //! only through its hold on the store (`pruning.rs`); each engine runs them in its
 //! `retention.rs` (and PostgreSQL's restore in `restore.rs`).
 

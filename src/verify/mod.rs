@@ -1,10 +1,18 @@
 //! Signature verification: one file per provider, the catalog of their names (`catalog.rs`),
-//! and the [`Verifier`] in front of them.
+//! and the [`Verifier`] in front of them. The generic pieces the providers' files build on:
+//! `secret` (the key bytes and their keyed HMAC states), `hmac_scheme`, `credential` (static
+//! credentials), `keyed_list` (a `t=..,v1=..` header), `public_url` (Twilio's and Square's
+//! signed URL) and `patience` (a gateway's documented give-up rule, which its preset carries).
 //!
 //! A verifier is a pure function of (secrets, request, now). It runs on the raw bytes before
 //! anything parses them, compares decoded MAC bytes (or credentials) in constant time, and
 //! tries every configured secret, so a key can be rotated without downtime. [`Verified`] can
-//! only be built here: holding one is the proof that a request passed.
+//! only be built here: holding one is the proof that a request passed. It carries what the
+//! scheme signed besides the body: a signed id and a dedup key built from signed material
+//! ([`Verified::signed_key`], for [`DedupRule::Signed`]); a body that contradicts them is
+//! refused ([`VerifyError::Contradicts`]). A verified request that is the provider checking
+//! the URL (Slack's `url_verification`, Zoom's URL validation, Discord's PING, WooCommerce's
+//! creation ping) is answered with the preset's [`Reply`], and nothing is stored.
 //!
 //! Error order, for schemes that sign a timestamp: a timestamp that is not a number is
 //! `Malformed` before any MAC is computed; then the MAC is checked; only a request whose MAC

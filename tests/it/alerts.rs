@@ -9,43 +9,12 @@ use serde_json::Value;
 
 use crate::support::*;
 
-/// An alert command in `dir` that appends its stdin to `dir/alerts.jsonl` and its
-/// environment to `dir/alert-env`; while `dir/fail` exists it says why on stderr and exits 3.
-pub(crate) fn alert_command(dir: &Path) -> PathBuf {
-    let path = dir.join("alert.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nD='{}'\n\
-             if [ -e \"$D/fail\" ]; then echo 'the alert service said no' >&2; exit 3; fi\n\
-             cat >> \"$D/alerts.jsonl\"\nenv > \"$D/alert-env\"\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
 /// `[alerts]` with the recording command (put where `server_extra` goes: after `[server]`).
 fn alerts_table(dir: &Path, every: &str) -> String {
     format!(
         "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"{every}\"\n",
         alert_command(dir).display()
     )
-}
-
-pub(crate) fn alerts(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("alerts.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each alert is one JSON line"))
-        .collect()
-}
-
-pub(crate) fn of_kind(dir: &Path, kind: &str) -> Vec<Value> {
-    alerts(dir)
-        .into_iter()
-        .filter(|a| a["kind"] == kind)
-        .collect()
 }
 
 /// A pagarme forward to a command that always fails, with one quick retry: dead in ~50 ms.

@@ -11,11 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::alerts::{alert_command, alerts, of_kind};
-use crate::observability::{find, scrape};
-use crate::status::{get, json};
+use crate::support::tunnel::{Mode, Tunnel, ca, write_ca};
 use crate::support::*;
-use crate::tunnel::{Mode, Tunnel, ca, write_ca};
 
 const WAIT: Duration = Duration::from_secs(20);
 

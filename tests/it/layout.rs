@@ -278,3 +278,58 @@ fn the_store_engines_are_peers_behind_one_handle() {
     }
     assert!(shared > 10, "found {shared} shared files");
 }
+
+/// ARCHITECTURE.md is a map that fits on a page or two, and both maps (its code map, one row
+/// per module, and `lib.rs`'s module list, one line each) name every top-level module and
+/// nothing else: a module added or removed without its line fails here. What a module owns in
+/// detail is its own `//!` doc's.
+#[test]
+fn the_maps_name_every_module_and_fit_on_a_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let lines = map.lines().count();
+    assert!(
+        lines < 150,
+        "ARCHITECTURE.md has {lines} lines: the detail belongs in the module docs"
+    );
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .collect();
+    assert!(modules.len() > 20, "{modules:?}");
+    // `x/` for a module that is a folder with its `mod.rs`, `x` for a file (with or without a
+    // folder of submodules beside it).
+    let spelled = |m: &str| {
+        if root.join("src").join(m).join("mod.rs").is_file() {
+            format!("`{m}/`")
+        } else {
+            format!("`{m}`")
+        }
+    };
+    let rows: Vec<&str> = map
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once(" |").map(|(name, _)| name))
+        .collect();
+    let mut expected: Vec<String> = modules.iter().map(|m| spelled(m)).collect();
+    expected.push("`main.rs`".to_string());
+    for name in &expected {
+        assert!(
+            rows.iter().any(|r| format!("`{r}") == *name),
+            "ARCHITECTURE.md's code map has no row for {name}"
+        );
+    }
+    for row in &rows {
+        assert!(
+            expected.contains(&format!("`{row}")),
+            "ARCHITECTURE.md's code map has a row for `{row}, which is no module"
+        );
+    }
+    for m in &modules {
+        assert!(
+            lib.contains(&format!("//! - [`{m}`]: ")),
+            "lib.rs's module list has no line for `{m}`"
+        );
+    }
+}

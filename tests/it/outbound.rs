@@ -12,7 +12,7 @@ use http_body_util::Full;
 use portaria::outbound::{Client, Error, Limits, Phase, Request, Roots};
 use rustls::pki_types::CertificateDer;
 
-use crate::tunnel::{HttpsServer, ca, server_tls};
+use crate::support::tunnel::{HttpsServer, ca, server_tls};
 
 fn short() -> Limits {
     Limits {
@@ -24,7 +24,7 @@ fn short() -> Limits {
     }
 }
 
-fn client_trusting(ca: &crate::tunnel::Ca) -> Client {
+fn client_trusting(ca: &crate::support::tunnel::Ca) -> Client {
     let der = CertificateDer::from(ca.der().to_vec());
     Client::new(&Roots::none().with(&[der]), short()).unwrap()
 }
@@ -99,7 +99,7 @@ async fn an_https_request_trusting_the_extra_ca_reads_the_whole_answer() {
 #[tokio::test]
 async fn each_failure_names_its_cause() {
     let ca = ca("outbound test CA");
-    let other = crate::tunnel::ca("another CA");
+    let other = crate::support::tunnel::ca("another CA");
     let server = HttpsServer::start(server_tls(&ca), |_| reply(200, &[], &"x".repeat(4096))).await;
     let url = |path: &str| -> http::Uri {
         format!("https://localhost:{}{path}", server.addr.port())

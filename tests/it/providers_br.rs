@@ -24,54 +24,28 @@ const ADYEN_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2
 
 /// One endpoint per preset; `extra` is added to the end (server tables must come first).
 fn config(db: &Path, extra: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/mercadopago"
-provider = "mercadopago"
-secret = "{MP_SECRET}"
-
-[[endpoint]]
-path = "/webhooks/pagbank"
-provider = "pagbank"
-secret = "{PAGBANK_TOKEN}"
-
-[[endpoint]]
-path = "/webhooks/asaas"
-provider = "asaas"
-secret = "{ASAAS_TOKEN}"
-
-[[endpoint]]
-path = "/webhooks/cielo"
-provider = "cielo"
-credential_headers = ["X-Shop-Key", "X-Shop-Id"]
-secrets = ["{CIELO_KEY}", "{CIELO_ID}"]
-
-[[endpoint]]
-path = "/webhooks/vindi"
-provider = "vindi"
-secrets = ["{VINDI_BASIC}", "{VINDI_TOKEN}"]
-
-[[endpoint]]
-path = "/webhooks/efi"
-provider = "efi"
-secret = "{EFI_SECRET}"
-
-[[endpoint]]
-path = "/webhooks/adyen"
-provider = "adyen"
-secret = "{ADYEN_KEY}"
-{extra}
-"#,
-        db = db.display()
-    )
+    let secret = |s: &str| format!("secret = \"{s}\"");
+    sqlite_config(db)
+        .endpoint("/webhooks/mercadopago", "mercadopago", &secret(MP_SECRET))
+        .endpoint("/webhooks/pagbank", "pagbank", &secret(PAGBANK_TOKEN))
+        .endpoint("/webhooks/asaas", "asaas", &secret(ASAAS_TOKEN))
+        .endpoint(
+            "/webhooks/cielo",
+            "cielo",
+            &format!(
+                "credential_headers = [\"X-Shop-Key\", \"X-Shop-Id\"]\n\
+                 secrets = [\"{CIELO_KEY}\", \"{CIELO_ID}\"]"
+            ),
+        )
+        .endpoint(
+            "/webhooks/vindi",
+            "vindi",
+            &format!("secrets = [\"{VINDI_BASIC}\", \"{VINDI_TOKEN}\"]"),
+        )
+        .endpoint("/webhooks/efi", "efi", &secret(EFI_SECRET))
+        .endpoint("/webhooks/adyen", "adyen", &secret(ADYEN_KEY))
+        .then(extra)
+        .text()
 }
 
 async fn start() -> TestServer {
@@ -79,12 +53,6 @@ async fn start() -> TestServer {
     let db = dir.path().join("portaria.db");
     let text = config(&db, "");
     TestServer::start_with(dir, db, &text).await
-}
-
-fn count(server: &TestServer, endpoint: &str) -> i64 {
-    server.one(&format!(
-        "SELECT count(*) FROM events WHERE endpoint = '{endpoint}'"
-    ))
 }
 
 /// Posts the same request twice (200 both times, stored once: one row more for `endpoint`
@@ -97,12 +65,12 @@ async fn accepted_once_and_tampered_refused(
     body: &[u8],
     tampered: (&str, &[(String, String)], &[u8]),
 ) {
-    let before = count(server, endpoint);
+    let before = server.events_of(endpoint);
     for _ in 0..2 {
         let reply = post(server.addr, path, headers, body).await;
         assert_eq!(reply.status, 200, "{endpoint}: {}", reply.body);
     }
-    let after = count(server, endpoint);
+    let after = server.events_of(endpoint);
     assert!(
         after == before + 1 || after == before && before > 0,
         "{endpoint}: {after}"
@@ -110,7 +78,7 @@ async fn accepted_once_and_tampered_refused(
     let (path, headers, body) = tampered;
     let reply = post(server.addr, path, headers, body).await;
     assert_eq!(reply.status, 401, "{endpoint} tampered: {}", reply.body);
-    assert_eq!(count(server, endpoint), after, "{endpoint}");
+    assert_eq!(server.events_of(endpoint), after, "{endpoint}");
 }
 
 fn mp_headers(signature: &str, request_id: &str) -> Vec<(String, String)> {
@@ -130,7 +98,7 @@ async fn mercadopago_signed_as_the_sdk_checks_it_is_stored_once() {
     let manifest = format!("id:123456;request-id:{request_id};ts:{ts};");
     let signature = format!("ts={ts},v1={}", hmac_hex(MP_SECRET, &[manifest.as_bytes()]));
     let oracle = |signature: &str, data_id: &str| {
-        crate::oracle::run(
+        crate::support::oracle::run(
             "mercadopago_validate.py",
             &json!({"secret": MP_SECRET, "x_signature": signature,
                     "x_request_id": request_id, "data_id": data_id}),
@@ -169,7 +137,7 @@ async fn mercadopago_signatures_portaria_makes_pass_the_sdk() {
         signed.query.as_deref(),
         Some("data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3")
     );
-    let answer = crate::oracle::run(
+    let answer = crate::support::oracle::run(
         "mercadopago_validate.py",
         &json!({"secret": MP_SECRET, "x_signature": signed.headers[0].1,
                 "x_request_id": "req-1", "data_id": "ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"}),
@@ -262,7 +230,7 @@ async fn vindi_takes_basic_or_the_token_and_efi_its_hmac_parameter() {
     let path = format!("/webhooks/vindi?token={VINDI_TOKEN}");
     let other = br#"{"event":{"type":"bill_created","data":{"bill":{"id":8}}}}"#;
     assert_eq!(post(server.addr, &path, &[], other).await.status, 200);
-    assert_eq!(count(&server, "vindi"), 2);
+    assert_eq!(server.events_of("vindi"), 2);
     let bad = post(
         server.addr,
         "/webhooks/vindi?token=vindi-token-Jj56",
@@ -305,7 +273,8 @@ fn adyen_item(psp: &str, event: &str, value: i64) -> serde_json::Value {
 
 /// The item with the signature Adyen's library computes (None when it is not installed).
 fn adyen_signed(item: serde_json::Value) -> Option<serde_json::Value> {
-    let answer = crate::oracle::run("adyen_hmac.py", &json!({"key": ADYEN_KEY, "item": item}))?;
+    let answer =
+        crate::support::oracle::run("adyen_hmac.py", &json!({"key": ADYEN_KEY, "item": item}))?;
     let mut item = item;
     item["additionalData"] = json!({"hmacSignature": answer["signature"]});
     Some(json!({"NotificationRequestItem": item}))
@@ -325,7 +294,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
     let second = adyen_signed(adyen_item("ZX9LK2M4N6P8Q0R2", "CAPTURE", 500)).unwrap();
     let server = start().await;
     let body = adyen_body(&[first.clone(), second.clone()]);
-    let answer = crate::oracle::run(
+    let answer = crate::support::oracle::run(
         "adyen_hmac.py",
         &json!({"key": ADYEN_KEY, "notification": serde_json::from_slice::<serde_json::Value>(&body).unwrap()}),
     )
@@ -336,7 +305,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.body, "[accepted]");
     assert_eq!(reply.headers["content-type"], "text/plain");
-    assert_eq!(count(&server, "adyen"), 1);
+    assert_eq!(server.events_of("adyen"), 1);
     let mut bad = second;
     bad["NotificationRequestItem"]["amount"]["value"] = json!(501);
     let tampered = adyen_body(&[first, bad]);
@@ -357,7 +326,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
 
     // The header variant (Balance Platform, Management API): over the raw body.
     let payload = r#"{"type":"balancePlatform.accountHolder.created","environment":"test","data":{"accountHolder":{"id":"AH3227C223222C5GXQXF658WB"}}}"#;
-    let answer = crate::oracle::run(
+    let answer = crate::support::oracle::run(
         "adyen_hmac.py",
         &json!({"key": ADYEN_KEY, "payload": payload}),
     )
@@ -377,7 +346,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
         ("/webhooks/adyen", &headers, changed.as_bytes()),
     )
     .await;
-    assert_eq!(count(&server, "adyen"), 2);
+    assert_eq!(server.events_of("adyen"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

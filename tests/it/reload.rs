@@ -481,27 +481,16 @@ async fn sighup_reloads_the_binary_and_a_broken_file_leaves_it_serving() {
     assert!(server.wait(WAIT).await.success(), "{}", log());
 }
 
-/// An executable script that appends `<name> <event id>` to `dir/calls` when it starts and
+/// A command target that appends `<name> <event id>` to `dir/calls` when it starts and
 /// `<name>-done <event id>` when it ends, sleeping `sleep` in between.
 fn script(dir: &Path, name: &str, sleep: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.sh"));
-    let calls = dir.join("calls");
-    let calls = calls.display();
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\ncat > /dev/null\necho \"{name} $PORTARIA_EVENT_ID\" >> \"{calls}\"\nsleep {sleep}\necho \"{name}-done $PORTARIA_EVENT_ID\" >> \"{calls}\"\n"
-        ),
-    );
-    path
-}
-
-fn calls(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    record_calls(
+        dir,
+        &format!("{name}.sh"),
+        "cat > /dev/null",
+        &format!("{name} $PORTARIA_EVENT_ID"),
+        &format!("sleep {sleep}\necho \"{name}-done $PORTARIA_EVENT_ID\" >> \"$D/calls\""),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

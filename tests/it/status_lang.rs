@@ -4,7 +4,6 @@
 //! only, never in the JSON API or the forms' values; the login page and its refusal, and the
 //! not-found answers too.
 
-use crate::status::{a_dead_event, form, forward_to, get};
 use crate::support::*;
 
 const PT: &str = "pt-BR,pt;q=0.9,en-US;q=0.8,en;q=0.7";

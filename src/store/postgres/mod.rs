@@ -11,8 +11,10 @@
 //! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
 //! (what the status page and `portaria events` read and replay).
 //!
-//! TLS, when the URL's `sslmode` asks for it, through `tls.rs` (rustls), on every connection.
-//! Nothing here ever formats the connection URL: it may hold a password.
+//! Every session gets `synchronous_commit = on` (no 2xx before the WAL flush) and statement
+//! and lock timeouts. TLS, when the URL's `sslmode` asks for it, through `tls.rs` (rustls), on
+//! every connection. Nothing here ever formats the connection URL: it may hold a password;
+//! an error says what the client said and the causes behind it (the TLS or OS error).
 
 mod alerts;
 mod copy;

@@ -1,6 +1,10 @@
 //! SQLite's side of intake ([`Store::insert_event`]): the dedup barrier is one statement
 //! (`INSERT_UNLESS_KNOWN`), which `retention.rs` reuses to restore archived events, then the
-//! payload and the event's delivery rows, all in the writer job's savepoint.
+//! payload and the event's delivery rows, all in the writer job's savepoint: no event is
+//! stored without its headers and body. Never a check in one statement and an insert in
+//! another: the endpoint's `dedup_window` is a parameter of that one statement, and it runs
+//! whole under the write lock. Two keys sharing a `dedup_hash` are two events (the full key
+//! is compared; a test forces that collision).
 
 use std::time::Duration;
 

@@ -13,6 +13,31 @@
 //!   each call one read transaction on the caller's task. A read never takes the write lock,
 //!   so it neither waits for a running server nor holds one up; a write fails with SQLite's
 //!   own "attempt to write a readonly database".
+//!
+//! And how an error is told: [`StoreError::on`] names the OS error behind SQLite's one "disk
+//! I/O error" (a file system gone read-only, a failing card).
+//!
+//! The file: WAL, `synchronous=FULL`, `auto_vacuum=INCREMENTAL`, 1 KiB pages, a busy timeout
+//! of 3 s, created 0600 (`schema.rs`). Tables: `events` (the dedup key and its `dedup_hash`,
+//! the roll-up status of its deliveries, what its targets are told to trust), `deliveries`
+//! (one row per (event, route); partial indexes `deliveries_queue`, `deliveries_dead`,
+//! `deliveries_order`), `payloads` (headers and body as received, one row per event,
+//! `payload.rs`), `attempts` (failed and interrupted ones: a delivered attempt is recorded on
+//! its delivery's row), `hourly` (the status page's counters) and `meta` (facts about the
+//! file: the readiness probe's row, the alerts task's `alerts:` keys). The version is `PRAGMA
+//! user_version`, each upgrade described at its statements in `schema.rs`: only the server
+//! upgrades, in one transaction at its start (an older server still running on the file
+//! would fail every write after it); a command refuses an older file, and both a newer one.
+//! Only the writer thread writes from the server process: it owns the server's connection
+//! (the worker's reads go through it too), and the checkpoint thread has a second. A command
+//! opens its own (readers never block the writer in WAL; its writes wait on the busy timeout).
+//!
+//! What an SD card is spared: group commit (one fsync per batch), a narrow dedup index,
+//! payloads stored once apart from the event row, bodies of 1 KiB and more deflated when they
+//! compress, 1 KiB pages, delivery bookkeeping without an fsync of its own
+//! (`synchronous=NORMAL` when a batch holds no intake insert: a power cut may only send an
+//! event once more), and rare checkpoints off the commit path (one nudge per 16 MiB cycle of
+//! the log). Measured: bench/PROFILE.md, "Disk writes (SD cards)".
 
 pub(super) mod alerts;
 pub(super) mod backup;

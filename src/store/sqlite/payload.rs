@@ -4,6 +4,8 @@
 //! on every read ([`decode`]), so forwarding, `events show`, the status page, the archive,
 //! backups and `store copy` all see the bytes exactly as received. `payloads.codec` says
 //! which: raw and deflated rows live side by side, and rows from before schema 7 are raw.
+//! A row that does not decode is a [`CorruptPayload`] naming its event, never another body;
+//! a delivery whose body is corrupt goes dead at its claim with that reason.
 //! PostgreSQL keeps raw bodies (TOAST compresses them already).
 
 use std::fmt;

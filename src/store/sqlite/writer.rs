@@ -30,8 +30,9 @@
 //! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
 //!
 //! The status page's counters (`counters.rs`) ride along: a batch folds the in-memory tally
-//! into `hourly` when it is due (at most every few seconds), and an idle writer wakes to fold
-//! it when it falls due with nothing else to commit.
+//! into `hourly` when it is due (at most every few seconds; in a savepoint of its own, whose
+//! failure drops the counts, logged), an idle writer wakes to fold it when it falls due with
+//! nothing else to commit, a status page load folds it at once, and closing folds the rest.
 //!
 //! The writer never copies the WAL back into the database in the middle of a commit: its WAL
 //! hook hands that to the checkpoint thread ([`super::checkpoint`]), and between batches it only

@@ -109,7 +109,7 @@ static FREE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// A database for one test: a free one, emptied (its schema kept, its ids starting over), or
 /// a new one.
-async fn checkout(pg: &crate::pg_cluster::Cluster) -> String {
+async fn checkout(pg: &crate::support::pg_cluster::Cluster) -> String {
     let free = FREE.lock().unwrap().pop();
     let Some(database) = free else {
         return pg.database().await;
@@ -138,7 +138,7 @@ impl Subject {
                 (store, Place::Sqlite { _dir: dir, path })
             }
             Engine::Postgres => {
-                let pg = crate::pg_cluster::shared()?;
+                let pg = crate::support::pg_cluster::shared()?;
                 let database = checkout(pg).await;
                 let url = pg.url(&database);
                 let store = open_postgres(&url).await;
