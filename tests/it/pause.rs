@@ -90,9 +90,9 @@ async fn a_paused_route_stores_and_waits_across_a_restart_and_resumes_in_order()
     let config = server.config_path();
     let admin = server.admin.unwrap();
     let paused = || async move {
-        let scrape = crate::observability::scrape(admin).await;
+        let scrape = crate::support::scrape(admin).await;
         let labels = [("endpoint", "pagarme"), ("route", "default")];
-        crate::observability::find(&scrape, "portaria_route_paused", &labels)
+        crate::support::find(&scrape, "portaria_route_paused", &labels)
     };
     // Set by the worker's round, which the accepted event started.
     let deadline = std::time::Instant::now() + WAIT;
