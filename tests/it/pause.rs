@@ -80,6 +80,11 @@ async fn a_paused_route_stores_and_waits_across_a_restart_and_resumes_in_order()
     assert!(said.starts_with("paused pagarme/default"), "{said}");
     accept(&server, 1).await;
     accept(&server, 2).await;
+    let listed = ok_stdout(&run_cli(&["events", "list"], &config));
+    assert!(
+        listed.starts_with("paused: pagarme/default since ") && listed.contains("(ERP upgrade)"),
+        "{listed}"
+    );
 
     // Still paused after a restart.
     let db = server.db.clone();
@@ -195,7 +200,11 @@ async fn a_url_answering_410_pauses_its_route_until_resumed() {
     let reason: String = server.one("SELECT reason FROM route_pauses");
     assert!(reason.starts_with("HTTP 410 Gone"), "{reason}");
     eventually(WAIT, "the attempt recorded", || {
-        server.one::<i64>("SELECT attempts FROM deliveries WHERE event_id = 1") == 1
+        // Claimed, the delivery has its attempt counted already; recorded, it is pending.
+        server.one::<i64>(
+            "SELECT count(*) FROM deliveries WHERE event_id = 1 AND attempts = 1 \
+             AND status = 'pending'",
+        ) == 1
     })
     .await;
     // Not dead, though the schedule's one retry is yet to come: it waits for the resume.

@@ -3,7 +3,9 @@
 
 use portaria::store::RoutePause;
 
-use super::{HOUR, MINUTE, Subject};
+use portaria::store::Order;
+
+use super::{HOUR, MINUTE, Subject, Webhook};
 
 fn pause(route: &str, at: i64, until: Option<i64>, reason: Option<&str>) -> RoutePause {
     RoutePause {
@@ -62,4 +64,32 @@ async fn a_pause_holds_until_it_runs_out_or_is_resumed(s: &Subject) {
     super::close(other).await;
 }
 
-engines!(a_pause_holds_until_it_runs_out_or_is_resumed);
+/// The claim itself gives nothing for a paused route, whatever order: the worker's own view
+/// of the pauses is a round old.
+async fn a_paused_route_claims_nothing_until_its_pause_ends(s: &Subject) {
+    let now = s.now;
+    for n in 0..2 {
+        let w = Webhook::new("pagarme", &format!("p-{n}"), now - MINUTE).to(&[("erp", None)]);
+        s.new_event(w).await;
+    }
+    s.store
+        .pause_route(pause("erp", now, Some(now + HOUR), None))
+        .await
+        .unwrap();
+    for order in [Order::Strict, Order::Any, Order::ByKey] {
+        assert!(
+            s.claim_ids("pagarme", "erp", order, now).await.is_empty(),
+            "{order:?}"
+        );
+    }
+    // Run out: the oldest first.
+    let after = s
+        .claim_ids("pagarme", "erp", Order::Strict, now + HOUR)
+        .await;
+    assert_eq!(after.len(), 1);
+}
+
+engines!(
+    a_pause_holds_until_it_runs_out_or_is_resumed,
+    a_paused_route_claims_nothing_until_its_pause_ends,
+);
