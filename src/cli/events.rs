@@ -14,7 +14,8 @@ use super::database::{Access, Opened};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
 use crate::store::{
-    EventDetail, EventSummary, ListFilter, RouteState, Status, detail_json, summary_json,
+    EventDetail, EventSummary, ListFilter, RoutePause, RouteState, Status, detail_json,
+    summary_json,
 };
 use crate::time::{now_ms, rfc3339};
 
@@ -59,7 +60,11 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                     .map_err(|e| format!("cannot list events: {e}"))?;
                 write_json(&mut out, &events, &routes)
             } else {
-                write_table(&mut out, &events)
+                // Paused routes first: their events wait for that, not for a failing target.
+                let pauses = db
+                    .block_on(store.route_pauses(now))
+                    .map_err(|e| format!("cannot read paused routes: {e}"))?;
+                write_pauses(&mut out, &pauses).and_then(|()| write_table(&mut out, &events))
             })
         }
         EventsCommand::Show { id, raw, json } => match db
@@ -194,6 +199,26 @@ fn closed_pipe_is_done(written: std::io::Result<()>) -> std::io::Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other,
     }
+}
+
+/// `paused: pagarme/erp since ... [until ...] (reason)`, one line per paused route.
+fn write_pauses(out: &mut impl Write, pauses: &[RoutePause]) -> std::io::Result<()> {
+    for p in pauses {
+        let until = p
+            .until_ms
+            .map_or(String::new(), |at| format!(" until {}", rfc3339(at)));
+        let reason = p
+            .reason
+            .as_deref()
+            .map_or(String::new(), |r| format!(" ({r})"));
+        let since = rfc3339(p.paused_at_ms);
+        writeln!(
+            out,
+            "paused: {}/{} since {since}{until}{reason}",
+            p.endpoint, p.route
+        )?;
+    }
+    Ok(())
 }
 
 fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result<()> {

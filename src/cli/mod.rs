@@ -17,6 +17,7 @@ mod events;
 mod init;
 mod init_next;
 mod init_text;
+mod route;
 pub mod send;
 mod store_copy;
 pub mod verify;
@@ -84,6 +85,9 @@ enum Command {
     Init(init::InitArgs),
     /// Write a consistent copy of the database to FILE, safe while the server runs.
     Backup(backup::BackupArgs),
+    /// Pause a route's deliveries (its events are still stored), or resume them.
+    #[command(subcommand)]
+    Route(route::RouteCommand),
     /// Move between store backends: `store copy --from FILE` (SQLite into PostgreSQL).
     #[command(subcommand)]
     Store(store_copy::StoreCommand),
@@ -221,6 +225,10 @@ pub fn main() -> ExitCode {
         Command::Backup(args) => {
             let _log = init_logging(format, "warn");
             backup::run(cli.config.as_deref(), args)
+        }
+        Command::Route(command) => {
+            let _log = init_logging(format, "warn");
+            route::run(cli.config.as_deref(), command)
         }
         Command::Store(command) => {
             let _log = init_logging(format, "warn");

@@ -162,12 +162,10 @@ impl CommandTarget {
 
         match ended {
             Ended::Exited(Ok(status)) if status.success() => Outcome::Delivered,
-            Ended::Exited(Ok(status)) => Outcome::Failed(format!(
-                "{}{}{}",
-                describe_status(status),
-                quote("stderr", &err),
-                quote("stdout", &out),
-            )),
+            Ended::Exited(Ok(status)) => {
+                let output = format!("{}{}", quote("stderr", &err), quote("stdout", &out));
+                exit_outcome(status, &output)
+            }
             Ended::Exited(Err(e)) => {
                 group.kill();
                 Outcome::Failed(format!("could not wait for {program}: {e}"))
@@ -391,6 +389,31 @@ fn env_value(raw: &str) -> String {
     raw.replace('\0', "\u{FFFD}")
 }
 
+/// Exit codes after sysexits(3) that say the same event would fail the same way again: the
+/// handler was called wrongly (`EX_USAGE`), the event is not one it can take (`EX_DATAERR`),
+/// or the handler's own setup is wrong (`EX_CONFIG`). The delivery is dead at once.
+const PERMANENT_EXITS: [(i32, &str); 3] = [(64, "EX_USAGE"), (65, "EX_DATAERR"), (78, "EX_CONFIG")];
+
+/// `EX_TEMPFAIL`: try again later. Retried on the schedule, as every other non-zero exit is;
+/// named in the error so an owner reading it sees the handler meant it.
+const TEMPFAIL: i32 = 75;
+
+/// What a non-zero exit comes to: dead now for the [`PERMANENT_EXITS`], a retry for anything
+/// else. `output` is the quoted stderr and stdout, appended to the error.
+fn exit_outcome(status: ExitStatus, output: &str) -> Outcome {
+    let described = describe_status(status);
+    let code = status.code();
+    if let Some((_, name)) = PERMANENT_EXITS.iter().find(|(c, _)| Some(*c) == code) {
+        return Outcome::Permanent(format!(
+            "{described} ({name}: the handler says retrying cannot help; not retried){output}"
+        ));
+    }
+    if code == Some(TEMPFAIL) {
+        return Outcome::Failed(format!("{described} (EX_TEMPFAIL){output}"));
+    }
+    Outcome::Failed(format!("{described}{output}"))
+}
+
 pub(super) fn describe_status(status: ExitStatus) -> String {
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit status {code}"),
@@ -482,7 +505,7 @@ mod tests {
     fn failure(outcome: Outcome) -> String {
         match outcome {
             Outcome::Failed(text) => text,
-            Outcome::Delivered => panic!("expected a failure, got Delivered"),
+            other => panic!("expected a retried failure, got {other:?}"),
         }
     }
 
@@ -696,6 +719,36 @@ cat > "$out/body"
             text,
             "exit status 3; stderr: bad signature; stdout: partial"
         );
+    }
+
+    #[test]
+    fn usage_data_and_config_exits_are_permanent_and_the_rest_retry() {
+        let exit = |code: i32| ExitStatus::from_raw(code << 8);
+        for (code, name) in [(64, "EX_USAGE"), (65, "EX_DATAERR"), (78, "EX_CONFIG")] {
+            let Outcome::Permanent(text) = exit_outcome(exit(code), "; stderr: no") else {
+                panic!("exit {code} should be permanent");
+            };
+            assert!(
+                text.starts_with(&format!("exit status {code} ({name}")),
+                "{text}"
+            );
+            assert!(text.ends_with("not retried); stderr: no"), "{text}");
+        }
+        assert_eq!(
+            exit_outcome(exit(75), ""),
+            Outcome::Failed("exit status 75 (EX_TEMPFAIL)".into())
+        );
+        for code in [1, 2, 63, 66, 69, 76, 77, 79, 255] {
+            assert_eq!(
+                exit_outcome(exit(code), ""),
+                Outcome::Failed(format!("exit status {code}")),
+            );
+        }
+        // A signal is no exit code: retried.
+        assert!(matches!(
+            exit_outcome(ExitStatus::from_raw(9), ""),
+            Outcome::Failed(_)
+        ));
     }
 
     #[tokio::test]

@@ -2,8 +2,11 @@
 //! plain-http URL, optionally signed with the Standard Webhooks scheme.
 //!
 //! This file owns the request's shape (headers, signature), the pooled keep-alive client, and
-//! the mapping from what the server did to an [`Outcome`]: any 2xx is delivered; anything else,
-//! including a connection error or the timeout, is a failure for the worker to retry.
+//! the mapping from what the server did to an [`Outcome`] ([`outcome`]): any 2xx is delivered;
+//! a 4xx says the request itself is wrong, so retrying cannot help and the delivery is dead at
+//! once, except 408, 409, 425 and 429, which say "not now", and 410, which pauses the route; 429 and 503 may say when to come
+//! back (`Retry-After`); anything else, including a connection error or the timeout, is a
+//! failure for the worker to retry on the schedule.
 //!
 //! Invariants:
 //! - Event data never makes the request invalid: header values built from it are
@@ -112,6 +115,11 @@ impl HttpTarget {
             Err(_) => return Outcome::Failed(format!("timed out after {:?}", self.timeout)),
         };
         let status = response.status();
+        let retry_after = response
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| crate::outbound::retry_after(v, SystemTime::now()));
 
         // The status already decides the outcome; the body is read only for the error excerpt
         // and so that a fully read connection can be reused. If the server stalls here, we give
@@ -123,12 +131,13 @@ impl HttpTarget {
             return Outcome::Delivered;
         }
         let (text, cut) = excerpt(&body, QUOTE_LIMIT);
-        if text.is_empty() {
-            Outcome::Failed(format!("HTTP {}", status.as_u16()))
+        let more = if cut { " …" } else { "" };
+        let quoted = if text.is_empty() {
+            String::new()
         } else {
-            let more = if cut { " …" } else { "" };
-            Outcome::Failed(format!("HTTP {}: {text}{more}", status.as_u16()))
-        }
+            format!(": {text}{more}")
+        };
+        outcome(status.as_u16(), retry_after, &quoted)
     }
 
     fn request(&self, d: &Delivery) -> Result<Request<Full<Bytes>>, http::Error> {
@@ -176,6 +185,33 @@ impl HttpTarget {
             .body(Full::new(d.body.clone()))?;
         *request.headers_mut() = headers;
         Ok(request)
+    }
+}
+
+/// Statuses in 4xx that mean "not now" rather than "never": Request Timeout, Conflict (often
+/// a lock held by another request), Too Early, Too Many Requests.
+const RETRIED_4XX: [u16; 4] = [408, 409, 425, 429];
+
+/// What a non-2xx answer comes to. `retry_after` is the answer's `Retry-After` as a wait (read
+/// by [`crate::outbound::retry_after`]); `quoted` the body's excerpt, `: …` or empty.
+fn outcome(status: u16, retry_after: Option<Duration>, quoted: &str) -> Outcome {
+    match status {
+        // A gone URL takes no event at all: the route pauses rather than killing each one.
+        410 => Outcome::Gone(format!(
+            "HTTP 410 Gone: the target says this URL is gone for good; route paused (fix its \
+             url, then `portaria route resume`){quoted}"
+        )),
+        400..=499 if !RETRIED_4XX.contains(&status) => Outcome::Permanent(format!(
+            "HTTP {status}: the target refused this request, retrying cannot help; not retried{quoted}"
+        )),
+        429 | 503 => match retry_after {
+            Some(wait) => Outcome::RetryAfter {
+                error: format!("HTTP {status} (Retry-After {}s){quoted}", wait.as_secs()),
+                wait,
+            },
+            None => Outcome::Failed(format!("HTTP {status}{quoted}")),
+        },
+        _ => Outcome::Failed(format!("HTTP {status}{quoted}")),
     }
 }
 
@@ -327,6 +363,47 @@ mod tests {
         format!("http://{addr}{path}").parse().expect("uri")
     }
 
+    #[test]
+    fn client_errors_are_permanent_but_not_now_and_server_errors_retry() {
+        for status in [400, 401, 403, 404, 405, 413, 415, 422, 451, 499] {
+            let got = outcome(status, None, ": nope");
+            let Outcome::Permanent(text) = got else {
+                panic!("{status}: {got:?}")
+            };
+            assert!(text.starts_with(&format!("HTTP {status}: ")), "{text}");
+            assert!(
+                text.contains("not retried") && text.ends_with(": nope"),
+                "{text}"
+            );
+        }
+        let Outcome::Gone(gone) = outcome(410, None, "") else {
+            panic!("410 is gone")
+        };
+        assert!(
+            gone.contains("410 Gone") && gone.contains("gone for good"),
+            "{gone}"
+        );
+        for status in [408, 409, 425, 429, 500, 502, 503, 504, 301, 304] {
+            assert_eq!(
+                outcome(status, None, ""),
+                Outcome::Failed(format!("HTTP {status}"))
+            );
+        }
+        let minute = Some(Duration::from_secs(60));
+        for status in [429, 503] {
+            assert_eq!(
+                outcome(status, minute, ": slow down"),
+                Outcome::RetryAfter {
+                    error: format!("HTTP {status} (Retry-After 60s): slow down"),
+                    wait: Duration::from_secs(60),
+                }
+            );
+        }
+        // Only 429 and 503 are read for it; elsewhere it is ignored.
+        assert_eq!(outcome(500, minute, ""), Outcome::Failed("HTTP 500".into()));
+        assert!(matches!(outcome(400, minute, ""), Outcome::Permanent(_)));
+    }
+
     fn header<'a>(seen: &'a Seen, name: &str) -> Option<&'a str> {
         seen.headers
             .get(name)
@@ -336,7 +413,7 @@ mod tests {
     fn failure(outcome: Outcome) -> String {
         match outcome {
             Outcome::Failed(text) => text,
-            Outcome::Delivered => panic!("expected a failure, got Delivered"),
+            other => panic!("expected a retried failure, got {other:?}"),
         }
     }
 

@@ -27,15 +27,15 @@
 //! endpoint no longer forwards keeps no capacity and its events wait in the database (the
 //! start-up warning repeated). No reload changes an event's state: none is lost or doubled.
 
+mod attempt;
 pub mod command;
 pub mod http;
 pub mod pipe;
 pub mod rollup;
 
-use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Duration;
 
 use tokio::sync::{Notify, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
@@ -43,8 +43,8 @@ use tokio::task::{JoinHandle, JoinSet};
 use crate::config::{Endpoint, Route, Target};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
-use crate::store::{AfterAttempt, ClaimNext, Counted, LaneClaim, Order, Store, StoreError, Tried};
-use crate::time::{now_ms, unix_millis};
+use crate::store::{AfterAttempt, ClaimNext, LaneClaim, Order, RoutePause, Store, StoreError};
+use crate::time::now_ms;
 
 /// How long deliveries in flight may run on after shutdown begins. Past it they are cut off,
 /// stay `delivering` in the database, and go out again after the next start.
@@ -64,8 +64,23 @@ pub use crate::store::Delivery;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
     Delivered,
-    /// A short error text, at most a few KiB, safe to log and store.
+    /// A short error text, at most a few KiB, safe to log and store. Retried on the schedule.
     Failed(String),
+    /// Failed in a way no retry can fix (a handler's `EX_DATAERR`, an HTTP 400): dead now,
+    /// whatever is left of the schedule.
+    Permanent(String),
+    /// Failed, and the target said when to come back (`EX_TEMPFAIL` has no time; HTTP
+    /// `Retry-After` and a pipe handler's `retry_after` do): retried after `wait` instead of
+    /// the schedule's gap, but never later than the schedule's longest step, and never past
+    /// its end.
+    RetryAfter {
+        error: String,
+        wait: Duration,
+    },
+    /// The target is gone for good (HTTP 410): no event of this route can be delivered until
+    /// the owner changes it, so the route is paused with this reason, and the delivery waits
+    /// (due again at once when the route is resumed).
+    Gone(String),
 }
 
 /// Where one route's events go.
@@ -115,6 +130,9 @@ struct LaneShared {
     /// Set when a reload replaced or removed this lane: its slots finish the attempt they are
     /// running and then claim nothing more.
     retired: AtomicBool,
+    /// Set while the route is paused (`portaria route pause`, read from the store each round):
+    /// as with `retired`, its slots finish their attempt and claim nothing more.
+    paused: AtomicBool,
     /// Events whose delivery here finished, for their roll-up status ([`rollup`]).
     finished: mpsc::UnboundedSender<i64>,
 }
@@ -163,6 +181,7 @@ impl Lane {
                 store: store.clone(),
                 metrics: metrics.clone(),
                 retired: AtomicBool::new(false),
+                paused: AtomicBool::new(false),
                 finished: finished.clone(),
             }),
             concurrency: forward.concurrency,
@@ -413,10 +432,21 @@ async fn start_due(
     slots: &mut JoinSet<()>,
 ) -> Result<Option<i64>, StoreError> {
     let mut wake_at: Option<i64> = None;
+    // A paused route's deliveries wait; the round after its pause runs out claims them.
+    let pauses = store.route_pauses(now_ms()).await?;
+    for lane in lanes.iter() {
+        let pause = pauses.iter().find(|p| lane.is(&p.endpoint, &p.route));
+        note_pause(&lane.shared, pause);
+        if let Some(until) = pause.and_then(|p| p.until_ms) {
+            wake_at = Some(wake_at.map_or(until, |w| w.min(until)));
+        }
+    }
     // Every lane with room, in one round trip and one commit.
-    let with_room: Vec<usize> = (0..lanes.len()).filter(|&i| lanes[i].free() > 0).collect();
+    let with_room: Vec<usize> = (0..lanes.len())
+        .filter(|&i| lanes[i].free() > 0 && !lanes[i].shared.paused.load(Ordering::Relaxed))
+        .collect();
     if with_room.is_empty() {
-        return Ok(None);
+        return Ok(wake_at);
     }
     let asks = with_room
         .iter()
@@ -451,14 +481,35 @@ async fn start_due(
     Ok(wake_at)
 }
 
+/// Marks `lane` paused or not, as `pause` (the one in force for its route, if any) says, and
+/// logs the change.
+fn note_pause(lane: &LaneShared, pause: Option<&RoutePause>) {
+    let was = lane.paused.swap(pause.is_some(), Ordering::Relaxed);
+    lane.metrics
+        .route_paused(&lane.endpoint, &lane.route, pause.is_some());
+    let (endpoint, route) = (lane.endpoint.as_str(), lane.route.as_str());
+    match pause {
+        Some(p) if !was => tracing::warn!(
+            endpoint,
+            route,
+            reason = p.reason.as_deref().unwrap_or(""),
+            until = p.until_ms.map(crate::time::rfc3339).unwrap_or_default(),
+            "route paused: its events are accepted and stored, their deliveries wait \
+             (`portaria route resume`)"
+        ),
+        None if was => tracing::info!(endpoint, route, "route resumed: deliveries go on in order"),
+        _ => {}
+    }
+}
+
 /// A delivery slot: runs one attempt, records it and claims the lane's next due event in the
 /// same commit, and goes on until nothing more is due (or shutdown). A busy lane thus costs
 /// one commit per delivery and no round trip through the worker loop.
 async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
     let mut delivery = first;
     loop {
-        let (attempt, after) = attempt(&lane, &delivery).await;
-        let retired = lane.retired.load(Ordering::Relaxed);
+        let (tried, after) = attempt::attempt(&lane, &delivery).await;
+        let retired = lane.retired.load(Ordering::Relaxed) || lane.paused.load(Ordering::Relaxed);
         let then = (!shutdown.is_fired() && !retired).then(|| ClaimNext {
             endpoint: lane.endpoint.clone(),
             route: lane.route.clone(),
@@ -474,7 +525,7 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
                 .record_attempt(
                     delivery.event_id,
                     delivery.route.clone(),
-                    attempt,
+                    tried,
                     after.clone(),
                     then.clone(),
                 )
@@ -496,205 +547,6 @@ async fn run_slot(lane: Arc<LaneShared>, first: Delivery, shutdown: Shutdown) {
         match next {
             Some(claimed) => delivery = claimed,
             None => return,
-        }
-    }
-}
-
-/// One attempt: run it, and work out what it came to and what happens next.
-async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt) {
-    let started_at = SystemTime::now();
-    let clock = Instant::now();
-    let outcome = lane.runner.deliver(delivery).await;
-    let elapsed = clock.elapsed();
-    let finished_ms = now_ms();
-
-    let after = match outcome {
-        Outcome::Delivered => AfterAttempt::Delivered,
-        // Attempt n failed: wait the n-th gap of the schedule; past its end, the event is dead.
-        Outcome::Failed(error) => match lane.retry.get(delivery.attempt as usize - 1).copied() {
-            Some(gap) => AfterAttempt::RetryAt {
-                at_ms: finished_ms + jittered(gap, delivery.event_id),
-                error,
-            },
-            None => AfterAttempt::Dead { error },
-        },
-    };
-    log_attempt(delivery, &after, elapsed);
-    lane.metrics
-        .delivery(&delivery.endpoint, &delivery.route, after.label(), elapsed);
-    let counted = match after {
-        AfterAttempt::Delivered => Counted::Delivered,
-        AfterAttempt::RetryAt { .. } | AfterAttempt::Dead { .. } => Counted::Failed,
-    };
-    lane.store.count(&delivery.endpoint, counted, now_ms());
-    let tried = Tried {
-        attempt: delivery.attempt,
-        started_at_ms: unix_millis(started_at),
-        duration_ms: elapsed.as_millis() as i64,
-    };
-    (tried, after)
-}
-
-fn log_attempt(d: &Delivery, after: &AfterAttempt, elapsed: Duration) {
-    let error = after.error().unwrap_or("");
-    let latency_ms = elapsed.as_secs_f64() * 1000.0;
-    let (event_id, endpoint, attempt) = (d.event_id, d.endpoint.as_str(), d.attempt);
-    let route = d.route.as_str();
-    if elapsed > SLOW_DELIVERY {
-        tracing::warn!(
-            event_id,
-            endpoint,
-            attempt,
-            route,
-            latency_ms,
-            "slow delivery (over 5 s)"
-        );
-    }
-    match after {
-        AfterAttempt::Delivered => {
-            tracing::info!(
-                event_id,
-                endpoint,
-                attempt,
-                route,
-                latency_ms,
-                outcome = after.label(),
-                "delivery"
-            )
-        }
-        AfterAttempt::RetryAt { at_ms, .. } => tracing::warn!(
-            event_id,
-            endpoint,
-            attempt,
-            route,
-            latency_ms,
-            outcome = after.label(),
-            retry_in_ms = at_ms - now_ms(),
-            error,
-            "delivery"
-        ),
-        AfterAttempt::Dead { .. } => tracing::error!(
-            event_id,
-            endpoint,
-            attempt,
-            route,
-            latency_ms,
-            outcome = after.label(),
-            error,
-            "delivery failed for the last time; event is dead (replay with `portaria events replay`)"
-        ),
-    }
-}
-
-/// The gap plus or minus up to 10 %, so retries of many events spread out.
-fn jittered(gap: Duration, seed: i64) -> i64 {
-    let ms = gap.as_millis() as i64;
-    let spread = ms / 10;
-    if spread == 0 {
-        return ms;
-    }
-    let random = RandomState::new().hash_one((seed, now_ms())) as i64;
-    ms + random.rem_euclid(2 * spread + 1) - spread
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn jitter_stays_within_ten_percent() {
-        for seed in 0..200 {
-            let ms = jittered(Duration::from_secs(10), seed);
-            assert!((9_000..=11_000).contains(&ms), "{ms}");
-        }
-        assert_eq!(jittered(Duration::from_millis(5), 1), 5);
-    }
-
-    /// What `f` logs, as the fmt subscriber writes it.
-    fn logged(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Sink(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-        impl std::io::Write for Sink {
-            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(buf);
-                Ok(buf.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let sink = Sink::default();
-        let writer = sink.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        String::from_utf8(sink.0.lock().unwrap().clone()).unwrap()
-    }
-
-    #[test]
-    fn a_delivery_slower_than_five_seconds_gets_a_warning_of_its_own() {
-        let d = Delivery {
-            event_id: 7,
-            endpoint: "pagarme".into(),
-            route: "default".into(),
-            dedup_key: "k".into(),
-            event_type: None,
-            event_type_signed: false,
-            signed_id: None,
-            content_type: None,
-            received_at_ms: 0,
-            attempt: 1,
-            headers: bytes::Bytes::new(),
-            body: bytes::Bytes::new(),
-        };
-        let slow = logged(|| log_attempt(&d, &AfterAttempt::Delivered, SLOW_DELIVERY * 2));
-        assert!(
-            slow.lines().any(|l| l.contains("WARN")
-                && l.contains("slow delivery")
-                && l.contains("event_id=7")),
-            "{slow}"
-        );
-        assert!(slow.contains("outcome=\"delivered\""), "{slow}");
-        let quick = logged(|| log_attempt(&d, &AfterAttempt::Delivered, Duration::from_millis(40)));
-        assert!(!quick.contains("slow delivery"), "{quick}");
-        assert!(quick.contains("outcome=\"delivered\""), "{quick}");
-        // The last failure of the schedule is an error, with the way out in it.
-        let dead = logged(|| {
-            log_attempt(
-                &d,
-                &AfterAttempt::Dead {
-                    error: "exit status 3".into(),
-                },
-                Duration::from_millis(40),
-            )
-        });
-        assert!(
-            dead.lines().any(|l| l.contains("ERROR")
-                && l.contains("outcome=\"dead\"")
-                && l.contains("events replay")),
-            "{dead}"
-        );
-    }
-
-    #[test]
-    fn every_delivery_label_has_a_series_from_the_start() {
-        for after in [
-            AfterAttempt::Delivered,
-            AfterAttempt::RetryAt {
-                at_ms: 0,
-                error: String::new(),
-            },
-            AfterAttempt::Dead {
-                error: String::new(),
-            },
-        ] {
-            assert!(
-                crate::metrics::DELIVERY_OUTCOMES.contains(&after.label()),
-                "{after:?}"
-            );
         }
     }
 }

@@ -146,6 +146,8 @@ pub struct Metrics {
     pending: Family<EndpointLabel, Gauge>,
     oldest_pending_age: Family<EndpointLabel, FloatGauge>,
     dead: Family<EndpointLabel, Gauge>,
+    /// 1 while a route is paused, as the worker last read the store.
+    route_paused: Family<RouteLabels, Gauge>,
     /// The clock of the duplicate windows: monotonic, so a wall-clock jump neither empties nor
     /// stretches them.
     started: Instant,
@@ -211,6 +213,7 @@ impl Metrics {
         let pending = Family::<EndpointLabel, Gauge>::default();
         let oldest_pending_age = Family::<EndpointLabel, FloatGauge>::default();
         let dead = Family::<EndpointLabel, Gauge>::default();
+        let route_paused = Family::<RouteLabels, Gauge>::default();
         let build_info = Family::<Vec<(&'static str, &'static str)>, Gauge>::default();
         build_info
             .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION"))])
@@ -261,6 +264,11 @@ impl Metrics {
             "Events whose every delivery attempt failed, kept for replay, read at scrape time",
             dead.clone(),
         );
+        registry.register(
+            "route_paused",
+            "1 while a route is paused (`portaria route pause`, or its target answered 410 Gone)",
+            route_paused.clone(),
+        );
         registry.register("build_info", "The running version", build_info);
 
         let families = Families {
@@ -279,6 +287,7 @@ impl Metrics {
             pending,
             oldest_pending_age,
             dead,
+            route_paused,
             started: Instant::now(),
             scrape: Mutex::new(()),
             canary: None,
@@ -445,6 +454,14 @@ impl Metrics {
         if elapsed > SLOW_DELIVERY {
             slow.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Whether a route is paused, as the worker read it this round.
+    pub fn route_paused(&self, endpoint: &str, route: &str, paused: bool) {
+        let labels = route_labels(endpoint, route);
+        self.route_paused
+            .get_or_create(&labels)
+            .set(i64::from(paused));
     }
 
     /// The text of one scrape. `queue` is what the database said, or None if it could not be

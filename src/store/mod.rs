@@ -13,7 +13,7 @@
 //! up at its deadline and the engine agree on whether its insert runs), `queue.rs` (the
 //! forwarding worker's claims and attempts), `events.rs` (what `portaria events` and the
 //! status page list, show and replay, and the list's one statement), `dashboard.rs` (the
-//! status page's overview, and its row shaping), `alerts.rs`, `observe.rs` (`/readyz` and
+//! status page's overview, and its row shaping), `alerts.rs`, `pauses.rs` (paused routes), `observe.rs` (`/readyz` and
 //! `/metrics`), `counters.rs` (the status page's hourly counters), `retention.rs` (what
 //! pruning may remove, defined once; archive restore), `pruning.rs` (a pruning pass's hold),
 //! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
@@ -42,6 +42,7 @@ mod handover;
 mod intake;
 mod json;
 mod observe;
+mod pauses;
 mod postgres;
 mod pruning;
 mod queue;
@@ -58,6 +59,7 @@ pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use json::{detail_json, header_lines, summary_json};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
+pub use pauses::RoutePause;
 pub use pruning::Pruning;
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};

@@ -72,7 +72,7 @@ async fn a_version_1_database_is_upgraded_and_the_signed_id_kept_shown_and_archi
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "2");
+    assert_eq!(version, "3");
 
     eventually(WAIT, "the waiting delivery delivered", || {
         target.count() == 1

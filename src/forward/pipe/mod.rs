@@ -166,7 +166,7 @@ mod tests {
     fn failure(outcome: Outcome) -> String {
         match outcome {
             Outcome::Failed(text) => text,
-            Outcome::Delivered => panic!("expected a failure, got Delivered"),
+            other => panic!("expected a retried failure, got {other:?}"),
         }
     }
 

@@ -101,6 +101,14 @@ struct AnswerLine {
     ok: bool,
     #[serde(default)]
     error: Option<String>,
+    /// With `ok: false`: retrying cannot help, the delivery is dead now.
+    #[serde(default)]
+    permanent: bool,
+    /// With `ok: false`: try again no sooner than this many seconds from now. Read leniently
+    /// (a value that is not a whole number of seconds is ignored, not a broken handler): the
+    /// answer's `ok` is what matters.
+    #[serde(default)]
+    retry_after: Option<serde_json::Value>,
 }
 
 /// What one line of the handler's stdout says.
@@ -112,7 +120,9 @@ pub enum Answer {
     Garbage(String),
 }
 
-/// Reads one line (without its newline). Fields other than `id`, `ok` and `error` are ignored.
+/// Reads one line (without its newline). Fields other than `id`, `ok`, `error`, `permanent`
+/// and `retry_after` are ignored; the last two only mean something with `ok: false`, and
+/// `permanent` wins over `retry_after`.
 pub fn answer(line: &[u8]) -> Answer {
     // serde reads a struct from an array too (`[7, true]`); an answer is an object.
     let object = line.trim_ascii_start().starts_with(b"{");
@@ -125,6 +135,8 @@ pub fn answer(line: &[u8]) -> Answer {
             id,
             ok: false,
             error,
+            permanent,
+            retry_after,
         }) => {
             let error = error.unwrap_or_default();
             let (text, cut) = crate::forward::command::excerpt(error.as_bytes(), ERROR_LIMIT);
@@ -133,7 +145,16 @@ pub fn answer(line: &[u8]) -> Answer {
                 (false, false) => format!("handler: {text}"),
                 (false, true) => format!("handler: {text} …"),
             };
-            Answer::For(id, Outcome::Failed(text))
+            let retry_after = retry_after.as_ref().and_then(serde_json::Value::as_u64);
+            let outcome = match (permanent, retry_after) {
+                (true, _) => Outcome::Permanent(format!("{text} (permanent: not retried)")),
+                (false, Some(secs)) => Outcome::RetryAfter {
+                    error: text,
+                    wait: std::time::Duration::from_secs(secs),
+                },
+                (false, None) => Outcome::Failed(text),
+            };
+            Answer::For(id, outcome)
         }
         Err(_) => {
             let (text, cut) = crate::forward::command::excerpt(line, GARBAGE_QUOTE);
@@ -240,6 +261,32 @@ mod tests {
         assert_eq!(
             answer(br#"{"id": 7, "ok": false}"#),
             Answer::For(7, Outcome::Failed("the handler answered ok: false".into()))
+        );
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": false, "error": "no such order", "permanent": true}"#),
+            Answer::For(
+                7,
+                Outcome::Permanent("handler: no such order (permanent: not retried)".into())
+            )
+        );
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": false, "error": "busy", "retry_after": 30}"#),
+            Answer::For(
+                7,
+                Outcome::RetryAfter {
+                    error: "handler: busy".into(),
+                    wait: std::time::Duration::from_secs(30)
+                }
+            )
+        );
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": false, "error": "busy", "retry_after": "soon"}"#),
+            Answer::For(7, Outcome::Failed("handler: busy".into()))
+        );
+        // Only a failure can be permanent.
+        assert_eq!(
+            answer(br#"{"id": 7, "ok": true, "permanent": true, "retry_after": 5}"#),
+            Answer::For(7, Outcome::Delivered)
         );
         let long = format!(
             r#"{{"id": 7, "ok": false, "error": "{}"}}"#,

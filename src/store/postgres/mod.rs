@@ -3,7 +3,7 @@
 //! session gets, bounded waits) and the error mapping; `schema.rs` the tables and migrations,
 //! then one file per consumer, mirroring the SQLite ones: `intake.rs` (the dedup barrier),
 //! `group.rs` (intake's group commit: concurrent inserts in shared transactions),
-//! `observe.rs` (readiness probe, queue figures), `queue.rs` (the worker's claims,
+//! `observe.rs` (readiness probe, queue figures), `pauses.rs` (paused routes), `queue.rs` (the worker's claims,
 //! leases and attempts), `listen.rs` (LISTEN/NOTIFY wake-ups between instances, the alerts
 //! lock), `alerts.rs` (the alerts task's reads and state, one instance announcing),
 //! `retention.rs` (pruning under the retention lock), `restore.rs` (`archive replay`'s
@@ -24,6 +24,7 @@ mod group;
 mod intake;
 mod listen;
 mod observe;
+mod pauses;
 mod queue;
 mod restore;
 mod retention;

@@ -26,6 +26,9 @@ use crate::store::{
     AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Status, StoreError, Tried,
 };
 
+const PAUSED: &str = "SELECT EXISTS (SELECT 1 FROM route_pauses WHERE endpoint = $1 \
+                      AND route = $2 AND (until IS NULL OR until > $3))";
+
 /// How long a claim holds without renewal (unless a test asks: `fault::pg_lease`); it is
 /// renewed every quarter of it.
 const LEASE: Duration = Duration::from_secs(60);
@@ -313,6 +316,20 @@ impl Pg {
     ) -> Result<Vec<Delivery>, StoreError> {
         let lease_until = now_ms + self.lease_ms;
         let tx = client.transaction().await.map_err(error)?;
+        // A paused route gives nothing, checked in the claim's own transaction: the worker
+        // skips paused lanes too, but its view is a round old, and a 410 pauses a route
+        // mid-round (`store/pauses.rs`).
+        let paused: bool = tx
+            .query_one(
+                &tx.prepare_cached(PAUSED).await.map_err(error)?,
+                &[&endpoint, &route, &now_ms],
+            )
+            .await
+            .map_err(error)?
+            .get(0);
+        if paused {
+            return Ok(Vec::new());
+        }
         let claimed: Vec<(i64, i32)> = match order {
             Order::Any | Order::ByKey => {
                 let limit = i64::try_from(limit).unwrap_or(i64::MAX);

@@ -13,7 +13,7 @@ use super::error;
 use crate::store::StoreError;
 
 /// The schema this binary writes.
-pub(super) const VERSION: i64 = 2;
+pub(super) const VERSION: i64 = 3;
 /// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
 
@@ -138,6 +138,18 @@ ALTER TABLE events ADD COLUMN signed_id TEXT;
 ALTER TABLE events ADD COLUMN event_type_signed BOOLEAN;
 ";
 
+/// Version 3: paused routes, as SQLite's version 10 keeps them (`store/sqlite/schema.rs`).
+const V3: &str = "
+CREATE TABLE route_pauses (
+    endpoint  TEXT   NOT NULL,
+    route     TEXT   NOT NULL,
+    paused_at BIGINT NOT NULL,
+    until     BIGINT,
+    reason    TEXT,
+    PRIMARY KEY (endpoint, route)
+);
+";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -185,6 +197,9 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     // Each later version's step, from `found` up; a new database takes them all.
     if found < 2 {
         tx.batch_execute(V2).await.map_err(error)?;
+    }
+    if found < 3 {
+        tx.batch_execute(V3).await.map_err(error)?;
     }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \

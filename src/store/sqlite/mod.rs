@@ -47,6 +47,7 @@ pub(super) mod dashboard;
 pub(super) mod events;
 pub(super) mod intake;
 pub(super) mod observe;
+pub(super) mod pauses;
 pub(super) mod payload;
 pub(super) mod queue;
 pub(super) mod retention;

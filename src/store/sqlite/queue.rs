@@ -238,6 +238,15 @@ pub(super) fn recover(conn: &Connection, now_ms: i64) -> rusqlite::Result<usize>
     Ok(interrupted.len())
 }
 
+/// Whether a pause holds for the route at `now_ms` (`store/pauses.rs`).
+fn paused(conn: &Connection, endpoint: &str, route: &str, now_ms: i64) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM route_pauses WHERE endpoint = ?1 AND route = ?2 \
+         AND (until IS NULL OR until > ?3))",
+    )?
+    .query_row(params![endpoint, route, now_ms], |r| r.get(0))
+}
+
 pub(super) fn claim_due(
     conn: &Connection,
     endpoint: &str,
@@ -246,6 +255,11 @@ pub(super) fn claim_due(
     order: Order,
     now_ms: i64,
 ) -> rusqlite::Result<Vec<Delivery>> {
+    // A paused route gives nothing, checked in the claim's own transaction: the worker skips
+    // paused lanes too, but its view is a round old, and a 410 pauses a route mid-round.
+    if paused(conn, endpoint, route, now_ms)? {
+        return Ok(Vec::new());
+    }
     let ids: Vec<i64> = match order {
         // The head of the line: the oldest delivery not yet finished. If it is not due (or is
         // being delivered), nothing behind it may go first.

@@ -65,6 +65,7 @@ mod attempts;
 mod copy;
 mod engines;
 mod intake;
+mod pauses;
 mod queue;
 mod retention;
 mod status;
@@ -116,7 +117,8 @@ async fn checkout(pg: &crate::support::pg_cluster::Cluster) -> String {
     pg.connect(&database)
         .await
         .batch_execute(
-            "TRUNCATE events, payloads, deliveries, attempts, dedup, hourly RESTART IDENTITY; \
+            "TRUNCATE events, payloads, deliveries, attempts, dedup, hourly, route_pauses \
+             RESTART IDENTITY; \
              DELETE FROM meta WHERE key <> 'schema_version'",
         )
         .await
