@@ -219,7 +219,7 @@ fn error_json(reason: &str) -> Bytes {
 /// The part of the intake a reload replaces: the endpoints, the body limits and the
 /// client-address rule.
 struct Routes {
-    /// Endpoints by path: routing is one hash lookup.
+    /// Endpoints by each path they answer on (`Endpoint::paths`): routing is one hash lookup.
     endpoints: HashMap<String, Arc<Endpoint>>,
     body: BodyLimits,
     /// Whose header names the client (`[server] real_ip_header`); None: the TCP peer.
@@ -231,7 +231,7 @@ impl Routes {
         Arc::new(Routes {
             endpoints: endpoints
                 .iter()
-                .map(|e| (e.path.clone(), e.clone()))
+                .flat_map(|e| e.paths().into_iter().map(|path| (path, e.clone())))
                 .collect(),
             body: BodyLimits {
                 max_bytes: server.max_body_bytes,

@@ -260,6 +260,15 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The paths it answers on: its `path`, and that path followed by what its provider
+    /// appends to the URL it was given (Efí's `/pix`).
+    pub fn paths(&self) -> Vec<String> {
+        let appended = self.verifier.appended_path();
+        let mut paths = vec![self.path.clone()];
+        paths.extend(appended.map(|suffix| format!("{}{suffix}", self.path)));
+        paths
+    }
+
     /// Whether any of its events are forwarded at all.
     pub fn forwards(&self) -> bool {
         !self.routes.is_empty()

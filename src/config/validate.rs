@@ -16,7 +16,7 @@ use super::{
     Log, Memory, Secrets, Server, Storage, Target, UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
-use crate::verify::{Secret, Settings, Verifier, standard_webhooks, takes_secret};
+use crate::verify::{Secret, Settings, Verifier, efi, standard_webhooks, takes_secret};
 
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
@@ -221,8 +221,14 @@ impl Validator<'_> {
                 if !names.insert(endpoint.name.clone()) {
                     self.problem(format!("{at}.name: `{}` is used twice", endpoint.name));
                 }
-                if !paths.insert(endpoint.path.clone()) {
-                    self.problem(format!("{at}.path: `{}` is used twice", endpoint.path));
+                for path in endpoint.paths() {
+                    let efi = match path.ends_with(efi::PIX) {
+                        true => " (an `efi` endpoint answers on its path and on it plus `/pix`)",
+                        false => "",
+                    };
+                    if !paths.insert(path.clone()) {
+                        self.problem(format!("{at}.path: `{path}` is used twice{efi}"));
+                    }
                 }
                 out.push(endpoint);
             }
@@ -863,6 +869,30 @@ mod tests {
             msg.contains("line 7"),
             "names the second table's line: {msg}"
         );
+    }
+
+    #[test]
+    fn an_efi_endpoint_answers_on_its_path_plus_pix_and_takes_both() {
+        let efi = "[[endpoint]]\npath = \"/webhooks/efi\"\nprovider = \"efi\"\nsecret = \"e\"\n";
+        let config = parse(efi).unwrap();
+        assert_eq!(
+            config.endpoints[0].paths(),
+            ["/webhooks/efi", "/webhooks/efi/pix"]
+        );
+        assert_eq!(
+            parse(MINIMAL).unwrap().endpoints[0].paths(),
+            ["/webhooks/github"]
+        );
+        // Another endpoint at the appended path: refused, saying why.
+        let other =
+            "[[endpoint]]\npath = \"/webhooks/efi/pix\"\nprovider = \"github\"\nsecret = \"g\"\n";
+        for text in [format!("{efi}{other}"), format!("{other}{efi}")] {
+            let msg = problems(&text);
+            assert!(
+                msg.contains("`/webhooks/efi/pix` is used twice (an `efi` endpoint answers"),
+                "{msg}"
+            );
+        }
     }
 
     #[test]

@@ -391,6 +391,9 @@ pub(super) struct Preset {
     /// For a scheme that verifies with the sender's public key, the setting that holds it (the
     /// endpoint's credential; a shared secret is refused). None: a shared secret is required.
     pub public_key_setting: Option<&'static str>,
+    /// What the provider appends to the URL it was given (Efí's `/pix`): the endpoint answers
+    /// on its path and on its path followed by this, nothing else.
+    pub appended_path: Option<&'static str>,
 }
 
 impl Preset {
@@ -406,6 +409,7 @@ impl Preset {
             ack: None,
             signs_public_url: false,
             public_key_setting: None,
+            appended_path: None,
         }
     }
 
@@ -449,6 +453,12 @@ impl Preset {
             content_type: "application/json",
             body,
         });
+        self
+    }
+
+    /// See [`Preset::appended_path`].
+    pub(super) fn appended_path(mut self, suffix: &'static str) -> Self {
+        self.appended_path = Some(suffix);
         self
     }
 

@@ -5,8 +5,10 @@
 //! secret. `query_param` renames the parameter.
 //!
 //! Efí appends `/pix` to the registered URL. With `&ignorar=` last, the `/pix` lands in that
-//! ignored parameter and the endpoint path stays as registered; without it, the path must end
-//! in `/pix`, and a secret that is the last thing in the URL would get `/pix` glued to it.
+//! ignored parameter and the path stays as registered; a URL without a query (the mTLS mode)
+//! is called at its path plus `/pix`. So an `efi` endpoint answers on its path and on its path
+//! followed by `/pix`, in both modes, and nowhere else ([`PIX`]): the path a user registers is
+//! the path they configure. A secret that is the last thing in the URL gets `/pix` glued to it.
 //!
 //! The mTLS mode ([`mtls_preset`]): Efí presents a client certificate from its CA, which the
 //! TLS listener verifies (`[server] tls.client_ca_file`) and the endpoint requires
@@ -31,6 +33,9 @@ use crate::dedup::{CustomKey, DedupError, DedupRule, MAX_KEY_BYTES};
 
 pub const DEFAULT_QUERY_PARAM: &str = "hmac";
 
+/// What Efí appends to the registered URL.
+pub const PIX: &str = "/pix";
+
 /// The default dedup key of an Efí endpoint (see the module doc).
 pub const DEDUP: CustomKey = CustomKey {
     name: "efi-pix-items",
@@ -39,14 +44,15 @@ pub const DEDUP: CustomKey = CustomKey {
 
 pub(super) fn preset(settings: &Settings<'_>) -> Preset {
     let param = settings.query_param.unwrap_or(DEFAULT_QUERY_PARAM);
-    Preset::new("efi", Credential::query(param), DedupRule::Custom(DEDUP))
+    Preset::new("efi", Credential::query(param), DedupRule::Custom(DEDUP)).appended_path(PIX)
 }
 
 /// The mTLS mode: the verified client certificate, checked before the body is read, is the
 /// credential. Built only for an endpoint with `require_client_cert` (config refuses it
 /// otherwise), so a request reaching [`Scheme::verify`] here came over such a connection.
 pub(super) fn mtls_preset() -> Preset {
-    let mut preset = Preset::new("efi", ClientCertificate, DedupRule::Custom(DEDUP));
+    let mut preset =
+        Preset::new("efi", ClientCertificate, DedupRule::Custom(DEDUP)).appended_path(PIX);
     preset.public_key_setting = Some("require_client_cert");
     preset
 }

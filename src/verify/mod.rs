@@ -34,6 +34,7 @@ pub mod plowf;
 pub mod public_url;
 pub mod relya;
 mod secret;
+mod shape;
 pub mod shopify;
 pub mod slack;
 pub mod square;
@@ -408,31 +409,6 @@ impl Verifier {
              default, `{}`), or set `dedup_unsigned = true` on the endpoint to accept that",
             self.preset.name, self.preset.dedup
         ))
-    }
-
-    /// The header carrying the event type for this provider, if it sends one.
-    pub fn event_type_header(&self) -> Option<&'static str> {
-        self.preset.event_type_header
-    }
-
-    /// Whether the event type this provider's requests carry is covered by what the signature
-    /// signs: false where it comes from an unsigned header (GitHub's `X-GitHub-Event`,
-    /// Shopify's topic, ...) or from a body whose bytes the scheme does not sign (Mercado
-    /// Pago's, Adyen's, a Twilio form's, which can be spelled anew), or that a static
-    /// credential admits whatever it says (Asaas, Cielo, Vindi, Efí's `?hmac=`: whoever
-    /// captured one request can send any body with it). Read from the scheme's
-    /// [`catalog::Coverage`]; Efí's mutual TLS, where only Efí's private key opens the
-    /// connection the body comes on, is as good as a signature. Targets are told
-    /// (`PORTARIA_EVENT_TYPE_SIGNED=0`).
-    pub fn event_type_signed(&self) -> bool {
-        match (self.preset.scheme.coverage(), self.preset.event_type_header) {
-            (catalog::Coverage::Credential, _) => false,
-            (catalog::Coverage::Connection, _) => true,
-            (catalog::Coverage::Signed { headers, .. }, Some(name)) => {
-                headers.iter().any(|signed| signed == name)
-            }
-            (catalog::Coverage::Signed { body, .. }, None) => body,
-        }
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.

@@ -288,6 +288,45 @@ async fn vindi_takes_basic_or_the_token_and_efi_its_hmac_parameter() {
     assert_eq!(key, "E09089356202611300800abcdef1234");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_efi_endpoint_stores_a_pix_posted_to_its_path_plus_pix_and_with_ignorar() {
+    // The endpoint is at `/webhooks/efi`, the URL the docs show; Efí appends `/pix`.
+    let server = start().await;
+    let pix = |id: &str| format!(r#"{{"pix":[{{"endToEndId":"{id}","valor":"1.00"}}]}}"#);
+    let appended = format!("/webhooks/efi/pix?hmac={EFI_SECRET}");
+    let reply = post(server.addr, &appended, &[], pix("E1").as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let ignored = format!("/webhooks/efi?hmac={EFI_SECRET}&ignorar=/pix");
+    let reply = post(server.addr, &ignored, &[], pix("E2").as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(count(&server, "efi"), 2);
+    let keys: String =
+        server.one("SELECT group_concat(dedup_key, ' ') FROM events WHERE endpoint = 'efi'");
+    assert_eq!(keys, "E1 E2");
+    // The same Pix on the other path is the same event; the credential still counts there.
+    let reply = post(server.addr, &appended, &[], pix("E2").as_bytes()).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(count(&server, "efi"), 2);
+    let wrong = "/webhooks/efi/pix?hmac=efi-hmac-Ll66nC";
+    assert_eq!(
+        post(server.addr, wrong, &[], pix("E3").as_bytes())
+            .await
+            .status,
+        401
+    );
+    // Nothing else below the path.
+    for elsewhere in [
+        "/webhooks/efi/pix/pix",
+        "/webhooks/efi/pixx",
+        "/webhooks/efi/x",
+    ] {
+        let target = format!("{elsewhere}?hmac={EFI_SECRET}");
+        let reply = post(server.addr, &target, &[], pix("E4").as_bytes()).await;
+        assert_eq!(reply.status, 404, "{elsewhere}");
+    }
+    assert_eq!(count(&server, "efi"), 2);
+}
+
 /// A NotificationRequestItem without its signature.
 fn adyen_item(psp: &str, event: &str, value: i64) -> serde_json::Value {
     json!({
