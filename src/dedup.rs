@@ -250,7 +250,7 @@ impl FromStr for DedupRule {
 /// Refuses pointers that serde_json would read loosely instead of failing: one not starting
 /// with `/` (only the empty pointer, the whole document, would work), and `~` not followed by
 /// `0` or `1`.
-fn check_pointer(pointer: &str) -> Result<(), String> {
+pub fn check_pointer(pointer: &str) -> Result<(), String> {
     if !pointer.starts_with('/') {
         return Err(format!(
             "JSON pointer `{pointer}` must start with `/`, like `/id`"

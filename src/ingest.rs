@@ -23,9 +23,10 @@ use tokio::sync::Notify;
 mod body;
 mod describe;
 mod flood;
+mod pointer;
 
 pub use body::{BodyWatch, Budget, RATE_GRACE};
-pub use describe::{Described, describe};
+pub use describe::{Described, Sources, describe, describe_with};
 
 use body::BodyLimits;
 
@@ -407,7 +408,9 @@ impl Intake {
             Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
         };
         meta.dedup_key = Some(dedup_key.clone());
-        let described = describe(endpoint.verifier.event_type_header(), &parts.headers, &body);
+        let described = describe_with(Sources::of(verifier), &parts.headers, &body);
+        // A field that found nothing: no type (stored, routed as such), and counted.
+        let untyped = described.event_type.is_none() && verifier.event_type_field().is_some();
         tracing::trace!(endpoint = %endpoint.name, body = %String::from_utf8_lossy(&body), "webhook body");
         meta.event_type = described.event_type;
         meta.object_id = described.object_id;
@@ -440,6 +443,9 @@ impl Intake {
                 if unrouted {
                     // No route takes this event type: stored only, and counted.
                     self.metrics.unrouted(&endpoint.name);
+                }
+                if untyped {
+                    self.metrics.untyped(&endpoint.name);
                 }
                 Outcome::Accepted(id)
             }

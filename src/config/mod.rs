@@ -24,6 +24,7 @@ mod database;
 mod database_tls;
 mod dedup_window;
 mod environment;
+mod event_fields;
 mod ip_range;
 mod keys;
 mod memory;

@@ -131,6 +131,9 @@ pub(super) struct RawEndpoint {
     pub(super) require_client_cert: Option<bool>,
     /// The certificate's subject CN or a DNS SAN must be this.
     pub(super) client_cert_subject: Option<String>,
+    /// Where the event type and the object id are (`verify::Field`), over the preset's.
+    pub(super) event_type: Option<String>,
+    pub(super) object_id: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -349,6 +349,7 @@ impl Validator<'_> {
                 None
             }
         };
+        let verifier = self.event_fields(at, verifier, raw.event_type, raw.object_id);
         let routes = self.routes(at, raw.forward, raw.retry, raw.concurrency, raw.route);
         if let Some(v) = &verifier {
             self.unsigned_event_type(at, &name, v, &routes);

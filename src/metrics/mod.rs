@@ -157,6 +157,8 @@ struct Families {
     delivery_latency: Family<RouteLabels, Histogram>,
     /// Accepted events of a forwarding endpoint that no route took (only stored).
     unrouted: Family<EndpointLabel, Counter>,
+    /// Accepted events whose `event_type` field (the endpoint's or its preset's) found nothing.
+    untyped: Family<EndpointLabel, Counter>,
 }
 
 /// Handles on one endpoint's series (clones share the value with the registered family).
@@ -168,6 +170,8 @@ struct EndpointSeries {
     routes: Vec<RouteSeries>,
     /// None for an endpoint that does not forward.
     unrouted: Option<Counter>,
+    /// None for the `-` of unknown paths.
+    untyped: Option<Counter>,
     duplicates: Mutex<DuplicateWindow>,
     /// Attempts over [`SLOW_DELIVERY`], for [`Metrics::facts`] (no series of its own).
     slow: AtomicU64,
@@ -200,6 +204,7 @@ impl Metrics {
         let delivery_latency =
             Family::<RouteLabels, Histogram>::new_with_constructor(delivery_histogram as fn() -> _);
         let unrouted = Family::<EndpointLabel, Counter>::default();
+        let untyped = Family::<EndpointLabel, Counter>::default();
         let duplicate_ratio = Family::<EndpointLabel, FloatGauge>::default();
         let pending = Family::<EndpointLabel, Gauge>::default();
         let oldest_pending_age = Family::<EndpointLabel, FloatGauge>::default();
@@ -240,6 +245,11 @@ impl Metrics {
             unrouted.clone(),
         );
         registry.register(
+            "events_untyped",
+            "Accepted events whose configured event_type field found nothing (stored with no type)",
+            untyped.clone(),
+        );
+        registry.register(
             "events_pending",
             "Events waiting for delivery or being delivered, read from the database at scrape time",
             pending.clone(),
@@ -262,6 +272,7 @@ impl Metrics {
             deliveries,
             delivery_latency,
             unrouted,
+            untyped,
         };
         let metrics = Metrics {
             registry,
@@ -324,6 +335,7 @@ impl Metrics {
                 });
             }
             self.families.request_latency.remove(&labels);
+            self.families.untyped.remove(&labels);
             self.duplicate_ratio.remove(&labels);
             self.pending.remove(&labels);
             self.oldest_pending_age.remove(&labels);
@@ -356,6 +368,15 @@ impl Metrics {
             .read()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(counter) = endpoints.get(endpoint).and_then(|s| s.unrouted.as_ref()) {
+            counter.inc();
+        }
+    }
+
+    /// Counts an accepted event of `endpoint` whose `event_type` field found nothing.
+    pub fn untyped(&self, endpoint: &str) {
+        let endpoints = self.endpoints.read();
+        let endpoints = endpoints.unwrap_or_else(PoisonError::into_inner);
+        if let Some(counter) = endpoints.get(endpoint).and_then(|s| s.untyped.as_ref()) {
             counter.inc();
         }
     }
@@ -538,6 +559,8 @@ impl Families {
             requests,
             request_latency: self.request_latency.get_or_create_owned(&label(name)),
             unrouted: (!routes.is_empty()).then(|| self.unrouted.get_or_create_owned(&label(name))),
+            untyped: (name != UNKNOWN_ENDPOINT)
+                .then(|| self.untyped.get_or_create_owned(&label(name))),
             routes,
             duplicates: Mutex::default(),
             slow: AtomicU64::new(0),
@@ -602,9 +625,11 @@ mod tests {
             r#"portaria_duplicate_ratio{endpoint="pagarme"}"#,
             r#"portaria_request_duration_seconds_count{endpoint="pagarme"}"#,
             r#"portaria_delivery_duration_seconds_count{endpoint="pagarme",route="default"}"#,
+            r#"portaria_events_untyped_total{endpoint="github"}"#,
         ] {
             assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
         }
+        assert!(!text.contains(r#"portaria_events_untyped_total{endpoint="-"}"#));
         assert!(
             !text.contains(r#"portaria_deliveries_total{endpoint="github""#),
             "github does not forward"
@@ -614,6 +639,8 @@ mod tests {
         metrics.request(Some("pagarme"), DUPLICATE, Duration::from_millis(2));
         metrics.request(None, "not_found", Duration::from_micros(40));
         metrics.delivery("pagarme", "default", "dead", Duration::from_millis(7));
+        metrics.untyped("github");
+        metrics.untyped("nobody");
         let queue = [QueueStats {
             endpoint: "pagarme".into(),
             pending: 2,
@@ -650,6 +677,11 @@ mod tests {
             30.0
         );
         assert_eq!(get(r#"portaria_events_pending{endpoint="github"}"#), 0.0);
+        assert_eq!(
+            get(r#"portaria_events_untyped_total{endpoint="github"}"#),
+            1.0
+        );
+        assert!(!text.contains(r#"endpoint="nobody""#));
     }
 
     #[test]

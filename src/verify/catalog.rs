@@ -11,6 +11,7 @@ use std::fmt;
 use http::HeaderName;
 
 use super::hmac_scheme::HmacScheme;
+use super::shape::Field;
 use super::{
     Checked, DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas,
     cielo, discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
@@ -394,6 +395,11 @@ pub(super) struct Preset {
     /// What the provider appends to the URL it was given (Efí's `/pix`): the endpoint answers
     /// on its path and on its path followed by this, nothing else.
     pub appended_path: Option<&'static str>,
+    /// Where the event type and the object id are, when the provider puts them somewhere of
+    /// its own (Rede's `events[0]`, iugu's form fields); the endpoint's `event_type` and
+    /// `object_id` override them (`Verifier::with_fields`).
+    pub event_type: Option<Field>,
+    pub object_id: Option<Field>,
 }
 
 impl Preset {
@@ -410,6 +416,8 @@ impl Preset {
             signs_public_url: false,
             public_key_setting: None,
             appended_path: None,
+            event_type: None,
+            object_id: None,
         }
     }
 

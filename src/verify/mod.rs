@@ -57,6 +57,7 @@ use catalog::Preset;
 pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
 pub use secret::Secret;
+pub use shape::Field;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;

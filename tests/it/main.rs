@@ -16,6 +16,7 @@ mod commit_order;
 mod compression;
 mod crowds;
 mod disk_full;
+mod event_fields;
 mod forwarding;
 mod handover;
 mod hostile;
