@@ -171,7 +171,7 @@ impl DedupRule {
         body: &[u8],
     ) -> Result<String, DedupError> {
         let key = match self {
-            DedupRule::BodySha256 => hex::encode(crate::digest::sha256(&[body])),
+            DedupRule::BodySha256 => body_key(body),
             DedupRule::Header(name) => header_key(headers, name)?,
             DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
             DedupRule::Custom(custom) => (custom.key)(headers, body)?,
@@ -195,6 +195,23 @@ impl DedupRule {
         }
         Ok(key)
     }
+}
+
+/// A preset's key that may be long (ids joined): itself up to [`MAX_KEY_BYTES`], else `sha256:`
+/// and the hex SHA-256 of it, so a long key is still one key per value, never a refusal.
+pub fn fit(key: String) -> String {
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    format!(
+        "sha256:{}",
+        hex::encode(crate::digest::sha256(&[key.as_bytes()]))
+    )
+}
+
+/// The key of a body nothing else names: its SHA-256, as [`DedupRule::BodySha256`] has it.
+pub fn body_key(body: &[u8]) -> String {
+    hex::encode(crate::digest::sha256(&[body]))
 }
 
 fn header_key(headers: &HeaderMap, name: &HeaderName) -> Result<String, DedupError> {

@@ -15,7 +15,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::sync::Notify;
@@ -23,12 +23,15 @@ use tokio::sync::Notify;
 mod body;
 mod describe;
 mod flood;
+mod headers;
 mod pointer;
 
 pub use body::{BodyWatch, Budget, RATE_GRACE};
 pub use describe::{Described, Sources, describe, describe_with};
+pub use headers::REDACTED;
 
 use body::BodyLimits;
+use headers::{header_text, headers_blob};
 
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
@@ -348,7 +351,9 @@ impl Intake {
         watch: &BodyWatch,
     ) -> (Outcome, EventMeta) {
         let mut meta = EventMeta::default();
-        if req.method() != Method::POST {
+        // A provider's GET of the URL (Rede's, at registration): answered once the address is.
+        let probe = req.method() == Method::GET && endpoint.verifier.answers_get();
+        if req.method() != Method::POST && !probe {
             return (Outcome::MethodNotAllowed, meta);
         }
         // Before the body is read: a refused address costs no read, no verify, no row.
@@ -356,6 +361,12 @@ impl Intake {
             && !allowed.iter().any(|range| range.contains(client))
         {
             return (Outcome::Forbidden, meta);
+        }
+        if probe {
+            return (
+                Outcome::Handshake(Reply::json(&serde_json::json!({"ok": true}))),
+                meta,
+            );
         }
         if let Some(rule) = &endpoint.client_cert {
             let admitted = conn
@@ -552,40 +563,6 @@ fn log(
 pub fn route<'a, E>(endpoints: &'a HashMap<String, E>, target: &http::Uri) -> Option<&'a E> {
     endpoints.get(target.path())
 }
-
-fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(String::from)
-}
-
-/// The request headers as `name: value\r\n` lines: compact, exact bytes, easy to show.
-/// The headers as stored, `name: value\r\n` each, except that a credential's value (the
-/// provider's `credentials`, and `Authorization` always) is replaced by [`REDACTED`]: what is
-/// stored reaches `events show`, forwards and archives.
-fn headers_blob(headers: &HeaderMap, credentials: &[HeaderName]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(headers.len() * 32);
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        let secret = name == header::AUTHORIZATION
-            || name == header::PROXY_AUTHORIZATION
-            || credentials.contains(name);
-        out.extend_from_slice(if secret {
-            REDACTED.as_bytes()
-        } else {
-            value.as_bytes()
-        });
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// What a stored credential header holds instead of its value.
-pub const REDACTED: &str = "[redacted]";
 
 #[cfg(test)]
 mod tests {

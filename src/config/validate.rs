@@ -383,7 +383,7 @@ impl Validator<'_> {
         }
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
-        let allow_ips = self.allow_ips(at, raw.allow_ips);
+        let allow_ips = self.allow_ips(at, raw.allow_ips, verifier.as_ref());
         let quiet_after = self.quiet_after(at, raw.quiet_after.as_deref());
         if self.problems.len() != before {
             return None;
@@ -1103,7 +1103,9 @@ mod tests {
         assert!(msg.contains("give 2 secret(s), one per header"), "{msg}");
         let msg = problems(&format!("{MINIMAL}credential_headers = [\"X-Key\"]\n"));
         assert!(
-            msg.contains("`credential_headers` is only allowed with provider `cielo`"),
+            msg.contains(
+                "`credential_headers` is only allowed with providers `cielo` and `picpay`"
+            ),
             "{msg}"
         );
         let msg = problems(&format!("{MINIMAL}query_param = \"token\"\n"));
@@ -1115,6 +1117,22 @@ mod tests {
             .sign_request(b"{}", 0, "")
             .unwrap();
         assert_eq!(signed.query.as_deref(), Some("chave=t"));
+        // iugu: its token in the query too, and never without `allow_ips`.
+        let iugu = "[[endpoint]]\npath = \"/i\"\nprovider = \"iugu\"\nsecret = \"t\"\n";
+        let msg = problems(iugu);
+        assert!(
+            msg.contains("(line 1).allow_ips: missing: iugu signs nothing")
+                && msg.contains("fetching the invoice")
+                && msg.contains("98.82.243.132/32"),
+            "{msg}"
+        );
+        let allowed = format!("{iugu}allow_ips = [\"98.82.243.132/32\"]\nquery_param = \"k\"\n");
+        let config = parse(&allowed).unwrap();
+        assert_eq!(config.endpoints[0].verifier.provider(), "iugu");
+        assert_eq!(
+            config.endpoints[0].dedup.to_string(),
+            "iugu-event-id-status"
+        );
         // Without its secrets (the database commands), a config with a hex key and a header set
         // still loads, and verifies nothing.
         let text = format!(

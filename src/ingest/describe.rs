@@ -17,7 +17,7 @@ use std::fmt;
 use http::HeaderMap;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::header_text;
+use super::headers::header_text;
 use crate::verify::{Field, Verifier};
 
 /// The longest event type or object id kept from a body, in characters.

@@ -32,6 +32,9 @@ pub const PROVIDERS: &[&str] = &[
     "vindi",
     "efi",
     "adyen",
+    "rede",
+    "picpay",
+    "iugu",
     // (Brazilian gateways: new names above this line.)
     //
     // SaaS and international gateways.
@@ -78,14 +81,16 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
             "a `signature` table is only allowed with provider `hmac`, not `{provider}`"
         ));
     }
-    if provider != "cielo" && settings.credential_headers.is_some() {
+    if !matches!(provider, "cielo" | "picpay") && settings.credential_headers.is_some() {
         return Err(format!(
-            "`credential_headers` is only allowed with provider `cielo`, not `{provider}`"
+            "`credential_headers` is only allowed with providers `cielo` and `picpay`, not \
+             `{provider}`"
         ));
     }
-    if !matches!(provider, "vindi" | "efi") && settings.query_param.is_some() {
+    if !matches!(provider, "vindi" | "efi" | "iugu") && settings.query_param.is_some() {
         return Err(format!(
-            "`query_param` is only allowed with providers `vindi` and `efi`, not `{provider}`"
+            "`query_param` is only allowed with providers `vindi`, `efi` and `iugu`, not \
+             `{provider}`"
         ));
     }
     for (key, value, owner) in [
@@ -112,6 +117,9 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         "vindi" => Ok(vindi::preset(settings)),
         "efi" => Ok(efi::preset(settings)),
         "adyen" => Ok(adyen::preset()),
+        "rede" => Ok(super::rede::preset()),
+        "picpay" => super::picpay::preset(settings),
+        "iugu" => Ok(super::iugu::preset(settings)),
         // (Brazilian gateways: new arms above this line.)
         //
         "github" => Ok(github::preset()),
@@ -400,6 +408,12 @@ pub(super) struct Preset {
     /// `object_id` override them (`Verifier::with_fields`).
     pub event_type: Option<Field>,
     pub object_id: Option<Field>,
+    /// Whether a bare GET on the endpoint is the provider checking the URL (Rede's, at
+    /// registration): answered 200, nothing stored.
+    pub answers_get: bool,
+    /// Why an endpoint of this provider needs `allow_ips` (iugu: nothing in its requests is
+    /// proof); None: it does not. Config refuses such an endpoint without it.
+    pub needs_allow_ips: Option<&'static str>,
 }
 
 impl Preset {
@@ -418,6 +432,8 @@ impl Preset {
             appended_path: None,
             event_type: None,
             object_id: None,
+            answers_get: false,
+            needs_allow_ips: None,
         }
     }
 
@@ -461,6 +477,30 @@ impl Preset {
             content_type: "application/json",
             body,
         });
+        self
+    }
+
+    /// Where the event type is ([`Preset::event_type`]), spelled as in a config.
+    pub(super) fn type_at(mut self, field: &str) -> Self {
+        self.event_type = field.parse().ok();
+        self
+    }
+
+    /// Where the object id is ([`Preset::object_id`]), spelled as in a config.
+    pub(super) fn id_at(mut self, field: &str) -> Self {
+        self.object_id = field.parse().ok();
+        self
+    }
+
+    /// See [`Preset::answers_get`].
+    pub(super) fn answers_get(mut self) -> Self {
+        self.answers_get = true;
+        self
+    }
+
+    /// See [`Preset::needs_allow_ips`].
+    pub(super) fn needs_allow_ips(mut self, why: &'static str) -> Self {
+        self.needs_allow_ips = Some(why);
         self
     }
 

@@ -29,7 +29,7 @@ use serde_json::Value;
 use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::credential::Credential;
 use super::{Checked, Request, Secret, Settings, VerifyError};
-use crate::dedup::{CustomKey, DedupError, DedupRule, MAX_KEY_BYTES};
+use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
 
 pub const DEFAULT_QUERY_PARAM: &str = "hmac";
 
@@ -84,19 +84,11 @@ impl Scheme for ClientCertificate {
 
 fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
     let Some(mut ids) = end_to_end_ids(body) else {
-        return Ok(hex::encode(crate::digest::sha256(&[body])));
+        return Ok(body_key(body));
     };
     ids.sort_unstable();
     ids.dedup();
-    let joined = ids.join(",");
-    if joined.len() <= MAX_KEY_BYTES {
-        Ok(joined)
-    } else {
-        Ok(format!(
-            "sha256:{}",
-            hex::encode(crate::digest::sha256(&[joined.as_bytes()]))
-        ))
-    }
+    Ok(fit(ids.join(",")))
 }
 
 /// Every item's `endToEndId`; None if the body has no `pix` items. An item without one

@@ -23,6 +23,7 @@ pub mod efi;
 pub mod github;
 pub mod hmac_scheme;
 pub mod intercom;
+pub mod iugu;
 pub mod keyed_list;
 pub mod linear;
 pub mod mercadopago;
@@ -30,8 +31,10 @@ pub mod paddle;
 pub mod pagarme;
 pub mod pagarme_v5;
 pub mod pagbank;
+pub mod picpay;
 pub mod plowf;
 pub mod public_url;
+pub mod rede;
 pub mod relya;
 mod secret;
 mod shape;
@@ -785,6 +788,9 @@ mod tests {
             "asaas",
             "vindi",
             "efi",
+            "rede",
+            "picpay",
+            "iugu",
         ];
         for provider in PROVIDERS {
             let settings = Settings {

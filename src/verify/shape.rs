@@ -1,5 +1,6 @@
 //! What a provider's requests look like besides their signature: the paths they arrive at
-//! (Efí appends `/pix` to the URL it was given), where their event type and object id are
+//! (Efí appends `/pix` to the URL it was given), the probe that is not an event (Rede's GET),
+//! what else the endpoint needs (iugu's `allow_ips`), where their event type and object id are
 //! ([`Field`]: a preset's default, or the endpoint's `event_type` and `object_id`), and whether
 //! what the signature covers includes the event type.
 
@@ -105,6 +106,17 @@ impl Verifier {
             }
             (catalog::Coverage::Signed { body, .. }, None) => body,
         }
+    }
+
+    /// Whether a bare GET is the provider checking the URL (Rede's, at registration): answered
+    /// 200, never stored.
+    pub fn answers_get(&self) -> bool {
+        self.preset.answers_get
+    }
+
+    /// Why an endpoint of this provider cannot go without `allow_ips` (iugu), if it cannot.
+    pub fn needs_allow_ips(&self) -> Option<&'static str> {
+        self.preset.needs_allow_ips
     }
 
     /// What the provider appends to the URL it was given (Efí's `/pix`): an endpoint of its

@@ -18,7 +18,16 @@ const PUBLIC_URL: &str = "https://example.trycloudflare.com/webhooks/properties"
 /// Basic auth, a query secret), or Mercado Pago's manifest (the `data.id` of the query string,
 /// the request id and the timestamp). A changed body still carries the right signature, so
 /// only their headers are changed.
-const BODY_NOT_SIGNED: &[&str] = &["asaas", "cielo", "vindi", "efi", "mercadopago"];
+const BODY_NOT_SIGNED: &[&str] = &[
+    "asaas",
+    "cielo",
+    "vindi",
+    "efi",
+    "mercadopago",
+    "rede",
+    "picpay",
+    "iugu",
+];
 
 /// Headers a signer sends that are not signed, by the provider's own design (ids and event
 /// names read for dedup and logs, under the signature's protection only where a scheme signs
