@@ -118,6 +118,8 @@ pub(super) struct RawEndpoint {
     pub(super) jwks_file: Option<PathBuf>,
     /// Refused with a hint: fetching a JWKS needs TLS, which portaria has no client for.
     pub(super) jwks_url: Option<String>,
+    /// Woovi's public key(s): a PEM file, or the JSON of its public-keys endpoint.
+    pub(super) public_key_file: Option<PathBuf>,
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,

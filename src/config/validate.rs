@@ -309,7 +309,7 @@ impl Validator<'_> {
         // run. A provider that verifies with a public key takes no secret at all.
         let stand_in = takes_secret && (secrets.is_empty() || self.secrets == Secrets::Skip);
         self.secrets = skipping;
-        let jwks = self.jwks(at, raw.jwks_file, raw.jwks_url);
+        let (jwks, pem) = self.key_files(at, raw.jwks_file, raw.jwks_url, raw.public_key_file);
         let settings = Settings {
             hmac: raw.signature.as_ref(),
             public_url: raw.public_url.as_deref(),
@@ -317,6 +317,7 @@ impl Validator<'_> {
             query_param: raw.query_param.as_deref(),
             public_key: raw.public_key.as_deref(),
             jwks: jwks.as_deref(),
+            public_key_pem: pem.as_deref(),
         };
         let built = if by_certificate {
             Verifier::by_client_certificate(&provider, &settings)

@@ -58,6 +58,8 @@ pub const PROVIDERS: &[&str] = &[
     // Asymmetric signatures.
     "discord",
     "pagarme-v5",
+    "woovi",
+    "openpix",
     // (Asymmetric: new names above this line.)
     //
     // Your own description of a scheme.
@@ -66,7 +68,8 @@ pub const PROVIDERS: &[&str] = &[
 
 /// The providers whose senders sign with a private key: an endpoint of theirs holds the public
 /// key (its preset says which setting), never a shared secret.
-pub const PUBLIC_KEY_PROVIDERS: &[&str] = &["discord", "pagarme-v5"];
+/// (Woovi's endpoint may take a secret besides, or instead: its older HMAC form.)
+pub const PUBLIC_KEY_PROVIDERS: &[&str] = &["discord", "pagarme-v5", "woovi", "openpix"];
 
 /// Whether an endpoint of `provider` is given a shared secret (an unknown name: yes, so that
 /// a missing secret is reported beside the unknown provider).
@@ -76,6 +79,12 @@ pub fn takes_secret(provider: &str) -> bool {
 
 /// The preset of `provider`, or why there is none.
 pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, String> {
+    // One platform, two names.
+    let provider = if provider == "openpix" {
+        "woovi"
+    } else {
+        provider
+    };
     if provider != "hmac" && settings.hmac.is_some() {
         return Err(format!(
             "a `signature` table is only allowed with provider `hmac`, not `{provider}`"
@@ -96,6 +105,7 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
     for (key, value, owner) in [
         ("public_key", settings.public_key, "discord"),
         ("jwks_file", settings.jwks, "pagarme-v5"),
+        ("public_key_file", settings.public_key_pem, "woovi"),
     ] {
         if value.is_some() && provider != owner {
             return Err(format!(
@@ -138,6 +148,7 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         //
         "discord" => discord::preset(settings.public_key),
         "pagarme-v5" => pagarme_v5::preset(settings.jwks),
+        "woovi" => super::woovi::preset(settings),
         // (Asymmetric: new arms above this line.)
         //
         "hmac" => {
@@ -414,6 +425,9 @@ pub(super) struct Preset {
     /// Why an endpoint of this provider needs `allow_ips` (iugu: nothing in its requests is
     /// proof); None: it does not. Config refuses such an endpoint without it.
     pub needs_allow_ips: Option<&'static str>,
+    /// For a scheme with a public key (`public_key_setting`): whether it takes secrets too, for
+    /// a second form (Woovi's HMAC); a secret given is otherwise refused.
+    pub secret_too: bool,
 }
 
 impl Preset {
@@ -434,6 +448,7 @@ impl Preset {
             object_id: None,
             answers_get: false,
             needs_allow_ips: None,
+            secret_too: false,
         }
     }
 

@@ -36,6 +36,7 @@ pub mod plowf;
 pub mod public_url;
 pub mod rede;
 pub mod relya;
+mod rsa;
 mod secret;
 mod shape;
 pub mod shopify;
@@ -47,6 +48,7 @@ pub mod twilio;
 pub mod typeform;
 pub mod vindi;
 pub mod woocommerce;
+pub mod woovi;
 pub mod zoom;
 
 #[cfg(test)]
@@ -139,6 +141,8 @@ pub struct Settings<'a> {
     pub public_key: Option<&'a str>,
     /// The text of the JWKS that `jwks_file` names, for provider `pagarme-v5`.
     pub jwks: Option<&'a str>,
+    /// The text of `public_key_file` (PEM, or Woovi's public-keys JSON), for provider `woovi`.
+    pub public_key_pem: Option<&'a str>,
 }
 
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
@@ -263,14 +267,18 @@ impl Verifier {
         tolerance_secs: Option<u64>,
     ) -> Result<Verifier, String> {
         let preset = catalog::preset(provider, settings)?;
-        // The public key is the credential: the preset has checked it is there.
-        if let Some(setting) = preset.public_key_setting {
+        // The public key is the credential: the preset has checked it is there (or, for a
+        // scheme that takes secrets too, `check_keys` says whether it may go without).
+        if let Some(setting) = preset.public_key_setting
+            && (secrets.is_empty() || !preset.secret_too)
+        {
             if !secrets.is_empty() {
                 return Err(format!(
                     "provider `{provider}` verifies with a public key (`{setting}`), not a \
                      shared secret: remove the secret"
                 ));
             }
+            preset.scheme.check_keys(0)?;
             let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
             return Ok(Verifier {
                 preset,
@@ -823,7 +831,7 @@ mod tests {
     #[test]
     fn only_the_public_key_providers_go_without_a_secret() {
         for provider in PROVIDERS {
-            let public_key = ["discord", "pagarme-v5"].contains(provider);
+            let public_key = ["discord", "pagarme-v5", "woovi", "openpix"].contains(provider);
             assert_eq!(takes_secret(provider), !public_key, "{provider}");
         }
         assert!(takes_secret("paypal"));

@@ -26,6 +26,7 @@ const REDE_TOKEN: &str = "rede-token-Ww34eR";
 const PICPAY_TOKEN: &str = "picpay-panel-Tt56yU";
 const PICPAY_SELLER: &str = "4ef4edbd-5cda-42da-860b-0e8d7b90c784";
 const IUGU_TOKEN: &str = "iugu-token-Ii78oP";
+const WOOVI_HMAC: &str = "woovi-webhook-secret-Pp90";
 
 /// One endpoint per preset; `extra` is added to the end (server tables must come first).
 fn config(db: &Path, extra: &str) -> String {
@@ -95,9 +96,16 @@ path = "/webhooks/iugu"
 provider = "iugu"
 secret = "{IUGU_TOKEN}"
 allow_ips = ["127.0.0.1/32"]
+
+[[endpoint]]
+path = "/webhooks/woovi"
+provider = "woovi"
+public_key_file = "{fixtures}/woovi/public-key.pem"
+secret = "{WOOVI_HMAC}"
 {extra}
 "#,
-        db = db.display()
+        db = db.display(),
+        fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"),
     )
 }
 
@@ -526,6 +534,71 @@ async fn iugu_takes_its_url_token_from_its_address_and_reads_its_form() {
     for bytes in [db_bytes, wal] {
         assert!(!String::from_utf8_lossy(&bytes).contains(IUGU_TOKEN));
     }
+}
+
+/// Woovi's published example: the payload of its PHP sample, signed with its production key.
+const WOOVI_PAYLOAD: &[u8] = include_bytes!("../fixtures/woovi/charge-completed.json");
+const WOOVI_SIGNATURE: &str = "lL2nnXgmLFGgxJ8+jCDguqouU4ucrIxYJcU5SPrJFaNcJajTJHYVldqc/z4YFIjAjtPEALe699WosgPY08W7CLpidvtm06Qwa4YMB0l/DcTS93O91NdSH/adjugEKiOb76Zj/0jB8mqOmWCFYbweOBa17bssuEkd5Lw7Q5L314Y=";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn woovi_signed_by_woovi_or_by_the_webhook_secret_is_stored_once() {
+    let mut changed = WOOVI_PAYLOAD.to_vec();
+    changed[500] ^= 1;
+    // Woovi's own SDK agrees: its example is valid, a changed byte is not.
+    let oracle = |body: &[u8]| {
+        let input = json!({"body": String::from_utf8_lossy(body), "signature": WOOVI_SIGNATURE});
+        crate::oracle::run("woovi_webhook.mjs", &input)
+    };
+    if let Some(answer) = oracle(WOOVI_PAYLOAD) {
+        assert_eq!(answer["valid"], true, "{answer}");
+        assert_eq!(oracle(&changed).unwrap()["valid"], false);
+    }
+    let server = start().await;
+    let rsa = vec![
+        h("content-type", "application/json"),
+        h("x-webhook-signature", WOOVI_SIGNATURE),
+    ];
+    accepted_once_and_tampered_refused(
+        &server,
+        "woovi",
+        "/webhooks/woovi",
+        &rsa,
+        WOOVI_PAYLOAD,
+        ("/webhooks/woovi", &rsa, &changed),
+    )
+    .await;
+    // The deprecated HMAC-SHA1 form, with the webhook's secret (this endpoint has both).
+    let body = br#"{"event":"OPENPIX:CHARGE_COMPLETED","charge":{"correlationID":"c-9","status":"COMPLETED"},"pix":{"endToEndId":"E9"}}"#;
+    let hmac = |secret: &str| {
+        let mut mac =
+            <hmac::Hmac<sha1::Sha1> as hmac::KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
+        hmac::Mac::update(&mut mac, body);
+        vec![h(
+            "x-openpix-signature",
+            STANDARD.encode(hmac::Mac::finalize(mac).into_bytes()),
+        )]
+    };
+    let wrong = hmac("woovi-webhook-secret-Pp91");
+    accepted_once_and_tampered_refused(
+        &server,
+        "woovi",
+        "/webhooks/woovi",
+        &hmac(WOOVI_HMAC),
+        body,
+        ("/webhooks/woovi", &wrong, body),
+    )
+    .await;
+    let example_key = hex::encode(Sha256::digest(WOOVI_PAYLOAD));
+    assert_eq!(
+        described(&server, "woovi"),
+        format!(
+            "- 417bae21-3d08-4cdb-9c2d-fee63c89e9e4 {example_key}; \
+             OPENPIX:CHARGE_COMPLETED c-9 OPENPIX:CHARGE_COMPLETED:c-9:E9"
+        )
+    );
+    let signed: i64 =
+        server.one("SELECT min(event_type_signed) FROM events WHERE endpoint = 'woovi'");
+    assert_eq!(signed, 1, "Woovi signs the body its type is read from");
 }
 
 /// A NotificationRequestItem without its signature.
