@@ -5,7 +5,7 @@ compression").
     python3 bench/wal_pages.py raw|deflate BATCH
 
 Builds a database in a temporary directory with portaria's own schema (read from
-src/store/schema.rs) and settings (1 KiB pages, incremental auto-vacuum, WAL), warms it with
+src/store/sqlite/schema.rs) and settings (1 KiB pages, incremental auto-vacuum, WAL), warms it with
 3,000 bench-like events (the load generator's `charge.paid` shape, 800-1000 bytes, and its
 request headers), checkpoints, then commits 200 more, BATCH per commit, the way the writer
 does (the event row, then its payload: raw, or deflated as `store::payload` stores it). Then
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from wal_frames import frames, page_names  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-src = open(os.path.join(ROOT, "src/store/schema.rs")).read()
+src = open(os.path.join(ROOT, "src/store/sqlite/schema.rs")).read()
 def const(name):
     m = re.search(r'const %s: &str = "(.*?)";' % name, src, re.S)
     return m.group(1).replace('\\\\', '\\')

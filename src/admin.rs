@@ -1,7 +1,10 @@
 //! The admin listener's answers: `GET /healthz` (the process is up), `GET /readyz` (a webhook
-//! arriving now would be stored: the latest intake commit did not fail, the disk has room for
-//! one of `max_body_bytes`, and the database takes a durable write within 2 s; else 503) and `GET /metrics` (the Prometheus
-//! text format). It has its own listener, `[server] admin_listen` (loopback by default), so
+//! arriving now would be stored: no intake commit failed in the last 30 s without one
+//! succeeding since, the disk has room for one of `max_body_bytes` (statvfs; see
+//! [`needed_free_bytes`]), and the database takes a durable write, the probe's upsert of one
+//! `meta` row, within 2 s; else 503) and `GET /metrics` (the Prometheus text format: the queue
+//! figures asked of the store first, its gauges left out if they take over 2 s; counters and
+//! histograms live in memory and start at zero). It has its own listener, `[server] admin_listen` (loopback by default), so
 //! none of this is reachable through the tunnel that exposes the webhook port; `server` runs
 //! it with the same connection handling and graceful shutdown as the webhook listener.
 //! Every other path is the status page's ([`crate::status`]).

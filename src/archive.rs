@@ -13,7 +13,7 @@
 //! `body_encoding` say which (`utf8` or `base64`).
 //!
 //! [`replay`] puts archived events back into the queue through the restore it is given
-//! (SQLite's `Db::restore`, PostgreSQL's `Store::restore`, one rule for both): a new pending
+//! (`Store::restore`, one rule for both engines): a new pending
 //! row when the (endpoint, dedup key) is no longer in the database, the existing row back to
 //! pending when it is there and finished, nothing when it is already pending or being
 //! delivered. Never a second row for one key. A running server notices within seconds
@@ -340,14 +340,14 @@ impl Replayed {
 pub type Routes<'a> = dyn Fn(&EventDetail) -> Vec<NewDelivery> + 'a;
 
 /// Reads `path` and restores its events (of `only`, if given) through `restore`, which takes
-/// a batch and where each of its events goes now (`Db::restore` or `Store::restore`, due
+/// a batch and where each of its events goes now (`Store::restore`, due
 /// now). Stops at the first line it cannot read; the events before it stay restored, and
 /// the error says how many.
 pub fn replay(
     path: &Path,
     config: &Config,
     only: Option<&str>,
-    mut restore: impl FnMut(&[EventDetail], &Routes) -> Result<Restored, StoreError>,
+    mut restore: impl FnMut(Vec<EventDetail>, &Routes) -> Result<Restored, StoreError>,
 ) -> Result<Replayed, String> {
     let lines = read(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     let mut out = Replayed::default();
@@ -364,8 +364,8 @@ pub fn replay(
             .collect()
     };
     let mut flush = |batch: &mut Vec<EventDetail>, out: &mut Replayed| {
-        let r = restore(batch, &routes).map_err(|e| format!("cannot restore events: {e}"))?;
-        batch.clear();
+        let r = restore(std::mem::take(batch), &routes)
+            .map_err(|e| format!("cannot restore events: {e}"))?;
         out.restored.inserted += r.inserted;
         out.restored.reset += r.reset;
         out.restored.already_queued += r.already_queued;

@@ -1,6 +1,8 @@
 //! The client address of a request: the TCP peer, or, when the peer is a trusted proxy (the
 //! tunnel on this machine) and `[server] real_ip_header` is set, the address that header names.
-//! Logs and `allow_ips` use it. A header from any other peer is ignored: anyone can send one.
+//! Logs and `allow_ips` use it (never a metrics label). A header from any other peer is
+//! ignored: anyone can send one. In `X-Forwarded-For`, the right-most entry not itself a
+//! trusted proxy is the client.
 //! With mutual TLS, the connection also carries the client certificate the TLS layer
 //! verified ([`ClientCert`]).
 

@@ -1,6 +1,9 @@
 //! How the dedup key of a verified request is derived: the rules an endpoint can name in its
 //! config (`body-sha256`, `header:<name>`, `json:<pointer>`, or an ordered list of them),
-//! the keys a provider preset derives itself ([`CustomKey`]), and the extraction itself.
+//! the keys a provider preset derives itself ([`CustomKey`], e.g. Adyen's items;
+//! [`DedupRule::Signed`], the key the verifier built from signed material: Mercado Pago,
+//! Standard Webhooks, Twilio, Linear; neither is spelled in a config), and the extraction
+//! itself ([`DedupRule::extract_signed`]). A leaf but for `digest`, which hashes.
 //!
 //! A rule that cannot produce a key fails (the request gets a 400) rather than falling back to
 //! another rule: a silent fallback would make two deliveries of one event look different, or

@@ -9,6 +9,10 @@
 //! 64-bit ARM without the crypto extensions. The results are the same bytes: tests
 //! check them against `sha2`/`hmac` and the providers' published vectors.
 //!
+//! Also SHA-384/512 for certificate hashes, and HMAC ([`MacKey`], keyed once, over a
+//! [`MacHash`]: SHA-1, SHA-256 or SHA-512). `sha2`, `hmac` and `sha1` are the tests'
+//! independent references only (dev-dependencies).
+//!
 //! A leaf: imports nothing of the crate.
 
 use ring::{digest, hmac};

@@ -1,9 +1,18 @@
-//! The request pipeline, in the order of the mission: route, check the method, the client
-//! address (`allow_ips`) and the client certificate (`require_client_cert`), limit the body, verify the signature on the raw bytes, derive the
-//! dedup key, store durably, and only then answer.
+//! The request pipeline, each step with its answer: the canary's probe first (`canary`), then
+//! [`route`] (the path exactly as sent, one of `Endpoint::paths`: 404), the method (405; a
+//! provider's GET of the URL, Rede's, answered 200 once the address passes), the address against
+//! `allow_ips` and the client certificate against `require_client_cert` (403), the body
+//! (`body`: 413, 408, 503), the signature on the raw bytes (`verify`: 401; 400 for a body that
+//! contradicts what is signed; a provider's URL check answered, nothing stored), the dedup key
+//! (400), the event type and object id (`describe`, or the endpoint's fields through `pointer`;
+//! never a reason to refuse, a field's miss counted), the routes that take the type
+//! (`Endpoint::deliveries_for`), the insert (503 past [`STORE_DEADLINE`] or on a failed
+//! commit), and only then 200.
 //!
-//! Every way a request can end is an [`Outcome`], and [`Outcome::response`] is the one place
-//! that turns outcomes into HTTP answers. The handler never forwards: it wakes the worker.
+//! Every way a request can end is an [`Outcome`]; [`Outcome::response`] is the one place that
+//! turns outcomes into HTTP answers. The handler never forwards: it wakes the worker. Each
+//! request logs one line (`flood` sums up what anyone can cause) and is counted in `Metrics`
+//! (and the duplicate window). Credential headers are stored as `[redacted]` (`headers`).
 //!
 //! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
@@ -21,6 +30,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 mod body;
+mod canary;
 mod describe;
 mod flood;
 mod headers;
@@ -33,6 +43,7 @@ pub use headers::REDACTED;
 use body::BodyLimits;
 use headers::{header_text, headers_blob};
 
+use crate::canary::ProbeKey;
 use crate::client_ip::{ConnectionInfo, client_ip};
 use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
@@ -61,6 +72,8 @@ pub struct Intake {
     rejections: Arc<flood::Rejections>,
     /// The body bytes buffered across all requests (`body_budget_bytes`).
     budget: Budget,
+    /// The canary's key, when it runs: its probes are answered at `CANARY_PATH` (`canary`).
+    canary: Option<Arc<ProbeKey>>,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -266,6 +279,7 @@ impl Intake {
                 crate::fault::log_summary_every().unwrap_or(flood::SUMMARY_EVERY),
             ),
             budget: Budget::new(server.body_budget_bytes),
+            canary: None,
         }
     }
 
@@ -295,6 +309,9 @@ impl Intake {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let client = client_ip(conn.peer.ip(), req.headers(), routes.real_ip.as_ref());
+        if let Some(response) = self.canary_probe(&req, routes.body.max_bytes, client) {
+            return response;
+        }
         let endpoint = route(&routes.endpoints, req.uri()).cloned();
         let (outcome, meta) = match &endpoint {
             Some(endpoint) => {

@@ -1,4 +1,4 @@
-//! What a panic does in `portaria serve`: it ends the process with a non-zero status, so that
+//! What a panic does in `portaria serve`: it ends the process with status 70, so that
 //! systemd (`Restart=on-failure`) starts it again, after one error log line naming the task
 //! that panicked. A release build aborts on any panic anyway (`panic = "abort"`); the hook
 //! makes the debug build behave the same and names the task in the log, flushed before the

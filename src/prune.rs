@@ -20,7 +20,14 @@
 //!    is deleted before its archive line is durably written.
 //! 4. runs `PRAGMA incremental_vacuum` in rounds of [`VACUUM_PAGES`] (the file is created with
 //!    `auto_vacuum = INCREMENTAL`), then a `wal_checkpoint(TRUNCATE)`, so the file shrinks and
-//!    the WAL does not keep the deleted pages' size.
+//!    the WAL does not keep the deleted pages' size. The checkpoint is a *solo* writer job
+//!    (SQLite refuses it inside a transaction) with no busy wait: a reader in the way makes it
+//!    give up at once rather than hold intake up. On PostgreSQL both are the server's own.
+//!
+//! Cut-offs are by `received_at`; an archive batch is also cut at [`BATCH_BYTES`], written on
+//! a blocking thread. A failed pass is retried [`RETRY_FIRST`] later, doubling up to the
+//! hourly pass. `portaria prune` opens a store of its own (upgrades refused, like every
+//! command), so the batch loop and the queries exist once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{self, Write};
@@ -33,7 +40,7 @@ use tokio::task::JoinHandle;
 use crate::archive;
 use crate::config::Storage;
 use crate::shutdown::Shutdown;
-use crate::store::{Cutoffs, Db, EventDetail, Reclaimed, Removed, Store, StoreError};
+use crate::store::{Cutoffs, EventDetail, Reclaimed, Removed, Store, StoreError};
 use crate::time::now_ms;
 
 /// How often the server prunes, after the pass at start-up.
@@ -309,17 +316,8 @@ pub async fn prune_once(
     report
 }
 
-/// What [`prune_once`] would remove now, changing nothing.
-pub fn dry_run(db: &Db, storage: &Storage, now_ms: i64) -> Result<Report, PruneError> {
-    Ok(would_remove(db.prunable_counts(cutoffs(storage, now_ms))?))
-}
-
-/// [`dry_run`] through the store (`portaria prune --dry-run` on PostgreSQL).
-pub async fn dry_run_on(
-    store: &Store,
-    storage: &Storage,
-    now_ms: i64,
-) -> Result<Report, PruneError> {
+/// What [`prune_once`] would remove now, changing nothing (`portaria prune --dry-run`).
+pub async fn dry_run(store: &Store, storage: &Storage, now_ms: i64) -> Result<Report, PruneError> {
     Ok(would_remove(
         store.prunable_counts(cutoffs(storage, now_ms)).await?,
     ))

@@ -1,13 +1,19 @@
-//! The server: opens the store, starts the forwarding worker, accepts connections (at most
-//! `max_connections` at once, the longest-idle closed to make room at the cap, each with
-//! header and body deadlines), hands each request to
-//! [`Intake`], and on shutdown stops accepting, lets requests in flight finish, stops the
-//! worker, the pruner and the alerts task at a safe point and closes the database.
+//! The server, the one composition root: opens the store, builds the endpoint list once (for
+//! intake, the worker and metrics), starts the forwarding worker, the pruner and the alerts
+//! task (and, with `public_url`, the canary: its `ProbeKey` given to intake, its `PublicPath`
+//! to the alerts task and the status page, the system's root certificates read then),
+//! accepts connections (an accept queue of 4096; at most `max_connections` at once, the
+//! longest-idle closed to make room at the cap, else a stalled head or the slowest body cut:
+//! `accept`, `connections`; hyper's http1 with the header deadline and a 64 KiB read buffer),
+//! hands each request to [`Intake`], and on shutdown stops accepting, lets requests in flight
+//! finish, stops the worker, the pruner and the alerts task at a safe point and closes the
+//! database.
 //!
 //! A second listener, `[server] admin_listen`, answers `/healthz`, `/readyz`, `/metrics` and
-//! the status page
-//! ([`Admin`]) with the same connection handling and shutdown. [`Listeners::bind`] binds both
-//! before anything is opened or started, so a busy port is a clear start-up error.
+//! the status page ([`Admin`]) with the same accept loop (the `Handler` is the only
+//! difference), a small connection cap of its own, and the same shutdown, drained before the
+//! store closes. [`Listeners::bind`] binds both before anything is opened or started, so a
+//! busy port is a clear start-up error.
 //!
 //! [`serve_with`] also takes reload requests ([`Options::reload`]): `reload` re-reads the
 //! config file and swaps what can change while serving.
@@ -33,12 +39,15 @@ use tokio::task::JoinSet;
 
 use crate::admin::Admin;
 use crate::alerts::Alerts;
+use crate::canary::{self, Canary, ProbeKey};
 use crate::config::{Config, Endpoint, EnvAtStart};
 use crate::forward::Worker;
 use crate::ingest::Intake;
 use crate::metrics::{Metrics, Series};
 use crate::notify::{self, Notifier};
+use crate::outbound::Roots;
 use crate::prune::Pruner;
+use crate::public_path::PublicPath;
 use crate::shutdown;
 use crate::status::StatusPage;
 use crate::store::{Store, StoreError};
@@ -139,6 +148,25 @@ pub struct BindError {
     pub source: std::io::Error,
 }
 
+/// Why [`serve`] did not start, or stopped: the store's errors, and what is not the store's.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `[server] tls` names a certificate or key that cannot be used.
+    #[error("not started: server.tls: {0}")]
+    Tls(String),
+    /// Opening the database panicked (on its blocking thread).
+    #[error("opening the database panicked: {0}")]
+    OpenPanicked(String),
+    /// The status page could not seed its session tokens.
+    #[error("the status page has no random source: {0}")]
+    NoRandom(std::io::Error),
+    /// The canary (`[server] public_url`) could not make its key or its client.
+    #[error("the canary cannot start: {0}")]
+    Canary(String),
+}
+
 /// Serves webhooks (and the admin endpoints, given an admin listener) on already-bound
 /// listeners until `shutdown` resolves, then drains and closes everything. Tests bind
 /// `127.0.0.1:0` and call this directly; a bare `TcpListener` means no admin listener.
@@ -146,7 +174,7 @@ pub async fn serve(
     config: Config,
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
-) -> Result<(), StoreError> {
+) -> Result<(), ServeError> {
     serve_with(config, listeners, shutdown, Options::default()).await
 }
 
@@ -156,7 +184,7 @@ pub async fn serve_with(
     listeners: impl Into<Listeners>,
     shutdown: impl Future<Output = ()>,
     options: Options,
-) -> Result<(), StoreError> {
+) -> Result<(), ServeError> {
     let Listeners {
         webhooks: listener,
         admin: admin_listener,
@@ -165,7 +193,7 @@ pub async fn serve_with(
     let certificates = match &config.server.tls {
         Some(tls) => Some(Certificates::new(tls).map_err(|why| {
             tracing::error!("cannot serve HTTPS: {why}");
-            StoreError::Sqlite(format!("not started: server.tls: {why}"))
+            ServeError::Tls(why.to_string())
         })?),
         None => None,
     };
@@ -175,7 +203,7 @@ pub async fn serve_with(
             let path = config.storage.path.clone();
             tokio::task::spawn_blocking(move || Store::open(&path))
                 .await
-                .map_err(|e| StoreError::Sqlite(format!("opening the database panicked: {e}")))??
+                .map_err(|e| ServeError::OpenPanicked(e.to_string()))??
         }
     };
 
@@ -196,19 +224,36 @@ pub async fn serve_with(
     // forwards, metrics creates their series.
     let endpoints: Vec<Arc<Endpoint>> = config.endpoints.into_iter().map(Arc::new).collect();
     let routes = route_names(&endpoints);
-    let metrics = Arc::new(Metrics::new(endpoints.iter().zip(&routes).map(
-        |(e, routes)| Series {
-            endpoint: &e.name,
-            routes,
-        },
-    )));
-    let intake = Intake::new(
+    let mut metrics = Metrics::new(endpoints.iter().zip(&routes).map(|(e, routes)| Series {
+        endpoint: &e.name,
+        routes,
+    }));
+    // The canary: intake answers its probes with this process's key, the task sends them.
+    let probes = match &config.server.canary {
+        Some(settings) => {
+            let key = ProbeKey::random()
+                .map_err(|e| ServeError::Canary(format!("no random source for its key: {e}")))?;
+            metrics.canary_on(&canary::CAUSES);
+            Some((
+                settings.clone(),
+                Arc::new(key),
+                PublicPath::new(&settings.public_url),
+            ))
+        }
+        None => None,
+    };
+    let public_path = probes.as_ref().map(|(_, _, path)| path.clone());
+    let metrics = Arc::new(metrics);
+    let mut intake = Intake::new(
         &endpoints,
         &config.server,
         store.clone(),
         new_event.clone(),
         metrics.clone(),
     );
+    if let Some((_, key, _)) = &probes {
+        intake = intake.with_canary(key.clone());
+    }
     let hidden_env = crate::forward::command::hidden_variables(&config.secret_variables);
     let worker = Worker::start(
         &endpoints,
@@ -228,9 +273,14 @@ pub async fn serve_with(
             hidden_env.clone(),
             store.clone(),
             metrics.clone(),
+            public_path.clone(),
             signal.clone(),
         )
     });
+    let canary = match probes {
+        Some((settings, key, path)) => Some(start_canary(&settings, key, path, &metrics, &signal)?),
+        None => None,
+    };
     let intake = Arc::new(intake);
     // `/readyz` asks for room for one body of the limit in force; a reload changes it.
     let max_body_bytes = Arc::new(AtomicUsize::new(config.server.max_body_bytes));
@@ -269,9 +319,8 @@ pub async fn serve_with(
                 config.status.token.clone(),
                 admin_addr,
             )
-            .map_err(|e| {
-                StoreError::Sqlite(format!("the status page has no random source: {e}"))
-            })?,
+            .map_err(ServeError::NoRandom)?
+            .with_public_path(public_path.clone(), patience_of(&endpoints)),
         ),
         None => None,
     };
@@ -347,6 +396,9 @@ pub async fn serve_with(
     if let Some(alerts) = alerts {
         alerts.stop().await;
     }
+    if let Some(canary) = canary {
+        canary.stop().await;
+    }
     if let Some(watching) = watching {
         let _ = watching.await;
     }
@@ -356,6 +408,42 @@ pub async fn serve_with(
     watchdog.stop().await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the canary, trusting the system's root certificates, read now.
+fn start_canary(
+    settings: &crate::config::Canary,
+    key: Arc<ProbeKey>,
+    path: PublicPath,
+    metrics: &Arc<Metrics>,
+    signal: &shutdown::Shutdown,
+) -> Result<Canary, ServeError> {
+    let roots = Roots::system();
+    for problem in &roots.problems {
+        tracing::warn!(error = %problem, "canary: a system root certificate could not be read");
+    }
+    if roots.from_system == 0 && settings.extra_roots.is_empty() {
+        tracing::warn!(
+            "canary: no system root certificates found (install the ca-certificates package); \
+             every probe over https will fail"
+        );
+    }
+    tracing::info!(
+        url = %settings.probe_url,
+        every = ?settings.every,
+        system_roots = roots.from_system,
+        "canary: probing the public path"
+    );
+    Canary::start(settings, roots, key, path, metrics.clone(), signal.clone())
+        .map_err(ServeError::Canary)
+}
+
+/// Each endpoint's gateway's give-up rule, for the status page's banner.
+fn patience_of(endpoints: &[Arc<Endpoint>]) -> Vec<(String, crate::verify::Patience)> {
+    endpoints
+        .iter()
+        .map(|e| (e.name.clone(), e.verifier.patience()))
+        .collect()
 }
 
 async fn drain(mut connections: JoinSet<()>) {

@@ -1,5 +1,6 @@
 //! One cancellation signal, passed down to every task (never global): the server's accept
-//! loop, each connection, and the forwarding worker all listen to the same [`Shutdown`].
+//! loop, each connection, and the forwarding worker all listen to the same [`Shutdown`]. One
+//! `Trigger` fires it: SIGTERM or SIGINT in the binary, the test itself in tests.
 
 use tokio::sync::watch;
 

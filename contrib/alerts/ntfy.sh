@@ -21,7 +21,7 @@ for k in ("kind", "endpoint", "message"):
 ')"
 
 case "$alert_kind" in
-    dead|storage) priority=high; tags=rotating_light ;;
+    dead|storage|unreachable) priority=high; tags=rotating_light ;;
     *) priority=default; tags=warning ;;
 esac
 

@@ -23,15 +23,22 @@ pub enum Kind {
     Storage,
     /// Deliveries keep taking longer than 5 s.
     Slow,
+    /// The canary's probes through `public_url` do not come back as portaria's: the gateways
+    /// cannot deliver. Its "endpoint" is the public URL (the whole path, not one endpoint).
+    Unreachable,
+    /// They come back again, after an `unreachable` alert.
+    Reachable,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Kind::Dead,
         Kind::Quiet,
         Kind::Duplicates,
         Kind::Storage,
         Kind::Slow,
+        Kind::Unreachable,
+        Kind::Reachable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +48,8 @@ impl Kind {
             Kind::Duplicates => "duplicates",
             Kind::Storage => "storage",
             Kind::Slow => "slow",
+            Kind::Unreachable => "unreachable",
+            Kind::Reachable => "reachable",
         }
     }
 
@@ -71,6 +80,9 @@ pub struct Alert {
     pub message: String,
     /// When the alert was sent (RFC 3339, UTC).
     pub time: String,
+    /// `unreachable`: the last failed probe's cause (`dns`, `tls`, `not_portaria`, ...).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<&'static str>,
 }
 
 impl Alert {
@@ -93,7 +105,17 @@ impl Alert {
             last_event_id: pending.last,
             message: sentence(kind, endpoint, route, pending, quiet_after),
             time: rfc3339(now_ms),
+            cause: None,
         }
+    }
+
+    /// Adds a sentence to the message (what the cause was, how long the gateways wait).
+    pub fn and(mut self, sentence: &str) -> Alert {
+        if !sentence.is_empty() {
+            self.message.push(' ');
+            self.message.push_str(sentence);
+        }
+        self
     }
 
     /// The JSON text, one line, no trailing newline.
@@ -154,6 +176,18 @@ fn sentence(
             "{n} {} of endpoint {endpoint} took longer than 5 s since {}: the target is slow; \
              events wait behind it.",
             plural("delivery", "deliveries"),
+            rfc3339(p.since_ms)
+        ),
+        Kind::Unreachable => format!(
+            "the public URL {endpoint} does not reach portaria ({n} failed {} since {}): the \
+             gateways cannot deliver; check the tunnel and the network.",
+            plural("probe", "probes"),
+            rfc3339(p.since_ms)
+        ),
+        Kind::Reachable => format!(
+            "the public URL {endpoint} reaches portaria again (it failed since {}): the \
+             gateways' retries get through now; what a gateway gave up on meanwhile must be \
+             resent from its side.",
             rfc3339(p.since_ms)
         ),
     }

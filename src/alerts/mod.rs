@@ -11,6 +11,23 @@
 //! once. An alert that could not be sent is logged and tried again at the next tick; the task
 //! never holds up intake or delivery, and a stuck store does not stop the storage alert.
 //!
+//! A tick, every quarter of the shortest of `alert_every` and the `quiet_after`s: (1) the
+//! first time, load the saved state and which endpoints have events (one whole-table read, at
+//! start only); no dead event is looked for before that load succeeds, so a failed read never
+//! restarts the scan from the first event; (2) fold the facts and the dead deliveries after
+//! the cursor into the `Book`; (3) send what is due, oldest key first, stopping at the first
+//! failure; (4) save every changed key and the cursor in one store call. A crash between a
+//! send and its save sends that alert again after the restart (at least once, like
+//! deliveries); an alert is marked sent only once every sink took it. `serve` starts the task
+//! when the config has `[alerts]`, and stops it after the worker and the pruner, before the
+//! store closes. Thresholds: duplicates past 5 %, storage errors answered 503, deliveries
+//! taking over 5 s (`metrics::SLOW_DELIVERY`, asserted at compile time to equal the worker's).
+//!
+//! With the canary running, each tick also reads the [`PublicPath`]: failed probes are
+//! `unreachable`, their return after one was announced `reachable`. A `storage` or
+//! `unreachable` alert says how much of each gateway's patience is left
+//! ([`Patience::outlook`], from when the failures began).
+//!
 //! The kinds and what one alert says: `kinds`.
 
 mod kinds;
@@ -25,8 +42,9 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::{MissedTickBehavior, timeout};
 
-use crate::config::{self, Endpoint};
+use crate::config::{self, Endpoint, Patience};
 use crate::metrics::Metrics;
+use crate::public_path::PublicPath;
 use crate::shutdown::Shutdown;
 use crate::store::{Store, StoreError};
 use crate::time::now_ms;
@@ -67,12 +85,14 @@ pub struct Alerts {
 impl Alerts {
     /// Starts the task. `hidden_env`: the variables the alert command must not see.
     /// `alert_every`, the command, the URL and each endpoint's `quiet_after` are fixed at start.
+    /// `public_path`: the canary's record, when it runs.
     pub fn start(
         config: &config::Alerts,
         endpoints: &[Arc<Endpoint>],
         hidden_env: Vec<String>,
         store: Store,
         metrics: Arc<Metrics>,
+        public_path: Option<PublicPath>,
         shutdown: Shutdown,
     ) -> Alerts {
         let quiet_after: HashMap<String, Duration> = endpoints
@@ -84,6 +104,11 @@ impl Alerts {
             book: Book::new(config.every),
             watch: Watch::new(quiet_after.clone(), Vec::new(), now_ms()),
             quiet_after,
+            patience: endpoints
+                .iter()
+                .map(|e| (e.name.clone(), e.verifier.patience()))
+                .collect(),
+            public_path,
             sink: Sink::new(config, hidden_env),
             store,
             metrics,
@@ -142,6 +167,9 @@ struct Task {
     book: Book,
     watch: Watch,
     quiet_after: HashMap<String, Duration>,
+    /// Each endpoint's gateway's give-up rule, in the config's order.
+    patience: Vec<(String, Patience)>,
+    public_path: Option<PublicPath>,
     sink: Sink,
     store: Store,
     metrics: Arc<Metrics>,
@@ -161,6 +189,10 @@ impl Task {
         }
         let now = now_ms();
         self.watch.fold(&self.metrics.facts(), &mut self.book, now);
+        if let Some(path) = &self.public_path {
+            self.watch
+                .fold_path(&path.seen(), path.url(), &mut self.book);
+        }
         if let Some(cursor) = self.cursor {
             match timeout(STORE_BOUND, self.store.dead_after(cursor)).await {
                 Ok(Ok(batch)) => {
@@ -175,8 +207,8 @@ impl Task {
                         self.cursor_dirty = true;
                     }
                 }
-                Ok(Err(e)) => self.store_failed("reading dead events", &e),
-                Err(_) => self.store_failed("reading dead events", &timed_out()),
+                Ok(Err(e)) => self.store_failed("reading dead events", &Asked::Failed(e)),
+                Err(_) => self.store_failed("reading dead events", &Asked::TimedOut),
             }
         }
         self.send_due(now).await;
@@ -187,8 +219,8 @@ impl Task {
     async fn load(&mut self) {
         let state = match timeout(LOAD_BOUND, self.store.alert_state()).await {
             Ok(Ok(rows)) => rows,
-            Ok(Err(e)) => return self.store_failed("loading the alert state", &e),
-            Err(_) => return self.store_failed("loading the alert state", &timed_out()),
+            Ok(Err(e)) => return self.store_failed("loading the alert state", &Asked::Failed(e)),
+            Err(_) => return self.store_failed("loading the alert state", &Asked::TimedOut),
         };
         let mut cursor = 0;
         for (key, value) in &state {
@@ -202,8 +234,12 @@ impl Task {
             let names = self.quiet_after.keys().cloned().collect();
             match timeout(LOAD_BOUND, self.store.endpoints_with_events(names)).await {
                 Ok(Ok(names)) => self.watch.received_before(names),
-                Ok(Err(e)) => self.store_failed("reading which endpoints have events", &e),
-                Err(_) => self.store_failed("reading which endpoints have events", &timed_out()),
+                Ok(Err(e)) => {
+                    self.store_failed("reading which endpoints have events", &Asked::Failed(e))
+                }
+                Err(_) => {
+                    self.store_failed("reading which endpoints have events", &Asked::TimedOut)
+                }
             }
         }
         self.store_ok();
@@ -224,6 +260,7 @@ impl Task {
                 quiet_after,
                 now,
             );
+            let alert = self.with_outlook(alert, due.kind, &due.endpoint, now);
             match self.sink.send(&alert.to_json()).await {
                 Ok(()) => {
                     tracing::info!(
@@ -248,6 +285,36 @@ impl Task {
         }
     }
 
+    /// A `storage` alert with how much of its gateway's patience is left, an `unreachable`
+    /// one with the probe's cause and every endpoint's gateway's.
+    fn with_outlook(&self, mut alert: Alert, kind: Kind, endpoint: &str, now: i64) -> Alert {
+        match kind {
+            Kind::Storage => {
+                let patience = self.patience.iter().find(|(name, _)| name == endpoint);
+                if let (Some((_, patience)), Some((since, failures))) =
+                    (patience, self.watch.storage_run(endpoint))
+                {
+                    alert = alert.and(&patience.outlook(since, now, Some(failures)));
+                }
+            }
+            Kind::Unreachable => {
+                let failing = self.public_path.as_ref().and_then(|p| p.seen().failing);
+                if let Some(run) = &failing {
+                    alert.cause = Some(run.cause);
+                    alert = alert.and(&format!("Last cause ({}): {}.", run.cause, run.detail));
+                }
+                if let Some(since) = self.watch.path_down_since() {
+                    for (name, patience) in &self.patience {
+                        let outlook = patience.outlook(since, now, None);
+                        alert = alert.and(&format!("Endpoint {name}: {outlook}"));
+                    }
+                }
+            }
+            _ => {}
+        }
+        alert
+    }
+
     /// Saves what changed (clocks, summaries and the cursor, in one transaction), as delivery
     /// bookkeeping: no fsync of its own, durable with the next intake commit. A power cut that
     /// loses it sends an alert again, never loses one: the cursor goes back with it.
@@ -270,13 +337,15 @@ impl Task {
                     self.cursor_saved_at = tokio::time::Instant::now();
                 }
             }
-            Ok(Err(e)) => self.store_failed("saving the alert state", &e),
-            Err(_) => self.store_failed("saving the alert state", &timed_out()),
+            Ok(Err(e)) => self.store_failed("saving the alert state", &Asked::Failed(e)),
+            Err(_) => self.store_failed("saving the alert state", &Asked::TimedOut),
         }
     }
 
-    fn store_failed(&mut self, what: &str, e: &StoreError) {
-        if matches!(e, StoreError::Closed) || std::mem::replace(&mut self.store_failing, true) {
+    fn store_failed(&mut self, what: &str, e: &Asked) {
+        if matches!(e, Asked::Failed(StoreError::Closed))
+            || std::mem::replace(&mut self.store_failing, true)
+        {
             return;
         }
         tracing::warn!(error = %e, "alerts: {what} failed; trying again at the next tick");
@@ -287,8 +356,14 @@ impl Task {
     }
 }
 
-fn timed_out() -> StoreError {
-    StoreError::Sqlite(format!("no answer within {STORE_BOUND:?}"))
+/// Why a question to the store went unanswered: the store's error, or no answer within
+/// [`STORE_BOUND`] (the task asks again at its next tick either way).
+#[derive(Debug, thiserror::Error)]
+enum Asked {
+    #[error(transparent)]
+    Failed(StoreError),
+    #[error("no answer within {STORE_BOUND:?}")]
+    TimedOut,
 }
 
 #[cfg(test)]

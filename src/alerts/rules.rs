@@ -193,6 +193,20 @@ impl Book {
         state.pending = None;
     }
 
+    /// When the last alert of this key went out (unix ms), if one did.
+    pub fn sent_at(&self, kind: Kind, endpoint: &str) -> Option<i64> {
+        self.states
+            .get(&(kind, endpoint.to_string(), None))
+            .and_then(|s| s.sent_at_ms)
+    }
+
+    /// Whether something of this key waits to be sent.
+    pub fn is_pending(&self, kind: Kind, endpoint: &str) -> bool {
+        self.states
+            .get(&(kind, endpoint.to_string(), None))
+            .is_some_and(|s| s.pending.is_some())
+    }
+
     /// Whether anything changed since the last [`Book::saved`].
     pub fn is_dirty(&self) -> bool {
         !self.dirty.is_empty()

@@ -7,6 +7,15 @@
 //! `quiet_after`, counted from its last accepted webhook or from the start, whichever is later
 //! (portaria being down is not the gateway's silence). One silence is announced once; the next
 //! webhook ends it.
+//!
+//! `storage`: a run of 503s for storage starts at the first and ends at a webhook accepted
+//! with none beside it in the tick; its start and count say how much of a gateway's patience
+//! is used ([`Watch::storage_run`]).
+//!
+//! `unreachable`: every failed canary probe is an occurrence, since the run of failures began;
+//! a probe that comes back ends it, drops what was not yet sent, and, if an `unreachable` went
+//! out after the last `reachable` (the book's clocks, saved across restarts), notes one
+//! `reachable`: an outage that was announced is announced over, one that was not stays silent.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -14,6 +23,7 @@ use std::time::Duration;
 use super::kinds::Kind;
 use super::rules::Book;
 use crate::metrics::{DUPLICATE_MIN_SAMPLE, DUPLICATE_WARN_PERCENT, EndpointFacts};
+use crate::public_path::Seen as PathSeen;
 
 /// What the last tick saw of each endpoint.
 #[derive(Debug)]
@@ -23,6 +33,10 @@ pub struct Watch {
     /// Endpoints with a stored event when the server started.
     received_before: Vec<String>,
     seen: HashMap<String, Seen>,
+    /// The canary's probes the last tick saw, and when the current failure began.
+    path_failed: u64,
+    path_succeeded: u64,
+    path_down_since: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -35,6 +49,8 @@ struct Seen {
     received: bool,
     /// This silence has been noted.
     announced: bool,
+    /// The run of storage errors going on: since when, and how many.
+    storage_run: Option<(i64, u64)>,
 }
 
 impl Watch {
@@ -48,6 +64,41 @@ impl Watch {
             started_ms,
             received_before,
             seen: HashMap::new(),
+            path_failed: 0,
+            path_succeeded: 0,
+            path_down_since: None,
+        }
+    }
+
+    /// The run of storage errors of `endpoint` going on: since when (unix ms), and how many.
+    pub fn storage_run(&self, endpoint: &str) -> Option<(i64, u64)> {
+        self.seen.get(endpoint).and_then(|s| s.storage_run)
+    }
+
+    /// When the public path's current failure began (unix ms), if it is failing.
+    pub fn path_down_since(&self) -> Option<i64> {
+        self.path_down_since
+    }
+
+    /// Folds what the canary's probes showed of the public URL `url` into `book`.
+    pub fn fold_path(&mut self, seen: &PathSeen, url: &str, book: &mut Book) {
+        let failed = growth(&mut self.path_failed, seen.failed);
+        let succeeded = growth(&mut self.path_succeeded, seen.succeeded);
+        if let Some(run) = &seen.failing {
+            self.path_down_since = Some(run.since_ms);
+            // Since the run began: the summary says how long it has lasted.
+            book.note(Kind::Unreachable, url, failed, None, run.since_ms);
+        } else if succeeded > 0 {
+            let down_since = self.path_down_since.take();
+            book.clear(Kind::Unreachable, url);
+            let announced = book.sent_at(Kind::Unreachable, url);
+            let over = book.sent_at(Kind::Reachable, url);
+            if let Some(at) = announced
+                && over.is_none_or(|over| over < at)
+                && !book.is_pending(Kind::Reachable, url)
+            {
+                book.note(Kind::Reachable, url, 1, None, down_since.unwrap_or(at));
+            }
         }
     }
 
@@ -68,13 +119,15 @@ impl Watch {
                 received: self.received_before.iter().any(|e| e == name),
                 ..Seen::default()
             });
-            book.note(
-                Kind::Storage,
-                name,
-                growth(&mut seen.storage_errors, f.storage_errors),
-                None,
-                now_ms,
-            );
+            let storage_errors = growth(&mut seen.storage_errors, f.storage_errors);
+            let accepted = growth(&mut seen.accepted, f.accepted);
+            book.note(Kind::Storage, name, storage_errors, None, now_ms);
+            if storage_errors > 0 {
+                let run = seen.storage_run.get_or_insert((now_ms, 0));
+                run.1 += storage_errors;
+            } else if accepted > 0 {
+                seen.storage_run = None;
+            }
             book.note(
                 Kind::Slow,
                 name,
@@ -95,7 +148,7 @@ impl Watch {
             } else {
                 book.clear(Kind::Duplicates, name);
             }
-            if growth(&mut seen.accepted, f.accepted) > 0 {
+            if accepted > 0 {
                 seen.last_activity_ms = now_ms;
                 seen.received = true;
                 seen.announced = false;
@@ -217,5 +270,74 @@ mod tests {
             [(Kind::Quiet, "a".into(), 1)],
             "a new silence after a webhook"
         );
+    }
+
+    #[test]
+    fn an_announced_outage_is_announced_over_and_an_unannounced_one_stays_silent() {
+        use crate::public_path::PublicPath;
+        let url = "https://hooks.example.com";
+        let path = PublicPath::new(url);
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut book = Book::new(Duration::from_secs(60));
+        let mut tick = |book: &mut Book, now| {
+            watch.fold_path(&path.seen(), url, book);
+            pending(book, now)
+        };
+        path.succeeded(0, Duration::from_millis(5));
+        assert!(tick(&mut book, S).is_empty(), "working is not news");
+        path.failed(2 * S, "connect", "refused".into());
+        path.failed(3 * S, "connect", "refused".into());
+        let due = tick(&mut book, 3 * S);
+        assert_eq!(due, [(Kind::Unreachable, url.to_string(), 2)]);
+        assert_eq!(
+            book.due(3 * S)[0].pending.since_ms,
+            2 * S,
+            "since the first failure"
+        );
+        book.sent(Kind::Unreachable, url, 3 * S);
+        path.failed(4 * S, "tls", "UnknownIssuer".into());
+        assert!(
+            tick(&mut book, 4 * S).is_empty(),
+            "the summary waits for alert_every"
+        );
+        path.succeeded(5 * S, Duration::from_millis(5));
+        let back = tick(&mut book, 5 * S);
+        assert_eq!(
+            back,
+            [(Kind::Reachable, url.to_string(), 1)],
+            "the pending summary is dropped"
+        );
+        assert_eq!(book.due(5 * S)[0].pending.since_ms, 2 * S);
+        book.sent(Kind::Reachable, url, 5 * S);
+        // A blip within alert_every: its unreachable waits, the path is back first: silence.
+        path.failed(6 * S, "connect", "refused".into());
+        assert!(tick(&mut book, 6 * S).is_empty());
+        path.succeeded(7 * S, Duration::from_millis(5));
+        assert!(
+            tick(&mut book, 7 * S).is_empty(),
+            "never announced, so no recovery either"
+        );
+    }
+
+    #[test]
+    fn a_run_of_storage_errors_lasts_until_a_webhook_is_stored() {
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut book = Book::new(Duration::from_secs(60));
+        let mut f = facts("a");
+        watch.fold(std::slice::from_ref(&f), &mut book, 0);
+        assert_eq!(watch.storage_run("a"), None);
+        f.storage_errors = 2;
+        watch.fold(std::slice::from_ref(&f), &mut book, S);
+        f.storage_errors = 3;
+        f.accepted = 1;
+        watch.fold(std::slice::from_ref(&f), &mut book, 2 * S);
+        assert_eq!(
+            watch.storage_run("a"),
+            Some((S, 3)),
+            "an error beside the success: still on"
+        );
+        f.accepted = 2;
+        watch.fold(std::slice::from_ref(&f), &mut book, 3 * S);
+        assert_eq!(watch.storage_run("a"), None);
     }
 }

@@ -1,16 +1,15 @@
 //! `portaria archive replay FILE [--endpoint NAME]`: the events of an archive file back in
 //! the queue, on either backend. [`crate::archive::replay`] reads the file and decides what
-//! goes back; this file opens the database and hands each batch to it: on SQLite a
-//! connection of the command's own ([`Db::restore`], a running server notices within
-//! seconds), on PostgreSQL the store on a runtime of the command's own
-//! ([`Store::restore`], every running instance woken by `NOTIFY`).
+//! goes back; this file opens the store for writing and hands each batch to
+//! [`crate::store::Store::restore`] (a running SQLite server notices within seconds; on
+//! PostgreSQL every running instance is woken by `NOTIFY`).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::store::Db;
+use super::database::{Access, Opened};
 use crate::time::now_ms;
 
 #[derive(Subcommand, Debug)]
@@ -37,27 +36,12 @@ pub(super) fn run(config: Option<&Path>, command: ArchiveCommand) -> Result<Exit
     }
     let now = now_ms();
     let only = endpoint.as_deref();
-    let replayed = match &config.storage.postgres {
-        None => {
-            let mut db = Db::open(&config.storage.path)
-                .map_err(|e| format!("cannot open the database: {e}"))?;
-            crate::archive::replay(&file, &config, only, |batch, routes| {
-                db.restore(batch, routes, now)
-            })
-        }
-        Some(url) => {
-            let runtime = super::command_runtime()?;
-            let store = runtime.block_on(super::open_postgres(url))?;
-            let replayed = crate::archive::replay(&file, &config, only, |batch, routes| {
-                runtime.block_on(store.restore(batch, routes, now))
-            });
-            // Inside the runtime: the store's tasks see the pool close and end.
-            let _guard = runtime.enter();
-            store.close();
-            replayed
-        }
-    }
-    .map_err(|e| format!("cannot replay the archive: {e}"))?;
+    let opened = Opened::open(&config, Access::Write)?;
+    let replayed = crate::archive::replay(&file, &config, only, |batch, routes| {
+        opened.block_on(opened.store.restore(batch, routes, now))
+    });
+    opened.close();
+    let replayed = replayed.map_err(|e| format!("cannot replay the archive: {e}"))?;
     replayed
         .write(&mut std::io::stdout().lock())
         .map_err(|e| format!("cannot write the output: {e}"))?;

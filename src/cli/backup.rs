@@ -1,6 +1,7 @@
 //! `portaria backup FILE [--force]`: a consistent copy of the configured database, taken while
-//! the server runs (the store's [`crate::store::Db::backup_to`] does the copy, the check and
-//! the atomic rename); this file only finds the database, refuses what it must, and reports.
+//! the server runs (the store's [`crate::store::Store::backup_to`] does the copy, the check
+//! and the atomic rename); this file only finds the database, refuses what it must, and
+//! reports.
 //! On PostgreSQL it refuses, pointing to `pg_dump`: a copy of a PostgreSQL database is that
 //! server's own tools' job (docs/postgres.md, "Backups").
 
@@ -9,7 +10,8 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::store::{BackupError, Db};
+use super::database::{Access, Opened};
+use crate::store::BackupError;
 
 #[derive(Args, Debug)]
 pub(super) struct BackupArgs {
@@ -38,9 +40,10 @@ pub(super) fn run(config: Option<&Path>, args: BackupArgs) -> Result<ExitCode, S
         return Err(exists(&file));
     }
     // Read-only: a backup never changes the database, nor upgrades its schema.
-    let db = Db::open_read_only(&config.storage.path)
-        .map_err(|e| format!("cannot open the database: {e}"))?;
-    let copied = db.backup_to(&file, force).map_err(|e| match e {
+    let db = Opened::open(&config, Access::Read)?;
+    let copied = db.block_on(db.store.backup_to(file.clone(), force));
+    db.close();
+    let copied = copied.map_err(|e| match e {
         BackupError::Exists(_) => exists(&file),
         e => format!("cannot back up to {}: {e}", file.display()),
     })?;

@@ -1,17 +1,20 @@
 //! `portaria events list/show/replay`: looks at the stored events (read-only) and puts them
-//! back into the queue, and owns their output: the table, one JSON object per line, and the
-//! detail view of one event. On SQLite it opens the file directly ([`Db`]); on PostgreSQL it
-//! uses the server's store ([`Store`]) on a runtime of its own: [`Events`] is the one place
-//! that knows which, the output is the same.
+//! back into the queue, and owns their output: the table, one JSON object per line (the
+//! store's one shape, `store::summary_json`/`detail_json`, as the status page's API), the
+//! detail view of one event and its raw request. It speaks to the configured
+//! [`crate::store::Store`] (`database.rs` opens it), whatever its engine: the output is the
+//! same. An endpoint or route name that matches nothing configured is an error naming the
+//! closest, never an empty result.
 
 use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
+use super::database::{Access, Opened};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
 use crate::store::{
-    Db, EventDetail, EventSummary, ListFilter, RouteState, Status, Store, StoreError,
+    EventDetail, EventSummary, ListFilter, RouteState, Status, detail_json, summary_json,
 };
 use crate::time::{now_ms, rfc3339};
 
@@ -19,14 +22,18 @@ use crate::time::{now_ms, rfc3339};
 pub(super) fn run(config: Option<&Path>, command: EventsCommand) -> Result<ExitCode, String> {
     let config = existing_store(config)?;
     // Looking needs no write access; only a replay opens the database for writing.
-    let writes = matches!(&command, EventsCommand::Replay(_));
-    let mut db = Events::open(&config, writes)?;
-    let result = run_on(&config, &mut db, command);
+    let access = match &command {
+        EventsCommand::Replay(_) => Access::Write,
+        _ => Access::Read,
+    };
+    let db = Opened::open(&config, access)?;
+    let result = run_on(&config, &db, command);
     db.close();
     result
 }
 
-fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<ExitCode, String> {
+fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCode, String> {
+    let store = &db.store;
     let out = std::io::stdout();
     let mut out = out.lock();
     let now = now_ms();
@@ -42,12 +49,12 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                 ..ListFilter::default()
             };
             let events = db
-                .list(&filter)
+                .block_on(store.list_events(filter))
                 .map_err(|e| format!("cannot list events: {e}"))?;
             closed_pipe_is_done(if args.json {
                 let routes = events
                     .iter()
-                    .map(|e| db.routes(e.id))
+                    .map(|e| db.block_on(store.event_routes(e.id)))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| format!("cannot list events: {e}"))?;
                 write_json(&mut out, &events, &routes)
@@ -55,8 +62,8 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                 write_table(&mut out, &events)
             })
         }
-        EventsCommand::Show { id, raw } => match db
-            .event(id)
+        EventsCommand::Show { id, raw, json } => match db
+            .block_on(store.event_detail(id))
             .map_err(|e| format!("cannot read event {id}: {e}"))?
         {
             Some(event) if raw => {
@@ -66,9 +73,10 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                     .map_or("/", |e| e.path.as_str());
                 closed_pipe_is_done(write_raw(&mut out, path, &event))
             }
+            Some(event) if json => closed_pipe_is_done(writeln!(out, "{}", detail_json(&event))),
             Some(event) => {
                 let cert = db
-                    .client_cert(id)
+                    .block_on(store.client_cert(id))
                     .map_err(|e| format!("cannot read event {id}: {e}"))?;
                 closed_pipe_is_done(write_detail(&mut out, &event, cert.as_deref()))
             }
@@ -80,7 +88,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                     route_of_event(db, id, route)?;
                 }
                 if !db
-                    .replay(id, args.route.as_deref(), now)
+                    .block_on(store.replay_route(id, args.route.clone(), now))
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
                 {
                     let which = match &args.route {
@@ -108,7 +116,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
                     known_route(config, args.endpoint.as_deref(), route)?;
                 }
                 let n = db
-                    .replay_dead(args.endpoint.as_deref(), args.route.as_deref(), now)
+                    .block_on(store.replay_dead(args.endpoint, args.route, now))
                     .map_err(|e| format!("cannot replay dead events: {e}"))?;
                 writeln!(out, "{n} dead event(s) pending again")
             }
@@ -121,7 +129,7 @@ fn run_on(config: &Config, db: &mut Events, command: EventsCommand) -> Result<Ex
 /// An endpoint name given to a filter: configured, or still holding stored events (an
 /// endpoint taken out of the config); else an error naming the configured ones and the
 /// closest. A mistyped name never reads as "nothing matched".
-fn known_endpoint(config: &Config, db: &Events, name: &str) -> Result<(), String> {
+fn known_endpoint(config: &Config, db: &Opened, name: &str) -> Result<(), String> {
     if config.endpoint(name).is_some() {
         return Ok(());
     }
@@ -131,7 +139,7 @@ fn known_endpoint(config: &Config, db: &Events, name: &str) -> Result<(), String
         ..ListFilter::default()
     };
     let stored = db
-        .list(&filter)
+        .block_on(db.store.list_events(filter))
         .map_err(|e| format!("cannot list events: {e}"))?;
     if stored.is_empty() {
         return Err(super::no_such_endpoint(config, name));
@@ -163,9 +171,9 @@ fn known_route(config: &Config, endpoint: Option<&str>, route: &str) -> Result<(
 
 /// A route given to `replay ID --route`: one the event went to; else an error naming them.
 /// No such event is the replay's own error.
-fn route_of_event(db: &Events, id: i64, route: &str) -> Result<(), String> {
+fn route_of_event(db: &Opened, id: i64, route: &str) -> Result<(), String> {
     let routes = db
-        .routes(id)
+        .block_on(db.store.event_routes(id))
         .map_err(|e| format!("cannot read event {id}: {e}"))?;
     let names = || routes.iter().map(|r| r.route.as_str());
     if routes.is_empty() || names().any(|name| name == route) {
@@ -176,98 +184,6 @@ fn route_of_event(db: &Events, id: i64, route: &str) -> Result<(), String> {
         crate::suggest::list(names()),
         crate::suggest::hint(route, names())
     ))
-}
-
-/// Where the events are: the SQLite file, or the PostgreSQL database through the store, on a
-/// runtime of the command's own. The one place in the command that knows the backend.
-enum Events {
-    Sqlite(Db),
-    Postgres {
-        store: Store,
-        runtime: tokio::runtime::Runtime,
-    },
-}
-
-impl Events {
-    fn open(config: &Config, writes: bool) -> Result<Events, String> {
-        let Some(url) = &config.storage.postgres else {
-            let path = &config.storage.path;
-            let opened = if writes {
-                Db::open(path)
-            } else {
-                Db::open_read_only(path)
-            };
-            return opened
-                .map(Events::Sqlite)
-                .map_err(|e| format!("cannot open the database: {e}"));
-        };
-        let runtime = super::command_runtime()?;
-        let store = runtime.block_on(super::open_postgres(url))?;
-        Ok(Events::Postgres { store, runtime })
-    }
-
-    fn list(&self, filter: &ListFilter) -> Result<Vec<EventSummary>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.list(filter),
-            Events::Postgres { store, runtime } => {
-                runtime.block_on(store.list_events(filter.clone()))
-            }
-        }
-    }
-
-    fn event(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.event(id),
-            Events::Postgres { store, runtime } => runtime.block_on(store.event_detail(id)),
-        }
-    }
-
-    fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.routes(id),
-            Events::Postgres { store, runtime } => runtime.block_on(store.event_routes(id)),
-        }
-    }
-
-    fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.client_cert(id),
-            Events::Postgres { store, runtime } => runtime.block_on(store.client_cert(id)),
-        }
-    }
-
-    fn replay(&mut self, id: i64, route: Option<&str>, now_ms: i64) -> Result<bool, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.replay(id, route, now_ms),
-            Events::Postgres { store, runtime } => {
-                runtime.block_on(store.replay_route(id, route.map(str::to_string), now_ms))
-            }
-        }
-    }
-
-    fn replay_dead(
-        &mut self,
-        endpoint: Option<&str>,
-        route: Option<&str>,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        match self {
-            Events::Sqlite(db) => db.replay_dead(endpoint, route, now_ms),
-            Events::Postgres { store, runtime } => runtime.block_on(store.replay_dead(
-                endpoint.map(str::to_string),
-                route.map(str::to_string),
-                now_ms,
-            )),
-        }
-    }
-
-    fn close(self) {
-        if let Events::Postgres { store, runtime } = self {
-            // Inside the runtime: the store's tasks see the pool close and end.
-            let _guard = runtime.enter();
-            store.close();
-        }
-    }
 }
 
 /// A listing whose reader went away (`portaria events list | head -1`) is done, not failed: as
@@ -302,41 +218,13 @@ fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result
     Ok(())
 }
 
-fn summary_json(e: &EventSummary, routes: &[RouteState]) -> serde_json::Value {
-    let routes: Vec<serde_json::Value> = routes
-        .iter()
-        .map(|r| {
-            serde_json::json!({
-                "route": r.route,
-                "status": r.status.as_str(),
-                "attempts": r.attempts,
-                "next_attempt_at": r.next_attempt_at_ms.map(rfc3339),
-                "last_error": r.last_error,
-            })
-        })
-        .collect();
-    serde_json::json!({
-        "id": e.id,
-        "endpoint": e.endpoint,
-        "dedup_key": e.dedup_key,
-        "object_id": e.object_id,
-        "event_type": e.event_type,
-        "received_at": rfc3339(e.received_at_ms),
-        "status": e.status.as_str(),
-        "attempts": e.attempts,
-        "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
-        "last_error": e.last_error,
-        "routes": routes,
-    })
-}
-
 fn write_json(
     out: &mut impl Write,
     events: &[EventSummary],
     routes: &[Vec<RouteState>],
 ) -> std::io::Result<()> {
     for (e, routes) in events.iter().zip(routes) {
-        writeln!(out, "{}", summary_json(e, routes))?;
+        writeln!(out, "{}", summary_json(e, Some(routes)))?;
     }
     Ok(())
 }

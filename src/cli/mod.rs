@@ -1,14 +1,18 @@
-//! The command line: parses arguments (the clap types), sets up logging, and runs the
-//! subcommands `serve`, `check`, `events list/show/replay`, `prune`, `archive replay`, `send`,
-//! `verify`, `init` and `backup`. The small ones live here; `check`, `init` (its next steps in
-//! `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`], `verify` and
-//! `backup` have their own files.
+//! The command line: parses arguments (the clap types, with clap's suggestions for a mistyped
+//! subcommand or flag), sets up logging, and runs the subcommands `serve`, `check`, `events
+//! list/show/replay`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup` and `store
+//! copy`. The small ones live here (`serve`, `prune`, and the endpoint lookup, whose error
+//! names the configured endpoints and the closest); `check`, `init` (its next steps in
+//! `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`], `verify`,
+//! `backup` and `store_copy` have their own files, and `database` is the one place a command
+//! opens the configured store and so picks the engine.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
 mod archive;
 mod backup;
 mod check;
+mod database;
 mod events;
 mod init;
 mod init_next;
@@ -23,7 +27,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, Endpoint, Source};
-use crate::store::{Db, Status};
+use crate::store::Status;
 use crate::time::now_ms;
 
 #[derive(Parser, Debug)]
@@ -133,6 +137,9 @@ enum EventsCommand {
         /// redacted; no query string, which is not stored), a blank line, the body.
         #[arg(long)]
         raw: bool,
+        /// One JSON object: the shape of the status page's `/api/events/ID`.
+        #[arg(long, conflicts_with = "raw")]
+        json: bool,
     },
     /// Put events back into pending, with a fresh retry schedule.
     Replay(ReplayArgs),
@@ -454,42 +461,23 @@ pub(crate) fn command_runtime() -> Result<tokio::runtime::Runtime, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))
 }
 
-/// Opens the configured PostgreSQL database for a command.
-pub(crate) async fn open_postgres(
-    url: &crate::config::DatabaseUrl,
-) -> Result<crate::store::Store, String> {
-    crate::store::Store::open_postgres(url.settings(), url.tls_client())
-        .await
-        .map_err(|e| format!("cannot open the PostgreSQL database: {e}"))
-}
-
 fn prune(config: Option<&Path>, dry_run: bool) -> Result<ExitCode, String> {
     let config = existing_store(config)?;
-    let path = &config.storage.path;
-    let report = if let Some(url) = &config.storage.postgres {
-        let runtime = command_runtime()?;
-        runtime.block_on(async {
-            let store = open_postgres(url).await?;
-            let report = if dry_run {
-                crate::prune::dry_run_on(&store, &config.storage, now_ms()).await
-            } else {
-                crate::prune::prune_once(&store, &config.storage, now_ms()).await
-            };
-            store.close();
-            Ok::<_, String>(report)
-        })?
-    } else if dry_run {
-        let db = Db::open(path).map_err(|e| format!("cannot open the database: {e}"))?;
-        crate::prune::dry_run(&db, &config.storage, now_ms())
+    let access = if dry_run {
+        database::Access::Read
     } else {
-        let store = crate::store::Store::open_for_command(path)
-            .map_err(|e| format!("cannot open the database: {e}"))?;
-        let runtime = command_runtime()?;
-        let report = runtime.block_on(crate::prune::prune_once(&store, &config.storage, now_ms()));
-        store.close();
-        report
-    }
-    .map_err(|e| format!("cannot prune: {e}"))?;
+        database::Access::Write
+    };
+    let opened = database::Opened::open(&config, access)?;
+    let report = opened.block_on(async {
+        if dry_run {
+            crate::prune::dry_run(&opened.store, &config.storage, now_ms()).await
+        } else {
+            crate::prune::prune_once(&opened.store, &config.storage, now_ms()).await
+        }
+    });
+    opened.close();
+    let report = report.map_err(|e| format!("cannot prune: {e}"))?;
     report
         .write(&mut std::io::stdout().lock(), dry_run, &config.storage)
         .map_err(|e| format!("cannot write the output: {e}"))?;

@@ -1,6 +1,6 @@
 //! `portaria store copy --from FILE`: a SQLite database moved into the configured PostgreSQL
 //! database (`[storage] url`), which must be empty; the store's
-//! [`crate::store::Store::copy_from_sqlite`] does the copy in one transaction. Run it with the
+//! [`crate::store::Store::copy_from`] does the copy in one transaction. Run it with the
 //! servers on the SQLite file stopped, before the first start on PostgreSQL.
 
 use std::path::{Path, PathBuf};
@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use crate::store::Db;
+use crate::store::Store;
 
 #[derive(Subcommand, Debug)]
 pub(super) enum StoreCommand {
@@ -36,15 +36,16 @@ pub(super) fn run(config: Option<&Path>, command: StoreCommand) -> Result<ExitCo
         return Err(format!("no database at {}", from.display()));
     }
     let source =
-        Db::open_read_only(&from).map_err(|e| format!("cannot open {}: {e}", from.display()))?;
+        Store::open_read_only(&from).map_err(|e| format!("cannot open {}: {e}", from.display()))?;
     let runtime = super::command_runtime()?;
     let report = runtime.block_on(async {
-        let store = super::open_postgres(url).await?;
+        let store = super::database::open_postgres(url).await?;
         let report = store
-            .copy_from_sqlite(&source)
+            .copy_from(&source)
             .await
             .map_err(|e| format!("cannot copy: {e}"));
         store.close();
+        source.close();
         report
     })?;
     println!(

@@ -2,7 +2,7 @@
 //! ([`DatabaseUrl`], redacted in `Debug`), how it is given (a password only from the
 //! environment or a file, never in the config in clear), and its TLS keys (`sslmode`,
 //! `sslrootcert`, or `[storage] ca_file`: `database_tls`), taken out of the text here since
-//! the client knows `sslmode` only up to `require`.
+//! the client knows `sslmode` only up to `require`. `path` (SQLite) and a URL are exclusive.
 
 use std::path::Path;
 use std::str::FromStr;

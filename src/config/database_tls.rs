@@ -12,7 +12,8 @@
 //! | `verify-full` | always | chained to the CA (needed), and valid for the host name |
 //!
 //! As libpq does, `prefer` and `require` without a CA encrypt but do not tell who answers;
-//! with one they verify the chain. Without `sslmode`, a database on this machine (loopback
+//! with one they verify the chain (`ChainOnly`, as `verify-ca`: the chain, not the name;
+//! `verify-full` is rustls's `WebPkiServerVerifier`). Without `sslmode`, a database on this machine (loopback
 //! addresses, `localhost`, a Unix socket) is reached in plain, as before TLS was supported,
 //! and any other is `verify-full`: safe by default, and a config error until a CA is given.
 

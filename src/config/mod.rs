@@ -13,12 +13,19 @@
 //! 4. `/etc/portaria/portaria.toml`;
 //! 5. the embedded demo config (`config.example.toml`), with a loud warning.
 //!
-//! This file owns the validated model, loading and lookup. The raw file as written is in
-//! `raw`, the checks that turn it into the model in `validate`, and the TOML error messages
-//! (which never echo a secret) in `toml_error`. A `secret_file` may name a systemd
-//! credential (`credential:NAME`): `credentials`.
+//! This file owns the validated model (`Config`, `Endpoint`, `Forward`, `Target`, ...),
+//! loading (how far a load reads: every secret, none for the commands that only work on the
+//! database, or one endpoint's for `send`/`verify`; and how far it looks at the machine) and
+//! lookup, and the reserved label [`UNKNOWN_ENDPOINT`]. The raw file as written is in `raw`,
+//! read by `keys` (every unknown key and refused value reported, the rest still read), the
+//! checks that turn it into the model in `validate` (`Validator`), and the TOML error
+//! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
+//! `secrets`, `public_keys`, `dedup_window`, `real_ip` and `ip_range`, `memory`, `tls`,
+//! `database` and `database_tls`, `canary`, `alerts`, `status`, `environment`, `readiness`. A
+//! `secret_file` may name a systemd credential (`credential:NAME`): `credentials`.
 
 mod alerts;
+mod canary;
 mod credentials;
 mod database;
 mod database_tls;
@@ -45,9 +52,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::dedup::DedupRule;
+/// A gateway's give-up rule, as the alerts task reads it from an endpoint's verifier.
+pub use crate::verify::Patience;
 use crate::verify::{Secret, Verifier};
 
 pub use alerts::{Alerts, DEFAULT_ALERT_EVERY, DEFAULT_ALERT_TIMEOUT};
+pub use canary::{CANARY_PATH, Canary, DEFAULT_CANARY_EVERY};
 /// The variable systemd names the service's credentials directory by (`credential:NAME`).
 pub use credentials::VARIABLE as CREDENTIALS_DIRECTORY;
 pub use database::DatabaseUrl;
@@ -219,6 +229,8 @@ pub struct Server {
     pub real_ip: Option<RealIp>,
     /// HTTPS on the webhook listener (`[server] tls`); None: plain HTTP (behind a tunnel).
     pub tls: Option<Tls>,
+    /// The canary through the tunnel (`public_url`); None: no public URL, or the canary off.
+    pub canary: Option<Canary>,
 }
 
 #[derive(Debug, Clone)]
@@ -464,6 +476,7 @@ impl Config {
         if let Some(argv) = alerts.as_ref().and_then(|a| a.command.as_ref()) {
             v.program_ready("alerts.command", argv);
         }
+        v.check_canary_path(&endpoints);
         match (server, storage, v.problems.is_empty()) {
             (Some(server), Some(storage), true) => Ok(Config {
                 source,

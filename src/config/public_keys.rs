@@ -1,6 +1,8 @@
 //! The key material of providers that verify with the sender's public key, read when the
 //! config loads (the verifier checks it). It is public, so it is read under `Secrets::Skip`
-//! too: every command sees the same endpoints.
+//! too: every command sees the same endpoints. Such a preset
+//! (`verify::catalog::PUBLIC_KEY_PROVIDERS`) does not build without its key, and a secret
+//! given for it is refused.
 
 use std::path::PathBuf;
 

@@ -64,6 +64,10 @@ pub(super) struct RawServer {
     pub(super) trusted_proxies: Option<Vec<String>>,
     /// HTTPS on the webhook listener (`config::tls`).
     pub(super) tls: Option<RawTls>,
+    /// The canary through the tunnel (`config::canary`).
+    pub(super) public_url: Option<String>,
+    pub(super) canary_every: Option<String>,
+    pub(super) canary_ca_file: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -9,6 +9,10 @@
 //! database commands ([`Machine::Ignore`]) look at none of it. The secrets, the status token,
 //! the TLS files and `url_env` are read by the validation itself, so a check run as the
 //! service's user (`check --user`) finds those it could not read too.
+//!
+//! A risk, not a problem: a webhook listener reachable beyond this machine over plain HTTP
+//! with an endpoint whose credential is static (a header token every request carries in
+//! clear) is a warning for both.
 
 use std::path::Path;
 

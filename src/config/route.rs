@@ -1,8 +1,15 @@
 //! Routes: where an endpoint's events go. Each `[[endpoint.route]]` is a target of its own,
-//! with a filter on the event type (`events`, globs), its delivery settings ([`Forward`]) and
-//! an optional ordering key (`order_by`). `forward`, `retry` and `concurrency` written directly
+//! with a filter on the event type (`events`, [`EventGlob`]s), its delivery settings
+//! ([`Forward`]) and an optional ordering key (`order_by`, [`OrderBy`]: a JSON pointer into
+//! the body or a header). `forward`, `retry` and `concurrency` written directly
 //! on an endpoint are the one-route shorthand: a route named [`SHORTHAND_ROUTE`] that takes
 //! every event (the name databases from before routes have their deliveries under).
+//!
+//! At intake the routes whose globs take the event type are chosen, each with the event's
+//! ordering key (`Endpoint::deliveries_for`), and one `deliveries` row per route goes in with
+//! the event; an event no route takes is `stored` (`portaria_events_unrouted_total`). A route
+//! added, removed or refiltered by a reload applies to events received after it: the rows
+//! already written keep their routes, and their keys, so ordering survives a restart too.
 
 use std::collections::HashSet;
 

@@ -2,7 +2,9 @@
 //! a list, environment variables, files with one secret per line, which may be systemd
 //! credentials: `credentials`), the variables they came from (kept out of forward commands'
 //! environment), and the warning for a secret file that others can read. A secret's value
-//! never reaches a message.
+//! never reaches a message. An endpoint without its secret does not load: every way of
+//! giving secrets that yields none (`secrets = []` included) is a config error, and the
+//! stand-in secret the commands that skip secrets get never verifies a request.
 
 use std::path::Path;
 

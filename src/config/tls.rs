@@ -4,7 +4,9 @@
 //!
 //! Paths follow the config file; `credential:NAME` is a systemd credential, as for a
 //! `secret_file`. [`TlsFiles::load`] reads the PEM files and builds the rustls server
-//! configuration (TLS 1.2 and 1.3, the `ring` provider): validation calls it, so a bad file
+//! configuration (TLS 1.2 and 1.3, the `ring` provider; with a `client_ca_file`, rustls's
+//! `WebPkiClientVerifier` allowing a connection without a certificate, since each endpoint
+//! decides, [`ClientCertRule`]): validation calls it, so a bad file
 //! is a config error and never half-starts, and the server calls it again when the files
 //! change (`server::tls`). No error quotes a file's content: the key is a secret.
 

@@ -50,7 +50,8 @@ impl Validator<'_> {
         self.problems.push(msg.into());
     }
 
-    pub(super) fn server(&mut self, raw: RawServer) -> Option<Server> {
+    pub(super) fn server(&mut self, mut raw: RawServer) -> Option<Server> {
+        let canary = self.canary(&mut raw);
         let listen = raw.listen.unwrap_or_else(|| "127.0.0.1:8080".into());
         let listen = match listen.parse() {
             Ok(addr) => addr,
@@ -95,6 +96,7 @@ impl Validator<'_> {
             memory,
             real_ip,
             tls,
+            canary,
         })
     }
 
@@ -222,11 +224,8 @@ impl Validator<'_> {
                     self.problem(format!("{at}.name: `{}` is used twice", endpoint.name));
                 }
                 for path in endpoint.paths() {
-                    let efi = match path.ends_with(efi::PIX) {
-                        true => " (an `efi` endpoint answers on its path and on it plus `/pix`)",
-                        false => "",
-                    };
                     if !paths.insert(path.clone()) {
+                        let efi = efi::path_note(&path);
                         self.problem(format!("{at}.path: `{path}` is used twice{efi}"));
                     }
                 }

@@ -4,6 +4,9 @@
 //! variables; exit status 0 means delivered. This file owns the child's whole life: it writes
 //! the body into a sealed in-memory file, starts the program on it without a shell in a process
 //! group of its own, drains stdout and stderr, enforces the timeout, and reaps the child.
+//! What every program portaria runs shares lives here too: [`hidden_variables`], the one list
+//! of what none inherits (the pipe handler and the alert command included), `hide_env` and
+//! `GroupKill` (the whole group killed), which `pipe` uses as well.
 //!
 //! Invariants:
 //! - The program sees the whole body or nothing: its stdin is a complete file (a sealed

@@ -1,11 +1,17 @@
-//! The forwarding worker: delivers every stored event to its endpoint's command, URL or pipe
-//! handler, at least once, with retries, backoff and a dead-letter state.
+//! The forwarding worker: delivers every stored event to its routes' command, URL or pipe
+//! handler, at least once, with retries (the schedule's gaps ±10 %) and a dead-letter state.
 //!
-//! It is mini-redis's purge loop with SQLite as the queue: claim what is due, start those
-//! deliveries, then sleep until the next event is due, a new event is committed, a delivery
-//! finishes, or shutdown. Nothing about delivery lives only in memory: an event is marked
-//! `delivering` before its attempt starts, so a crash mid-attempt is found at the next start
-//! ([`crate::store::Store::recover`]) and the event goes out again.
+//! It is mini-redis's purge loop with the database as the queue: one task owns the lanes,
+//! claims what is due, runs each delivery in a slot (which records the attempt and claims its
+//! lane's next in one commit, until nothing is due), then sleeps until the next is due, a new
+//! event is committed (`Notify`), a slot ends, shutdown, or another process committed (the
+//! 2-second look at [`Store::data_version`]; on PostgreSQL at once, [`Store::changed_elsewhere`]).
+//! Nothing about delivery lives only in memory: an event is `delivering` before its attempt
+//! starts, so one cut off by a crash (or, at shutdown, by [`SHUTDOWN_GRACE`]) is found at the
+//! next start ([`Store::recover`]) and goes out again. A target's [`Outcome`] becomes the
+//! store's [`AfterAttempt`]; finished events go to [`rollup`]. Targets are told the event's
+//! signed id and whether its type was signed, as stored at intake; no program they run sees
+//! the config's secret variables (`command::hidden_variables`).
 //!
 //! Each route of an endpoint is a lane with its own target, schedule and concurrency, and its
 //! own delivery rows: a failing route holds back no other. With `concurrency = 1` and no
@@ -14,17 +20,12 @@
 //! `order_by`, that holds per ordering key only ([`Order::ByKey`]): different keys go in
 //! parallel up to the concurrency, and an event without the key is a lane of its own.
 //!
-//! A reload replaces the lanes of the running worker ([`Worker::reconfigure`]) rather than
-//! stopping it and starting another: stopping would cut off slow deliveries after
-//! [`SHUTDOWN_GRACE`] and need [`crate::store::Store::recover`] again, and recovery is only
-//! safe when no attempt can still be running, that is at start-up. Instead the worker loop
-//! swaps each lane's target, schedule and concurrency in place. A slot of the old lane finishes
-//! the attempt it is running with the old target, records it as usual, and then stops instead
-//! of claiming the next event (the lane is *retired*); it still counts against the lane's
-//! concurrency until it ends, and the new lane claims the rest. A lane whose endpoint no longer
-//! forwards keeps no capacity: its slots end the same way, and its remaining events wait in
-//! the database, with the start-up warning repeated. No event changes state because of a
-//! reload, so none is lost or delivered twice by it.
+//! A reload swaps the lanes of the running worker in place ([`Worker::reconfigure`]): stopping
+//! it would cut slow deliveries off and need [`Store::recover`], safe only at start-up. A
+//! replaced or removed lane is *retired*: its slots finish and record the attempt they run,
+//! then claim nothing more, counting against its concurrency until they end; a lane whose
+//! endpoint no longer forwards keeps no capacity and its events wait in the database (the
+//! start-up warning repeated). No reload changes an event's state: none is lost or doubled.
 
 pub mod command;
 pub mod http;

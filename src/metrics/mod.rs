@@ -4,7 +4,10 @@
 //! Every label value is a configured endpoint name, `-` (a request to a path no endpoint has),
 //! or one of a fixed list of outcomes: never anything a client sent, so the number of series is
 //! fixed by the configuration. All series exist from the start, at zero, so `rate()` sees the
-//! first increment.
+//! first increment: one `prometheus-client` `Registry`, filled from the [`Series`] (endpoint
+//! name, its route names) the server lists. Intake calls [`Metrics::request`], the worker
+//! [`Metrics::delivery`], the canary `canary_probe` (its series only when it runs), `/metrics`
+//! [`Metrics::render`], the alerts task `Metrics::facts`.
 //!
 //! Counters and histograms move as things happen. The queue gauges (pending, age of the oldest
 //! pending event, dead) are read from the database at scrape time
@@ -28,8 +31,10 @@ use prometheus_client::registry::Registry;
 
 use crate::store::QueueStats;
 
+mod canary;
 mod duplicate_window;
 mod facts;
+pub use canary::PROBE_OK;
 pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
 pub use facts::EndpointFacts;
 
@@ -147,6 +152,8 @@ pub struct Metrics {
     /// Gauges are set from one scrape's snapshot and then encoded; two scrapes must not
     /// interleave.
     scrape: Mutex<()>,
+    /// The canary's series, when it runs (`canary`).
+    canary: Option<canary::CanarySeries>,
 }
 
 /// The families of the per-endpoint counters and histograms.
@@ -285,6 +292,7 @@ impl Metrics {
             dead,
             started: Instant::now(),
             scrape: Mutex::new(()),
+            canary: None,
         };
         metrics.configure(endpoints);
         metrics
@@ -363,22 +371,18 @@ impl Metrics {
 
     /// Counts an accepted event of `endpoint` that no route took.
     pub fn unrouted(&self, endpoint: &str) {
-        let endpoints = self
-            .endpoints
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(counter) = endpoints.get(endpoint).and_then(|s| s.unrouted.as_ref()) {
-            counter.inc();
-        }
+        self.count_event(endpoint, |s| s.unrouted.as_ref());
     }
 
     /// Counts an accepted event of `endpoint` whose `event_type` field found nothing.
     pub fn untyped(&self, endpoint: &str) {
+        self.count_event(endpoint, |s| s.untyped.as_ref());
+    }
+
+    fn count_event(&self, endpoint: &str, counter: impl Fn(&EndpointSeries) -> Option<&Counter>) {
         let endpoints = self.endpoints.read();
         let endpoints = endpoints.unwrap_or_else(PoisonError::into_inner);
-        if let Some(counter) = endpoints.get(endpoint).and_then(|s| s.untyped.as_ref()) {
-            counter.inc();
-        }
+        endpoints.get(endpoint).and_then(counter).map(Counter::inc);
     }
 
     /// Counts one answered request. `endpoint` is the name of the endpoint whose path it was

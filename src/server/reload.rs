@@ -19,9 +19,12 @@
 //!
 //! What is fixed at start ([`fixed_settings`]: the listen addresses, bound before anything
 //! else; HTTPS or plain HTTP on the webhook listener; the connection cap, a semaphore the
-//! open connections hold; the database path) keeps its old value, and the log says that it
-//! needs a restart. Queued events live in the
-//! database, not in the configuration: no reload changes their state.
+//! open connections hold; the database path; the canary's `public_url`, `canary_every` and
+//! `canary_ca_file`), and so do `[alerts]` and the endpoints' `quiet_after` (the alerts task
+//! takes them at start), keep their old values, and the log
+//! says that they need a restart. Reloads are served in `serve`'s own task, joined with the
+//! accept loops. Queued events live in the database, not in the configuration: no reload
+//! changes their state, and `Store::recover` runs only at start-up.
 //!
 //! Secrets read from environment variables (`secret_env`, `url_env`, `token_env`) are read
 //! again too, but from the environment the process started with: the binary took the ones its
@@ -218,6 +221,7 @@ impl Reloader {
         config.server.listen = self.server.listen;
         config.server.admin_listen = self.server.admin_listen;
         config.server.max_connections = self.server.max_connections;
+        config.server.canary = self.server.canary.clone();
         config.storage.path = self.storage.path.clone();
         config.storage.postgres = self.storage.postgres.clone();
         // HTTPS or not is the listener's, fixed at start; the certificate itself is reloaded.
@@ -314,6 +318,24 @@ pub fn fixed_settings(server: &Server, storage: &Storage, new: &Config) -> Vec<S
         server.max_connections.to_string(),
         new.server.max_connections.to_string(),
         "open connections hold the slots",
+    );
+    let canary = |c: &Option<crate::config::Canary>| {
+        c.as_ref().map_or_else(
+            || "off".to_string(),
+            |c| {
+                let ca = c
+                    .ca_file
+                    .as_ref()
+                    .map_or_else(String::new, |f| format!(" (CA {})", f.display()));
+                format!("{} every {:?}{ca}", c.public_url, c.every)
+            },
+        )
+    };
+    check(
+        "server.public_url (the canary)",
+        canary(&server.canary),
+        canary(&new.server.canary),
+        "the canary's task takes it at start",
     );
     let scheme = |tls: bool| if tls { "tls" } else { "no tls" }.to_string();
     check(

@@ -1,21 +1,25 @@
 //! The status page's data as JSON, for scripts (documented in `docs/status-page.md`):
 //! `/api/stats` (the overview and the chart's hours), `/api/events` (the list, with the same
-//! filters and cursor as the page) and `/api/events/ID` (one event with its attempts). Times
-//! are unix milliseconds (`*_ms`) and RFC 3339 text beside them.
+//! filters and cursor as the page) and `/api/events/ID` (one event with its routes and
+//! attempts), each event in the store's one JSON shape (`store::summary_json`,
+//! `store::detail_json`, which `portaria events` prints too). Times are unix milliseconds
+//! (`*_ms`) and RFC 3339 text beside them.
 
-use base64::Engine;
 use http::StatusCode;
 use serde_json::{Value, json};
 
+use super::public::PublicView;
 use super::{Answer, StatusPage, filter, respond};
-use crate::store::{EventDetail, EventSummary, Overview};
+use crate::store::{Overview, detail_json, summary_json};
 use crate::time::{now_ms, rfc3339};
 
-/// What turns the page's banner red: any dead event, or a pending one waiting too long.
+/// What turns the page's banner red: any dead event, a pending one waiting too long, or the
+/// canary's probes failing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Alert {
     pub dead: u64,
     pub oldest_pending_age_ms: Option<i64>,
+    pub unreachable: bool,
 }
 
 impl Alert {
@@ -28,7 +32,14 @@ impl Alert {
                 .filter_map(|e| e.oldest_pending_ms)
                 .min()
                 .map(|t| (now_ms - t).max(0)),
+            unreachable: false,
         }
+    }
+
+    /// The same, with the public path's state when the canary runs.
+    pub fn with(mut self, public: Option<&PublicView>) -> Alert {
+        self.unreachable = public.is_some_and(|p| p.failing().is_some());
+        self
     }
 
     pub fn pending_too_long(&self) -> bool {
@@ -37,7 +48,7 @@ impl Alert {
     }
 
     pub fn is_red(&self) -> bool {
-        self.dead > 0 || self.pending_too_long()
+        self.dead > 0 || self.pending_too_long() || self.unreachable
     }
 }
 
@@ -51,7 +62,7 @@ pub async fn stats(page: &StatusPage) -> Answer {
         Ok(Err(e)) => return super::unavailable(&e.to_string()),
         Err(_) => return super::unavailable("the database did not answer within 5 s"),
     };
-    let alert = Alert::of(&overview, now);
+    let alert = Alert::of(&overview, now).with(page.public.as_ref());
     let hours: Vec<Value> = overview
         .hours
         .iter()
@@ -80,7 +91,9 @@ pub async fn stats(page: &StatusPage) -> Answer {
             "dead": alert.dead,
             "oldest_pending_age_ms": alert.oldest_pending_age_ms,
             "pending_alert_after_ms": super::PENDING_ALERT_MS,
+            "unreachable": alert.unreachable,
         },
+        "public_path": page.public.as_ref().map(|p| p.json(now)),
         "endpoints": endpoints,
         "hours": hours,
     }))
@@ -95,7 +108,7 @@ pub async fn events(page: &StatusPage, query: &str) -> Answer {
                 .then(|| events.last().map(|e| e.id))
                 .flatten();
             ok(json!({
-                "events": events.iter().map(summary).collect::<Vec<_>>(),
+                "events": events.iter().map(|e| summary_json(e, None)).collect::<Vec<_>>(),
                 "next_before": next,
             }))
         }
@@ -109,52 +122,6 @@ pub async fn event(page: &StatusPage, id: i64) -> Answer {
         Ok(None) => error(StatusCode::NOT_FOUND, "no such event"),
         Err(e) => super::unavailable(&e),
     }
-}
-
-pub fn summary(e: &EventSummary) -> Value {
-    json!({
-        "id": e.id,
-        "endpoint": e.endpoint,
-        "dedup_key": e.dedup_key,
-        "object_id": e.object_id,
-        "event_type": e.event_type,
-        "received_at": rfc3339(e.received_at_ms),
-        "received_at_ms": e.received_at_ms,
-        "status": e.status.as_str(),
-        "attempts": e.attempts,
-        "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
-        "next_attempt_at_ms": e.next_attempt_at_ms,
-        "last_error": e.last_error,
-    })
-}
-
-fn detail_json(d: &EventDetail) -> Value {
-    let headers: Vec<Value> = super::event::header_lines(&d.headers)
-        .map(|(name, value)| json!([name, value]))
-        .collect();
-    let mut v = summary(&d.summary);
-    v["signed_id"] = json!(d.signed_id);
-    v["event_type_signed"] = json!(d.event_type_signed);
-    v["content_type"] = json!(d.content_type);
-    v["headers"] = json!(headers);
-    v["body_bytes"] = json!(d.body.len());
-    v["body_text"] = json!(std::str::from_utf8(&d.body).ok());
-    v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&d.body));
-    v["delivery_attempts"] = d
-        .attempts
-        .iter()
-        .map(|a| {
-            json!({
-                "attempt": a.attempt,
-                "started_at": rfc3339(a.started_at_ms),
-                "started_at_ms": a.started_at_ms,
-                "duration_ms": a.duration_ms,
-                "outcome": a.outcome,
-                "error": a.error,
-            })
-        })
-        .collect();
-    v
 }
 
 fn ok(value: Value) -> Answer {

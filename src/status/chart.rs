@@ -1,6 +1,7 @@
 //! The 48-hour chart: an inline SVG drawn here from the hourly counters (no script, no
 //! external file), one line per series, a legend, and the same numbers as a table for
-//! screen readers and for anyone who prefers figures.
+//! screen readers and for anyone who prefers figures. The phrases in `t { }` are said in the
+//! visitor's language (`text.rs`).
 
 use maud::{Markup, html};
 
@@ -41,11 +42,6 @@ pub fn svg(hours: &[HourCounts]) -> Markup {
         .iter()
         .map(|(_, name, value)| (*name, hours.iter().map(value).sum()))
         .collect();
-    let summary = totals
-        .iter()
-        .map(|(name, n)| format!("{n} {name}"))
-        .collect::<Vec<_>>()
-        .join(", ");
     html! {
         figure.chart {
             // Stretched to the box's width and height (lines keep their width: CSS
@@ -54,8 +50,15 @@ pub fn svg(hours: &[HourCounts]) -> Markup {
                 span.ymax aria-hidden="true" { (max) }
                 svg viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) role="img" aria-labelledby="chart-t chart-d"
                     preserveAspectRatio="none" {
-                    title #chart-t { "Requests and deliveries per hour, last " (hours.len()) " hours" }
-                    desc #chart-d { "Totals: " (summary) ". The highest hour: " (max) "." }
+                    title #chart-t { t { "Requests and deliveries per hour, last " } (hours.len()) t { " hours" } }
+                    desc #chart-d {
+                        t { "Totals: " }
+                        @for (i, (name, n)) in totals.iter().enumerate() {
+                            @if i > 0 { ", " }
+                            t { (name) } " " (n)
+                        }
+                        t { ". The highest hour: " } (max) "."
+                    }
                     line.grid x1="0" y1=(TOP) x2=(WIDTH) y2=(TOP) {}
                     line.axis x1="0" y1=(TOP + plot_h) x2=(WIDTH) y2=(TOP + plot_h) {}
                     @for (class, _, value) in SERIES {
@@ -77,18 +80,18 @@ pub fn svg(hours: &[HourCounts]) -> Markup {
             figcaption {
                 ul.legend {
                     @for ((class, _, _), (name, total)) in SERIES.iter().zip(&totals) {
-                        li { span class=(format!("swatch {class}")) aria-hidden="true" {} (name) ": " (total) }
+                        li { span class=(format!("swatch {class}")) aria-hidden="true" {} t { (name) } ": " (total) }
                     }
                 }
-                span.small { "Hours in UTC." }
+                span.small { t { "Hours in UTC." } }
             }
             details {
-                summary { "The same as a table" }
+                summary { t { "The same as a table" } }
                 div.scroll {
                     table {
                         thead { tr {
-                            th scope="col" { "Hour (UTC)" }
-                            @for (_, name, _) in SERIES { th scope="col" { (name) } }
+                            th scope="col" { t { "Hour (UTC)" } }
+                            @for (_, name, _) in SERIES { th scope="col" { t { (name) } } }
                         } }
                         tbody {
                             @for h in hours.iter().rev() {
@@ -107,6 +110,7 @@ pub fn svg(hours: &[HourCounts]) -> Markup {
 
 #[cfg(test)]
 mod tests {
+    use super::super::text::{Lang, localize};
     use super::*;
 
     #[test]
@@ -119,7 +123,7 @@ mod tests {
                 ..HourCounts::default()
             })
             .collect();
-        let text = svg(&hours).into_string();
+        let text = localize(&svg(&hours).into_string(), Lang::En);
         assert_eq!(text.matches("<polyline").count(), 5);
         let received = text.split("series received").nth(1).unwrap();
         let points = received
@@ -135,5 +139,8 @@ mod tests {
             "the max at the top: {points}"
         );
         assert!(text.contains("received: 1128") && text.contains("failed attempts: 96"));
+        assert!(text.contains(
+            "Totals: received 1128, duplicate 0, rejected 0, delivered 0, failed attempts 96."
+        ));
     }
 }

@@ -1,14 +1,16 @@
 //! One event's page: what it is, its headers as stored (credential headers were stored as
 //! `[redacted]` and stay so), its body (pretty-printed when it is JSON, cut at
 //! [`SHOWN_BYTES`] with a download link for the whole), every delivery attempt, and its
-//! replay button. Everything attacker-controlled is escaped by maud.
+//! replay button. Everything attacker-controlled is escaped by maud; the phrases in `t { }`
+//! are said in the visitor's language (`text.rs`).
 
 use http::{HeaderValue, StatusCode, header};
 use maud::{Markup, html};
 
 use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge, when};
+use super::text::Lang;
 use super::{Answer, respond};
-use crate::store::{EventDetail, Status, Store};
+use crate::store::{EventDetail, Status, Store, header_lines};
 
 /// How much of a body the page shows; the rest is a download.
 pub const SHOWN_BYTES: usize = 64 * 1024;
@@ -17,57 +19,58 @@ pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
     let e = &d.summary;
     let replayable = !matches!(e.status, Status::Delivering | Status::Stored);
     let (shown, cut) = body_text(&d.body);
+    let t = chrome.lang;
     let body = html! {
-        h1 { "Event " (e.id) }
+        h1 { t { "Event " } (e.id) }
         @if e.status == Status::Dead {
             div.banner.alert role="alert" {
-                strong { "Dead: " } "every attempt failed."
-                @if let Some(error) = &e.last_error { " Last error: " code { (excerpt(error, 300)) } }
+                strong { t { "Dead: " } } t { "every attempt failed." }
+                @if let Some(error) = &e.last_error { " " t { "Last error" } ": " code { (excerpt(error, 300)) } }
             }
         }
         dl.facts {
             dt { "Status" } dd { (status_badge(e.status)) }
             dt { "Endpoint" } dd { (e.endpoint) }
-            dt { "Received" } dd { (when(e.received_at_ms, now)) }
-            dt { "Event type" } dd {
+            dt { t { "Received" } } dd { (when(e.received_at_ms, now, t)) }
+            dt { t { "Event type" } } dd {
                 (e.event_type.as_deref().unwrap_or("—"))
                 @if e.event_type.is_some() && d.event_type_signed != Some(true) {
-                    span.small { " (not covered by the signature)" }
+                    span.small { t { " (not covered by the signature)" } }
                 }
             }
-            @if let Some(id) = &d.signed_id { dt { "Signed id" } dd { code { (id) } } }
-            dt { "Dedup key" } dd { code { (e.dedup_key) } }
-            @if let Some(object) = &e.object_id { dt { "Object" } dd { code { (object) } } }
-            dt { "Attempts" } dd { (e.attempts) }
+            @if let Some(id) = &d.signed_id { dt { t { "Signed id" } } dd { code { (id) } } }
+            dt { t { "Dedup key" } } dd { code { (e.dedup_key) } }
+            @if let Some(object) = &e.object_id { dt { t { "Object" } } dd { code { (object) } } }
+            dt { t { "Attempts" } } dd { (e.attempts) }
             @if let Some(next) = e.next_attempt_at_ms {
-                @if e.status == Status::Pending { dt { "Next attempt" } dd { (when(next, now)) } }
+                @if e.status == Status::Pending { dt { t { "Next attempt" } } dd { (when(next, now, t)) } }
             }
-            @if let Some(error) = &e.last_error { dt { "Last error" } dd.error { (excerpt(error, 300)) } }
+            @if let Some(error) = &e.last_error { dt { t { "Last error" } } dd.error { (excerpt(error, 300)) } }
         }
         @if replayable {
             form method="post" action=(format!("/events/{}/replay", e.id)) {
                 (csrf_field(chrome))
-                button type="submit" { "Replay this event" }
-                span.small { " It goes back to pending and is delivered again from the first attempt." }
+                button type="submit" { t { "Replay this event" } }
+                span.small { t { " It goes back to pending and is delivered again from the first attempt." } }
             }
         }
-        h2 { "Delivery attempts" }
+        h2 { t { "Delivery attempts" } }
         @if d.attempts.is_empty() {
-            p { "None yet." }
+            p { t { "None yet." } }
         } @else {
             div.scroll {
                 table {
                     thead { tr {
-                        th scope="col" { "#" } th scope="col" { "Started" } th scope="col" { "Took" }
-                        th scope="col" { "Outcome" } th scope="col" { "Error" }
+                        th scope="col" { "#" } th scope="col" { t { "Started" } } th scope="col" { t { "Took" } }
+                        th scope="col" { t { "Outcome" } } th scope="col" { t { "Error" } }
                     } }
                     tbody {
                         @for a in &d.attempts {
                             tr {
                                 td { (a.attempt) }
-                                td { (when(a.started_at_ms, now)) }
+                                td { (when(a.started_at_ms, now, t)) }
                                 td { (a.duration_ms) " ms" }
-                                td { span class=(format!("badge {}", outcome_class(&a.outcome))) { (a.outcome) } }
+                                td { span class=(format!("badge {}", outcome_class(&a.outcome))) { t { (a.outcome) } } }
                                 td.error { (excerpt(a.error.as_deref().unwrap_or(""), 300)) }
                             }
                         }
@@ -75,7 +78,7 @@ pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
                 }
             }
         }
-        h2 { "Headers" }
+        h2 { t { "Headers" } }
         div.scroll {
             table.headers {
                 tbody {
@@ -85,18 +88,18 @@ pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
                 }
             }
         }
-        h2 { "Body" }
+        h2 { t { "Body" } }
         p.small {
             (d.body.len()) " bytes"
             @if let Some(ct) = &d.content_type { ", " (ct) }
-            ". " a href=(format!("/events/{}/body", e.id)) download { "Download the body as received" }
+            ". " a href=(format!("/events/{}/body", e.id)) download { t { "Download the body as received" } }
         }
         pre.body { code { (shown) } }
         @if cut {
-            p.small { "Cut at " (SHOWN_BYTES / 1024) " KiB; download it for the rest." }
+            p.small { t { "Cut at " } (SHOWN_BYTES / 1024) t { " KiB; download it for the rest." } }
         }
     };
-    frame(chrome, &format!("Event {}", e.id), body)
+    frame(chrome, html! { t { "Event " } (e.id) }, body)
 }
 
 fn outcome_class(outcome: &str) -> &'static str {
@@ -105,20 +108,6 @@ fn outcome_class(outcome: &str) -> &'static str {
         "failed" => "dead",
         _ => "pending",
     }
-}
-
-/// The stored `name: value\r\n` lines, as (name, value).
-pub fn header_lines(blob: &[u8]) -> impl Iterator<Item = (String, String)> + '_ {
-    blob.split(|b| *b == b'\n')
-        .map(|line| line.strip_suffix(b"\r").unwrap_or(line))
-        .filter(|line| !line.is_empty())
-        .map(|line| {
-            let text = String::from_utf8_lossy(line);
-            match text.split_once(": ") {
-                Some((name, value)) => (name.to_string(), value.to_string()),
-                None => (text.to_string(), String::new()),
-            }
-        })
 }
 
 /// The body as text to show: pretty JSON if it parses as JSON, else the text itself (invalid
@@ -140,7 +129,7 @@ fn body_text(body: &[u8]) -> (String, bool) {
 }
 
 /// `GET /events/ID/body`: the raw bytes, as a download (never rendered by the browser).
-pub async fn download(store: &Store, id: i64) -> Answer {
+pub async fn download(store: &Store, id: i64, t: Lang) -> Answer {
     match store.event_detail(id).await {
         Ok(Some(d)) => {
             let mut r = respond(StatusCode::OK, "application/octet-stream", d.body);
@@ -150,7 +139,7 @@ pub async fn download(store: &Store, id: i64) -> Answer {
             }
             r
         }
-        Ok(None) => super::not_found(false),
+        Ok(None) => super::not_found(false, t),
         Err(e) => super::unavailable(&e.to_string()),
     }
 }
@@ -169,18 +158,5 @@ mod tests {
         let big = "é".repeat(SHOWN_BYTES);
         let (text, cut) = body_text(big.as_bytes());
         assert!(cut && text.len() <= SHOWN_BYTES && text.len() > SHOWN_BYTES - 2);
-    }
-
-    #[test]
-    fn header_lines_split_name_and_value() {
-        let lines: Vec<_> = header_lines(b"a: 1\r\nauthorization: [redacted]\r\nodd\r\n").collect();
-        assert_eq!(
-            lines,
-            [
-                ("a".into(), "1".into()),
-                ("authorization".into(), "[redacted]".into()),
-                ("odd".into(), String::new())
-            ]
-        );
     }
 }

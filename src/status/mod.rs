@@ -6,15 +6,25 @@
 //!
 //! This file owns routing and the shape of answers; `auth` who may look and press
 //! (`sessions` the logins, `throttle` the pace and the log of wrong tokens), `api` the JSON,
-//! `pages` and `event` the HTML, `chart` the SVG, `style.css` the looks. Which `Host` is
+//! `pages` and `event` the HTML, `chart` the SVG, `public` the public path (the canary's
+//! probes), `text` what the HTML says (English or Brazilian Portuguese, by
+//! `Accept-Language`), `style.css` the looks. Which `Host` is
 //! answered at all is the admin listener's rule (`admin`), the same for every path.
+//!
+//! Everything shown comes from the store's handle, each call bounded by 5 s: `overview` (each
+//! endpoint now, from its events, the hourly counters and the queue figures; the chart's 48
+//! hours), `list_events`/`event_detail`, and `replay_event`/`replay_dead_of`, after which the
+//! worker is woken (`Notify`: it does not see its own connection's commits through
+//! `data_version`). The counters are never on the request path (`store::counters`).
 
 mod api;
 mod auth;
 mod chart;
 mod event;
 mod pages;
+mod public;
 mod sessions;
+mod text;
 mod throttle;
 
 use std::future::Future;
@@ -28,11 +38,13 @@ use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
+use crate::public_path::PublicPath;
 use crate::store::{ListFilter, Status, Store};
 use crate::time::now_ms;
-use crate::verify::Secret;
+use crate::verify::{Patience, Secret};
 
 use auth::{Guard, Refused, Visitor};
+use text::Lang;
 use throttle::Way;
 
 /// Hours the chart shows.
@@ -63,6 +75,8 @@ pub struct StatusPage {
     guard: Guard,
     /// The admin listener's address, for the page's "open on loopback" note.
     listen: Option<SocketAddr>,
+    /// What the canary's probes saw, when it runs.
+    public: Option<public::PublicView>,
 }
 
 /// What a handler answers.
@@ -83,7 +97,19 @@ impl StatusPage {
             endpoints,
             guard: Guard::new(token)?,
             listen,
+            public: None,
         })
+    }
+
+    /// Shows the canary's record of the public path, and each endpoint's gateway's patience
+    /// (in the config's order) while it fails.
+    pub fn with_public_path(
+        mut self,
+        path: Option<PublicPath>,
+        patience: Vec<(String, Patience)>,
+    ) -> Self {
+        self.public = path.map(|path| public::PublicView { path, patience });
+        self
     }
 
     /// Answers one request to the admin listener that is not `/healthz`, `/readyz` or
@@ -110,14 +136,15 @@ impl StatusPage {
         let query = req.uri().query().unwrap_or("").to_string();
         let method = req.method().clone();
         let is_get = method == Method::GET || method == Method::HEAD;
+        let t = Lang::of(req.headers());
         let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
         // What needs no login.
         match (segments.as_slice(), is_get) {
             (["style.css"], true) => return css(),
             // Browsers ask for it on every page; none, and no 404 in their console.
             (["favicon.ico"], true) => return respond(StatusCode::NO_CONTENT, "image/x-icon", ""),
-            (["login"], true) => return self.login_page(None),
-            (["login"], false) if method == Method::POST => return self.login(req).await,
+            (["login"], true) => return self.login_page(t, None),
+            (["login"], false) if method == Method::POST => return self.login(req, t).await,
             _ => {}
         }
         let api = segments.first() == Some(&"api");
@@ -136,7 +163,9 @@ impl StatusPage {
                 };
             }
         };
-        let mut answer = self.serve(req, &visitor, &segments, is_get, &query).await;
+        let mut answer = self
+            .serve(req, &visitor, t, &segments, is_get, &query)
+            .await;
         // The open page's first visit: the cookie its forms' token is bound to.
         if let Some(cookie) = visitor.new_cookie.as_deref()
             && let Ok(cookie) = HeaderValue::from_str(cookie)
@@ -151,6 +180,7 @@ impl StatusPage {
         &self,
         req: Request<Incoming>,
         visitor: &Visitor,
+        t: Lang,
         segments: &[&str],
         is_get: bool,
         query: &str,
@@ -162,10 +192,10 @@ impl StatusPage {
         }
         let id = segments.get(1).and_then(|s| s.parse::<i64>().ok());
         match (segments, is_get, id) {
-            ([""], true, _) => self.overview(visitor).await,
-            (["events"], true, _) => self.events(visitor, query).await,
-            (["events", _], true, Some(id)) => self.event(visitor, id).await,
-            (["events", _, "body"], true, Some(id)) => event::download(&self.store, id).await,
+            ([""], true, _) => self.overview(visitor, t).await,
+            (["events"], true, _) => self.events(visitor, t, query).await,
+            (["events", _], true, Some(id)) => self.event(visitor, t, id).await,
+            (["events", _, "body"], true, Some(id)) => event::download(&self.store, id, t).await,
             (["events", _, "replay"], false, Some(id)) => match self.form(req, visitor).await {
                 Ok(_) => self.replay(id).await,
                 Err(refused) => refused,
@@ -185,13 +215,13 @@ impl StatusPage {
             (["api", "events"], true, _) => api::events(self, query).await,
             (["api", "events", n], true, _) => match n.parse::<i64>() {
                 Ok(id) => api::event(self, id).await,
-                Err(_) => not_found(true),
+                Err(_) => not_found(true, t),
             },
             (["events", _, "replay"] | ["replay-dead"] | ["logout"], true, _) => {
                 not_allowed("POST")
             }
             (_, false, _) => not_allowed("GET, HEAD"),
-            _ => not_found(api),
+            _ => not_found(api, t),
         }
     }
 
@@ -224,7 +254,7 @@ impl StatusPage {
     /// The login form's POST. It carries no form token (the page has no session yet, and
     /// a login made from elsewhere would need the token anyway); the browser's word on where
     /// it came from still counts.
-    async fn login(&self, req: Request<Incoming>) -> Answer {
+    async fn login(&self, req: Request<Incoming>, t: Lang) -> Answer {
         if self.guard.is_open() {
             return redirect("/");
         }
@@ -242,7 +272,7 @@ impl StatusPage {
         let token = field(&form, "token").unwrap_or_default();
         if !self.guard.token_matches(&token, Way::Login).await {
             // The answer says nothing about how close it was.
-            return self.login_page(Some("That is not the admin token."));
+            return self.login_page(t, Some("That is not the admin token."));
         }
         match self.guard.log_in() {
             Ok(cookie) => {
@@ -256,7 +286,7 @@ impl StatusPage {
         }
     }
 
-    fn login_page(&self, error: Option<&str>) -> Answer {
+    fn login_page(&self, t: Lang, error: Option<&str>) -> Answer {
         if self.guard.is_open() {
             return redirect("/");
         }
@@ -265,10 +295,10 @@ impl StatusPage {
         } else {
             StatusCode::OK
         };
-        html(status, pages::login(error))
+        html(status, pages::login(t, error), t)
     }
 
-    async fn overview(&self, visitor: &Visitor) -> Answer {
+    async fn overview(&self, visitor: &Visitor, t: Lang) -> Answer {
         let now = now_ms();
         let asked = self
             .store
@@ -276,39 +306,48 @@ impl StatusPage {
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
             Ok(Ok(overview)) => html(
                 StatusCode::OK,
-                pages::overview(&self.chrome(visitor), &overview, now),
+                pages::overview(
+                    &self.chrome(visitor, t),
+                    &overview,
+                    self.public.as_ref(),
+                    now,
+                ),
+                t,
             ),
             Ok(Err(e)) => unavailable(&e.to_string()),
             Err(_) => unavailable("the database did not answer within 5 s"),
         }
     }
 
-    async fn events(&self, visitor: &Visitor, query: &str) -> Answer {
+    async fn events(&self, visitor: &Visitor, t: Lang, query: &str) -> Answer {
         let filter = filter(query);
         match self.list(filter.clone()).await {
             Ok(events) => html(
                 StatusCode::OK,
                 pages::events(
-                    &self.chrome(visitor),
+                    &self.chrome(visitor, t),
                     &self.endpoints,
                     &filter,
                     &events,
                     now_ms(),
                 ),
+                t,
             ),
             Err(e) => unavailable(&e),
         }
     }
 
-    async fn event(&self, visitor: &Visitor, id: i64) -> Answer {
+    async fn event(&self, visitor: &Visitor, t: Lang, id: i64) -> Answer {
         match self.detail(id).await {
             Ok(Some(detail)) => html(
                 StatusCode::OK,
-                event::page(&self.chrome(visitor), &detail, now_ms()),
+                event::page(&self.chrome(visitor, t), &detail, now_ms()),
+                t,
             ),
             Ok(None) => html(
                 StatusCode::NOT_FOUND,
-                pages::not_found(&self.chrome(visitor)),
+                pages::not_found(&self.chrome(visitor, t)),
+                t,
             ),
             Err(e) => unavailable(&e),
         }
@@ -365,13 +404,14 @@ impl StatusPage {
     }
 
     /// What every page's frame needs: `visitor`'s form token (None without a session: then
-    /// the page shows no buttons).
-    fn chrome(&self, visitor: &Visitor) -> pages::Chrome {
+    /// the page shows no buttons), and the language the browser prefers.
+    fn chrome(&self, visitor: &Visitor, lang: Lang) -> pages::Chrome {
         let csrf = self.guard.csrf(visitor);
         pages::Chrome {
             logged_in: !self.guard.is_open() && csrf.is_some(),
             csrf,
             open_on: self.guard.is_open().then_some(self.listen).flatten(),
+            lang,
         }
     }
 }
@@ -447,8 +487,20 @@ fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes
     r
 }
 
-fn html(status: StatusCode, markup: maud::Markup) -> Answer {
-    respond(status, "text/html; charset=utf-8", markup.into_string())
+/// A page, said in `lang` (`Accept-Language`'s choice): caches keep one per language.
+fn html(status: StatusCode, markup: maud::Markup, lang: Lang) -> Answer {
+    vary(respond(
+        status,
+        "text/html; charset=utf-8",
+        text::localize(&markup.into_string(), lang),
+    ))
+}
+
+fn vary(mut answer: Answer) -> Answer {
+    answer
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("accept-language"));
+    answer
 }
 
 fn css() -> Answer {
@@ -483,15 +535,15 @@ fn not_allowed(allow: &'static str) -> Answer {
     r
 }
 
-fn not_found(api: bool) -> Answer {
+fn not_found(api: bool, t: Lang) -> Answer {
     if api {
         api::error(StatusCode::NOT_FOUND, "not found")
     } else {
-        respond(
+        vary(respond(
             StatusCode::NOT_FOUND,
             "text/plain; charset=utf-8",
-            "not found\n",
-        )
+            format!("{}\n", t.say("Not found")),
+        ))
     }
 }
 

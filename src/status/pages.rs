@@ -1,6 +1,7 @@
 //! The status page's HTML frame and its pages but one event's (`event.rs`): the overview
 //! ("Now" per endpoint, the banner, the chart), the events list with its filters, the login
-//! form. maud escapes every value put in; nothing here builds markup from strings.
+//! form. maud escapes every value put in; nothing here builds markup from strings. Each phrase
+//! in `t { }` is said in the visitor's language (`text.rs`).
 
 use std::net::SocketAddr;
 
@@ -8,6 +9,8 @@ use maud::{DOCTYPE, Markup, html};
 
 use super::api::Alert;
 use super::chart;
+use super::public::PublicView;
+use super::text::Lang;
 use crate::store::{EndpointNow, EventSummary, ListFilter, Overview, Status};
 use crate::time::rfc3339;
 
@@ -19,13 +22,15 @@ pub struct Chrome {
     pub open_on: Option<SocketAddr>,
     /// A token is configured, so there is a session to end.
     pub logged_in: bool,
+    /// The language the browser prefers.
+    pub lang: Lang,
 }
 
 /// The frame: head, navigation, the open-on-loopback note, `main`.
-pub fn frame(chrome: &Chrome, title: &str, body: Markup) -> Markup {
+pub fn frame(chrome: &Chrome, title: Markup, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
-        html lang="en" {
+        html lang=(chrome.lang.tag()) {
             head {
                 meta charset="utf-8";
                 meta name="viewport" content="width=device-width, initial-scale=1";
@@ -34,23 +39,23 @@ pub fn frame(chrome: &Chrome, title: &str, body: Markup) -> Markup {
             }
             body {
                 header {
-                    nav aria-label="Main" {
+                    nav aria-label=(chrome.lang.say("Main")) {
                         a.brand href="/" { "portaria" }
-                        a href="/" { "Now" }
-                        a href="/events" { "Events" }
-                        a href="/events?status=dead" { "Dead" }
+                        a href="/" { t { "Now" } }
+                        a href="/events" { t { "Events" } }
+                        a href="/events?status=dead" { t { "Dead" } }
                         @if chrome.logged_in {
                             form.inline method="post" action="/logout" {
                                 (csrf_field(chrome))
-                                button.link type="submit" { "Log out" }
+                                button.link type="submit" { t { "Log out" } }
                             }
                         }
                     }
                 }
                 @if let Some(addr) = chrome.open_on {
                     p.note role="note" {
-                        "This page asks for no password because it listens on loopback only ("
-                        (addr) "). To open it to your network, set an admin token ([status] token_file)."
+                        t { "This page asks for no password because it listens on loopback only (" }
+                        (addr) t { "). To open it to your network, set an admin token ([status] token_file)." }
                     }
                 }
                 main { (body) }
@@ -68,54 +73,58 @@ pub fn csrf_field(chrome: &Chrome) -> Markup {
     }
 }
 
-pub fn overview(chrome: &Chrome, o: &Overview, now: i64) -> Markup {
-    let alert = Alert::of(o, now);
+pub fn overview(chrome: &Chrome, o: &Overview, public: Option<&PublicView>, now: i64) -> Markup {
+    let alert = Alert::of(o, now).with(public);
+    let t = chrome.lang;
     let body = html! {
-        h1 { "Now" }
-        (banner(&alert, now))
+        h1 { t { "Now" } }
+        (banner(&alert, public, now, t))
         section aria-labelledby="chart-title" {
-            h2 #chart-title { "The last 48 hours" }
+            h2 #chart-title { t { "The last 48 hours" } }
             (chart::svg(&o.hours))
         }
         h2 { "Endpoints" }
         @if o.endpoints.is_empty() {
-            p { "No endpoint yet." }
+            p { t { "No endpoint yet." } }
         }
         div.cards {
             @for e in &o.endpoints { (endpoint_card(chrome, e, now)) }
         }
-        p.small { "Updated " (when(now, now)) ". Received counts are exact; duplicates and \
-                    rejected requests are counted per clock hour (the last 24)." }
+        p.small { t { "Updated " } (when(now, now, t)) t { ". Received counts are exact; duplicates \
+                    and rejected requests are counted per clock hour (the last 24)." } }
     };
-    frame(chrome, "Now", body)
+    frame(chrome, html! { t { "Now" } }, body)
 }
 
-fn banner(alert: &Alert, now: i64) -> Markup {
+fn banner(alert: &Alert, public: Option<&PublicView>, now: i64, t: Lang) -> Markup {
     html! {
         @if alert.is_red() {
             div.banner.alert role="alert" {
-                strong { "Needs you: " }
+                strong { t { "Needs you: " } }
+                @if let Some(unreachable) = public.and_then(|p| p.banner(now, t)) {
+                    (unreachable)
+                }
                 @if alert.dead > 0 {
-                    a href="/events?status=dead" { (alert.dead) " dead " (plural(alert.dead, "event", "events")) }
-                    " (every retry failed; replay them once the target works). "
+                    a href="/events?status=dead" { (alert.dead) t { (plural(alert.dead, " dead event", " dead events")) } }
+                    t { " (every retry failed; replay them once the target works). " }
                 }
                 @if alert.pending_too_long() {
                     @if let Some(age) = alert.oldest_pending_age_ms {
-                        "The oldest pending event has waited " (ago(age)) ". "
-                        a href="/events?status=pending" { "See pending events" }
+                        t { "The oldest pending event has waited " } (ago(age, t)) ". "
+                        a href="/events?status=pending" { t { "See pending events" } }
                     }
                 }
             }
         } @else {
             div.banner.ok role="status" {
-                "Nothing needs you: no dead events, nothing waiting longer than 15 minutes."
+                t { "Nothing needs you: no dead events, nothing waiting longer than 15 minutes." }
             }
         }
-        @let _ = now;
     }
 }
 
 fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
+    let t = chrome.lang;
     let r = &e.rejected_last_day;
     let events = |status: &str| {
         let q = form_urlencoded::Serializer::new(String::new())
@@ -131,10 +140,10 @@ fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
         section.card.red[e.dead > 0 || oldest_late] aria-label=(format!("Endpoint {}", e.endpoint)) {
             h3 { a href=(format!("/events?{}", form_urlencoded::Serializer::new(String::new()).append_pair("endpoint", &e.endpoint).finish())) { (e.endpoint) } }
             dl {
-                dt { "Received, last hour" } dd { (e.received_last_hour) }
-                dt { "Received, last 24 h" } dd { (e.received_last_day) }
-                dt { "Duplicates, 24 h" } dd { (e.duplicates_last_day) }
-                dt { "Rejected, 24 h" }
+                dt { t { "Received, last hour" } } dd { (e.received_last_hour) }
+                dt { t { "Received, last 24 h" } } dd { (e.received_last_day) }
+                dt { t { "Duplicates, 24 h" } } dd { (e.duplicates_last_day) }
+                dt { t { "Rejected, 24 h" } }
                 dd {
                     (r.total())
                     @let reasons = [
@@ -144,26 +153,32 @@ fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
                         ("bad request", r.bad_request),
                         ("storage error", r.storage_error),
                     ];
-                    @let given: Vec<String> = reasons.iter().filter(|(_, n)| *n > 0)
-                        .map(|(why, n)| format!("{why} {n}")).collect();
-                    @if !given.is_empty() {
-                        span.small { " (" (given.join(", ")) ")" }
+                    @let mut given = reasons.iter().filter(|(_, n)| *n > 0).peekable();
+                    @if given.peek().is_some() {
+                        span.small {
+                            " ("
+                            @for (i, (why, n)) in given.enumerate() {
+                                @if i > 0 { ", " }
+                                t { (why) } " " (n)
+                            }
+                            ")"
+                        }
                     }
                 }
-                dt { "Pending" } dd { a href=(events("pending")) { (e.pending) } }
-                dt { "Dead" } dd.bad[e.dead > 0] { a href=(events("dead")) { (e.dead) } }
-                dt { "Oldest pending" }
+                dt { t { "Pending" } } dd { a href=(events("pending")) { (e.pending) } }
+                dt { t { "Dead" } } dd.bad[e.dead > 0] { a href=(events("dead")) { (e.dead) } }
+                dt { t { "Oldest pending" } }
                 dd.bad[oldest_late] {
                     @match e.oldest_pending_ms {
-                        Some(t) => { "waiting " (ago(now - t)) }
-                        None => { "none" }
+                        Some(at) => { t { "waiting " } (ago(now - at, t)) }
+                        None => { t { "none" } }
                     }
                 }
-                dt { "Last event" }
+                dt { t { "Last event" } }
                 dd {
                     @match e.last_received_ms {
-                        Some(t) => { (when(t, now)) }
-                        None => { "never" }
+                        Some(at) => { (when(at, now, t)) }
+                        None => { t { "never" } }
                     }
                 }
             }
@@ -171,7 +186,10 @@ fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
                 form method="post" action="/replay-dead" {
                     (csrf_field(chrome))
                     input type="hidden" name="endpoint" value=(e.endpoint);
-                    button type="submit" { "Replay all " (e.dead) " dead of " (e.endpoint) }
+                    button type="submit" {
+                        t { "Replay all " } (e.dead)
+                        t { (plural(e.dead, " dead event of ", " dead events of ")) } (e.endpoint)
+                    }
                 }
             }
         }
@@ -204,13 +222,14 @@ pub fn events(
             }
             format!("/events?{}", q.finish())
         });
+    let t = chrome.lang;
     let body = html! {
-        h1 { "Events" }
+        h1 { t { "Events" } }
         form.filters method="get" action="/events" role="search" {
             label {
                 "Endpoint"
                 select name="endpoint" {
-                    option value="" { "any" }
+                    option value="" { t { "any" } }
                     @for name in endpoints {
                         option value=(name) selected[f.endpoint.as_deref() == Some(name.as_str())] { (name) }
                     }
@@ -219,32 +238,32 @@ pub fn events(
             label {
                 "Status"
                 select name="status" {
-                    option value="" { "any" }
+                    option value="" { t { "any" } }
                     @for s in Status::ALL {
-                        option value=(s.as_str()) selected[f.status == Some(s)] { (s.as_str()) }
+                        option value=(s.as_str()) selected[f.status == Some(s)] { t { (s.as_str()) } }
                     }
                 }
             }
-            label { "Event type" input type="text" name="type" value=[f.event_type.as_deref()]; }
-            label { "Key or id contains" input type="search" name="q" value=[f.text.as_deref()]; }
-            button type="submit" { "Show" }
+            label { t { "Event type" } input type="text" name="type" value=[f.event_type.as_deref()]; }
+            label { t { "Key or id contains" } input type="search" name="q" value=[f.text.as_deref()]; }
+            button type="submit" { t { "Show" } }
         }
         @if events.is_empty() {
-            p { "No events match." }
+            p { t { "No events match." } }
         } @else {
             div.scroll {
                 table {
-                    caption.small { "Newest first" }
+                    caption.small { t { "Newest first" } }
                     thead { tr {
-                        th scope="col" { "#" } th scope="col" { "Received" } th scope="col" { "Endpoint" }
-                        th scope="col" { "Type" } th scope="col" { "Status" } th scope="col" { "Attempts" }
-                        th scope="col" { "Last error" }
+                        th scope="col" { "#" } th scope="col" { t { "Received" } } th scope="col" { "Endpoint" }
+                        th scope="col" { t { "Type" } } th scope="col" { "Status" } th scope="col" { t { "Attempts" } }
+                        th scope="col" { t { "Last error" } }
                     } }
                     tbody {
                         @for e in events {
                             tr {
                                 td { a href=(format!("/events/{}", e.id)) { (e.id) } }
-                                td { (when(e.received_at_ms, now)) }
+                                td { (when(e.received_at_ms, now, t)) }
                                 td { (e.endpoint) }
                                 td { (e.event_type.as_deref().unwrap_or("")) }
                                 td { (status_badge(e.status)) }
@@ -257,67 +276,72 @@ pub fn events(
             }
         }
         @if let Some(next) = next {
-            p { a href=(next) rel="next" { "Older events →" } }
+            p { a href=(next) rel="next" { t { "Older events →" } } }
         }
     };
-    frame(chrome, "Events", body)
+    frame(chrome, html! { t { "Events" } }, body)
 }
 
 /// The login form: no session yet, so no form token (auth.rs says why none is needed).
-pub fn login(error: Option<&str>) -> Markup {
+/// `error` is English, said in `lang`.
+pub fn login(lang: Lang, error: Option<&str>) -> Markup {
     let chrome = Chrome {
         csrf: None,
         open_on: None,
         logged_in: false,
+        lang,
     };
     let body = html! {
-        h1 { "Log in" }
+        h1 { t { "Log in" } }
         @if let Some(error) = error {
-            p.banner.alert role="alert" { (error) }
+            p.banner.alert role="alert" { t { (error) } }
         }
         form.login method="post" action="/login" {
-            label for="token" { "Admin token" }
+            label for="token" { t { "Admin token" } }
             input #token type="password" name="token" autocomplete="current-password" required;
-            button type="submit" { "Log in" }
+            button type="submit" { t { "Log in" } }
         }
-        p.small { "The token is the one in the file or variable that [status] token_file or \
-                   token_env names in portaria's configuration." }
+        p.small { t { "The token is the one in the file or variable that [status] token_file or \
+                   token_env names in portaria's configuration." } }
     };
-    frame(&chrome, "Log in", body)
+    frame(&chrome, html! { t { "Log in" } }, body)
 }
 
 pub fn not_found(chrome: &Chrome) -> Markup {
     frame(
         chrome,
-        "Not found",
+        html! { t { "Not found" } },
         html! {
-            h1 { "Not found" }
-            p { "No such event (it may have been pruned). " a href="/events" { "All events" } }
+            h1 { t { "Not found" } }
+            p { t { "No such event (it may have been pruned). " } a href="/events" { t { "All events" } } }
         },
     )
 }
 
+/// A status as a badge: its class is the store's word, its text the visitor's language's.
 pub fn status_badge(status: Status) -> Markup {
-    html! { span class=(format!("badge {}", status.as_str())) { (status.as_str()) } }
+    html! { span class=(format!("badge {}", status.as_str())) { t { (status.as_str()) } } }
 }
 
-/// `2026-12-01 11:20:03 UTC (5 min ago)`.
-pub fn when(ms: i64, now: i64) -> String {
+/// `2026-12-01 11:20:03 UTC (5 min ago)`, `(há 5 min)` in Portuguese.
+pub fn when(ms: i64, now: i64, t: Lang) -> String {
     let text = rfc3339(ms);
     let short = format!(
         "{} {} UTC",
         &text[..10.min(text.len())],
         text.get(11..19).unwrap_or("")
     );
-    if now >= ms {
-        format!("{short} ({} ago)", ago(now - ms))
+    let (pattern, span) = if now >= ms {
+        (t.say("({} ago)"), now - ms)
     } else {
-        format!("{short} (in {})", ago(ms - now))
-    }
+        (t.say("(in {})"), ms - now)
+    };
+    let (before, after) = pattern.split_once("{}").unwrap_or((pattern, ""));
+    format!("{short} {before}{}{after}", ago(span, t))
 }
 
 /// `45 s`, `12 min`, `3 h 5 min`, `2 days`.
-pub fn ago(ms: i64) -> String {
+pub fn ago(ms: i64, t: Lang) -> String {
     let s = ms / 1000;
     match s {
         ..60 => format!("{s} s"),
@@ -325,7 +349,7 @@ pub fn ago(ms: i64) -> String {
         3600..86_400 => format!("{} h {} min", s / 3600, s / 60 % 60),
         _ => {
             let days = s / 86_400;
-            format!("{days} {}", plural(days as u64, "day", "days"))
+            format!("{days} {}", t.say(plural(days as u64, "day", "days")))
         }
     }
 }

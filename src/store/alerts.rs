@@ -5,11 +5,11 @@
 //! "Since it last looked" is a cursor on `attempts.id`, not on `events.id`: an event goes dead
 //! with its last attempt, and attempt ids grow in the order attempts are recorded, whatever the
 //! order events arrived in (an old event with a long schedule dies after a young one) and also
-//! when a replayed event dies a second time. On PostgreSQL, with several instances, each
-//! method dispatches to `postgres/alerts.rs` (one instance announces; no cursor there).
+//! when a replayed event dies a second time.
+//! Each engine answers in its `alerts.rs`: SQLite with that cursor, PostgreSQL (several
+//! instances, one announcing) by marking the deliveries it has told of.
 
-use rusqlite::{Connection, params};
-
+use super::handle::Engine;
 use super::{Store, StoreError};
 
 /// An event whose last attempt, recorded after the cursor, left it dead.
@@ -36,10 +36,10 @@ impl Store {
     /// Events that went dead with an attempt recorded after `cursor` (0: ever), and the new
     /// cursor (the newest attempt id now).
     pub async fn dead_after(&self, cursor: i64) -> Result<DeadBatch, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.dead_after(cursor).await;
+        match self.engine() {
+            Engine::Sqlite(db) => db.dead_after(cursor).await,
+            Engine::Postgres(pg) => pg.dead_after(cursor).await,
         }
-        self.run(move |conn| dead_after(conn, cursor)).await
     }
 
     /// Those of `names` that have a stored event: the ones that "usually receive events" when
@@ -48,214 +48,27 @@ impl Store {
         &self,
         names: Vec<String>,
     ) -> Result<Vec<String>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.endpoints_with_events(names).await;
+        match self.engine() {
+            Engine::Sqlite(db) => db.endpoints_with_events(names).await,
+            Engine::Postgres(pg) => pg.endpoints_with_events(names).await,
         }
-        self.run(move |conn| endpoints_with_events(conn, names))
-            .await
     }
 
     /// The alerts task's saved state: every `meta` row under [`ALERT_KEY_PREFIX`].
     pub async fn alert_state(&self) -> Result<Vec<(String, String)>, StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.alert_state().await;
+        match self.engine() {
+            Engine::Sqlite(db) => db.alert_state().await,
+            Engine::Postgres(pg) => pg.alert_state().await,
         }
-        self.run(alert_state).await
     }
 
     /// Saves these rows of the alerts task's state (keys under [`ALERT_KEY_PREFIX`]), all in
     /// one transaction, committed like delivery bookkeeping: without an fsync of its own when
     /// nothing else in the batch needs one.
     pub async fn save_alert_state(&self, rows: Vec<(String, String)>) -> Result<(), StoreError> {
-        if let Some(pg) = self.postgres() {
-            return pg.save_alert_state(rows).await;
+        match self.engine() {
+            Engine::Sqlite(db) => db.save_alert_state(rows).await,
+            Engine::Postgres(pg) => pg.save_alert_state(rows).await,
         }
-        self.run_bookkeeping(move |conn| save_alert_state(conn, &rows))
-            .await
-    }
-}
-
-/// The attempts after the cursor (a range of the primary key), each kept only if it is its
-/// delivery's newest and that delivery is dead now (a delivery goes dead with a failed
-/// attempt, which always has its row).
-const DEAD_AFTER: &str = "SELECT d.event_id, d.endpoint, d.route FROM attempts AS a \
-     JOIN deliveries AS d ON d.event_id = a.event_id AND d.route = a.route \
-     WHERE a.id > ?1 AND d.status = 'dead' \
-       AND a.id = (SELECT max(id) FROM attempts \
-                   WHERE event_id = a.event_id AND route = a.route) \
-     ORDER BY a.id";
-
-/// The next cursor. If pruning ever removed the newest attempts, ids may be handed out again
-/// below an old cursor: the cursor then comes down with them, so no new attempt is skipped.
-const NEWEST_ATTEMPT: &str = "SELECT coalesce(max(id), 0) FROM attempts";
-
-fn dead_after(conn: &Connection, cursor: i64) -> rusqlite::Result<DeadBatch> {
-    let mut stmt = conn.prepare_cached(DEAD_AFTER)?;
-    let events = stmt
-        .query_map(params![cursor], |r| {
-            Ok(DeadEvent {
-                id: r.get(0)?,
-                endpoint: r.get(1)?,
-                route: Some(r.get(2)?),
-            })
-        })?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let cursor = conn.query_row(NEWEST_ATTEMPT, [], |r| r.get(0))?;
-    Ok(DeadBatch { events, cursor })
-}
-
-/// Whether one endpoint has any event: a search of `events_endpoint` that stops at the first.
-const HAS_EVENTS: &str = "SELECT EXISTS (SELECT 1 FROM events WHERE endpoint = ?1)";
-
-fn endpoints_with_events(conn: &Connection, names: Vec<String>) -> rusqlite::Result<Vec<String>> {
-    let mut stmt = conn.prepare_cached(HAS_EVENTS)?;
-    let mut out = Vec::new();
-    for name in names {
-        if stmt.query_row([&name], |r| r.get::<_, bool>(0))? {
-            out.push(name);
-        }
-    }
-    Ok(out)
-}
-
-/// A range of the primary key: `alerts:` up to `alerts;` (`;` follows `:`).
-const ALERT_STATE: &str =
-    "SELECT key, value FROM meta WHERE key >= 'alerts:' AND key < 'alerts;' ORDER BY key";
-
-fn alert_state(conn: &Connection) -> rusqlite::Result<Vec<(String, String)>> {
-    let mut stmt = conn.prepare_cached(ALERT_STATE)?;
-    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .collect()
-}
-
-const SAVE_ALERT_STATE: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
-     ON CONFLICT (key) DO UPDATE SET value = excluded.value";
-
-fn save_alert_state(conn: &Connection, rows: &[(String, String)]) -> rusqlite::Result<()> {
-    let mut stmt = conn.prepare_cached(SAVE_ALERT_STATE)?;
-    for (key, value) in rows {
-        // Only the task's own keys: the readiness probe's row and the like are not its to touch.
-        if key.starts_with(ALERT_KEY_PREFIX) {
-            stmt.execute(params![key, value])?;
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::super::Status;
-    use super::super::fixtures::{row, temp_db};
-    use super::*;
-
-    fn attempt(conn: &Connection, event: i64) {
-        conn.execute(
-            "INSERT INTO attempts (event_id, attempt, started_at, duration_ms, outcome) \
-             VALUES (?1, 2, 0, 5, 'failed')",
-            [event],
-        )
-        .unwrap();
-    }
-
-    #[test]
-    fn dead_events_are_found_once_in_the_order_they_died() {
-        let (_dir, db) = temp_db();
-        let conn = &db.conn;
-        let old = row(&db, "a", "old", Status::Pending, 1);
-        let young = row(&db, "b", "young", Status::Dead, 0);
-        row(&db, "a", "fine", Status::Delivered, 0);
-        let first = dead_after(conn, 0).unwrap();
-        assert_eq!(
-            first.events,
-            [DeadEvent {
-                id: young,
-                endpoint: "b".into(),
-                route: Some("default".into())
-            }]
-        );
-        assert_eq!(dead_after(conn, first.cursor).unwrap().events, []);
-        // The older event dies later, with a newer attempt: found although its id is lower.
-        attempt(conn, old);
-        conn.execute(
-            "UPDATE deliveries SET status = 'dead' WHERE event_id = ?1",
-            [old],
-        )
-        .unwrap();
-        let second = dead_after(conn, first.cursor).unwrap();
-        assert_eq!(second.events.len(), 1);
-        assert_eq!(second.events[0].id, old);
-        // Replayed, then dead again: found again.
-        attempt(conn, young);
-        let third = dead_after(conn, second.cursor).unwrap();
-        assert_eq!(third.events[0].id, young);
-        // Pruned away to nothing: the cursor comes down, so new ids are not skipped.
-        conn.execute("DELETE FROM events", []).unwrap();
-        assert_eq!(dead_after(conn, third.cursor).unwrap().cursor, 0);
-    }
-
-    #[test]
-    fn the_dead_query_walks_the_attempts_from_the_cursor() {
-        let (_dir, db) = temp_db();
-        let mut stmt = db
-            .conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {DEAD_AFTER}"))
-            .unwrap();
-        let plan: Vec<String> = stmt
-            .query_map([1], |r| r.get(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        let plan = plan.join("; ");
-        assert!(
-            plan.contains("SEARCH a USING INTEGER PRIMARY KEY"),
-            "{plan}"
-        );
-        assert!(!plan.contains("SCAN d"), "{plan}");
-    }
-
-    #[test]
-    fn alert_state_is_kept_apart_from_other_meta_rows() {
-        let (_dir, db) = temp_db();
-        let conn = &db.conn;
-        conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('ready_probe_at', 1)",
-            [],
-        )
-        .unwrap();
-        let rows = vec![
-            ("alerts:dead:a".to_string(), "{\"count\":1}".to_string()),
-            ("ready_probe_at".to_string(), "2".to_string()),
-        ];
-        save_alert_state(conn, &rows).unwrap();
-        save_alert_state(conn, &[("alerts:dead:a".into(), "{}".into())]).unwrap();
-        assert_eq!(
-            alert_state(conn).unwrap(),
-            [("alerts:dead:a".to_string(), "{}".to_string())]
-        );
-        let probe: i64 = conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'ready_probe_at'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(probe, 1);
-        row(&db, "a", "k", Status::Stored, 0);
-        row(&db, "b", "k", Status::Stored, 0);
-        let asked = ["a", "b", "c"].map(String::from).to_vec();
-        assert_eq!(endpoints_with_events(conn, asked).unwrap(), ["a", "b"]);
-        let plans: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {HAS_EVENTS}"))
-            .unwrap()
-            .query_map(["a"], |r| r.get(3))
-            .unwrap()
-            .map(Result::unwrap)
-            .collect();
-        assert!(
-            plans
-                .iter()
-                .any(|p| p.contains("INDEX events_endpoint (endpoint=?)")),
-            "{plans:?}"
-        );
     }
 }

@@ -1,12 +1,11 @@
-//! What the command line looks at and fixes: `events list`, `events show` and `events
-//! replay` (per route). The row types here ([`EventSummary`], [`EventDetail`], [`RouteState`],
-//! [`Attempt`]) are also what
-//! pruning reads for the archive and what a restore puts back.
+//! What `portaria events` and the status page look at and fix: the row types of one event
+//! ([`EventSummary`], [`EventDetail`], [`RouteState`], [`Attempt`]; also what pruning reads
+//! for the archive and a restore puts back), the list's filters ([`ListFilter`]) and its one
+//! statement for both engines ([`list_query`], spelled by a [`Dialect`]), and replay per
+//! event, route or dead delivery. Each engine runs them in its `events.rs`.
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
-
-use super::payload::body_column;
-use super::{Db, Status, StoreError, status_column};
+use super::handle::Engine;
+use super::{Status, Store, StoreError};
 
 /// An event as listed: everything but the body and headers. `status` is the roll-up of its
 /// deliveries (`delivering` while one of them is); `attempts` counts every route's,
@@ -85,76 +84,6 @@ pub struct ListFilter {
     pub limit: usize,
 }
 
-impl Db {
-    pub fn list(&self, filter: &ListFilter) -> Result<Vec<EventSummary>, StoreError> {
-        Ok(list(&self.conn, filter)?)
-    }
-
-    pub fn event(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
-        Ok(event(&self.conn, id)?)
-    }
-
-    /// The names of the verified client certificate the event came with (mutual TLS), for
-    /// `events show`; None without one (or no such event).
-    pub fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
-        Ok(self
-            .conn
-            .query_row("SELECT client_cert FROM events WHERE id = ?1", [id], |r| {
-                r.get(0)
-            })
-            .optional()?
-            .flatten())
-    }
-
-    /// An event's delivery to each route it matched (none for a stored event).
-    pub fn routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
-        Ok(routes(&self.conn, id)?)
-    }
-
-    /// Puts one event's deliveries (to `route` only, if given) back to pending with a fresh
-    /// schedule. Returns false if it has no such delivery that is not being delivered right
-    /// now (a stored event has none).
-    pub fn replay(
-        &mut self,
-        id: i64,
-        route: Option<&str>,
-        now_ms: i64,
-    ) -> Result<bool, StoreError> {
-        let only = Replay {
-            id: Some(id),
-            route,
-            ..Replay::default()
-        };
-        Ok(self.replay_where(&only, now_ms)? == 1)
-    }
-
-    /// Puts every dead delivery (of one endpoint and route, if given) back to pending.
-    /// Returns how many events that touched.
-    pub fn replay_dead(
-        &mut self,
-        endpoint: Option<&str>,
-        route: Option<&str>,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        let only = Replay {
-            dead: true,
-            endpoint,
-            route,
-            ..Replay::default()
-        };
-        self.replay_where(&only, now_ms)
-    }
-
-    fn replay_where(&mut self, only: &Replay<'_>, now_ms: i64) -> Result<usize, StoreError> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-        let n = replay(&tx, only, now_ms)?;
-        tx.commit()?;
-        Ok(n)
-    }
-}
-
 /// Which deliveries a replay puts back.
 #[derive(Default)]
 pub(super) struct Replay<'a> {
@@ -200,145 +129,6 @@ macro_rules! summary_columns {
     };
 }
 pub(super) const SUMMARY: &str = summary_columns!();
-/// The columns of an event's detail after [`SUMMARY`]'s (SQLite's; its payload joined).
-pub(super) const DETAIL: &str = "content_type, headers, body, codec, signed_id, event_type_signed";
-
-pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
-    Ok(EventSummary {
-        id: row.get(0)?,
-        endpoint: row.get(1)?,
-        dedup_key: row.get(2)?,
-        event_type: row.get(3)?,
-        received_at_ms: row.get(4)?,
-        status: status_column(row, 5)?,
-        attempts: row.get(6)?,
-        next_attempt_at_ms: row.get(7)?,
-        last_error: row.get(8)?,
-        object_id: row.get(9)?,
-    })
-}
-
-/// An event row selected as `{SUMMARY}, {DETAIL}` ([`DETAIL`]), without attempts; the body
-/// decoded (`payload.rs`).
-pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
-    let summary = summary(r)?;
-    Ok(EventDetail {
-        content_type: r.get(10)?,
-        headers: r.get(11)?,
-        body: body_column(r, summary.id, 13, 12)?,
-        signed_id: r.get(14)?,
-        event_type_signed: r.get(15)?,
-        summary,
-        routes: Vec::new(),
-        attempts: Vec::new(),
-    })
-}
-
-pub(super) fn routes(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<RouteState>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT route, status, attempts, CASE WHEN status = 'pending' THEN next_attempt_at END, \
-         last_error, finished_at, order_key FROM deliveries WHERE event_id = ?1 ORDER BY route",
-    )?;
-    stmt.query_map([event_id], |r| {
-        Ok(RouteState {
-            route: r.get(0)?,
-            status: status_column(r, 1)?,
-            attempts: r.get(2)?,
-            next_attempt_at_ms: r.get(3)?,
-            last_error: r.get(4)?,
-            finished_at_ms: r.get(5)?,
-            order_key: r.get(6)?,
-        })
-    })?
-    .collect()
-}
-
-pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec<Attempt>> {
-    // The failed and interrupted attempts have rows; a delivered one is its delivery row, the
-    // last of its route: after the rows that started in the same millisecond (NULLS LAST, as
-    // PostgreSQL sorts it by default).
-    let mut stmt = conn.prepare_cached(
-        "SELECT attempt, started_at, duration_ms, outcome, error, route, id FROM attempts \
-         WHERE event_id = ?1 \
-         UNION ALL SELECT attempts, finished_at - delivered_ms, delivered_ms, 'delivered', \
-           NULL, route, NULL FROM deliveries \
-         WHERE event_id = ?1 AND status = 'delivered' AND delivered_ms IS NOT NULL \
-         ORDER BY 2, 7 NULLS LAST",
-    )?;
-    stmt.query_map([event_id], |r| {
-        Ok(Attempt {
-            attempt: r.get(0)?,
-            started_at_ms: r.get(1)?,
-            duration_ms: r.get(2)?,
-            outcome: r.get(3)?,
-            error: r.get(4)?,
-            route: r.get(5)?,
-        })
-    })?
-    .collect()
-}
-
-/// Puts the chosen deliveries back to pending, due now, and their events with them; returns
-/// how many events.
-pub(super) fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
-    let (id, route, endpoint) = (only.id, only.route, only.endpoint);
-    // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
-    // its own first, so the history keeps it.
-    conn.execute(
-        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
-         SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, 'delivered' \
-         FROM deliveries WHERE status = 'delivered' AND delivered_ms IS NOT NULL \
-         AND ?1 = 0 AND (?2 IS NULL OR event_id = ?2) AND (?3 IS NULL OR endpoint = ?3) \
-         AND (?4 IS NULL OR route = ?4)",
-        params![only.dead, id, endpoint, route],
-    )?;
-    let events: std::collections::BTreeSet<i64> = conn
-        .prepare(
-            "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, \
-             last_error = NULL, finished_at = NULL, delivered_ms = NULL \
-             WHERE status != 'delivering' AND (?2 IS NULL OR event_id = ?2) \
-             AND (?3 = 0 OR status = 'dead') AND (?4 IS NULL OR endpoint = ?4) \
-             AND (?5 IS NULL OR route = ?5) RETURNING event_id",
-        )?
-        .query_map(
-            params![now_ms, only.id, only.dead, only.endpoint, only.route],
-            |r| r.get(0),
-        )?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut reopen =
-        conn.prepare("UPDATE events SET status = 'pending', finished_at = NULL WHERE id = ?1")?;
-    for id in &events {
-        reopen.execute([id])?;
-    }
-    Ok(events.len())
-}
-
-/// Only the filters given become conditions, so each query can use the index it needs
-/// (query plans: `dashboard.rs`'s tests). Newest first: by id, or, for one endpoint's events
-/// of any status, by received time (then id) along `events_endpoint`; the two orders differ
-/// only for events put back by `archive replay`, which get new ids. One endpoint's dead or
-/// waiting events come by id from their partial indexes (`deliveries_dead`, `deliveries_queue`),
-/// small however large `events` grows. `before` is the id of the last row of the page before.
-pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<EventSummary>> {
-    let (sql, args) = list_sql(f);
-    let mut stmt = conn.prepare_cached(&sql)?;
-    stmt.query_map(rusqlite::params_from_iter(args), summary)?
-        .collect()
-}
-
-/// The statement [`list`] runs for `f`, and its arguments.
-pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
-    let (sql, args) = list_query(f, &SQLITE);
-    let args = args
-        .into_iter()
-        .map(|a| match a {
-            Arg::Text(s) => s.into(),
-            Arg::Int(i) => i.into(),
-        })
-        .collect();
-    (sql, args)
-}
-
 /// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`), the
 /// test for text inside text, and the deliveries waiting or under way (SQLite's through its
 /// partial queue index, named: `INDEXED BY` is SQLite's alone). The rest of the statement is
@@ -442,21 +232,91 @@ pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>
     (sql, args)
 }
 
-pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {
-    let detail = conn
-        .query_row(
-            &format!(
-                "SELECT {SUMMARY}, {DETAIL} FROM events \
-                 JOIN payloads ON event_id = id WHERE id = ?1"
-            ),
-            [id],
-            detail,
-        )
-        .optional()?;
-    let Some(mut detail) = detail else {
-        return Ok(None);
-    };
-    detail.routes = routes(conn, id)?;
-    detail.attempts = attempts(conn, id)?;
-    Ok(Some(detail))
+impl Store {
+    /// `events list`'s query.
+    pub async fn list_events(&self, filter: ListFilter) -> Result<Vec<EventSummary>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.list_events(&filter).await,
+            Engine::Postgres(pg) => pg.list_events(&filter).await,
+        }
+    }
+
+    /// `events show`'s query: one event with its routes and attempts.
+    pub async fn event_detail(&self, id: i64) -> Result<Option<EventDetail>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.event_detail(id).await,
+            Engine::Postgres(pg) => pg.event_detail(id).await,
+        }
+    }
+
+    /// An event's delivery to each route it matched (none for a stored event).
+    pub async fn event_routes(&self, id: i64) -> Result<Vec<RouteState>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.event_routes(id).await,
+            Engine::Postgres(pg) => pg.event_routes(id).await,
+        }
+    }
+
+    /// The names of the verified client certificate the event came with (mutual TLS); None
+    /// without one (or no such event).
+    pub async fn client_cert(&self, id: i64) -> Result<Option<String>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.client_cert(id).await,
+            Engine::Postgres(pg) => pg.client_cert(id).await,
+        }
+    }
+
+    /// `events replay ID`: false if there is no such event, or it is being delivered or only
+    /// stored.
+    pub async fn replay_event(&self, id: i64, now_ms: i64) -> Result<bool, StoreError> {
+        self.replay_route(id, None, now_ms).await
+    }
+
+    /// `events replay ID [--route NAME]`: one event's deliveries (to `route` only, if given)
+    /// pending again with a fresh schedule; false if it has no such delivery that is not
+    /// being delivered now (a stored event has none).
+    pub async fn replay_route(
+        &self,
+        id: i64,
+        route: Option<String>,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let only = Replay {
+            id: Some(id),
+            route: route.as_deref(),
+            ..Replay::default()
+        };
+        Ok(self.replay(&only, now_ms).await? == 1)
+    }
+
+    /// `events replay --dead --endpoint NAME`: how many went back to pending.
+    pub async fn replay_dead_of(&self, endpoint: String, now_ms: i64) -> Result<usize, StoreError> {
+        self.replay_dead(Some(endpoint), None, now_ms).await
+    }
+
+    /// `events replay --dead [--endpoint NAME] [--route NAME]`: every dead delivery (of one
+    /// endpoint and route, if given) pending again; how many events that touched.
+    pub async fn replay_dead(
+        &self,
+        endpoint: Option<String>,
+        route: Option<String>,
+        now_ms: i64,
+    ) -> Result<usize, StoreError> {
+        let only = Replay {
+            dead: true,
+            endpoint: endpoint.as_deref(),
+            route: route.as_deref(),
+            ..Replay::default()
+        };
+        self.replay(&only, now_ms).await
+    }
+
+    /// Puts the chosen deliveries back to pending, due at `now_ms`, and their events with
+    /// them, in one transaction; returns how many events.
+    async fn replay(&self, only: &Replay<'_>, now_ms: i64) -> Result<usize, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.replay(only, now_ms).await,
+            Engine::Postgres(pg) => pg.replay(only, now_ms).await,
+        }
+    }
 }

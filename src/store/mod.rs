@@ -1,64 +1,63 @@
-//! The store: the only module that speaks SQL. It owns the SQLite file, its schema and
-//! settings, and every query, named by intent. Each query lives, private, in the file whose
-//! methods run it.
+//! The store: the only module that speaks SQL, on one of two engines that are peers, each in
+//! its folder: SQLite (`sqlite/`: one file, one writer thread, the default) and PostgreSQL
+//! (`postgres/`: a database many instances share, docs/postgres.md).
 //!
-//! Two handles:
-//! - [`Store`] (`handle.rs`), the server's async handle. Every read and write goes through one
-//!   writer thread (`writer.rs`) that commits all waiting jobs as one transaction (group
-//!   commit). A caller's future resolves only after its transaction is durable
-//!   (`synchronous=FULL`, WAL). Its methods take and return plain Rust types, never SQLite's.
-//! - [`Db`] (`db.rs`), a plain synchronous connection for the command line (`portaria events
-//!   ...`, `archive replay`), which may run while a server is up: WAL lets readers in, and
-//!   writers wait on a busy timeout.
+//! [`Store`] (`handle.rs`) is the one handle every caller holds, the server and the commands
+//! alike. It holds an engine, chosen when it is opened ([`Store::open`],
+//! [`Store::open_for_command`], [`Store::open_read_only`], [`Store::open_postgres`]); its
+//! methods are named by intent and take and return plain Rust types, never an engine's. A
+//! caller's future resolves only once what it wrote is durable.
 //!
-//! By consumer: `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives up at
-//! its deadline and the backend agree on whether its insert runs), `queue.rs` (the forwarding worker's claims and
-//! attempts), `events.rs` (what the CLI lists, shows and replays), `retention.rs` (pruning and
-//! archive restore), `pruning.rs` (a pruning pass's hold on the store: on PostgreSQL, the
-//! retention lock), `observe.rs` (the admin listener's probe and figures), `backup.rs`
-//! (`portaria backup`'s consistent copy), `alerts.rs` (dead deliveries since a cursor, the
-//! alerts task's state in `meta`), `counters.rs` (the hourly counters the writer folds in with
-//! its batches) and `dashboard.rs` (what the status page reads and replays).
+//! The files here are what both engines share, one per consumer: the row types and the
+//! `Store` methods of `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives
+//! up at its deadline and the engine agree on whether its insert runs), `queue.rs` (the
+//! forwarding worker's claims and attempts), `events.rs` (what `portaria events` and the
+//! status page list, show and replay, and the list's one statement), `dashboard.rs` (the
+//! status page's overview, and its row shaping), `alerts.rs`, `observe.rs` (`/readyz` and
+//! `/metrics`), `counters.rs` (the status page's hourly counters), `retention.rs` (what
+//! pruning may remove, defined once; archive restore), `pruning.rs` (a pruning pass's hold),
+//! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
+//! JSON). Each engine has a file of the same name with its queries.
 //!
-//! A second backend, PostgreSQL (`postgres/`), sits behind the same [`Store`] methods: the
-//! handle holds one or the other, and the methods PostgreSQL implements dispatch there (see
-//! `handle.rs`). [`Db`] is SQLite's only.
-//!
-//! What pruning may remove is defined once, in `retention.rs` (`PRUNABLE`): finished events past
-//! their window. Pending and delivering events never match it.
+//! Every public method of [`Store`] is one `match` over the engine, handing the call to the
+//! engine's method of the same name: an engine that lacks a method is a compile error, not
+//! an error answered in operation. An enum rather than a trait with two implementations: the
+//! set of engines is closed and known here; a `match` costs nothing on intake's path (no box,
+//! no vtable, no boxed future per call, where an async trait object would need one); each
+//! method's doc and its two arms sit together, so where the engines differ on purpose
+//! (PostgreSQL has no free space to check nor WAL to checkpoint; SQLite hears no other
+//! instance) it says so at the seam; and the engines' methods can take what suits them
+//! (SQLite's move into a writer job, PostgreSQL's borrow). The two commands of one engine
+//! answer a typed refusal on the other ([`BackupError::OnPostgres`], [`CopyError`]); the
+//! command line refuses before it opens anything.
 
 mod alerts;
 mod backup;
-mod checkpoint;
+mod copy;
 mod counters;
 mod dashboard;
-mod db;
 mod events;
 mod handle;
 mod handover;
 mod intake;
+mod json;
 mod observe;
-mod payload;
 mod postgres;
 mod pruning;
 mod queue;
 mod retention;
-mod schema;
-mod writer;
-
-#[cfg(test)]
-mod fixtures;
+mod sqlite;
 
 pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
 pub use backup::{BackupError, Copied};
+pub use copy::{CopyError, CopyReport};
 pub use counters::{Counted, Rejection};
 pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
-pub use db::Db;
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
+pub use json::{detail_json, header_lines, summary_json};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
-pub use postgres::CopyReport;
 pub use pruning::Pruning;
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
@@ -74,49 +73,10 @@ pub enum StoreError {
     /// A PostgreSQL error, or a connection that could not be had (never with the URL in it).
     #[error("database error: {0}")]
     Postgres(String),
-    /// A SQLite-only method called on PostgreSQL: nothing in operation reaches it (the one
-    /// SQLite-only command, `backup`, refuses PostgreSQL before opening anything).
-    #[error("not supported on the PostgreSQL backend yet (docs/postgres.md)")]
-    Unsupported,
     /// An intake insert the backend had not taken by the request's deadline: given up, and
     /// never run (`handover.rs`).
     #[error("not taken for a commit within {0:?} (database locked or disk stalled); not stored")]
     NotTaken(std::time::Duration),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        StoreError::Sqlite(e.to_string())
-    }
-}
-
-impl StoreError {
-    /// `e`, just returned on `conn`, with the operating system's error behind it when SQLite
-    /// reports an I/O failure: SQLite says "disk I/O error" alike for a file system gone
-    /// read-only (EROFS), a failing card (EIO) and more, and only the errno tells them apart.
-    pub(crate) fn on(conn: &rusqlite::Connection, e: rusqlite::Error) -> StoreError {
-        use rusqlite::ErrorCode::{CannotOpen, SystemIoFailure};
-        // The two codes for which SQLite records the errno (sqlite3SystemError): for another,
-        // what it holds may be an older failure's.
-        let io = matches!(
-            &e,
-            rusqlite::Error::SqliteFailure(f, _) if matches!(f.code, SystemIoFailure | CannotOpen)
-        );
-        // SAFETY: the handle is valid while `conn` is borrowed, and sqlite3_system_errno only
-        // reads the errno SQLite kept from its last failed system call on it.
-        let errno = if io {
-            unsafe { rusqlite::ffi::sqlite3_system_errno(conn.handle()) }
-        } else {
-            0
-        };
-        if errno == 0 {
-            return e.into();
-        }
-        StoreError::Sqlite(format!(
-            "{e} ({})",
-            std::io::Error::from_raw_os_error(errno)
-        ))
-    }
 }
 
 /// Where an event is in its life.
@@ -170,12 +130,4 @@ impl std::fmt::Display for Status {
         // `pad`, not `write_str`, so table columns (`{:<10}`) line up.
         f.pad(self.as_str())
     }
-}
-
-/// Reads a status column: a value outside [`Status::ALL`] is a conversion error, not a panic.
-fn status_column(row: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Status> {
-    let status: String = row.get(idx)?;
-    status.parse().map_err(|e: String| {
-        rusqlite::Error::FromSqlConversionFailure(idx, rusqlite::types::Type::Text, e.into())
-    })
 }

@@ -1,31 +1,38 @@
 //! [`Pruning`]: a pruning pass's hold on the store, the only way to delete prunable events.
 //! On PostgreSQL it is the retention lock (`postgres/retention.rs`): one instance prunes at a
 //! time, and every batch of its pass runs on the session that holds the lock, so two
-//! instances never archive or delete the same batch. On SQLite it is the handle itself (one
+//! instances never archive or delete the same batch. On SQLite it is the engine itself (one
 //! file, one writer: its batches are writer jobs, serialized by the file's write lock).
 
+use super::handle::Engine;
 use super::postgres::RetentionLock;
+use super::sqlite::Sqlite;
 use super::{Cutoffs, EventDetail, Removed, Store, StoreError};
 
 /// The pass's hold on the store: its batches go through here. Dropping it ends the hold.
 pub struct Pruning<'a> {
-    store: &'a Store,
-    /// PostgreSQL's retention lock and the session that holds it (None on SQLite).
-    lock: Option<RetentionLock>,
+    hold: Hold<'a>,
+}
+
+/// What a pass holds, per engine.
+enum Hold<'a> {
+    Sqlite(&'a Sqlite),
+    /// The retention lock and the session that holds it.
+    Postgres(RetentionLock),
 }
 
 impl Store {
     /// The hold a pruning pass needs, or None when another instance holds it now (on
     /// PostgreSQL: the retention lock is taken; that pass is skipped, not waited for).
     pub async fn pruning(&self) -> Result<Option<Pruning<'_>>, StoreError> {
-        let lock = match self.postgres() {
-            None => None,
-            Some(pg) => match pg.retention_lock().await? {
-                Some(lock) => Some(lock),
+        let hold = match self.engine() {
+            Engine::Sqlite(db) => Hold::Sqlite(db),
+            Engine::Postgres(pg) => match pg.retention_lock().await? {
+                Some(lock) => Hold::Postgres(lock),
                 None => return Ok(None),
             },
         };
-        Ok(Some(Pruning { store: self, lock }))
+        Ok(Some(Pruning { hold }))
     }
 }
 
@@ -37,9 +44,9 @@ impl Pruning<'_> {
         cutoffs: Cutoffs,
         limit: usize,
     ) -> Result<Vec<Removed>, StoreError> {
-        match &self.lock {
-            Some(lock) => lock.delete_prunable(cutoffs, limit).await,
-            None => self.store.delete_prunable(cutoffs, limit).await,
+        match &self.hold {
+            Hold::Sqlite(db) => db.delete_prunable(cutoffs, limit).await,
+            Hold::Postgres(lock) => lock.delete_prunable(cutoffs, limit).await,
         }
     }
 
@@ -52,9 +59,9 @@ impl Pruning<'_> {
         limit: usize,
         byte_budget: u64,
     ) -> Result<Vec<EventDetail>, StoreError> {
-        match &self.lock {
-            Some(lock) => lock.prunable(cutoffs, limit, byte_budget).await,
-            None => self.store.prunable(cutoffs, limit, byte_budget).await,
+        match &self.hold {
+            Hold::Sqlite(db) => db.prunable(cutoffs, limit, byte_budget).await,
+            Hold::Postgres(lock) => lock.prunable(cutoffs, limit, byte_budget).await,
         }
     }
 
@@ -65,9 +72,9 @@ impl Pruning<'_> {
         cutoffs: Cutoffs,
         ids: Vec<i64>,
     ) -> Result<Vec<Removed>, StoreError> {
-        match &self.lock {
-            Some(lock) => lock.delete_pruned(cutoffs, &ids).await,
-            None => self.store.delete_pruned(cutoffs, ids).await,
+        match &self.hold {
+            Hold::Sqlite(db) => db.delete_pruned(cutoffs, ids).await,
+            Hold::Postgres(lock) => lock.delete_pruned(cutoffs, &ids).await,
         }
     }
 }

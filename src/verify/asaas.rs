@@ -4,11 +4,24 @@
 //! is a credential: redacted before the headers are stored.
 //!
 //! Delivery is at least once and the docs say to dedup on the event's body `id` (`evt_...`).
+//!
+//! Patience: 15 consecutive failed deliveries pause the webhook's queue, on the schedule of
+//! [`RETRY_OFFSETS`] (about 12 h 50 min from the first), and a paused queue's events are
+//! deleted 14 days later (docs.asaas.com "Penalização de filas", "Fila pausada"; reconcile.md
+//! §4 and §9).
 
 use http::HeaderName;
 
 use super::catalog::{Preset, json_rule};
 use super::credential::Credential;
+use super::patience::Rule;
+
+/// When Asaas tries a failing queue's head again, in seconds after the first failure: 0 s,
+/// then gaps of 30 s, 1 min, 3.5 min, 5 min, 15 min, 25 min, 1 h five times, 2 h twice and
+/// 3 h; the 15th failure pauses the queue (docs.asaas.com "Penalização de filas").
+pub const RETRY_OFFSETS: &[u32] = &[
+    0, 30, 90, 300, 600, 1500, 3000, 6600, 10_200, 13_800, 17_400, 21_000, 28_200, 35_400, 46_200,
+];
 
 pub const TOKEN: &str = "asaas-access-token";
 
@@ -20,6 +33,13 @@ pub(super) fn preset() -> Preset {
         json_rule("/id"),
     )
     .credential_headers(vec![header])
+    .patience(
+        "Asaas",
+        Rule::Queue {
+            offsets: RETRY_OFFSETS,
+            deleted_after_days: 14,
+        },
+    )
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::fmt;
 use http::HeaderName;
 
 use super::hmac_scheme::HmacScheme;
+use super::patience::{Patience, Rule};
 use super::shape::Field;
 use super::{
     Checked, DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas,
@@ -428,6 +429,8 @@ pub(super) struct Preset {
     /// For a scheme with a public key (`public_key_setting`): whether it takes secrets too, for
     /// a second form (Woovi's HMAC); a secret given is otherwise refused.
     pub secret_too: bool,
+    /// How long the gateway keeps retrying a failed delivery, where its docs say (`patience`).
+    pub patience: Option<Patience>,
 }
 
 impl Preset {
@@ -449,7 +452,14 @@ impl Preset {
             answers_get: false,
             needs_allow_ips: None,
             secret_too: false,
+            patience: None,
         }
+    }
+
+    /// The gateway's give-up rule, `gateway` its name as the owner knows it.
+    pub(super) fn patience(mut self, gateway: &'static str, rule: Rule) -> Self {
+        self.patience = Some(Patience { gateway, rule });
+        self
     }
 
     pub(super) fn event_type_header(mut self, name: &'static str) -> Self {

@@ -10,10 +10,15 @@
 //! The body is only `{"PaymentId":..,"ChangeType":1}`: two status changes of one payment give
 //! identical bodies. Dedup is on the body's SHA-256, so the endpoint's dedup window should be
 //! short (see docs/providers.md), and the notification only says "look the payment up".
+//!
+//! Patience: a notification not answered 200 is tried again twice (the gateway's
+//! "notification-post" page) or three times (the e-commerce split docs): 3 attempts is what
+//! portaria says, and the schedule is not published (signature-schemes.md §9; reconcile.md §7).
 
 use super::Settings;
 use super::catalog::Preset;
 use super::credential::Credential;
+use super::patience::Rule;
 use crate::dedup::DedupRule;
 
 pub(super) fn preset(settings: &Settings<'_>) -> Result<Preset, String> {
@@ -24,7 +29,9 @@ pub(super) fn preset(settings: &Settings<'_>) -> Result<Preset, String> {
     })?;
     let credential = Credential::header_set(names)?;
     let headers = credential.headers();
-    Ok(Preset::new("cielo", credential, DedupRule::BodySha256).credential_headers(headers))
+    Ok(Preset::new("cielo", credential, DedupRule::BodySha256)
+        .credential_headers(headers)
+        .patience("Cielo", Rule::Attempts { attempts: 3 }))
 }
 
 #[cfg(test)]

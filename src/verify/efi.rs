@@ -36,6 +36,14 @@ pub const DEFAULT_QUERY_PARAM: &str = "hmac";
 /// What Efí appends to the registered URL.
 pub const PIX: &str = "/pix";
 
+/// What a path used twice, when it ends in [`PIX`], may owe to an `efi` endpoint (for config).
+pub fn path_note(path: &str) -> &'static str {
+    match path.ends_with(PIX) {
+        true => " (an `efi` endpoint answers on its path and on it plus `/pix`)",
+        false => "",
+    }
+}
+
 /// The default dedup key of an Efí endpoint (see the module doc).
 pub const DEDUP: CustomKey = CustomKey {
     name: "efi-pix-items",

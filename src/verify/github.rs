@@ -6,11 +6,16 @@
 //! the same `X-GitHub-Delivery` GUID, which was the key before); the GUID is not signed, so a
 //! captured delivery re-sent with a new GUID was a new event, forever (no timestamp bounds it).
 //! Nor is `X-GitHub-Event`, the event type.
+//!
+//! Patience: none. GitHub does not retry a failed delivery by itself; it can be redelivered
+//! from the hook's settings or its API within 3 days (docs.github.com "Handling failed webhook
+//! deliveries"; reconcile.md §5 and §9).
 
 use http::HeaderName;
 
 use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::patience::Rule;
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-hub-signature-256";
@@ -28,7 +33,9 @@ pub fn scheme() -> HmacScheme {
 }
 
 pub(super) fn preset() -> Preset {
-    Preset::new("github", scheme(), DedupRule::BodySha256).event_type_header(EVENT)
+    Preset::new("github", scheme(), DedupRule::BodySha256)
+        .event_type_header(EVENT)
+        .patience("GitHub", Rule::Never)
 }
 
 #[cfg(test)]

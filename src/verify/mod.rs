@@ -1,10 +1,18 @@
 //! Signature verification: one file per provider, the catalog of their names (`catalog.rs`),
-//! and the [`Verifier`] in front of them.
+//! and the [`Verifier`] in front of them. The generic pieces the providers' files build on:
+//! `secret` (the key bytes and their keyed HMAC states), `hmac_scheme`, `credential` (static
+//! credentials), `keyed_list` (a `t=..,v1=..` header), `public_url` (Twilio's and Square's
+//! signed URL) and `patience` (a gateway's documented give-up rule, which its preset carries).
 //!
 //! A verifier is a pure function of (secrets, request, now). It runs on the raw bytes before
 //! anything parses them, compares decoded MAC bytes (or credentials) in constant time, and
 //! tries every configured secret, so a key can be rotated without downtime. [`Verified`] can
-//! only be built here: holding one is the proof that a request passed.
+//! only be built here: holding one is the proof that a request passed. It carries what the
+//! scheme signed besides the body: a signed id and a dedup key built from signed material
+//! ([`Verified::signed_key`], for [`DedupRule::Signed`]); a body that contradicts them is
+//! refused ([`VerifyError::Contradicts`]). A verified request that is the provider checking
+//! the URL (Slack's `url_verification`, Zoom's URL validation, Discord's PING, WooCommerce's
+//! creation ping) is answered with the preset's [`Reply`], and nothing is stored.
 //!
 //! Error order, for schemes that sign a timestamp: a timestamp that is not a number is
 //! `Malformed` before any MAC is computed; then the MAC is checked; only a request whose MAC
@@ -31,6 +39,7 @@ pub mod paddle;
 pub mod pagarme;
 pub mod pagarme_v5;
 pub mod pagbank;
+pub mod patience;
 pub mod picpay;
 pub mod plowf;
 pub mod public_url;
@@ -61,6 +70,7 @@ use crate::dedup::DedupRule;
 use catalog::Preset;
 pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
+pub use patience::Patience;
 pub use secret::Secret;
 pub use shape::Field;
 
@@ -463,6 +473,15 @@ impl Verifier {
     /// Canonical provider name.
     pub fn provider(&self) -> &'static str {
         self.preset.name
+    }
+
+    /// How long the gateway keeps retrying a failed delivery: its documented rule, or
+    /// [`patience::Rule::Unknown`] under the provider's name.
+    pub fn patience(&self) -> Patience {
+        self.preset.patience.unwrap_or(Patience {
+            gateway: self.preset.name,
+            rule: patience::Rule::Unknown,
+        })
     }
 
     /// How many secrets are configured (for a report of what was tried).

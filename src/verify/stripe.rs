@@ -3,11 +3,16 @@
 //! `v1` may match (Stripe sends one per active secret while rolling); `v0` and unknown schemes
 //! are ignored. Unlike Stripe's SDKs, which only refuse old timestamps, the window applies
 //! both ways: a timestamp from the future is as suspicious as an old one.
+//!
+//! Patience: in live mode Stripe retries a failed delivery for up to 3 days (docs.stripe.com
+//! "Event delivery behaviors"; reconcile.md §2 and §9); a sandbox retries 3 times over a few
+//! hours.
 
 use http::HeaderMap;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
+use super::patience::Rule;
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };
@@ -67,7 +72,13 @@ pub(super) fn sign(key: &Secret, body: &[u8], now: i64) -> Vec<(String, String)>
 
 /// The event's `id` (`evt_...`) is the same on every redelivery.
 pub(super) fn preset() -> Preset {
-    Preset::new("stripe", Stripe, json_rule("/id"))
+    Preset::new("stripe", Stripe, json_rule("/id")).patience(
+        "Stripe",
+        Rule::Span {
+            span: std::time::Duration::from_secs(3 * 86_400),
+            attempts: None,
+        },
+    )
 }
 
 #[derive(Debug)]

@@ -8,10 +8,15 @@
 //! configured side by side while switching.
 //!
 //! No delivery id: dedup on the body's SHA-256.
+//!
+//! Patience: 15 retries over about 48 h (one version of the page says 10); a 3xx counts as a
+//! failure, and an answer must come within 20 s (portal-dev-vindi "Webhooks: segurança e
+//! testes", atendimento.vindi.com.br article 203305800; signature-schemes.md §9).
 
 use super::Settings;
 use super::catalog::Preset;
 use super::credential::Credential;
+use super::patience::Rule;
 use crate::dedup::DedupRule;
 
 pub const DEFAULT_QUERY_PARAM: &str = "token";
@@ -22,6 +27,13 @@ pub(super) fn preset(settings: &Settings<'_>) -> Preset {
         "vindi",
         Credential::basic_or_query(param),
         DedupRule::BodySha256,
+    )
+    .patience(
+        "Vindi",
+        Rule::Span {
+            span: std::time::Duration::from_secs(48 * 3600),
+            attempts: Some(15),
+        },
     )
 }
 

@@ -21,12 +21,15 @@
 //! end-to-end id, a resend is the same key. A body without an `event`, or without both ids
 //! (Woovi's test call, `{"evento":"teste_webhook"}`), is keyed by its SHA-256.
 
+use std::time::Duration;
+
 use http::{HeaderMap, HeaderName};
 use ring::signature::RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY;
 use serde_json::Value;
 
 use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::patience::Rule;
 use super::rsa::{self, RsaKey};
 use super::{Checked, Request, Secret, Settings, VerifyError, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
@@ -56,7 +59,15 @@ pub(super) fn preset(settings: &Settings<'_>) -> Result<Preset, String> {
     let mut preset = Preset::new("woovi", Woovi { keys, hmac }, DedupRule::Custom(DEDUP))
         .type_at("json:/event")
         .id_at("json:/charge/correlationID")
-        .without_secret("public_key_file");
+        .without_secret("public_key_file")
+        // 8 attempts, 10 s doubling to 1280 s: 2550 s in all (Woovi's "webhook-retry").
+        .patience(
+            "Woovi",
+            Rule::Span {
+                span: Duration::from_secs(2550),
+                attempts: Some(8),
+            },
+        );
     preset.secret_too = true;
     Ok(preset)
 }
@@ -364,6 +375,16 @@ NQIDAQAB
         assert_eq!(
             v.object_id_field().unwrap().to_string(),
             "json:/charge/correlationID"
+        );
+        let patience = v.patience();
+        assert_eq!(patience.gateway, "Woovi");
+        let span = super::Duration::from_secs(2550);
+        assert_eq!(
+            patience.rule,
+            super::Rule::Span {
+                span,
+                attempts: Some(8)
+            }
         );
     }
 }

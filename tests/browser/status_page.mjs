@@ -125,7 +125,7 @@ try {
   if (expectDead > 1) {
     const [all] = await Promise.all([
       page.waitForResponse((r) => r.url().endsWith("/replay-dead")),
-      page.getByRole("button", { name: /^Replay all \d+ dead of / }).click(),
+      page.getByRole("button", { name: /^Replay all \d+ dead events? of / }).click(),
     ]);
     check(all.status() === 303, `the replay-all form is taken (${all.status()})`);
     await page.waitForURL(/\/events\?endpoint=/);

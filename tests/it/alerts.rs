@@ -9,43 +9,12 @@ use serde_json::Value;
 
 use crate::support::*;
 
-/// An alert command in `dir` that appends its stdin to `dir/alerts.jsonl` and its
-/// environment to `dir/alert-env`; while `dir/fail` exists it says why on stderr and exits 3.
-fn alert_command(dir: &Path) -> PathBuf {
-    let path = dir.join("alert.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nD='{}'\n\
-             if [ -e \"$D/fail\" ]; then echo 'the alert service said no' >&2; exit 3; fi\n\
-             cat >> \"$D/alerts.jsonl\"\nenv > \"$D/alert-env\"\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
 /// `[alerts]` with the recording command (put where `server_extra` goes: after `[server]`).
 fn alerts_table(dir: &Path, every: &str) -> String {
     format!(
         "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"{every}\"\n",
         alert_command(dir).display()
     )
-}
-
-fn alerts(dir: &Path) -> Vec<Value> {
-    std::fs::read_to_string(dir.join("alerts.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("each alert is one JSON line"))
-        .collect()
-}
-
-fn of_kind(dir: &Path, kind: &str) -> Vec<Value> {
-    alerts(dir)
-        .into_iter()
-        .filter(|a| a["kind"] == kind)
-        .collect()
 }
 
 /// A pagarme forward to a command that always fails, with one quick retry: dead in ~50 ms.
@@ -390,6 +359,38 @@ async fn storage_errors_answered_503_alert() {
     assert!(
         alert["message"].as_str().unwrap().contains("503"),
         "{alert}"
+    );
+}
+
+#[tokio::test]
+async fn a_storage_alert_says_how_long_the_gateway_keeps_retrying() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let asaas = "\n[[endpoint]]\npath = \"/webhooks/asaas\"\nprovider = \"asaas\"\nsecret = \"tok-asaas\"\n";
+    let config = process_config(w, &alerts_table(w, "1s"), asaas);
+    let server = serve(&config, &[]).await;
+    let blocker = open_db(&w.join("portaria.db"));
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let body = br#"{"id":"evt_1","event":"PAYMENT_RECEIVED"}"#;
+    let headers = [h("asaas-access-token", "tok-asaas")];
+    let reply = post(server.addr, "/webhooks/asaas", &headers, body).await;
+    blocker.execute_batch("ROLLBACK").unwrap();
+    assert_eq!(reply.status, 503);
+    eventually(Duration::from_secs(30), "the storage alert", || {
+        !of_kind(w, "storage").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "storage")[0];
+    assert_eq!(alert["endpoint"], "asaas");
+    let message = alert["message"].as_str().unwrap();
+    // One failure seen, one due on Asaas's schedule in the first seconds: 14 left.
+    assert!(
+        message.contains("Asaas pauses this queue after about 14 more failures (in about 12h "),
+        "{message}"
+    );
+    assert!(
+        message.contains("deleted 14 days after the pause"),
+        "{message}"
     );
 }
 

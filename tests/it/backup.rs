@@ -53,7 +53,7 @@ fn integrity(path: &Path) -> String {
 
 /// Fills a new database with `HISTORY` delivered events of an earlier day, in one transaction.
 fn fill_history(db: &Path) {
-    drop(portaria::store::Db::open(db).unwrap());
+    portaria::store::Store::open(db).unwrap().close();
     let mut conn = open_db(db);
     let tx = conn.transaction().unwrap();
     let now_ms = now_secs() * 1000;
@@ -73,13 +73,6 @@ fn fill_history(db: &Path) {
         .unwrap();
     }
     tx.commit().unwrap();
-}
-
-fn count(path: &Path, sql: &str) -> i64 {
-    rusqlite::Connection::open(path)
-        .unwrap()
-        .query_row(sql, [], |r| r.get(0))
-        .unwrap()
 }
 
 fn stderr(out: &std::process::Output) -> String {
@@ -179,7 +172,7 @@ async fn a_backup_under_load_holds_every_event_acknowledged_before_it_started() 
         "every event acknowledged before the backup is in it"
     );
     let history = "SELECT count(*) FROM events WHERE dedup_key LIKE 'history_%'";
-    assert_eq!(count(&file, history), HISTORY);
+    assert_eq!(count(&open_db(&file), history), HISTORY);
     assert!(
         stdout.starts_with(&format!("backed up {} events (", copied.len())),
         "{stdout}"

@@ -4,6 +4,8 @@
 //! the target is fixed, replay is clicked, and the event ends delivered. Screenshots (desktop
 //! and phone width) land in `target/screenshots/`. And the login with a `[status]` token
 //! (`tests/browser/login.mjs`): the form, a wrong token, the HttpOnly session cookie, log out.
+//! And the language (`tests/browser/language.mjs`): a Chromium whose language is `pt-BR` gets
+//! the page in Brazilian Portuguese, one whose language is `en-US` in English.
 //!
 //! Skipped, with a note, when Chromium or playwright-core is missing; required when
 //! `PORTARIA_REQUIRE_BROWSER` is set (`.ci/run` sets it and installs both).
@@ -160,18 +162,15 @@ async fn the_owner_logs_in_with_the_token_and_out_again() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
-    let Some(chromium) = browser_or_skip() else {
-        return;
-    };
-    let target = FixableTarget::start().await;
+/// portaria forwarding to `target`, with three pagarme events dead (each tried twice) and a
+/// request with a bad signature (so the chart and the card show a rejection); and the id of
+/// the last event.
+async fn three_dead_and_a_rejection(target: &FixableTarget) -> (TestServer, i64) {
     let forward = format!(
         "forward = {{ url = \"http://{}/orders\", timeout_secs = 2 }}\nretry = [\"200ms\"]\n",
         target.addr
     );
     let server = TestServer::start("", &forward).await;
-    let admin = server.admin.unwrap();
     for n in 1..=3 {
         assert_eq!(
             post_pagarme(server.addr, &payment_body(n)).await.status,
@@ -191,9 +190,19 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
     )
     .await;
     assert_eq!(bad.status, 401);
-    // One replayed in the browser; the other two stay dead, then are replayed by the card.
     let id: i64 = server.one("SELECT max(id) FROM events");
+    (server, id)
+}
 
+#[tokio::test]
+async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
+    let Some(chromium) = browser_or_skip() else {
+        return;
+    };
+    let target = FixableTarget::start().await;
+    let (server, id) = three_dead_and_a_rejection(&target).await;
+    let admin = server.admin.unwrap();
+    // One replayed in the browser; the other two stay dead, then are replayed by the card.
     let env = [
         ("ADMIN_URL", format!("http://{admin}")),
         ("TARGET_URL", format!("http://{}", target.addr)),
@@ -219,6 +228,28 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
         "overview-phone.png",
         "event-dead-desktop.png",
     ] {
+        let len = std::fs::metadata(screenshots().join(shot)).map_or(0, |m| m.len());
+        assert!(len > 10_000, "{shot}: {len} bytes");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_brazilian_browser_gets_the_page_in_portuguese_and_another_in_english() {
+    let Some(chromium) = browser_or_skip() else {
+        return;
+    };
+    let target = FixableTarget::start().await;
+    let (server, id) = three_dead_and_a_rejection(&target).await;
+    let env = [
+        ("ADMIN_URL", format!("http://{}", server.admin.unwrap())),
+        ("EVENT_ID", id.to_string()),
+        ("EXPECT_DEAD", "3".to_string()),
+    ];
+    let out = run_script("language.mjs", &chromium, &env).await;
+    assert!(out.contains("ok: <html lang=\"pt-BR\">"), "{out}");
+    assert!(out.contains("ok: <html lang=\"en\">"), "{out}");
+    for shot in ["overview-pt-BR-desktop.png", "overview-en-US-desktop.png"] {
         let len = std::fs::metadata(screenshots().join(shot)).map_or(0, |m| m.len());
         assert!(len > 10_000, "{shot}: {len} bytes");
     }

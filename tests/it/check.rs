@@ -197,7 +197,7 @@ fn a_mistyped_subcommand_or_name_is_answered_with_the_one_meant() {
         String::from_utf8_lossy(&out.stderr)
     );
     // The database commands need a database.
-    drop(portaria::store::Db::open(&db).unwrap());
+    portaria::store::Store::open(&db).unwrap().close();
     ok_stdout(&run_cli(&["events", "list"], &config));
     for (args, said) in [
         (

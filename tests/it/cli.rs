@@ -540,7 +540,7 @@ fn a_listing_piped_into_a_reader_that_closes_early_exits_0_quietly() {
     let db = dir.path().join("p.db");
     let config = dir.path().join("p.toml");
     std::fs::write(&config, base_config(&db, "", "")).unwrap();
-    drop(portaria::store::Db::open(&db).unwrap());
+    portaria::store::Store::open(&db).unwrap().close();
     let mut conn = open_db(&db);
     let tx = conn.transaction().unwrap();
     let now = portaria::time::now_ms();
@@ -601,6 +601,51 @@ fn a_listing_piped_into_a_reader_that_closes_early_exits_0_quietly() {
         );
         assert_eq!(String::from_utf8_lossy(&out.stderr), "", "{args:?}");
     }
+}
+
+/// The commands that only look open the store read-only: beside another process holding the
+/// write lock (a running server in the middle of a commit, a long `prune`), each answers at
+/// once, where one that went through a writer thread would wait out the busy timeout and fail
+/// with "database is locked".
+#[test]
+fn the_commands_that_only_look_never_wait_for_the_write_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("p.db");
+    let config = dir.path().join("p.toml");
+    std::fs::write(&config, base_config(&db, "", "")).unwrap();
+    portaria::store::Store::open(&db).unwrap().close();
+    let conn = open_db(&db);
+    conn.execute(
+        "INSERT INTO events (endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
+         status) VALUES ('pagarme', 'k', ?1, 2, 0, 'stored')",
+        [portaria::store::dedup_hash("pagarme", "k")],
+    )
+    .unwrap();
+    conn.execute(
+        "INSERT INTO payloads (event_id, headers, body) VALUES (last_insert_rowid(), x'', x'7b7d')",
+        [],
+    )
+    .unwrap();
+    conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let backup = dir.path().join("copy.db");
+    for args in [
+        &["events", "list"][..],
+        &["events", "show", "1"],
+        &["events", "show", "--json", "1"],
+        &["prune", "--dry-run"],
+        &["backup", backup.to_str().unwrap()],
+    ] {
+        ok_stdout(&run_cli(args, &config));
+    }
+    // A command that writes waits for the lock, and says so when it does not come.
+    let replay = run_cli(&["events", "replay", "1"], &config);
+    assert_eq!(replay.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&replay.stderr).contains("locked"),
+        "{}",
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    conn.execute_batch("ROLLBACK").unwrap();
 }
 
 /// Runs `portaria verify ARGS --config CONFIG`, with `stdin` on its standard input; returns

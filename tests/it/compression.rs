@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::pg_cluster;
+use crate::support::pg_cluster;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(10);

@@ -6,7 +6,6 @@
 
 use std::time::Duration;
 
-use crate::status::{get, json};
 use crate::support::*;
 
 const SHOP_SECRET: &str = "shop-hmac-secret-1";

@@ -9,39 +9,17 @@ use hmac::{Hmac, KeyInit, Mac};
 
 use crate::support::*;
 
-/// Writes an executable /bin/sh script into `dir`; `$D` in it is that directory.
-fn script(dir: &Path, name: &str, body: &str) -> PathBuf {
-    let path = dir.join(name);
-    write_executable(&path, format!("#!/bin/sh\nD='{}'\n{body}\n", dir.display()));
-    path
-}
-
-/// A script that records each call (`<event id> <attempt>` per line in `$D/calls`), its stdin
-/// and its environment, then runs `then`.
+/// A command target that records each call (`<event id> <attempt>` per line in `$D/calls`),
+/// its stdin and its environment, then runs `then`.
 fn recorder(dir: &Path, then: &str) -> PathBuf {
-    script(
+    record_calls(
         dir,
         "on-event.sh",
-        &format!(
-            "cat > \"$D/body.$PORTARIA_EVENT_ID.$PORTARIA_ATTEMPT\"\n\
-             env | grep '^PORTARIA_' | sort > \"$D/env.$PORTARIA_EVENT_ID\"\n\
-             echo \"$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT\" >> \"$D/calls\"\n{then}"
-        ),
+        "cat > \"$D/body.$PORTARIA_EVENT_ID.$PORTARIA_ATTEMPT\"\n\
+         env | grep '^PORTARIA_' | sort > \"$D/env.$PORTARIA_EVENT_ID\"",
+        EVENT_ATTEMPT,
+        then,
     )
-}
-
-fn calls(dir: &Path) -> Vec<(i64, u32)> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let mut parts = l.split_whitespace();
-            (
-                parts.next().unwrap().parse().unwrap(),
-                parts.next().unwrap().parse().unwrap(),
-            )
-        })
-        .collect()
 }
 
 fn command_forward(program: &Path, timeout_secs: u64, retry: &str) -> String {
@@ -80,10 +58,7 @@ fn status_of(server: &TestServer, id: i64) -> (String, u32) {
 /// An event's attempts as `events show` lists them: the failed ones have rows of their own,
 /// the delivered one is recorded on its delivery row (schema 4).
 fn attempt_outcomes(server: &TestServer, id: i64) -> Vec<(String, Option<String>)> {
-    let db = portaria::store::Db::open(&server.db).unwrap();
-    db.event(id)
-        .unwrap()
-        .unwrap()
+    event_detail(&server.db, id)
         .attempts
         .into_iter()
         .map(|a| (a.outcome, a.error))
@@ -98,12 +73,15 @@ async fn a_command_gets_each_event_once_with_the_raw_body_and_metadata() {
         start_with_forward(|d| command_forward(&recorder(d, "exit 0"), 10, "[\"1s\"]")).await;
     let first = accept(&server, 1).await;
     let second = accept(&server, 2).await;
-    eventually(WAIT, "both delivered", || calls(work.path()).len() == 2).await;
+    eventually(WAIT, "both delivered", || {
+        event_attempts(work.path()).len() == 2
+    })
+    .await;
     eventually(WAIT, "recorded as delivered", || {
         status_of(&server, 2).0 == "delivered"
     })
     .await;
-    assert_eq!(calls(work.path()), vec![(1, 1), (2, 1)]);
+    assert_eq!(event_attempts(work.path()), vec![(1, 1), (2, 1)]);
     assert_eq!(std::fs::read(work.path().join("body.1.1")).unwrap(), first);
     assert_eq!(std::fs::read(work.path().join("body.2.1")).unwrap(), second);
 
@@ -139,7 +117,7 @@ async fn a_new_event_is_picked_up_at_once_not_at_the_next_tick() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     accept(&server, 1).await;
     let acknowledged = Instant::now();
-    eventually(WAIT, "delivered", || calls(work.path()).len() == 1).await;
+    eventually(WAIT, "delivered", || event_attempts(work.path()).len() == 1).await;
     let waited = acknowledged.elapsed();
     assert!(
         waited < portaria::forward::EXTERNAL_CHECK / 2,
@@ -160,10 +138,10 @@ async fn gateway_duplicates_are_not_forwarded_again() {
     // would go out before this one.
     accept(&server, 10).await;
     eventually(WAIT, "the next event delivered", || {
-        calls(work.path()).len() == 2
+        event_attempts(work.path()).len() == 2
     })
     .await;
-    assert_eq!(calls(work.path()), vec![(1, 1), (2, 1)]);
+    assert_eq!(event_attempts(work.path()), vec![(1, 1), (2, 1)]);
     assert_eq!(server.count_rows(), 2);
 }
 
@@ -264,7 +242,7 @@ async fn a_target_that_always_fails_ends_dead_after_the_schedule_and_can_be_repl
     eventually(WAIT, "dead", || status_of(&server, 1).0 == "dead").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(
-        calls(work.path()).len(),
+        event_attempts(work.path()).len(),
         3,
         "one attempt plus one per retry gap, then no more"
     );
@@ -316,7 +294,10 @@ async fn a_delivered_event_can_be_replayed_by_id() {
     eventually(WAIT, "delivered", || status_of(&server, 1).0 == "delivered").await;
     let out = run_cli(&["events", "replay", "1"], &server.config_path());
     ok_stdout(&out);
-    eventually(WAIT, "delivered again", || calls(work.path()).len() == 2).await;
+    eventually(WAIT, "delivered again", || {
+        event_attempts(work.path()).len() == 2
+    })
+    .await;
     let out = run_cli(&["events", "replay", "77"], &server.config_path());
     assert_eq!(out.status.code(), Some(1));
 }
@@ -343,7 +324,7 @@ async fn a_command_that_hangs_is_killed_at_its_timeout() {
         ("pending", 1),
         "waits for its retry"
     );
-    assert_eq!(calls(work.path()).len(), 1);
+    assert_eq!(event_attempts(work.path()).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -354,8 +335,14 @@ async fn concurrency_one_delivers_in_arrival_order() {
     for n in 0..6 {
         accept(&server, n).await;
     }
-    eventually(WAIT, "all delivered", || calls(work.path()).len() == 6).await;
-    let order: Vec<i64> = calls(work.path()).into_iter().map(|c| c.0).collect();
+    eventually(WAIT, "all delivered", || {
+        event_attempts(work.path()).len() == 6
+    })
+    .await;
+    let order: Vec<i64> = event_attempts(work.path())
+        .into_iter()
+        .map(|c| c.0)
+        .collect();
     assert_eq!(order, [1, 2, 3, 4, 5, 6]);
 }
 
@@ -368,8 +355,14 @@ async fn concurrency_one_holds_the_line_while_the_head_waits_for_its_retry() {
     for n in 0..3 {
         accept(&server, n).await;
     }
-    eventually(WAIT, "all delivered", || calls(work.path()).len() == 4).await;
-    assert_eq!(calls(work.path()), [(1, 1), (1, 2), (2, 1), (3, 1)]);
+    eventually(WAIT, "all delivered", || {
+        event_attempts(work.path()).len() == 4
+    })
+    .await;
+    assert_eq!(
+        event_attempts(work.path()),
+        [(1, 1), (1, 2), (2, 1), (3, 1)]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,7 +384,10 @@ async fn concurrency_two_runs_two_deliveries_at_once() {
     for n in 0..2 {
         accept(&server, n).await;
     }
-    eventually(WAIT, "both attempted", || calls(work.path()).len() == 2).await;
+    eventually(WAIT, "both attempted", || {
+        event_attempts(work.path()).len() == 2
+    })
+    .await;
     eventually(WAIT, "both finished", || {
         status_of(&server, 1).0 != "delivering" && status_of(&server, 2).0 != "delivering"
     })
@@ -431,7 +427,10 @@ async fn a_graceful_stop_lets_the_delivery_in_flight_finish() {
     })
     .await;
     accept(&server, 8).await;
-    eventually(WAIT, "delivery started", || calls(work.path()).len() == 1).await;
+    eventually(WAIT, "delivery started", || {
+        event_attempts(work.path()).len() == 1
+    })
+    .await;
     let db = server.db.clone();
     server.shutdown().await;
     assert!(
@@ -466,7 +465,7 @@ async fn after_sigkill_a_restart_delivers_every_pending_and_interrupted_event() 
         assert_eq!(post_pagarme(first.addr, &body).await.status, 200);
     }
     eventually(WAIT, "the first delivery is under way", || {
-        calls(work.path()).len() == 1
+        event_attempts(work.path()).len() == 1
     })
     .await;
     first.signal(libc::SIGKILL);
@@ -536,7 +535,7 @@ async fn events_left_waiting_by_a_removed_forward_are_reported_at_start_up() {
     let body = payment_body(1);
     assert_eq!(post_pagarme(first.addr, &body).await.status, 200);
     eventually(WAIT, "the first attempt failed", || {
-        calls(work.path()).len() == 1
+        event_attempts(work.path()).len() == 1
     })
     .await;
     first.signal(libc::SIGTERM);
@@ -573,7 +572,7 @@ async fn events_left_waiting_by_a_removed_forward_are_reported_at_start_up() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_never_sees_the_variables_the_config_reads_secrets_from() {
     let work = tempfile::tempdir().unwrap();
-    let program = script(
+    let program = shell_script(
         work.path(),
         "dump-env.sh",
         "cat > /dev/null\nenv > \"$D/env.tmp\" && mv \"$D/env.tmp\" \"$D/env\"",

@@ -149,8 +149,8 @@ async fn a_webhook_the_writer_took_is_answered_with_its_real_outcome_past_the_de
 /// 503 one is never stored, and its retry is, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn on_postgres_a_webhook_answered_503_is_never_stored_and_a_taken_one_gets_its_answer() {
-    use crate::postgres::{config, count};
-    let Some(pg) = crate::pg_cluster::shared() else {
+    use crate::support::postgres::{config, count};
+    let Some(pg) = crate::support::pg_cluster::shared() else {
         return;
     };
     let db = pg.database().await;

@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use crate::partial_body::Rng;
+use crate::support::rng::Rng;
 use crate::support::*;
 
 const DEFAULT_KILLS: usize = 50;

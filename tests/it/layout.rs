@@ -111,6 +111,8 @@ fn the_dependency_rules_hold() {
         "logescape",
         "hardening",
         "suggest",
+        "public_path",
+        "outbound",
     ] {
         only(leaf, &[]);
     }
@@ -126,7 +128,10 @@ fn the_dependency_rules_hold() {
     only("metrics", &["config", "store"]);
     only("config", &["dedup", "verify", "suggest"]);
     // The status page reads and replays through the store's handle, nothing of the pipeline.
-    only("status", &["store", "time", "verify", "digest"]);
+    only(
+        "status",
+        &["store", "time", "verify", "digest", "public_path"],
+    );
     assert!(
         !deps("ingest").contains("forward"),
         "ingest imports forward"
@@ -138,8 +143,39 @@ fn the_dependency_rules_hold() {
     // The alerts task reads facts (metrics, store) and tells the owner; it starts nothing else.
     only(
         "alerts",
-        &["config", "store", "metrics", "time", "shutdown", "panics"],
+        &[
+            "config",
+            "store",
+            "metrics",
+            "time",
+            "shutdown",
+            "panics",
+            "public_path",
+        ],
     );
+    // The canary calls out and records; only the server starts it, and intake answers its
+    // probes with its key.
+    only(
+        "canary",
+        &[
+            "config",
+            "outbound",
+            "metrics",
+            "public_path",
+            "shutdown",
+            "panics",
+            "time",
+            "digest",
+        ],
+    );
+    for (m, d) in &graph {
+        if d.contains("canary") {
+            assert!(
+                ["server", "ingest"].contains(&m.as_str()),
+                "{m} imports canary: only server starts it, and ingest answers its probes"
+            );
+        }
+    }
     for (m, d) in &graph {
         if d.contains("alerts") {
             assert_eq!(m, "server", "{m} imports alerts: only server starts it");
@@ -170,6 +206,131 @@ fn no_production_file_is_over_the_size_a_reader_can_hold() {
             lines <= MAX_PRODUCTION_LINES,
             "{}: {lines} lines of production code (split it by concern)",
             file.display()
+        );
+    }
+}
+
+/// The store's two engines are peers behind one handle (ARCHITECTURE.md, "Dependency
+/// rules"): the files at `store/` are what both share and name neither engine's client
+/// library; an engine names the other nowhere but in `store copy` (a SQLite file into
+/// PostgreSQL); and `Store`'s methods live only in the shared files, each one `match` over
+/// the engine, so an engine that lacks one is a compile error.
+#[test]
+fn the_store_engines_are_peers_behind_one_handle() {
+    let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
+    let mut files = Vec::new();
+    sources(&store, &mut files);
+    let mut shared = 0;
+    for file in files {
+        let rel = file
+            .strip_prefix(&store)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        if rel.ends_with("fixtures.rs") {
+            continue; // a test-only module (`#[cfg(test)] mod fixtures`)
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = production(&text);
+        let names = |what: &str| {
+            code.lines()
+                .any(|l| !l.trim_start().starts_with("//") && l.contains(what))
+        };
+        let engine = rel.split('/').next().filter(|_| rel.contains('/'));
+        match engine {
+            None => {
+                shared += 1;
+                assert!(
+                    !names("rusqlite") && !names("deadpool"),
+                    "store/{rel} names an engine's client"
+                );
+                // Opening PostgreSQL takes its connection settings; nothing else names them.
+                assert!(
+                    rel == "handle.rs" || !names("tokio_postgres"),
+                    "store/{rel} names tokio_postgres"
+                );
+                assert!(
+                    !names("postgres()"),
+                    "store/{rel}: a run-time test of the engine"
+                );
+            }
+            Some("sqlite") => {
+                assert!(
+                    !names("postgres::") && !names("tokio_postgres"),
+                    "store/{rel} names PostgreSQL"
+                );
+                assert!(
+                    !names("impl Store {"),
+                    "store/{rel}: Store's methods live in the shared files"
+                );
+            }
+            Some("postgres") => {
+                assert!(
+                    rel == "postgres/copy.rs" || !names("sqlite::") && !names("rusqlite"),
+                    "store/{rel} names SQLite"
+                );
+                assert!(
+                    !names("impl Store {"),
+                    "store/{rel}: Store's methods live in the shared files"
+                );
+            }
+            Some(other) => panic!("store/{other}/: a third engine? add its rules here"),
+        }
+    }
+    assert!(shared > 10, "found {shared} shared files");
+}
+
+/// ARCHITECTURE.md is a map that fits on a page or two, and both maps (its code map, one row
+/// per module, and `lib.rs`'s module list, one line each) name every top-level module and
+/// nothing else: a module added or removed without its line fails here. What a module owns in
+/// detail is its own `//!` doc's.
+#[test]
+fn the_maps_name_every_module_and_fit_on_a_page() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let map = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let lines = map.lines().count();
+    assert!(
+        lines < 150,
+        "ARCHITECTURE.md has {lines} lines: the detail belongs in the module docs"
+    );
+    let lib = std::fs::read_to_string(root.join("src/lib.rs")).unwrap();
+    let modules: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .collect();
+    assert!(modules.len() > 20, "{modules:?}");
+    // `x/` for a module that is a folder with its `mod.rs`, `x` for a file (with or without a
+    // folder of submodules beside it).
+    let spelled = |m: &str| {
+        if root.join("src").join(m).join("mod.rs").is_file() {
+            format!("`{m}/`")
+        } else {
+            format!("`{m}`")
+        }
+    };
+    let rows: Vec<&str> = map
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split_once(" |").map(|(name, _)| name))
+        .collect();
+    let mut expected: Vec<String> = modules.iter().map(|m| spelled(m)).collect();
+    expected.push("`main.rs`".to_string());
+    for name in &expected {
+        assert!(
+            rows.iter().any(|r| format!("`{r}") == *name),
+            "ARCHITECTURE.md's code map has no row for {name}"
+        );
+    }
+    for row in &rows {
+        assert!(
+            expected.contains(&format!("`{row}")),
+            "ARCHITECTURE.md's code map has a row for `{row}, which is no module"
+        );
+    }
+    for m in &modules {
+        assert!(
+            lib.contains(&format!("//! - [`{m}`]: ")),
+            "lib.rs's module list has no line for `{m}`"
         );
     }
 }

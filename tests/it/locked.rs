@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::disk_full::{age_rows, assert_whole, config, delivered, gated_recorder};
+use crate::support::faults::{age_rows, assert_whole, config, delivered, gated_recorder};
 use crate::support::*;
 
 /// The longest the other process holds the lock: it lets go once both the worker and the
@@ -86,14 +86,10 @@ async fn the_worker_and_the_pruner_survive_a_lock_held_by_another_process_and_ca
         Duration::from_secs(30),
         "the old events pruned by a later pass",
         || {
-            open_db(&db)
-                .query_row(
-                    "SELECT count(*) FROM events WHERE dedup_key LIKE 'old%'",
-                    [],
-                    |r| r.get::<_, i64>(0),
-                )
-                .unwrap()
-                == 0
+            count(
+                &open_db(&db),
+                "SELECT count(*) FROM events WHERE dedup_key LIKE 'old%'",
+            ) == 0
         },
     )
     .await;

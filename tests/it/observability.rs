@@ -2,40 +2,12 @@
 //! `/readyz` against a really locked database, `admin_listen = "off"`, and a busy admin port
 //! stopping the real binary before it opens anything.
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use prometheus_parse::{Scrape, Value};
 
 use crate::support::*;
-
-/// GETs `/metrics` and parses it as Prometheus does.
-async fn scrape(admin: SocketAddr) -> Scrape {
-    let reply = send(admin, "GET", "/metrics", &[], b"").await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(
-        reply.headers["content-type"],
-        "text/plain; version=0.0.4; charset=utf-8"
-    );
-    Scrape::parse(reply.body.lines().map(|l| Ok(l.to_string()))).expect("valid exposition text")
-}
-
-/// The value of one series, or None if the scrape does not have it.
-fn find(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    scrape
-        .samples
-        .iter()
-        .find(|s| {
-            s.metric == metric
-                && s.labels.len() == labels.len()
-                && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-        })
-        .map(|s| match s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => v,
-            ref other => panic!("{metric} is not a single value: {other:?}"),
-        })
-}
 
 fn value(scrape: &Scrape, metric: &str, labels: &[(&str, &str)]) -> f64 {
     find(scrape, metric, labels).unwrap_or_else(|| panic!("no {metric} {labels:?}"))
@@ -181,38 +153,30 @@ async fn metrics_count_every_request_by_endpoint_and_outcome() {
 }
 
 fn forwarding_config(db: &std::path::Path) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/pagarme"
-provider = "pagarme"
-secret = "{PAGARME_SECRET}"
-forward = {{ command = ["/bin/sh", "-c", "cat >/dev/null"] }}
-
-[[endpoint]]
-path = "/webhooks/github"
-provider = "github"
-secret = "{GITHUB_SECRET}"
-forward = {{ command = ["/bin/sh", "-c", "cat >/dev/null; while [ -e '{hold}' ]; do sleep 0.05; done; exit 3"] }}
-retry = ["50ms"]
-
-[[endpoint]]
-path = "/webhooks/stripe"
-provider = "stripe"
-secret = "{STRIPE_SECRET}"
-forward = {{ command = ["/bin/sh", "-c", "cat >/dev/null; exit 3"] }}
-retry = ["1h"]
-"#,
-        db = db.display(),
-        hold = github_hold(db).display(),
-    )
+    let hold = github_hold(db);
+    sqlite_config(db)
+        .pagarme("forward = { command = [\"/bin/sh\", \"-c\", \"cat >/dev/null\"] }")
+        .endpoint(
+            "/webhooks/github",
+            "github",
+            &format!(
+                "secret = \"{GITHUB_SECRET}\"\n\
+                 forward = {{ command = [\"/bin/sh\", \"-c\", \"cat >/dev/null; \
+                 while [ -e '{}' ]; do sleep 0.05; done; exit 3\"] }}\n\
+                 retry = [\"50ms\"]",
+                hold.display()
+            ),
+        )
+        .endpoint(
+            "/webhooks/stripe",
+            "stripe",
+            &format!(
+                "secret = \"{STRIPE_SECRET}\"\n\
+                 forward = {{ command = [\"/bin/sh\", \"-c\", \"cat >/dev/null; exit 3\"] }}\n\
+                 retry = [\"1h\"]"
+            ),
+        )
+        .text()
 }
 
 /// While this file exists, github's deliveries hang (then fail as before once it is gone).

@@ -11,27 +11,15 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A command route's script: logs `<event id> <attempt>` per call in `$D/calls`, fails the
 /// first attempt of event 1, and logs each delivered event id in `$D/delivered`.
-pub(crate) fn fail_first_of_event_1(dir: &Path) -> PathBuf {
-    let path = dir.join("erp.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nD='{}'\ncat > /dev/null\n\
-             echo \"$PORTARIA_EVENT_ID $PORTARIA_ATTEMPT\" >> \"$D/calls\"\n\
-             if [ \"$PORTARIA_EVENT_ID\" = 1 ] && [ \"$PORTARIA_ATTEMPT\" = 1 ]; then exit 1; fi\n\
-             echo \"$PORTARIA_EVENT_ID\" >> \"$D/delivered\"\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
-pub(crate) fn lines(dir: &Path, file: &str) -> Vec<String> {
-    std::fs::read_to_string(dir.join(file))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+fn fail_first_of_event_1(dir: &Path) -> PathBuf {
+    record_calls(
+        dir,
+        "erp.sh",
+        "cat > /dev/null",
+        EVENT_ATTEMPT,
+        "if [ \"$PORTARIA_EVENT_ID\" = 1 ] && [ \"$PORTARIA_ATTEMPT\" = 1 ]; then exit 1; fi\n\
+         echo \"$PORTARIA_EVENT_ID\" >> \"$D/delivered\"",
+    )
 }
 
 fn route(program: &Path, settings: &str) -> String {
@@ -39,12 +27,6 @@ fn route(program: &Path, settings: &str) -> String {
         "[[endpoint.route]]\nname = \"erp\"\nforward = {{ command = [\"{}\"] }}\n{settings}\n",
         program.display()
     )
-}
-
-/// A payment event: `payment` is its `data.id` (the ordering key), None for none.
-pub(crate) fn payment(n: usize, kind: &str, payment: Option<&str>) -> Vec<u8> {
-    let data = payment.map_or(String::new(), |p| format!(r#","data":{{"id":"{p}"}}"#));
-    format!(r#"{{"id":"hook_{n}","type":"{kind}"{data}}}"#).into_bytes()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,9 +7,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::pg_cluster;
-use crate::pg_retention::{seed, write_config};
-use crate::postgres::{count, until_count};
+use crate::support::pg_cluster;
+use crate::support::postgres::{count, until_count};
+use crate::support::postgres::{seed, write_config};
 use crate::support::*;
 
 const DAY_MS: i64 = 86_400_000;

@@ -6,8 +6,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use crate::pg_cluster;
-use crate::postgres::{count, server};
+use crate::support::pg_cluster;
+use crate::support::postgres::{count, server};
 use crate::support::*;
 
 /// Intake's sessions waiting for a heavyweight lock (the test's lock on `dedup`).

@@ -11,37 +11,15 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::pg_cluster;
-use crate::postgres::{count, until_count};
+use crate::support::pg_cluster;
+use crate::support::postgres::{count, seed, until_count, write_config};
 use crate::support::*;
-
-const DAY_MS: i64 = 86_400_000;
 
 /// The retention lock's key (docs/postgres.md).
 const RETENTION_LOCK: i64 = 0x706f_7274_6172_6968;
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
-
-/// A config file on database `url` in `dir`, with `storage_extra` under `[storage]`.
-pub(crate) fn write_config(
-    dir: &Path,
-    url: &str,
-    storage_extra: &str,
-    pagarme_extra: &str,
-) -> PathBuf {
-    let path = dir.join("portaria.toml");
-    let url_line = format!("url = \"{url}\"\n{storage_extra}");
-    std::fs::write(&path, crate::postgres::config(&url_line, pagarme_extra)).unwrap();
-    path
-}
-
 /// The real binary serving `config`, pruning every 100 ms, its debug lines logged.
-pub(crate) async fn pruning_instance(config: &Path) -> Process {
+async fn pruning_instance(config: &Path) -> Process {
     let mut serve = portaria();
     serve
         .args(["serve", "--config"])
@@ -51,75 +29,8 @@ pub(crate) async fn pruning_instance(config: &Path) -> Process {
     Process::spawn_command(serve).await
 }
 
-/// `n` events of `endpoint` in `status`, received `age_days` ago, keyed `{prefix}{i}`, each
-/// with its payload, its dedup row and (unless stored) a delivery to route `default` in the
-/// same state (a dead one with a failed attempt too, a delivering one claimed by an instance
-/// that is gone, with a long lease). Returns `n`.
-pub(crate) async fn seed(
-    client: &tokio_postgres::Client,
-    endpoint: &str,
-    prefix: &str,
-    status: &str,
-    age_days: i64,
-    n: i64,
-) -> i64 {
-    let now = now_ms();
-    let received = now - age_days * DAY_MS;
-    let (next, finished, delivered_ms, claimed, lease) = match status {
-        "pending" => (
-            format!("{}", now + DAY_MS),
-            "NULL",
-            "NULL",
-            "NULL",
-            "NULL".into(),
-        ),
-        "delivering" => (
-            "NULL".into(),
-            "NULL",
-            "NULL",
-            "'gone:1:1'",
-            format!("{}", now + DAY_MS),
-        ),
-        "delivered" => (
-            "NULL".into(),
-            "received_at + 2000",
-            "15",
-            "NULL",
-            "NULL".into(),
-        ),
-        _ => (
-            "NULL".into(),
-            "received_at + 5000",
-            "NULL",
-            "NULL",
-            "NULL".into(),
-        ),
-    };
-    let sql = format!(
-        "WITH e AS (INSERT INTO events (endpoint, dedup_key, event_type, content_type, \
-           payload_bytes, received_at, status) \
-           SELECT '{endpoint}', '{prefix}' || g, 'charge.paid', 'application/json', 40, \
-           {received}, '{status}' FROM generate_series(1, {n}) AS g \
-           RETURNING id, endpoint, dedup_key, received_at), \
-         p AS (INSERT INTO payloads (event_id, headers, body) \
-           SELECT id, convert_to('x-test: ' || dedup_key || E'\\r\\n', 'UTF8'), \
-           convert_to('{{\"key\":\"' || dedup_key || '\"}}', 'UTF8') FROM e), \
-         k AS (INSERT INTO dedup (endpoint, dedup_key, event_id, received_at) \
-           SELECT endpoint, dedup_key, id, received_at FROM e), \
-         d AS (INSERT INTO deliveries (event_id, route, endpoint, status, attempts, \
-           next_attempt_at, finished_at, delivered_ms, claimed_by, lease_until) \
-           SELECT id, 'default', endpoint, '{status}', 1, {next}, {finished}, {delivered_ms}, \
-           {claimed}, {lease} FROM e WHERE '{status}' <> 'stored'), \
-         a AS (INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, \
-           outcome, error) SELECT id, 'default', 1, received_at + 1000, 12, 'failed', \
-           'exit status 7' FROM e WHERE '{status}' = 'dead') \
-         SELECT count(*) FROM e"
-    );
-    client.query_one(&sql, &[]).await.unwrap().get(0)
-}
-
 /// The events an instance's log says it pruned, summed over its passes.
-pub(crate) fn pruned_in(log: &str) -> i64 {
+fn pruned_in(log: &str) -> i64 {
     log.lines()
         .filter(|l| l.contains("pruned old events"))
         .filter_map(|l| {

@@ -6,9 +6,8 @@
 
 use std::time::Duration;
 
-use crate::pg_cluster;
-use crate::postgres::count;
-use crate::signed::{MP_SECRET, mercadopago};
+use crate::support::pg_cluster;
+use crate::support::postgres::count;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -17,23 +16,13 @@ const PG_SCHEMA_V1: &str = include_str!("../fixtures/pg_schema_v1.sql");
 /// A config on PostgreSQL `url`, archiving to `archive/`, with a Mercado Pago endpoint that
 /// forwards as `forward` says (nothing if empty).
 fn config(url: &str, forward: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-url = "{url}"
-archive_dir = "archive"
-
-[[endpoint]]
-path = "/webhooks/mercadopago"
-provider = "mercadopago"
-secret = "{MP_SECRET}"
-{forward}
-"#
-    )
+    storage_config(&format!("url = \"{url}\"\narchive_dir = \"archive\""))
+        .endpoint(
+            "/webhooks/mercadopago",
+            "mercadopago",
+            &format!("secret = \"{MP_SECRET}\"\n{forward}"),
+        )
+        .text()
 }
 
 async fn signed(client: &tokio_postgres::Client, id: i64) -> (Option<String>, Option<bool>) {
@@ -120,7 +109,7 @@ async fn a_version_1_database_is_upgraded_and_the_signed_id_kept_shown_and_archi
     )
     .await;
     assert!(api.body.contains("\"signed_id\": \"555\""), "{}", api.body);
-    crate::postgres::until_count(
+    crate::support::postgres::until_count(
         &client,
         "SELECT count(*) FROM events WHERE status = 'delivered'",
         2,

@@ -7,9 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use crate::pg_cluster::{self, Cluster};
-use crate::postgres::{count, server, until_count};
-use crate::status::{forward_to, get, json};
+use crate::support::pg_cluster::{self, Cluster};
+use crate::support::postgres::{count, server, until_count};
 use crate::support::*;
 
 async fn bad_signature(addr: std::net::SocketAddr) {
@@ -156,7 +155,7 @@ async fn the_events_commands_list_show_and_replay_on_postgres() {
     let db = pg.database().await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
-    let text = crate::postgres::config(
+    let text = crate::support::postgres::config(
         &format!("url = \"{}\"", pg.url(&db)),
         &forward_to(target.addr),
     );
@@ -216,6 +215,15 @@ async fn the_events_commands_list_show_and_replay_on_postgres() {
         "{}\n",
         String::from_utf8(payment_body(1)).unwrap()
     )));
+    let as_json: serde_json::Value = serde_json::from_str(&ok_stdout(&run_cli(
+        &["events", "show", "--json", &id.to_string()],
+        &path,
+    )))
+    .unwrap();
+    assert_eq!(as_json["id"], id);
+    assert_eq!(as_json["routes"][0]["status"], "dead", "{as_json:#}");
+    assert_eq!(as_json["delivery_attempts"].as_array().unwrap().len(), 2);
+    assert_eq!(as_json["delivery_attempts"][0]["route"], "default");
     let raw = ok_stdout(&run_cli(
         &["events", "show", "--raw", &id.to_string()],
         &path,
@@ -294,7 +302,7 @@ async fn prune_on_postgres_removes_only_what_is_past_its_window() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
     let url = format!("url = \"{}\"", pg.url(&db));
-    std::fs::write(&path, crate::postgres::config(&url, "")).unwrap();
+    std::fs::write(&path, crate::support::postgres::config(&url, "")).unwrap();
     let dry = ok_stdout(&run_cli(&["prune", "--dry-run"], &path));
     assert!(dry.contains("would remove 2 event(s)"), "{dry}");
     assert_eq!(count(&client, "SELECT count(*) FROM events").await, 3);

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
 
-use crate::pg_cluster::{self, Cluster};
-use crate::postgres::{config, count};
+use crate::support::pg_cluster::{self, Cluster};
+use crate::support::postgres::{config, count};
 use crate::support::*;
 
 const HOST: &str = "db.portaria.test";

@@ -10,17 +10,11 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::ordering::{lines, payment};
-use crate::pg_cluster;
-use crate::postgres::{count, server, until_count};
+use crate::support::pg_cluster;
+use crate::support::postgres::{config_at, count, server, until_count};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// A config on PostgreSQL `url` with the pagarme endpoint and `pagarme_extra`.
-fn config(url: &str, pagarme_extra: &str) -> String {
-    crate::postgres::config(&format!("url = \"{url}\""), pagarme_extra)
-}
 
 /// Waits until `n` events are rolled up `delivered` (the roll-up lags a delivery by ~250 ms).
 async fn delivered_events(client: &tokio_postgres::Client, n: i64) {
@@ -149,7 +143,7 @@ async fn an_event_accepted_by_one_instance_wakes_the_others_at_once() {
             "forward = {{ command = [\"{}\"], timeout_secs = 60 }}\nconcurrency = 2",
             command.display()
         );
-        std::fs::write(&path, config(&url, &forward)).unwrap();
+        std::fs::write(&path, config_at(&url, &forward)).unwrap();
         let mut serve = portaria();
         serve
             .args(["serve", "--config"])
@@ -266,7 +260,7 @@ async fn one_dead_event_makes_one_alert_across_instances() {
     );
     let db = pg.database().await;
     let url = pg.url(&db);
-    let text = config(&url, &extra).replace(
+    let text = config_at(&url, &extra).replace(
         "[[endpoint]]",
         &format!(
             "[alerts]\ncommand = [\"{}\"]\nalert_every = \"2s\"\n\n[[endpoint]]",

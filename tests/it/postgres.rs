@@ -6,56 +6,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::pg_cluster::{self, Cluster};
+use crate::support::pg_cluster::{self, Cluster};
+use crate::support::postgres::{config, config_at, count, server};
 use crate::support::*;
-
-/// A config on PostgreSQL `url`, with the pagarme endpoint (body dedup) and `pagarme_extra`.
-pub(crate) fn config(url_line: &str, pagarme_extra: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-max_body_bytes = 4096
-
-[storage]
-{url_line}
-
-[[endpoint]]
-path = "/webhooks/pagarme"
-provider = "pagarme"
-secret = "{PAGARME_SECRET}"
-{pagarme_extra}
-"#
-    )
-}
-
-pub(crate) async fn server(url: &str, pagarme_extra: &str) -> TestServer {
-    let dir = tempfile::tempdir().unwrap();
-    let unused = dir.path().join("unused.db");
-    let text = config(&format!("url = \"{url}\""), pagarme_extra);
-    TestServer::start_with(dir, unused, &text).await
-}
-
-pub(crate) async fn count(client: &tokio_postgres::Client, sql: &str) -> i64 {
-    client.query_one(sql, &[]).await.unwrap().get(0)
-}
-
-/// Waits (up to 20 s) until `sql`'s count is `want`.
-pub(crate) async fn until_count(client: &tokio_postgres::Client, sql: &str, want: i64) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let n = count(client, sql).await;
-        if n == want {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{sql}: {n}, not {want}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn copies_racing_through_two_instances_make_one_event() {
@@ -160,7 +113,7 @@ async fn instances_starting_together_migrate_once_and_a_newer_schema_is_refused(
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("portaria.toml");
-    std::fs::write(&path, config(&format!("url = \"{url}\""), "")).unwrap();
+    std::fs::write(&path, config_at(&url, "")).unwrap();
     let out = run_cli(&["serve"], &path);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -294,7 +247,7 @@ async fn the_password_reaches_no_log_and_no_message() {
     assert!(!stderr.contains(PASSWORD), "{stderr}");
 
     // In the config in clear, the URL is refused, and the message does not repeat it.
-    std::fs::write(&path, config(&format!("url = \"{with_password}\""), "")).unwrap();
+    std::fs::write(&path, config_at(&with_password, "")).unwrap();
     let out = run_cli(&["check"], &path);
     let said = format!(
         "{}{}",
@@ -494,7 +447,7 @@ async fn taken_over_after_its_lease(pg: &Cluster, concurrency: usize) {
             "forward = {{ command = [\"{}\"], timeout_secs = 60 }}\nconcurrency = {concurrency}",
             command.display()
         );
-        std::fs::write(&path, config(&format!("url = \"{url}\""), &forward)).unwrap();
+        std::fs::write(&path, config_at(&url, &forward)).unwrap();
         let mut serve = portaria();
         serve
             .args(["serve", "--config"])
@@ -679,4 +632,47 @@ async fn failed_attempts_are_retried_then_dead_on_postgres() {
         metrics.body
     );
     s.stop().await;
+}
+
+/// The store's two commands of one engine answer a typed refusal on PostgreSQL (the command
+/// line refuses before it opens anything; a library caller hears this): `backup_to` copies a
+/// SQLite file, and a copy goes only from SQLite into PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_only_store_methods_refuse_postgres_by_type() {
+    let Some(pg) = pg_cluster::shared() else {
+        return;
+    };
+    let url = pg.url(&pg.database().await);
+    let settings: tokio_postgres::Config = url.parse().unwrap();
+    let store = portaria::store::Store::open_postgres(settings.clone(), None)
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let refused = store
+        .backup_to(dir.path().join("copy.db"), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, portaria::store::BackupError::OnPostgres),
+        "{refused:?}"
+    );
+    assert!(!dir.path().join("copy.db").exists());
+    let other = portaria::store::Store::open_postgres(settings, None)
+        .await
+        .unwrap();
+    let refused = store.copy_from(&other).await.unwrap_err();
+    assert!(
+        matches!(refused, portaria::store::CopyError::FromPostgres),
+        "{refused:?}"
+    );
+    let sqlite = dir.path().join("p.db");
+    portaria::store::Store::open(&sqlite).unwrap().close();
+    let file = portaria::store::Store::open_read_only(&sqlite).unwrap();
+    let refused = file.copy_from(&store).await.unwrap_err();
+    assert!(
+        matches!(refused, portaria::store::CopyError::IntoSqlite),
+        "{refused:?}"
+    );
+    other.close();
+    store.close();
 }

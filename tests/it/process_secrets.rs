@@ -81,31 +81,25 @@ os.rename(name + ".tmp", name)
 /// A config whose pagarme endpoint reads its secret from [`VARIABLE`] and forwards to the
 /// prober; github's secret is a systemd credential. `extra` goes at the end.
 fn config_text(dir: &Path, extra: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "off"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/pagarme"
-provider = "pagarme"
-secret_env = "{VARIABLE}"
-forward = {{ command = ["python3", "{probe}"], timeout_secs = 60 }}
-retry = ["100ms"]
-
-[[endpoint]]
-path = "/webhooks/github"
-provider = "github"
-secret_file = "credential:github"
-{extra}
-"#,
-        db = dir.join("portaria.db").display(),
-        probe = prober(dir).display(),
-    )
+    sqlite_config(&dir.join("portaria.db"))
+        .without_admin()
+        .endpoint(
+            "/webhooks/pagarme",
+            "pagarme",
+            &format!(
+                "secret_env = \"{VARIABLE}\"\n\
+                 forward = {{ command = [\"python3\", \"{}\"], timeout_secs = 60 }}\n\
+                 retry = [\"100ms\"]",
+                prober(dir).display()
+            ),
+        )
+        .endpoint(
+            "/webhooks/github",
+            "github",
+            "secret_file = \"credential:github\"",
+        )
+        .then(extra)
+        .text()
 }
 
 /// `portaria serve` with the secret in its environment, systemd's credentials directory and

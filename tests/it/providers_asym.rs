@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::oracle;
+use crate::support::oracle;
 #[allow(unused_imports)]
 use crate::support::*;
 
@@ -40,28 +40,18 @@ fn config(db: &Path, public_key: &str, forward: Option<&Path>) -> String {
     let forward = forward
         .map(|p| format!("forward = {{ command = [\"{}\"] }}", p.display()))
         .unwrap_or_default();
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/discord"
-provider = "discord"
-public_key = "{public_key}"
-{forward}
-
-[[endpoint]]
-path = "/webhooks/pagarme-v5"
-provider = "pagarme-v5"
-jwks_file = "pagarme-jwks.json"
-"#,
-        db = db.display()
-    )
+    sqlite_config(db)
+        .endpoint(
+            "/webhooks/discord",
+            "discord",
+            &format!("public_key = \"{public_key}\"\n{forward}"),
+        )
+        .endpoint(
+            "/webhooks/pagarme-v5",
+            "pagarme-v5",
+            "jwks_file = \"pagarme-jwks.json\"",
+        )
+        .text()
 }
 
 /// A server with that config; `jwks` is written to `pagarme-jwks.json` first.

@@ -30,83 +30,56 @@ const WOOVI_HMAC: &str = "woovi-webhook-secret-Pp90";
 
 /// One endpoint per preset; `extra` is added to the end (server tables must come first).
 fn config(db: &Path, extra: &str) -> String {
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "127.0.0.1:0"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/mercadopago"
-provider = "mercadopago"
-secret = "{MP_SECRET}"
-
-[[endpoint]]
-path = "/webhooks/pagbank"
-provider = "pagbank"
-secret = "{PAGBANK_TOKEN}"
-
-[[endpoint]]
-path = "/webhooks/asaas"
-provider = "asaas"
-secret = "{ASAAS_TOKEN}"
-
-[[endpoint]]
-path = "/webhooks/cielo"
-provider = "cielo"
-credential_headers = ["X-Shop-Key", "X-Shop-Id"]
-secrets = ["{CIELO_KEY}", "{CIELO_ID}"]
-
-[[endpoint]]
-path = "/webhooks/vindi"
-provider = "vindi"
-secrets = ["{VINDI_BASIC}", "{VINDI_TOKEN}"]
-
-[[endpoint]]
-path = "/webhooks/efi"
-provider = "efi"
-secret = "{EFI_SECRET}"
-
-[[endpoint]]
-path = "/webhooks/adyen"
-provider = "adyen"
-secret = "{ADYEN_KEY}"
-
-[[endpoint]]
-path = "/webhooks/rede"
-provider = "rede"
-secrets = ["{REDE_OLD}", "{REDE_TOKEN}"]
-
-[[endpoint]]
-path = "/webhooks/picpay"
-provider = "picpay"
-secret = "{PICPAY_TOKEN}"
-
-[[endpoint]]
-path = "/webhooks/picpay-legacy"
-provider = "picpay"
-credential_headers = ["x-seller-token"]
-secret = "{PICPAY_SELLER}"
-
-[[endpoint]]
-path = "/webhooks/iugu"
-provider = "iugu"
-secret = "{IUGU_TOKEN}"
-allow_ips = ["127.0.0.1/32"]
-
-[[endpoint]]
-path = "/webhooks/woovi"
-provider = "woovi"
-public_key_file = "{fixtures}/woovi/public-key.pem"
-secret = "{WOOVI_HMAC}"
-{extra}
-"#,
-        db = db.display(),
-        fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"),
-    )
+    let secret = |s: &str| format!("secret = \"{s}\"");
+    sqlite_config(db)
+        .endpoint("/webhooks/mercadopago", "mercadopago", &secret(MP_SECRET))
+        .endpoint("/webhooks/pagbank", "pagbank", &secret(PAGBANK_TOKEN))
+        .endpoint("/webhooks/asaas", "asaas", &secret(ASAAS_TOKEN))
+        .endpoint(
+            "/webhooks/cielo",
+            "cielo",
+            &format!(
+                "credential_headers = [\"X-Shop-Key\", \"X-Shop-Id\"]\n\
+                 secrets = [\"{CIELO_KEY}\", \"{CIELO_ID}\"]"
+            ),
+        )
+        .endpoint(
+            "/webhooks/vindi",
+            "vindi",
+            &format!("secrets = [\"{VINDI_BASIC}\", \"{VINDI_TOKEN}\"]"),
+        )
+        .endpoint("/webhooks/efi", "efi", &secret(EFI_SECRET))
+        .endpoint("/webhooks/adyen", "adyen", &secret(ADYEN_KEY))
+        .endpoint(
+            "/webhooks/rede",
+            "rede",
+            &format!("secrets = [\"{REDE_OLD}\", \"{REDE_TOKEN}\"]"),
+        )
+        .endpoint("/webhooks/picpay", "picpay", &secret(PICPAY_TOKEN))
+        .endpoint(
+            "/webhooks/picpay-legacy",
+            "picpay",
+            &format!(
+                "credential_headers = [\"x-seller-token\"]\n{}",
+                secret(PICPAY_SELLER)
+            ),
+        )
+        .endpoint(
+            "/webhooks/iugu",
+            "iugu",
+            &format!("{}\nallow_ips = [\"127.0.0.1/32\"]", secret(IUGU_TOKEN)),
+        )
+        .endpoint(
+            "/webhooks/woovi",
+            "woovi",
+            &format!(
+                "public_key_file = \"{}/tests/fixtures/woovi/public-key.pem\"\n{}",
+                env!("CARGO_MANIFEST_DIR"),
+                secret(WOOVI_HMAC)
+            ),
+        )
+        .then(extra)
+        .text()
 }
 
 async fn start() -> TestServer {
@@ -114,12 +87,6 @@ async fn start() -> TestServer {
     let db = dir.path().join("portaria.db");
     let text = config(&db, "");
     TestServer::start_with(dir, db, &text).await
-}
-
-fn count(server: &TestServer, endpoint: &str) -> i64 {
-    server.one(&format!(
-        "SELECT count(*) FROM events WHERE endpoint = '{endpoint}'"
-    ))
 }
 
 /// Posts the same request twice (200 both times, stored once: one row more for `endpoint`
@@ -132,12 +99,12 @@ async fn accepted_once_and_tampered_refused(
     body: &[u8],
     tampered: (&str, &[(String, String)], &[u8]),
 ) {
-    let before = count(server, endpoint);
+    let before = server.events_of(endpoint);
     for _ in 0..2 {
         let reply = post(server.addr, path, headers, body).await;
         assert_eq!(reply.status, 200, "{endpoint}: {}", reply.body);
     }
-    let after = count(server, endpoint);
+    let after = server.events_of(endpoint);
     assert!(
         after == before + 1 || after == before && before > 0,
         "{endpoint}: {after}"
@@ -145,7 +112,7 @@ async fn accepted_once_and_tampered_refused(
     let (path, headers, body) = tampered;
     let reply = post(server.addr, path, headers, body).await;
     assert_eq!(reply.status, 401, "{endpoint} tampered: {}", reply.body);
-    assert_eq!(count(server, endpoint), after, "{endpoint}");
+    assert_eq!(server.events_of(endpoint), after, "{endpoint}");
 }
 
 fn mp_headers(signature: &str, request_id: &str) -> Vec<(String, String)> {
@@ -165,7 +132,7 @@ async fn mercadopago_signed_as_the_sdk_checks_it_is_stored_once() {
     let manifest = format!("id:123456;request-id:{request_id};ts:{ts};");
     let signature = format!("ts={ts},v1={}", hmac_hex(MP_SECRET, &[manifest.as_bytes()]));
     let oracle = |signature: &str, data_id: &str| {
-        crate::oracle::run(
+        crate::support::oracle::run(
             "mercadopago_validate.py",
             &json!({"secret": MP_SECRET, "x_signature": signature,
                     "x_request_id": request_id, "data_id": data_id}),
@@ -204,7 +171,7 @@ async fn mercadopago_signatures_portaria_makes_pass_the_sdk() {
         signed.query.as_deref(),
         Some("data.id=ORD01JQ4S4KY8HWQ6NA5PXB65B3D3")
     );
-    let answer = crate::oracle::run(
+    let answer = crate::support::oracle::run(
         "mercadopago_validate.py",
         &json!({"secret": MP_SECRET, "x_signature": signed.headers[0].1,
                 "x_request_id": "req-1", "data_id": "ORD01JQ4S4KY8HWQ6NA5PXB65B3D3"}),
@@ -297,7 +264,7 @@ async fn vindi_takes_basic_or_the_token_and_efi_its_hmac_parameter() {
     let path = format!("/webhooks/vindi?token={VINDI_TOKEN}");
     let other = br#"{"event":{"type":"bill_created","data":{"bill":{"id":8}}}}"#;
     assert_eq!(post(server.addr, &path, &[], other).await.status, 200);
-    assert_eq!(count(&server, "vindi"), 2);
+    assert_eq!(server.events_of("vindi"), 2);
     let bad = post(
         server.addr,
         "/webhooks/vindi?token=vindi-token-Jj56",
@@ -334,14 +301,14 @@ async fn an_efi_endpoint_stores_a_pix_posted_to_its_path_plus_pix_and_with_ignor
     let ignored = format!("/webhooks/efi?hmac={EFI_SECRET}&ignorar=/pix");
     let reply = post(server.addr, &ignored, &[], pix("E2").as_bytes()).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(count(&server, "efi"), 2);
+    assert_eq!(server.events_of("efi"), 2);
     let keys: String =
         server.one("SELECT group_concat(dedup_key, ' ') FROM events WHERE endpoint = 'efi'");
     assert_eq!(keys, "E1 E2");
     // The same Pix on the other path is the same event; the credential still counts there.
     let reply = post(server.addr, &appended, &[], pix("E2").as_bytes()).await;
     assert_eq!(reply.status, 200);
-    assert_eq!(count(&server, "efi"), 2);
+    assert_eq!(server.events_of("efi"), 2);
     let wrong = "/webhooks/efi/pix?hmac=efi-hmac-Ll66nC";
     assert_eq!(
         post(server.addr, wrong, &[], pix("E3").as_bytes())
@@ -359,7 +326,7 @@ async fn an_efi_endpoint_stores_a_pix_posted_to_its_path_plus_pix_and_with_ignor
         let reply = post(server.addr, &target, &[], pix("E4").as_bytes()).await;
         assert_eq!(reply.status, 404, "{elsewhere}");
     }
-    assert_eq!(count(&server, "efi"), 2);
+    assert_eq!(server.events_of("efi"), 2);
 }
 
 /// The event type, object id and dedup key of `endpoint`'s events, oldest first, `;`-joined.
@@ -376,7 +343,7 @@ async fn rede_answers_its_probe_and_takes_its_authorization_in_either_spelling()
     // Rede's GET when the URL is registered: 200, nothing stored. Other presets: 405.
     let probe = send(server.addr, "GET", "/webhooks/rede", &[], b"").await;
     assert_eq!(probe.status, 200, "{}", probe.body);
-    assert_eq!(count(&server, "rede"), 0);
+    assert_eq!(server.events_of("rede"), 0);
     assert_eq!(
         send(server.addr, "GET", "/webhooks/asaas", &[], b"")
             .await
@@ -547,7 +514,7 @@ async fn woovi_signed_by_woovi_or_by_the_webhook_secret_is_stored_once() {
     // Woovi's own SDK agrees: its example is valid, a changed byte is not.
     let oracle = |body: &[u8]| {
         let input = json!({"body": String::from_utf8_lossy(body), "signature": WOOVI_SIGNATURE});
-        crate::oracle::run("woovi_webhook.mjs", &input)
+        crate::support::oracle::run("woovi_webhook.mjs", &input)
     };
     if let Some(answer) = oracle(WOOVI_PAYLOAD) {
         assert_eq!(answer["valid"], true, "{answer}");
@@ -618,7 +585,8 @@ fn adyen_item(psp: &str, event: &str, value: i64) -> serde_json::Value {
 
 /// The item with the signature Adyen's library computes (None when it is not installed).
 fn adyen_signed(item: serde_json::Value) -> Option<serde_json::Value> {
-    let answer = crate::oracle::run("adyen_hmac.py", &json!({"key": ADYEN_KEY, "item": item}))?;
+    let answer =
+        crate::support::oracle::run("adyen_hmac.py", &json!({"key": ADYEN_KEY, "item": item}))?;
     let mut item = item;
     item["additionalData"] = json!({"hmacSignature": answer["signature"]});
     Some(json!({"NotificationRequestItem": item}))
@@ -638,7 +606,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
     let second = adyen_signed(adyen_item("ZX9LK2M4N6P8Q0R2", "CAPTURE", 500)).unwrap();
     let server = start().await;
     let body = adyen_body(&[first.clone(), second.clone()]);
-    let answer = crate::oracle::run(
+    let answer = crate::support::oracle::run(
         "adyen_hmac.py",
         &json!({"key": ADYEN_KEY, "notification": serde_json::from_slice::<serde_json::Value>(&body).unwrap()}),
     )
@@ -649,7 +617,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.body, "[accepted]");
     assert_eq!(reply.headers["content-type"], "text/plain");
-    assert_eq!(count(&server, "adyen"), 1);
+    assert_eq!(server.events_of("adyen"), 1);
     let mut bad = second;
     bad["NotificationRequestItem"]["amount"]["value"] = json!(501);
     let tampered = adyen_body(&[first, bad]);
@@ -670,7 +638,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
 
     // The header variant (Balance Platform, Management API): over the raw body.
     let payload = r#"{"type":"balancePlatform.accountHolder.created","environment":"test","data":{"accountHolder":{"id":"AH3227C223222C5GXQXF658WB"}}}"#;
-    let answer = crate::oracle::run(
+    let answer = crate::support::oracle::run(
         "adyen_hmac.py",
         &json!({"key": ADYEN_KEY, "payload": payload}),
     )
@@ -690,7 +658,7 @@ async fn adyen_items_signed_by_the_library_are_accepted_and_answered() {
         ("/webhooks/adyen", &headers, changed.as_bytes()),
     )
     .await;
-    assert_eq!(count(&server, "adyen"), 2);
+    assert_eq!(server.events_of("adyen"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

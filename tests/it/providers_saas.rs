@@ -4,13 +4,12 @@
 //! or by portaria and then accepted by the provider's own verifier (Shopify, Square, Linear,
 //! which ship no signer), or carries a published or independently computed vector.
 
-use std::path::Path;
 use std::time::Duration;
 
 use portaria::verify::{Settings, Verifier};
 use serde_json::json;
 
-use crate::oracle;
+use crate::support::oracle;
 use crate::support::*;
 
 const SLACK: &str = "8f742231b10e8888abcd99yyyzzz85a5";
@@ -32,13 +31,12 @@ const WAIT: Duration = Duration::from_secs(15);
 /// recorder (one line per call in `<work>/calls`), to show what is not forwarded.
 async fn start() -> (TestServer, tempfile::TempDir) {
     let work = tempfile::tempdir().unwrap();
-    let recorder = work.path().join("on-event.sh");
-    write_executable(
-        &recorder,
-        format!(
-            "#!/bin/sh\ncat > /dev/null\necho \"$PORTARIA_EVENT_ID\" >> '{}/calls'\n",
-            work.path().display()
-        ),
+    let recorder = record_calls(
+        work.path(),
+        "on-event.sh",
+        "cat > /dev/null",
+        "$PORTARIA_EVENT_ID",
+        "",
     );
     let forward = format!(
         "forward = {{ command = [\"{}\"], timeout_secs = 5 }}",
@@ -46,16 +44,7 @@ async fn start() -> (TestServer, tempfile::TempDir) {
     );
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("portaria.db");
-    let endpoint = |name: &str, provider: &str, secret: &str, extra: &str| {
-        format!(
-            "[[endpoint]]\nname = \"{name}\"\npath = \"/webhooks/{name}\"\nprovider = \"{provider}\"\n\
-             secret = \"{secret}\"\n{extra}\n\n"
-        )
-    };
-    let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n[storage]\npath = \"{}\"\n\n",
-        db.display()
-    );
+    let mut config = sqlite_config(&db);
     for (name, provider, secret, extra) in [
         ("slack", "slack", SLACK, forward.as_str()),
         ("zoom", "zoom", ZOOM, forward.as_str()),
@@ -85,27 +74,13 @@ async fn start() -> (TestServer, tempfile::TempDir) {
         ("typeform", "typeform", "typeform_secret", ""),
         ("calendly", "calendly", CALENDLY, ""),
     ] {
-        text.push_str(&endpoint(name, provider, secret, extra));
+        config = config.endpoint(
+            &format!("/webhooks/{name}"),
+            provider,
+            &format!("name = \"{name}\"\nsecret = \"{secret}\"\n{extra}"),
+        );
     }
-    (TestServer::start_with(dir, db, &text).await, work)
-}
-
-fn rows(server: &TestServer, endpoint: &str) -> i64 {
-    server
-        .db()
-        .query_row(
-            "SELECT count(*) FROM events WHERE endpoint = ?1",
-            [endpoint],
-            |r| r.get(0),
-        )
-        .unwrap()
-}
-
-fn calls(work: &Path) -> usize {
-    std::fs::read_to_string(work.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .count()
+    (TestServer::start_with(dir, db, &config.text()).await, work)
 }
 
 /// One byte of `body` changed (the last but one, so JSON stays JSON where it was).
@@ -128,10 +103,10 @@ async fn accepted_once_and_tamper_refused(
         let reply = post(server.addr, path, headers, body).await;
         assert_eq!(reply.status, 200, "{endpoint}: {}", reply.body);
     }
-    assert_eq!(rows(server, endpoint), 1, "{endpoint}");
+    assert_eq!(server.events_of(endpoint), 1, "{endpoint}");
     let reply = post(server.addr, path, headers, &changed(body)).await;
     assert_eq!(reply.status, 401, "{endpoint}: {}", reply.body);
-    assert_eq!(rows(server, endpoint), 1, "{endpoint}");
+    assert_eq!(server.events_of(endpoint), 1, "{endpoint}");
 }
 
 fn verifier(provider: &str, secret: &str, public_url: Option<&str>) -> Verifier {
@@ -197,7 +172,7 @@ async fn slack_url_verification_is_answered_and_neither_stored_nor_forwarded() {
         answer,
         json!({ "challenge": "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P" })
     );
-    assert_eq!(rows(&server, "slack"), 0);
+    assert_eq!(server.events_of("slack"), 0);
     // Unsigned, the same body is refused: the challenge is only answered once verified.
     let reply = post(server.addr, "/webhooks/slack", &[], challenge).await;
     assert_eq!(reply.status, 401);
@@ -205,10 +180,13 @@ async fn slack_url_verification_is_answered_and_neither_stored_nor_forwarded() {
     let event = br#"{"type":"event_callback","event_id":"Ev1"}"#;
     let reply = post(server.addr, "/webhooks/slack", &sign(event), event).await;
     assert_eq!(reply.status, 200);
-    eventually(WAIT, "the event is forwarded", || calls(work.path()) == 1).await;
+    eventually(WAIT, "the event is forwarded", || {
+        calls(work.path()).len() == 1
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(calls(work.path()), 1);
-    assert_eq!(rows(&server, "slack"), 1);
+    assert_eq!(calls(work.path()).len(), 1);
+    assert_eq!(server.events_of("slack"), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -233,12 +211,15 @@ async fn zoom_events_and_the_url_validation_handshake() {
             "encryptedToken": hmac_hex(ZOOM, &[b"qgg8vlvZRS6UYooatFL8Aw"]),
         })
     );
-    assert_eq!(rows(&server, "zoom"), 0);
+    assert_eq!(server.events_of("zoom"), 0);
     let event = br#"{"event":"meeting.started","event_ts":1700000000000}"#;
     accepted_once_and_tamper_refused(&server, "/webhooks/zoom", "zoom", &sign(event), event).await;
-    eventually(WAIT, "the event is forwarded", || calls(work.path()) == 1).await;
+    eventually(WAIT, "the event is forwarded", || {
+        calls(work.path()).len() == 1
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(calls(work.path()), 1);
+    assert_eq!(calls(work.path()).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -248,7 +229,7 @@ async fn woocommerce_ping_is_answered_unstored_and_signed_events_are_stored_once
     let form = [h("content-type", "application/x-www-form-urlencoded")];
     let reply = post(server.addr, "/webhooks/woocommerce", &form, ping).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(rows(&server, "woocommerce"), 0);
+    assert_eq!(server.events_of("woocommerce"), 0);
     // Anything else unsigned, or the ping with a (wrong) signature, is refused.
     let reply = post(
         server.addr,
@@ -281,9 +262,12 @@ async fn woocommerce_ping_is_answered_unstored_and_signed_events_are_stored_once
     let event_type: String =
         server.one("SELECT event_type FROM events WHERE endpoint = 'woocommerce'");
     assert_eq!(event_type, "order.updated");
-    eventually(WAIT, "the event is forwarded", || calls(work.path()) == 1).await;
+    eventually(WAIT, "the event is forwarded", || {
+        calls(work.path()).len() == 1
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(calls(work.path()), 1);
+    assert_eq!(calls(work.path()).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,7 +429,7 @@ async fn shopify_vector_and_portarias_signature_accepted_by_shopify_api() {
     assert_eq!(out["valid"], true, "{out}");
     let reply = post(server.addr, "/webhooks/shopify", &ours, other).await;
     assert_eq!(reply.status, 200);
-    assert_eq!(rows(&server, "shopify"), 2);
+    assert_eq!(server.events_of("shopify"), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,10 +8,10 @@
 
 use std::time::{Duration, Instant};
 
-use crate::disk_full::{
+use crate::support::faults::{
     age_rows, assert_recovered_whole, config, cpu_time, gated_recorder, readyz,
 };
-use crate::refusing_fs::refusing_fs_or_skip;
+use crate::support::refusing_fs::refusing_fs_or_skip;
 use crate::support::*;
 
 #[test]

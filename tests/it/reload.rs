@@ -105,7 +105,6 @@ impl Reloading {
     /// Every attempt, event by event, as `events show` lists them (a delivered attempt is
     /// recorded on its delivery row, the others in `attempts`: schema 4).
     fn attempts(&self) -> Vec<(i64, i64, String, Option<String>)> {
-        let db = portaria::store::Db::open(&self.db).unwrap();
         let ids: Vec<i64> = {
             let conn = open_db(&self.db);
             let mut query = conn.prepare("SELECT id FROM events ORDER BY id").unwrap();
@@ -117,8 +116,7 @@ impl Reloading {
         };
         ids.into_iter()
             .flat_map(|id| {
-                let event = db.event(id).unwrap().unwrap();
-                event
+                event_detail(&self.db, id)
                     .attempts
                     .into_iter()
                     .map(move |a| (id, i64::from(a.attempt), a.outcome, a.error))
@@ -483,27 +481,16 @@ async fn sighup_reloads_the_binary_and_a_broken_file_leaves_it_serving() {
     assert!(server.wait(WAIT).await.success(), "{}", log());
 }
 
-/// An executable script that appends `<name> <event id>` to `dir/calls` when it starts and
+/// A command target that appends `<name> <event id>` to `dir/calls` when it starts and
 /// `<name>-done <event id>` when it ends, sleeping `sleep` in between.
 fn script(dir: &Path, name: &str, sleep: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.sh"));
-    let calls = dir.join("calls");
-    let calls = calls.display();
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\ncat > /dev/null\necho \"{name} $PORTARIA_EVENT_ID\" >> \"{calls}\"\nsleep {sleep}\necho \"{name}-done $PORTARIA_EVENT_ID\" >> \"{calls}\"\n"
-        ),
-    );
-    path
-}
-
-fn calls(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    record_calls(
+        dir,
+        &format!("{name}.sh"),
+        "cat > /dev/null",
+        &format!("{name} $PORTARIA_EVENT_ID"),
+        &format!("sleep {sleep}\necho \"{name}-done $PORTARIA_EVENT_ID\" >> \"$D/calls\""),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

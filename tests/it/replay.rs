@@ -18,50 +18,30 @@ const SW_SECRET: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
 /// Every endpoint forwards to `target`; the timestamped ones accept a skew of 2 s.
 fn config(db: &Path, target: std::net::SocketAddr) -> String {
     let forward = format!("forward = {{ url = \"http://{target}/in\", timeout_secs = 5 }}");
-    format!(
-        r#"
-[server]
-listen = "127.0.0.1:0"
-admin_listen = "off"
-
-[storage]
-path = "{db}"
-
-[[endpoint]]
-path = "/webhooks/pagarme"
-provider = "pagarme"
-secret = "{PAGARME_SECRET}"
-{forward}
-
-[[endpoint]]
-path = "/webhooks/github"
-provider = "github"
-secret = "{GITHUB_SECRET}"
-{forward}
-
-[[endpoint]]
-path = "/webhooks/stripe"
-provider = "stripe"
-secret = "{STRIPE_SECRET}"
-tolerance_secs = 2
-{forward}
-
-[[endpoint]]
-path = "/webhooks/relya"
-provider = "relya"
-secret = "{RELYA_SECRET}"
-tolerance_secs = 2
-{forward}
-
-[[endpoint]]
-path = "/webhooks/sw"
-provider = "standard-webhooks"
-secret = "{SW_SECRET}"
-tolerance_secs = 2
-{forward}
-"#,
-        db = db.display()
-    )
+    sqlite_config(db)
+        .without_admin()
+        .pagarme(&forward)
+        .endpoint(
+            "/webhooks/github",
+            "github",
+            &format!("secret = \"{GITHUB_SECRET}\"\n{forward}"),
+        )
+        .endpoint(
+            "/webhooks/stripe",
+            "stripe",
+            &format!("secret = \"{STRIPE_SECRET}\"\ntolerance_secs = 2\n{forward}"),
+        )
+        .endpoint(
+            "/webhooks/relya",
+            "relya",
+            &format!("secret = \"{RELYA_SECRET}\"\ntolerance_secs = 2\n{forward}"),
+        )
+        .endpoint(
+            "/webhooks/sw",
+            "standard-webhooks",
+            &format!("secret = \"{SW_SECRET}\"\ntolerance_secs = 2\n{forward}"),
+        )
+        .text()
 }
 
 async fn start(target: &Target) -> TestServer {

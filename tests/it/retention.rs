@@ -54,7 +54,7 @@ secret = "{GITHUB_SECRET}"
 /// Creates the database with portaria's own schema, then returns a plain connection to it.
 fn new_db(dir: &Path) -> rusqlite::Connection {
     let path = dir.join("portaria.db");
-    drop(portaria::store::Db::open(&path).unwrap());
+    portaria::store::Store::open(&path).unwrap().close();
     open_db(&path)
 }
 
@@ -145,10 +145,6 @@ fn ids(conn: &rusqlite::Connection) -> Vec<i64> {
         .unwrap()
         .map(Result::unwrap)
         .collect()
-}
-
-fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
-    conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
 /// Runs the real binary; returns stdout, after checking the exit code.
@@ -506,24 +502,13 @@ fn nothing_is_deleted_when_the_archive_cannot_be_written() {
 
 /// A command target that records `<event id> <dedup key>` per call and keeps each body.
 fn recorder(dir: &Path) -> PathBuf {
-    let path = dir.join("on-event.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nD='{}'\nn=$(wc -l < \"$D/calls\" 2>/dev/null || echo 0)\n\
-             cat > \"$D/body.$n\"\necho \"$PORTARIA_EVENT_ID $PORTARIA_DEDUP_KEY\" >> \"$D/calls\"\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
-fn calls(dir: &Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect()
+    record_calls(
+        dir,
+        "on-event.sh",
+        "n=$(wc -l < \"$D/calls\" 2>/dev/null || echo 0)\ncat > \"$D/body.$n\"",
+        "$PORTARIA_EVENT_ID $PORTARIA_DEDUP_KEY",
+        "",
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

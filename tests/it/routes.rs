@@ -13,32 +13,13 @@ const WAIT: Duration = Duration::from_secs(20);
 /// A command route's script: records `<event id> <route> <attempt>` per call in `$D/calls`,
 /// then runs `then`.
 fn recorder(dir: &Path, then: &str) -> PathBuf {
-    let path = dir.join("route.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nD='{}'\ncat > /dev/null\n\
-             echo \"$PORTARIA_EVENT_ID $PORTARIA_ROUTE $PORTARIA_ATTEMPT\" >> \"$D/calls\"\n{then}\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
-/// The calls the recorder saw: (event id, route, attempt).
-fn calls(dir: &Path) -> Vec<(i64, String, u32)> {
-    std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| {
-            let mut parts = l.split_whitespace();
-            (
-                parts.next().unwrap().parse().unwrap(),
-                parts.next().unwrap().to_string(),
-                parts.next().unwrap().parse().unwrap(),
-            )
-        })
-        .collect()
+    record_calls(
+        dir,
+        "route.sh",
+        "cat > /dev/null",
+        EVENT_ROUTE_ATTEMPT,
+        then,
+    )
 }
 
 /// An `erp` command route taking `events` and an `audit` URL route taking every event.
@@ -81,7 +62,7 @@ async fn each_route_gets_the_event_types_its_filter_takes() {
         server.one::<i64>("SELECT count(*) FROM events WHERE status = 'delivered'") == 3
     })
     .await;
-    let mut erp = calls(work.path());
+    let mut erp = route_attempts(work.path());
     erp.sort();
     assert_eq!(
         erp,
@@ -135,7 +116,7 @@ async fn an_event_no_route_takes_is_stored_and_counted() {
         ),
         "{text}"
     );
-    assert!(calls(work.path()).is_empty());
+    assert!(route_attempts(work.path()).is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +133,7 @@ async fn a_failing_route_holds_back_no_other_route() {
     }
     eventually(WAIT, "audit got every event", || audit.count() == 3).await;
     eventually(WAIT, "erp tried its first event", || {
-        !calls(work.path()).is_empty()
+        !route_attempts(work.path()).is_empty()
     })
     .await;
     let db = server.db();
@@ -167,7 +148,7 @@ async fn a_failing_route_holds_back_no_other_route() {
     })
     .await;
     // erp: its head waits for its retry, the rest wait behind it; the events stay pending.
-    assert_eq!(calls(work.path()), [(1, "erp".to_string(), 1)]);
+    assert_eq!(route_attempts(work.path()), [(1, "erp".to_string(), 1)]);
     assert_eq!(
         server.one::<i64>("SELECT count(*) FROM events WHERE status = 'pending'"),
         3,
@@ -250,12 +231,7 @@ async fn a_dead_route_is_replayed_alone_from_the_command_line() {
     })
     .await;
     assert_eq!(audit.count(), 2, "audit was not sent the event again");
-    let history = portaria::store::Db::open(&db)
-        .unwrap()
-        .event(1)
-        .unwrap()
-        .unwrap()
-        .attempts;
+    let history = event_detail(&db, 1).attempts;
     let of = |route: &str| -> Vec<(u32, String)> {
         history
             .iter()
@@ -297,7 +273,7 @@ async fn deliveries_of_a_removed_route_stay_visible_and_are_warned_about_at_star
     let mut first = Process::spawn(&config).await;
     assert_eq!(post_pagarme(first.addr, &payment_body(1)).await.status, 200);
     eventually(WAIT, "both routes tried", || {
-        audit.count() == 1 && calls(work.path()).len() == 1
+        audit.count() == 1 && route_attempts(work.path()).len() == 1
     })
     .await;
     first.signal(libc::SIGTERM);

@@ -12,32 +12,6 @@ use std::time::Duration;
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
-pub(crate) const MP_SECRET: &str = "test-mercadopago-secret";
-
-/// A Mercado Pago notification about payment `data_id`, signed as Mercado Pago signs it: the
-/// query's `data.id`, the request id and the time (not the body). Path and headers.
-pub(crate) fn mercadopago(
-    path: &str,
-    data_id: &str,
-    request_id: &str,
-) -> (String, Vec<(String, String)>, Vec<u8>) {
-    let ts = now_secs().to_string();
-    let manifest = format!("id:{data_id};request-id:{request_id};ts:{ts};");
-    let signature = format!("ts={ts},v1={}", hmac_hex(MP_SECRET, &[manifest.as_bytes()]));
-    let body = format!(
-        r#"{{"action":"payment.updated","api_version":"v1","data":{{"id":"{data_id}"}},"id":1{data_id},"live_mode":false,"type":"payment"}}"#
-    );
-    let headers = vec![
-        h("content-type", "application/json"),
-        h("x-signature", signature),
-        h("x-request-id", request_id),
-    ];
-    (
-        format!("{path}?data.id={data_id}&type=payment"),
-        headers,
-        body.into_bytes(),
-    )
-}
 
 fn contrib(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -50,27 +24,15 @@ fn contrib(name: &str) -> String {
 /// A command target that appends one line per call: the endpoint, the event type, whether
 /// it was signed, and the signed id (`<unset>` when the variable is not set at all).
 fn recorder(dir: &Path) -> PathBuf {
-    let path = dir.join("on-event.sh");
-    write_executable(
-        &path,
-        format!(
-            "#!/bin/sh\nprintf '%s type=%s type_signed=%s signed_id=%s\\n' \"$PORTARIA_ENDPOINT\" \
-             \"$PORTARIA_EVENT_TYPE\" \"${{PORTARIA_EVENT_TYPE_SIGNED-<unset>}}\" \
-             \"${{PORTARIA_SIGNED_ID-<unset>}}\" >> '{}/calls'\n",
-            dir.display()
-        ),
-    );
-    path
-}
-
-fn calls(dir: &Path) -> Vec<String> {
-    let mut lines: Vec<String> = std::fs::read_to_string(dir.join("calls"))
-        .unwrap_or_default()
-        .lines()
-        .map(String::from)
-        .collect();
-    lines.sort();
-    lines
+    record_calls(
+        dir,
+        "on-event.sh",
+        "",
+        "$PORTARIA_ENDPOINT type=$PORTARIA_EVENT_TYPE \
+         type_signed=${PORTARIA_EVENT_TYPE_SIGNED-<unset>} \
+         signed_id=${PORTARIA_SIGNED_ID-<unset>}",
+        "",
+    )
 }
 
 fn pipe_lines(path: &Path) -> Vec<serde_json::Value> {
@@ -160,7 +122,7 @@ async fn every_target_hears_the_signed_id_and_whether_the_event_type_was_signed(
 
     let pipe = |provider: &str| work.path().join(format!("pipe-{provider}.jsonl"));
     eventually(WAIT, "every route of every endpoint delivered", || {
-        calls(work.path()).len() == 3
+        calls_sorted(work.path()).len() == 3
             && target.count() == 3
             && ["mercadopago", "github", "stripe"]
                 .iter()
@@ -170,7 +132,7 @@ async fn every_target_hears_the_signed_id_and_whether_the_event_type_was_signed(
 
     // The command.
     assert_eq!(
-        calls(work.path()),
+        calls_sorted(work.path()),
         [
             "github type=push type_signed=0 signed_id=<unset>",
             "mercadopago type=payment type_signed=0 signed_id=123456",
@@ -292,9 +254,9 @@ async fn the_signed_id_is_shown_archived_and_replayed_with_the_event() {
     let reply = post(server.addr, &path, &headers, &body).await;
     assert_eq!(reply.status, 200, "{}", reply.body);
     let id: i64 = server.one("SELECT id FROM events");
-    eventually(WAIT, "delivered", || calls(work.path()).len() == 1).await;
+    eventually(WAIT, "delivered", || calls_sorted(work.path()).len() == 1).await;
     assert_eq!(
-        calls(work.path()),
+        calls_sorted(work.path()),
         ["mercadopago type=payment type_signed=0 signed_id=987654321"]
     );
 
@@ -354,9 +316,12 @@ async fn the_signed_id_is_shown_archived_and_replayed_with_the_event() {
         &config,
     ));
     assert!(replayed.contains("1 new"), "{replayed}");
-    eventually(WAIT, "delivered again", || calls(work.path()).len() == 2).await;
+    eventually(WAIT, "delivered again", || {
+        calls_sorted(work.path()).len() == 2
+    })
+    .await;
     assert_eq!(
-        calls(work.path()),
+        calls_sorted(work.path()),
         ["mercadopago type=payment type_signed=0 signed_id=987654321"; 2]
     );
     server.stop().await;

@@ -29,11 +29,7 @@ const ADYEN: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6
 const PAGBANK: &str = "PAGBANK-TOKEN-1";
 
 fn config(db: &Path) -> String {
-    let mut text = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
-         [storage]\npath = \"{}\"\n\n",
-        db.display()
-    );
+    let mut config = sqlite_config(db);
     for (name, secret, extra) in [
         ("mercadopago", MP, ""),
         ("github", GITHUB, ""),
@@ -44,12 +40,13 @@ fn config(db: &Path) -> String {
         ("adyen", ADYEN, ""),
         ("pagbank", PAGBANK, ""),
     ] {
-        text.push_str(&format!(
-            "[[endpoint]]\npath = \"/webhooks/{name}\"\nprovider = \"{name}\"\n\
-             secret = \"{secret}\"\n{extra}\n\n"
-        ));
+        config = config.endpoint(
+            &format!("/webhooks/{name}"),
+            name,
+            &format!("secret = \"{secret}\"\n{extra}"),
+        );
     }
-    text
+    config.text()
 }
 
 async fn start() -> TestServer {
@@ -57,12 +54,6 @@ async fn start() -> TestServer {
     let db = dir.path().join("portaria.db");
     let text = config(&db);
     TestServer::start_with(dir, db, &text).await
-}
-
-fn count(server: &TestServer, endpoint: &str) -> i64 {
-    server.one(&format!(
-        "SELECT count(*) FROM events WHERE endpoint = '{endpoint}'"
-    ))
 }
 
 fn verifier(provider: &str, secret: &str) -> Verifier {
@@ -132,7 +123,7 @@ async fn expect(server: &TestServer, request: &Captured, status: u16, events: i6
     let reply = request.post(server).await;
     assert_eq!(reply.status, status, "{what}: {}", reply.body);
     let endpoint = request.path[10..].split('?').next().unwrap();
-    assert_eq!(count(server, endpoint), events, "{what}");
+    assert_eq!(server.events_of(endpoint), events, "{what}");
 }
 
 fn mp_body(notification: i64, data_id: &str, action: &str) -> Vec<u8> {
@@ -157,7 +148,7 @@ async fn mercadopago_a_body_naming_another_payment_than_the_signature_is_refused
     let reply = forged.post(&server).await;
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert!(reply.body.contains("data.id"), "{}", reply.body);
-    assert_eq!(count(&server, "mercadopago"), 0);
+    assert_eq!(server.events_of("mercadopago"), 0);
     // Spelled twice, so that a reader taking the first member sees 556.
     let twice = br#"{"data":{"id":"556"},"data":{"id":"555"},"id":1001,"type":"payment"}"#;
     expect(&server, &genuine.with_body(twice), 400, 0, "data twice").await;
@@ -355,7 +346,7 @@ async fn adyen_batches_are_keyed_by_their_items_whatever_the_order_and_never_rep
     let reply = adyen(&[&a, &a]).post(&server).await;
     assert_eq!(reply.status, 400, "[A, A]: {}", reply.body);
     assert!(reply.body.contains("repeats item 1"), "{}", reply.body);
-    assert_eq!(count(&server, "adyen"), 1);
+    assert_eq!(server.events_of("adyen"), 1);
     expect(&server, &adyen(&[&a, &b]), 200, 2, "[A, B]").await;
     expect(&server, &adyen(&[&b, &a]), 200, 2, "[B, A] after [A, B]").await;
 }

@@ -12,21 +12,6 @@ use crate::support::*;
 const WAIT: Duration = Duration::from_secs(15);
 const TOKEN: &str = "correct-horse-battery-staple";
 
-pub(crate) async fn get(admin: SocketAddr, path: &str, headers: &[(String, String)]) -> Reply {
-    send(admin, "GET", path, headers, b"").await
-}
-
-pub(crate) async fn form(
-    admin: SocketAddr,
-    path: &str,
-    headers: &[(String, String)],
-    body: &str,
-) -> Reply {
-    let mut headers = headers.to_vec();
-    headers.push(h("content-type", "application/x-www-form-urlencoded"));
-    send(admin, "POST", path, &headers, body.as_bytes()).await
-}
-
 /// The status of `GET /api/events` sent with exactly this `Host`.
 async fn raw_status(admin: SocketAddr, host: &str) -> u16 {
     raw_get(admin, "/api/events", host, "").await
@@ -46,7 +31,7 @@ async fn raw_get(admin: SocketAddr, path: &str, host: &str, extra: &str) -> u16 
 
 /// The `cookie` header that sends back what `reply` set (a login's session, or the open
 /// page's visitor cookie).
-pub(crate) fn cookie_of(reply: &Reply) -> (String, String) {
+fn cookie_of(reply: &Reply) -> (String, String) {
     let set = reply
         .headers
         .get("set-cookie")
@@ -57,29 +42,12 @@ pub(crate) fn cookie_of(reply: &Reply) -> (String, String) {
 }
 
 /// The CSRF token of a page's forms.
-pub(crate) fn csrf(html: &str) -> String {
+fn csrf(html: &str) -> String {
     html.split("name=\"csrf\" value=\"")
         .nth(1)
         .and_then(|rest| rest.split('"').next())
         .expect("a form with a csrf field")
         .to_string()
-}
-
-pub(crate) fn json(reply: &Reply) -> serde_json::Value {
-    assert!(
-        reply.headers["content-type"]
-            .to_str()
-            .unwrap()
-            .starts_with("application/json"),
-        "{:?}",
-        reply.headers
-    );
-    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body))
-}
-
-/// The pagarme endpoint forwards to `target`, one retry 100 ms after the first attempt.
-pub(crate) fn forward_to(target: SocketAddr) -> String {
-    format!("forward = {{ url = \"http://{target}/in\", timeout_secs = 2 }}\nretry = [\"100ms\"]\n")
 }
 
 #[tokio::test]
@@ -435,25 +403,6 @@ async fn with_a_token_the_page_needs_a_login_and_a_wrong_token_is_refused() {
     server.stop().await;
 }
 
-/// Sends one pagarme webhook and waits until the worker has made it dead.
-async fn a_dead_event(server: &TestServer) -> i64 {
-    let reply = post_pagarme(server.addr, &payment_body(1)).await;
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    eventually(WAIT, "the event dead", || {
-        server
-            .db()
-            .query_row(
-                "SELECT count(*) FROM deliveries WHERE status = 'dead'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            == 1
-    })
-    .await;
-    server.one("SELECT id FROM events")
-}
-
 fn status_and_attempts(server: &TestServer, id: i64) -> (String, i64) {
     server
         .db()
@@ -596,7 +545,7 @@ async fn replay_all_dead_of_an_endpoint() {
     let id = a_dead_event(&server).await;
     let page = get(admin, "/", &[]).await;
     assert!(
-        page.body.contains("Replay all 1 dead of pagarme"),
+        page.body.contains("Replay all 1 dead event of pagarme"),
         "{}",
         page.body
     );
@@ -772,6 +721,15 @@ async fn the_json_api_lists_filters_pages_and_counts() {
             .any(|h| h[0] == "x-hub-signature")
     );
     assert!(one["delivery_attempts"].as_array().unwrap().is_empty());
+    // `portaria events show --json` prints the very same object: one shape for one event.
+    let shown = ok_stdout(&run_cli(
+        &["events", "show", "--json", &id.to_string()],
+        &server.dir.path().join("portaria.toml"),
+    ));
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&shown).unwrap(),
+        one
+    );
     let missing = get(admin, "/api/events/999999", &[]).await;
     assert_eq!(missing.status, 404);
     assert_eq!(json(&missing)["error"], "no such event");

@@ -172,7 +172,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     assert_eq!(schema(&server.db(), "rootpage"), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
     let fresh = fresh_dir.path().join("fresh.db");
-    drop(portaria::store::Db::open(&fresh).unwrap());
+    portaria::store::Store::open(&fresh).unwrap().close();
     assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
 
     // What it held waiting goes, and a new event after it.
@@ -264,7 +264,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     assert_eq!(schema(&server.db(), "rootpage"), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
     let fresh = fresh_dir.path().join("fresh.db");
-    drop(portaria::store::Db::open(&fresh).unwrap());
+    portaria::store::Store::open(&fresh).unwrap().close();
     assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
 
     // The old event: its type is not known to be signed, so its target hears 0.

@@ -6,18 +6,9 @@
 //! its old time: no instance holds its claim. Bodies arrive as received: a deflated SQLite
 //! row (`payload.rs`) is decoded here, since PostgreSQL keeps raw bodies (TOAST compresses).
 
-use rusqlite::Connection;
-
 use super::{Pg, error};
-use crate::store::StoreError;
-
-/// What a copy brought over.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct CopyReport {
-    pub events: u64,
-    pub deliveries: u64,
-    pub attempts: u64,
-}
+use crate::store::sqlite::Sqlite;
+use crate::store::{CopyReport, StoreError};
 
 const EVENTS: &str = "SELECT e.id, e.endpoint, e.dedup_key, e.event_type, e.content_type, \
      e.payload_bytes, e.received_at, e.status, e.finished_at, e.client_cert, p.headers, p.body, \
@@ -51,10 +42,12 @@ fn read(e: rusqlite::Error) -> StoreError {
 }
 
 impl Pg {
+    /// `source`'s rows, read on a read-only connection of their own, into this database.
     pub(in crate::store) async fn copy_from(
         &self,
-        source: &Connection,
+        source: &Sqlite,
     ) -> Result<CopyReport, StoreError> {
+        let source = source.reader()?;
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(error)?;
         let present: i64 = tx
@@ -89,7 +82,7 @@ impl Pg {
             let (finished, cert): (Option<i64>, Option<String>) =
                 (r.get(8).map_err(read)?, r.get(9).map_err(read)?);
             let headers: Vec<u8> = r.get(10).map_err(read)?;
-            let body = crate::store::payload::body_column(r, id, 12, 11).map_err(read)?;
+            let body = crate::store::sqlite::payload::body_column(r, id, 12, 11).map_err(read)?;
             let object_id: Option<String> = r.get(13).map_err(read)?;
             let (signed_id, type_signed): (Option<String>, Option<bool>) =
                 (r.get(14).map_err(read)?, r.get(15).map_err(read)?);

@@ -5,6 +5,11 @@
 //! excluded.n`, rows in one order so two instances never deadlock). A fold that fails (the
 //! database away) puts its counts back for the next one; closing the store folds what is
 //! left. A crash loses at most the last [`EVERY`] of counts; the events are in `events`.
+//!
+//! Folds run one at a time ([`Folding`]): the status page's own fold (`dashboard.rs`) and
+//! closing wait for the keeper's fold in flight, whose counts the tally no longer holds but
+//! `hourly` does not hold yet either (seen by the behaviour suite: a count made before the
+//! page was asked, missing from it).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,6 +24,9 @@ use crate::store::counters::{COLUMNS, KEEP_MS, Tally};
 /// How often the tally is folded in: the status page lags another instance's counts by at
 /// most this (its own it folds in first: `dashboard.rs`).
 pub(super) const EVERY: Duration = Duration::from_secs(2);
+
+/// Held across a fold, from taking the tally to the write's end: folds run one at a time.
+pub(super) type Folding = Arc<tokio::sync::Mutex<()>>;
 
 /// What asks the keeper for a last fold at close, and hears when it is done.
 pub(super) type Closing = mpsc::Sender<std::sync::mpsc::SyncSender<()>>;
@@ -50,6 +58,7 @@ fn upsert_sql() -> String {
 pub(super) async fn counter_keeper(
     pool: Pool,
     tally: Arc<Tally>,
+    folding: Folding,
     mut closing: mpsc::Receiver<std::sync::mpsc::SyncSender<()>>,
 ) {
     let mut tick = tokio::time::interval(EVERY);
@@ -60,12 +69,12 @@ pub(super) async fn counter_keeper(
                 if pool.is_closed() {
                     return;
                 }
-                if let Err(e) = fold(&pool, &tally, crate::time::now_ms()).await {
+                if let Err(e) = fold(&pool, &tally, &folding, crate::time::now_ms()).await {
                     tracing::warn!(error = %e, "cannot write the status page's counters; kept for the next try");
                 }
             }
             done = closing.recv() => {
-                if let Err(e) = fold(&pool, &tally, crate::time::now_ms()).await {
+                if let Err(e) = fold(&pool, &tally, &folding, crate::time::now_ms()).await {
                     tracing::warn!(error = %e, "cannot write the status page's counters at close");
                 }
                 if let Some(done) = done {
@@ -77,8 +86,14 @@ pub(super) async fn counter_keeper(
     }
 }
 
-/// The tally into `hourly` (and, once an hour, the old rows out).
-pub(super) async fn fold(pool: &Pool, tally: &Tally, now_ms: i64) -> Result<(), StoreError> {
+/// The tally into `hourly` (and, once an hour, the old rows out), after any fold in flight.
+pub(super) async fn fold(
+    pool: &Pool,
+    tally: &Tally,
+    folding: &tokio::sync::Mutex<()>,
+    now_ms: i64,
+) -> Result<(), StoreError> {
+    let _one_at_a_time = folding.lock().await;
     let (rows, trim) = tally.take(now_ms);
     if rows.is_empty() && !trim {
         return Ok(());

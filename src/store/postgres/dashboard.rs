@@ -10,18 +10,15 @@ use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, error};
-use crate::store::dashboard::Chart;
+use crate::store::dashboard::{
+    Chart, Counts, HOUR_MS, chart_sql, counted_since_sql, day_hours, shown,
+};
 use crate::store::events::{self, Arg, EventDetail, EventSummary, ListFilter, RouteState};
-use crate::store::{EndpointNow, HourCounts, Overview, Rejected, Status, StoreError};
-
-const HOUR_MS: i64 = 3_600_000;
+use crate::store::{HourCounts, Overview, Status, StoreError};
 
 const RECEIVED_SINCE: &str =
     "SELECT count(*) FROM events WHERE endpoint = $1 AND received_at >= $2";
 const LAST_RECEIVED: &str = "SELECT max(received_at) FROM events WHERE endpoint = $1";
-const COUNTED_SINCE: &str = "SELECT sum(duplicate)::bigint, sum(bad_signature)::bigint, \
-     sum(stale_timestamp)::bigint, sum(too_large)::bigint, sum(bad_request)::bigint, \
-     sum(storage_error)::bigint FROM hourly WHERE endpoint = $1 AND hour >= $2";
 const COUNTED_ENDPOINTS: &str = "SELECT DISTINCT endpoint FROM hourly WHERE hour >= $1";
 /// Its due time only while pending (as SQLite's `events::routes`): a claim leaves it set.
 const ROUTES: &str = "SELECT route, status, attempts, \
@@ -54,38 +51,33 @@ impl Pg {
     /// last day; and the chart's last `hours` hours (as SQLite's `dashboard::overview`).
     pub(in crate::store) async fn overview(
         &self,
-        mut names: Vec<String>,
+        names: Vec<String>,
         hours: usize,
         now_ms: i64,
     ) -> Result<Overview, StoreError> {
         // The counts not folded yet go in first, so the page shows every count made before it
         // was asked (as SQLite's `Store::overview` folds them with its read). A failed fold
         // keeps them for the keeper's next; the read says what is wrong.
-        let folded = super::counters::fold(&self.pool, &self.tally, crate::time::now_ms()).await;
+        let now = crate::time::now_ms();
+        let folded = super::counters::fold(&self.pool, &self.tally, &self.folding, now).await;
         if let Err(e) = folded {
             tracing::warn!(error = %e, "cannot write the status page's counters; kept for the next try");
         }
         let queue = self.queue_stats().await?;
         let client = self.client().await?;
-        let this_hour = now_ms.div_euclid(HOUR_MS) * HOUR_MS;
-        let day_hour = this_hour - 23 * HOUR_MS;
+        let (day_hour, this_hour) = day_hours(now_ms);
         let counted = client
             .query(COUNTED_ENDPOINTS, &[&day_hour])
             .await
             .map_err(error)?;
-        for name in queue
-            .iter()
-            .map(|q| q.endpoint.clone())
-            .chain(counted.iter().map(|r| r.get::<_, String>(0)))
-        {
-            if !names.contains(&name) {
-                names.push(name);
-            }
-        }
+        let names = shown(names, &queue, counted.iter().map(|r| r.get::<_, String>(0)));
         let (received, last, sums) = (
             client.prepare_cached(RECEIVED_SINCE).await.map_err(error)?,
             client.prepare_cached(LAST_RECEIVED).await.map_err(error)?,
-            client.prepare_cached(COUNTED_SINCE).await.map_err(error)?,
+            client
+                .prepare_cached(&counted_since_sql("$", "::bigint"))
+                .await
+                .map_err(error)?,
         );
         let mut endpoints = Vec::with_capacity(names.len());
         for endpoint in names {
@@ -99,42 +91,25 @@ impl Pg {
                     Ok::<u64, StoreError>(n(&row, 0))
                 }
             };
-            let received_last_hour = count(now_ms - HOUR_MS).await?;
-            let received_last_day = count(now_ms - 24 * HOUR_MS).await?;
-            let last_received_ms: Option<i64> = client
-                .query_one(&last, &[&endpoint])
-                .await
-                .map_err(error)?
-                .get(0);
             let s = client
                 .query_one(&sums, &[&endpoint, &day_hour])
                 .await
                 .map_err(error)?;
-            let q = queue.iter().find(|q| q.endpoint == endpoint);
-            endpoints.push(EndpointNow {
-                received_last_hour,
-                received_last_day,
-                duplicates_last_day: n(&s, 0),
-                rejected_last_day: Rejected {
-                    bad_signature: n(&s, 1),
-                    stale_timestamp: n(&s, 2),
-                    too_large: n(&s, 3),
-                    bad_request: n(&s, 4),
-                    storage_error: n(&s, 5),
-                },
-                pending: q.map_or(0, |q| q.pending),
-                dead: q.map_or(0, |q| q.dead),
-                oldest_pending_ms: q.and_then(|q| q.oldest_pending_ms),
-                last_received_ms,
-                endpoint,
-            });
+            let counts = Counts {
+                received_last_hour: count(now_ms - HOUR_MS).await?,
+                received_last_day: count(now_ms - 24 * HOUR_MS).await?,
+                last_received_ms: client
+                    .query_one(&last, &[&endpoint])
+                    .await
+                    .map_err(error)?
+                    .get(0),
+                counted: [0, 1, 2, 3, 4, 5].map(|i| n(&s, i)),
+            };
+            endpoints.push(counts.shape(endpoint, &queue));
         }
         let mut chart = Chart::new(this_hour, hours);
         for r in client
-            .query(
-                &crate::store::dashboard::chart_sql("$", "::bigint"),
-                &[&chart.first_ms()],
-            )
+            .query(&chart_sql("$", "::bigint"), &[&chart.first_ms()])
             .await
             .map_err(error)?
         {

@@ -49,7 +49,9 @@ struct Job {
     claim: Claim,
 }
 
-/// The queue of inserts to the committers. The committers end when it is dropped.
+/// The queue of inserts to the committers. The committers end when it is dropped (with
+/// its clones).
+#[derive(Clone)]
 pub(super) struct Grouper {
     queue: mpsc::UnboundedSender<Job>,
 }

@@ -1,10 +1,10 @@
 //! Wake-ups across instances, by PostgreSQL's `LISTEN/NOTIFY` on one channel,
 //! `portaria_deliveries`: every instance's [`listener`] holds a connection of its own (outside the
-//! pool) that listens, and wakes this instance's worker ([`Store::changed_elsewhere`]) when
+//! pool) that listens, and wakes this instance's worker ([`crate::store::Store::changed_elsewhere`]) when
 //! any session notifies. Two things notify:
 //!
 //! - intake, through [`announcer`]: an accepted event with deliveries asks it
-//!   ([`Pg::announce`]), and it sends one `NOTIFY` for everything accepted since its last one,
+//!   (`Pg::insert_event`), and it sends one `NOTIFY` for everything accepted since its last one,
 //!   in a transaction of its own. Not inside the intake transaction: PostgreSQL serializes
 //!   the commits of notifying transactions (a lock held across the commit's flush), which
 //!   would undo the intake's concurrent commits;
@@ -31,7 +31,7 @@ use tokio_postgres::AsyncMessage;
 
 use super::tls::Connector;
 use super::{Pg, error};
-use crate::store::{Store, StoreError};
+use crate::store::StoreError;
 
 /// One wake-up for everything accepted since the last: no flush of its own (a lost
 /// notification only means the fallback check finds the delivery).
@@ -103,21 +103,10 @@ impl Wakeups {
 }
 
 impl Pg {
-    /// An event with deliveries was committed: tell the other instances (soon, coalesced).
-    pub(in crate::store) fn announce(&self) {
-        self.wakeups.accepted.notify_one();
-    }
-}
-
-impl Store {
-    /// Resolves when another session changed the queue (PostgreSQL: a notification on
-    /// `portaria_deliveries`); never on SQLite, whose worker sees other processes' commits through its
-    /// `data_version` check.
-    pub async fn changed_elsewhere(&self) {
-        match self.postgres() {
-            Some(pg) => pg.wakeups.changed.notified().await,
-            None => std::future::pending().await,
-        }
+    /// Resolves at a notification on `portaria_deliveries` (another instance's intake, a
+    /// replay).
+    pub(in crate::store) async fn changed_elsewhere(&self) {
+        self.wakeups.changed.notified().await;
     }
 }
 

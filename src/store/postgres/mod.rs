@@ -11,8 +11,10 @@
 //! `counters.rs` (the status page's hourly counters, folded in by a task), `dashboard.rs`
 //! (what the status page and `portaria events` read and replay).
 //!
-//! TLS, when the URL's `sslmode` asks for it, through `tls.rs` (rustls), on every connection.
-//! Nothing here ever formats the connection URL: it may hold a password.
+//! Every session gets `synchronous_commit = on` (no 2xx before the WAL flush) and statement
+//! and lock timeouts. TLS, when the URL's `sslmode` asks for it, through `tls.rs` (rustls), on
+//! every connection. Nothing here ever formats the connection URL: it may hold a password;
+//! an error says what the client said and the causes behind it (the TLS or OS error).
 
 mod alerts;
 mod copy;
@@ -33,12 +35,12 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 
-pub use copy::CopyReport;
 pub(super) use retention::RetentionLock;
 
 use super::StoreError;
 use super::counters::Tally;
 use super::intake::{Inserted, NewEvent};
+use super::observe::IntakeHealth;
 
 /// Connections per instance: intake's committers (`group.rs`), the worker, the probe and the
 /// pruner.
@@ -66,7 +68,10 @@ pub(in crate::store) struct Pg {
     noted: alerts::Noted,
     /// The status page's counts not in `hourly` yet, and what asks for the last fold at close.
     tally: Arc<Tally>,
+    folding: counters::Folding,
     closing: counters::Closing,
+    /// How the latest intake commits went, for `/readyz`.
+    health: Arc<IntakeHealth>,
 }
 
 /// How long closing waits for the last fold of the counters.
@@ -80,6 +85,7 @@ impl Pg {
         mut config: tokio_postgres::Config,
         tls: Option<Arc<rustls::ClientConfig>>,
         tally: Arc<Tally>,
+        health: Arc<IntakeHealth>,
     ) -> Result<Pg, StoreError> {
         let options = match config.get_options() {
             Some(own) => format!("{own} {SESSION_OPTIONS}"),
@@ -118,7 +124,9 @@ impl Pg {
             lease_ms: queue::lease_ms(),
             noted: alerts::Noted::default(),
             tally,
+            folding: counters::Folding::default(),
             closing,
+            health,
         };
         schema::migrate(&mut *pg.client().await?).await?;
         tokio::spawn(queue::lease_keeper(
@@ -129,6 +137,7 @@ impl Pg {
         tokio::spawn(counters::counter_keeper(
             pg.pool.clone(),
             pg.tally.clone(),
+            pg.folding.clone(),
             close_rx,
         ));
         Ok(pg)
@@ -140,18 +149,29 @@ impl Pg {
     }
 
     /// Stores `e` unless its (endpoint, dedup key) is known within its window, in the next
-    /// group's transaction; resolves after its COMMIT, or gives it up if no committer took it
-    /// within `deadline` (`handover.rs`).
+    /// group's transaction (`group.rs`); resolves after its COMMIT, or gives it up if no
+    /// committer took it within `deadline` (`handover.rs`). A new event with routes is
+    /// announced to the other instances.
     pub(in crate::store) async fn insert_event(
         &self,
         e: NewEvent,
         deadline: Duration,
     ) -> Result<Inserted, StoreError> {
-        self.grouper.insert(e, deadline).await
-    }
-
-    pub(in crate::store) fn tally(&self) -> &Tally {
-        &self.tally
+        // A task of its own, so its outcome (COMMIT included) is recorded for `/readyz` even
+        // when the caller stopped waiting, as the writer thread does on SQLite.
+        let (grouper, health) = (self.grouper.clone(), self.health.clone());
+        let accepted = self.wakeups.accepted.clone();
+        let task = tokio::spawn(async move {
+            let routed = !e.routes.is_empty();
+            let inserted = grouper.insert(e, deadline).await;
+            health.record(inserted.as_ref().map(drop));
+            if matches!(inserted, Ok(Inserted::New(_))) && routed {
+                // Coalesced with the other commits of this round (`listen.rs`).
+                accepted.notify_one();
+            }
+            inserted
+        });
+        task.await.unwrap_or(Err(StoreError::Closed))
     }
 
     /// Folds the counters a last time (waiting up to [`LAST_FOLD_WAIT`] for the task, which
@@ -159,11 +179,11 @@ impl Pg {
     /// pool: idle connections go now, busy ones when their call returns.
     pub(in crate::store) fn close(&self) {
         self.wakeups.stop.send_replace(true);
-        if !self.tally.is_empty() {
-            let (done, folded) = std::sync::mpsc::sync_channel(1);
-            if self.closing.try_send(done).is_ok() {
-                let _ = folded.recv_timeout(LAST_FOLD_WAIT);
-            }
+        // Asked even with the tally empty: a fold in flight has taken the counts and not
+        // written them yet; the keeper answers once it has.
+        let (done, folded) = std::sync::mpsc::sync_channel(1);
+        if self.closing.try_send(done).is_ok() {
+            let _ = folded.recv_timeout(LAST_FOLD_WAIT);
         }
         self.pool.close();
     }

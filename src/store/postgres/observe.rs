@@ -4,7 +4,7 @@
 //! here: the disk is the database server's, and a full one fails the probe.
 
 use super::{Pg, error};
-use crate::store::{QueueStats, StoreError};
+use crate::store::{NotReady, QueueStats, StoreError};
 
 const PROBE: &str = "INSERT INTO meta (key, value) VALUES ('ready_probe_at', $1) \
      ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
@@ -24,6 +24,16 @@ impl Pg {
             .await
             .map_err(error)?;
         Ok(())
+    }
+
+    /// The write probe commits: PostgreSQL's disk is its server's, and a full one fails it
+    /// (`needed_free` is SQLite's question).
+    pub(in crate::store) async fn readiness(
+        &self,
+        _needed_free: u64,
+        now_ms: i64,
+    ) -> Result<(), NotReady> {
+        self.probe_write(now_ms).await.map_err(NotReady::Probe)
     }
 
     pub(in crate::store) async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {

@@ -273,11 +273,12 @@ impl Pg {
         Ok(claimed.pop())
     }
 
-    /// At start: no delivery to recover (leases), only the roll-ups a stop cut off.
-    pub(in crate::store) async fn roll_up_all(&self) -> Result<(), StoreError> {
+    /// At start: no delivery to recover (a claim's lease runs out instead, and another
+    /// instance, or this one, takes it over: `claim_lanes`), only the roll-ups a stop cut off.
+    pub(in crate::store) async fn recover(&self, _now_ms: i64) -> Result<usize, StoreError> {
         let client = self.client().await?;
         client.execute(ROLL_UP_ALL, &[]).await.map_err(error)?;
-        Ok(())
+        Ok(0)
     }
 
     pub(in crate::store) async fn roll_up(&self, event_ids: Vec<i64>) -> Result<(), StoreError> {

@@ -1,5 +1,5 @@
 //! `portaria archive replay` on PostgreSQL: archived events put back through the store by the
-//! rules of SQLite's `Db::restore` (`store/retention.rs`), one transaction per batch. The
+//! rules of `Store::restore` (`store/retention.rs`, as SQLite's), one transaction per batch. The
 //! barrier decides, with no dedup window whatever the endpoint's: a key without a `dedup` row
 //! gets a new event (a new id from the sequence, the archived dedup key, headers, body and
 //! received time, due now); a key whose newest event (the one its `dedup` row names) is

@@ -6,7 +6,8 @@
 //! skips that pass. Finished events past their window are deleted in batches, in the order
 //! they were stored (by id, as on SQLite), their payloads, deliveries, attempts and dedup rows
 //! going with them (ON DELETE CASCADE).
-//! The same rule as SQLite's `PRUNABLE`: pending and delivering events never match. With an
+//! The rule is `store/retention.rs`'s `prunable!`, as SQLite's: pending and delivering
+//! events never match. With an
 //! archive, a batch is read in full first ([`RetentionLock::prunable`]) and deleted by id
 //! once the archive is fsynced ([`RetentionLock::delete_pruned`]), both on the lock's session:
 //! no other instance reads a batch meanwhile, so none archives an event twice. Space is
@@ -18,6 +19,7 @@ use deadpool_postgres::{ClientWrapper, Object};
 
 use super::{Pg, error};
 use crate::store::events::{self, Attempt, EventDetail};
+use crate::store::retention::prunable;
 use crate::store::{Cutoffs, PrunableGroup, Removed, StoreError};
 
 /// The retention lock: whoever holds it prunes (an arbitrary constant: "portaria" in ASCII
@@ -25,21 +27,12 @@ use crate::store::{Cutoffs, PrunableGroup, Removed, StoreError};
 /// `pg_locks` as an advisory lock with `classid` 1886351988 and `objid` 1634888040.
 pub(super) const RETENTION_LOCK: i64 = 0x706f_7274_6172_6968;
 
-/// The one definition of prunable on PostgreSQL ($1: the cut-off for delivered and stored
-/// events, $2: for dead ones), as SQLite's `PRUNABLE`.
-macro_rules! prunable {
-    () => {
-        "((status IN ('delivered', 'stored') AND received_at < $1) \
-         OR (status = 'dead' AND received_at < $2))"
-    };
-}
-
 /// Up to $3 prunable events deleted, in the order they were stored (by id, as SQLite's: an
 /// event restored from the archive, received long ago, waits its turn). `SKIP LOCKED` leaves
 /// alone a row a replay is changing right now.
 const DELETE_PRUNABLE: &str = concat!(
     "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ",
-    prunable!(),
+    prunable!("$"),
     " ORDER BY id LIMIT $3 FOR UPDATE SKIP LOCKED) \
      RETURNING endpoint, status, payload_bytes"
 );
@@ -58,7 +51,7 @@ fn prunable_batch() -> String {
          JOIN events ON events.id = batch.pruned_id \
          JOIN payloads ON payloads.event_id = batch.pruned_id \
          WHERE batch.before < $4::bigint ORDER BY batch.pruned_id",
-        prunable!(),
+        prunable!("$"),
         events::SUMMARY,
         DETAIL
     )
@@ -77,14 +70,14 @@ const ATTEMPTS_OF: &str = "SELECT event_id, attempt, started_at, duration_ms, ou
 /// wins).
 const DELETE_PRUNED: &str = concat!(
     "DELETE FROM events WHERE id = ANY($3) AND ",
-    prunable!(),
+    prunable!("$"),
     " RETURNING endpoint, status, payload_bytes"
 );
 
 /// What [`DELETE_PRUNABLE`] would take, by endpoint and status (the same condition).
 const PRUNABLE_COUNTS: &str = concat!(
     "SELECT endpoint, status, count(*), sum(payload_bytes)::bigint FROM events WHERE ",
-    prunable!(),
+    prunable!("$"),
     " GROUP BY endpoint, status ORDER BY endpoint, status"
 );
 

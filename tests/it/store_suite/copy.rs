@@ -4,7 +4,7 @@
 //! the copied ones, a delivery cut off mid-attempt arriving pending. The target is always
 //! PostgreSQL: on SQLite the copy is refused.
 
-use portaria::store::{AfterAttempt, Db, EventDetail, Inserted, ListFilter, Status};
+use portaria::store::{AfterAttempt, CopyError, EventDetail, Inserted, ListFilter, Status, Store};
 
 use super::{Engine, HOUR, MINUTE, Subject, Webhook, dead, retry_at};
 
@@ -79,13 +79,14 @@ fn comparable(mut e: EventDetail) -> EventDetail {
 async fn a_sqlite_database_is_copied_whole_into_postgres(s: &Subject) {
     let (from, events) = source().await;
     super::close(from.store.clone()).await;
-    let db = Db::open(from.sqlite_path().unwrap()).unwrap();
+    let source = Store::open_read_only(from.sqlite_path().unwrap()).unwrap();
     if s.engine == Engine::Sqlite {
-        let refused = s.store.copy_from_sqlite(&db).await.unwrap_err();
-        assert!(refused.to_string().contains("PostgreSQL"), "{refused}");
+        let refused = s.store.copy_from(&source).await.unwrap_err();
+        assert!(matches!(refused, CopyError::IntoSqlite), "{refused:?}");
+        source.close();
         return;
     }
-    let report = s.store.copy_from_sqlite(&db).await.unwrap();
+    let report = s.store.copy_from(&source).await.unwrap();
     assert_eq!(
         (report.events, report.deliveries, report.attempts),
         (6, 4, 2),
@@ -145,8 +146,9 @@ async fn a_sqlite_database_is_copied_whole_into_postgres(s: &Subject) {
     let retry = s.claim_one("pagarme", "slow", s.now).await;
     assert_eq!((retry.dedup_key.as_str(), retry.attempt), ("delivering", 2));
     // Only into an empty database.
-    let again = s.store.copy_from_sqlite(&db).await.unwrap_err();
+    let again = s.store.copy_from(&source).await.unwrap_err();
     assert!(again.to_string().contains("already has"), "{again}");
+    source.close();
     from.close().await;
 }
 

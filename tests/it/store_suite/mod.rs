@@ -18,10 +18,9 @@
 //! queries and counters), `copy` (`store copy`, SQLite into PostgreSQL), `engines` (where the
 //! engines differ on purpose, each difference asserted as each engine documents it).
 //!
-//! Opening a store is per engine by nature ([`Subject::open`], [`Subject::another`]); until
-//! the seam lands (issue 25), SQLite's restore and `store copy`'s source also go through the
-//! command's `Db` ([`Subject::restore`], `copy.rs`). Nothing else here knows the engine, but
-//! for the differences on purpose, each named where it is asserted.
+//! Opening a store is per engine by nature ([`Subject::open`], [`Subject::another`]), and so
+//! is `store copy`'s source, a SQLite file (`copy.rs`). Nothing else here knows the engine,
+//! but for the differences on purpose, each named where it is asserted.
 
 use std::path::PathBuf;
 
@@ -109,7 +108,7 @@ static FREE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
 
 /// A database for one test: a free one, emptied (its schema kept, its ids starting over), or
 /// a new one.
-async fn checkout(pg: &crate::pg_cluster::Cluster) -> String {
+async fn checkout(pg: &crate::support::pg_cluster::Cluster) -> String {
     let free = FREE.lock().unwrap().pop();
     let Some(database) = free else {
         return pg.database().await;
@@ -137,7 +136,7 @@ impl Subject {
                 (store, Place::Sqlite { _dir: dir, path })
             }
             Engine::Postgres => {
-                let pg = crate::pg_cluster::shared()?;
+                let pg = crate::support::pg_cluster::shared()?;
                 let database = checkout(pg).await;
                 let url = pg.url(&database);
                 let store = open_postgres(&url).await;
@@ -171,17 +170,13 @@ impl Subject {
         }
     }
 
-    /// Puts archived events back (`archive replay`), each to `routes`: on SQLite through the
-    /// command's own connection (`Db::restore`), on PostgreSQL through the store.
+    /// Puts archived events back (`archive replay`), each to `routes`.
     pub async fn restore(&self, events: &[EventDetail], routes: &[NewDelivery]) -> Restored {
         let plan = |_: &EventDetail| routes.to_vec();
-        match &self.place {
-            Place::Sqlite { path, .. } => portaria::store::Db::open(path)
-                .unwrap()
-                .restore(events, &plan, self.now)
-                .unwrap(),
-            Place::Postgres { .. } => self.store.restore(events, &plan, self.now).await.unwrap(),
-        }
+        self.store
+            .restore(events.to_vec(), &plan, self.now)
+            .await
+            .unwrap()
     }
 
     /// The SQLite file (SQLite only: the source of `store copy`).

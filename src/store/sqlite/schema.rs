@@ -271,7 +271,9 @@ ALTER TABLE events ADD COLUMN event_type_signed INTEGER;
 ";
 
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
-/// and a busy timeout, and brings the schema up to date.
+/// and a busy timeout, and brings the schema up to date: for tests (the store opens with
+/// [`open_with`]).
+#[cfg(test)]
 pub fn open(path: &Path) -> Result<Connection, StoreError> {
     open_with(path, Upgrade::Allowed)
 }
@@ -563,7 +565,10 @@ fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
             return Ok(());
         };
         for (id, endpoint, key) in rows {
-            set.execute(rusqlite::params![id, super::dedup_hash(&endpoint, &key)])?;
+            set.execute(rusqlite::params![
+                id,
+                crate::store::dedup_hash(&endpoint, &key)
+            ])?;
         }
         after = last;
     }
@@ -571,10 +576,47 @@ fn fill_dedup_hashes(conn: &Connection, chunk: i64) -> rusqlite::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Db;
     use super::super::fixtures::{new_event, temp_db};
     use super::super::intake::insert_event;
-    use super::super::{Db, Inserted, Status};
     use super::*;
+    use crate::store::{Inserted, Status};
+
+    /// The SQLite compiled into the binary: `.cargo/config.toml` turns off what portaria never
+    /// uses (full-text search, R*Trees, dbstat, SOUNDEX, extension loading).
+    #[test]
+    fn sqlite_is_built_without_what_portaria_does_not_use() {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        for off in [
+            "ENABLE_FTS3",
+            "ENABLE_FTS5",
+            "ENABLE_RTREE",
+            "ENABLE_DBSTAT_VTAB",
+            "SOUNDEX",
+            "ENABLE_LOAD_EXTENSION",
+        ] {
+            assert!(
+                !options.iter().any(|o| o.starts_with(off)),
+                "{off} in {options:?}"
+            );
+        }
+        assert!(
+            options.iter().any(|o| o == "OMIT_LOAD_EXTENSION"),
+            "{options:?}"
+        );
+        // What portaria does use is still there.
+        assert!(
+            options.iter().any(|o| o.starts_with("THREADSAFE=1")),
+            "{options:?}"
+        );
+    }
 
     /// A file of schema `from`: a command refuses it, the server upgrades it to this version,
     /// whose status writes build no temporary b-tree (schema 8).
@@ -625,7 +667,7 @@ mod tests {
                 |r| r.get(0),
             )
             .unwrap();
-        assert_eq!(k3, super::super::dedup_hash("e", "k3"));
+        assert_eq!(k3, crate::store::dedup_hash("e", "k3"));
     }
 
     #[test]
@@ -819,7 +861,7 @@ mod tests {
                 rusqlite::params![
                     id,
                     key,
-                    super::super::dedup_hash("pagarme", &key),
+                    crate::store::dedup_hash("pagarme", &key),
                     status,
                     attempts,
                     next,
@@ -897,7 +939,7 @@ mod tests {
 
     /// The whole schema of version 5, as released before the queue indexes left the happy path
     /// (shared with the integration test that upgrades a v5 file under the real server).
-    const SCHEMA_V5: &str = include_str!("../../tests/fixtures/schema_v5.sql");
+    const SCHEMA_V5: &str = include_str!("../../../tests/fixtures/schema_v5.sql");
 
     /// A version 5 file with a delivery in every state ([`V5_ROWS`]).
     fn version_5_file(path: &Path) {
@@ -913,7 +955,7 @@ mod tests {
                 rusqlite::params![
                     id,
                     dedup,
-                    super::super::dedup_hash("shop", &dedup),
+                    crate::store::dedup_hash("shop", &dedup),
                     if status == "delivering" {
                         "pending"
                     } else {
@@ -961,7 +1003,8 @@ mod tests {
 
     #[test]
     fn a_version_5_file_keeps_every_delivery_in_the_new_queue_index() {
-        use super::super::queue::{Order, claim_due, recover};
+        use super::super::queue::{claim_due, recover};
+        use crate::store::Order;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("p.db");
         version_5_file(&path);
@@ -1064,7 +1107,7 @@ mod tests {
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (3, 'pagarme', 'old', ?1, ?2, 1, 'stored')",
                 rusqlite::params![
-                    super::super::dedup_hash("pagarme", "old"),
+                    crate::store::dedup_hash("pagarme", "old"),
                     body.len() as i64
                 ],
             )
@@ -1112,7 +1155,7 @@ mod tests {
     }
 
     /// The whole schema of a version 8 file, as that version made it.
-    const SCHEMA_V8: &str = include_str!("../../tests/fixtures/schema_v8.sql");
+    const SCHEMA_V8: &str = include_str!("../../../tests/fixtures/schema_v8.sql");
 
     #[test]
     fn a_version_8_file_gains_the_signed_columns_in_place_its_rows_untouched() {
@@ -1130,7 +1173,7 @@ mod tests {
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, event_type, \
                  payload_bytes, received_at, status) VALUES (1, 'shop', 'old', ?1, 'push', 2, \
                  1, 'stored')",
-                [super::super::dedup_hash("shop", "old")],
+                [crate::store::dedup_hash("shop", "old")],
             )
             .unwrap();
             v8.execute(
@@ -1182,14 +1225,15 @@ mod status_checks {
     //! Version 8: the status CHECKs without a temporary b-tree, on a new file and on a real
     //! version 7 file (`tests/fixtures/schema_v7.sql`) upgraded in place.
 
+    use super::super::Db;
     use super::super::fixtures::{new_event, temp_db};
     use super::super::intake::{INSERT_DELIVERY, INSERT_UNLESS_KNOWN, NO_WINDOW, insert_event};
     use super::super::queue::{CLAIM, FINISH, RETRY, ROLL_UP};
-    use super::super::{Db, Inserted};
     use super::*;
+    use crate::store::Inserted;
 
     /// The whole schema of a version 7 file, each statement as such a file holds it.
-    const SCHEMA_V7: &str = include_str!("../../tests/fixtures/schema_v7.sql");
+    const SCHEMA_V7: &str = include_str!("../../../tests/fixtures/schema_v7.sql");
 
     /// How many temporary b-trees the program of `sql` opens.
     fn temporary_b_trees(conn: &Connection, sql: &str) -> usize {
@@ -1329,7 +1373,7 @@ mod status_checks {
             v7.execute(
                 "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, \
                  received_at, status) VALUES (?1, 'shop', ?2, ?3, 2, ?1, ?4)",
-                rusqlite::params![id, key, super::super::dedup_hash("shop", &key), status],
+                rusqlite::params![id, key, crate::store::dedup_hash("shop", &key), status],
             )
             .unwrap();
             v7.execute(

@@ -30,8 +30,9 @@
 //! kept, the one connection keeps one owner, and jobs behind it wait only for its own run.
 //!
 //! The status page's counters (`counters.rs`) ride along: a batch folds the in-memory tally
-//! into `hourly` when it is due (at most every few seconds), and an idle writer wakes to fold
-//! it when it falls due with nothing else to commit.
+//! into `hourly` when it is due (at most every few seconds; in a savepoint of its own, whose
+//! failure drops the counts, logged), an idle writer wakes to fold it when it falls due with
+//! nothing else to commit, a status page load folds it at once, and closing folds the rest.
 //!
 //! The writer never copies the WAL back into the database in the middle of a commit: its WAL
 //! hook hands that to the checkpoint thread ([`super::checkpoint`]), and between batches it only
@@ -46,7 +47,7 @@ use rusqlite::Connection;
 
 use super::StoreError;
 use super::checkpoint::Checkpointer;
-use super::counters::Tally;
+use crate::store::counters::Tally;
 use crate::time::now_ms;
 
 /// Called once the batch a job ran in has committed (or failed to).
@@ -504,8 +505,8 @@ const ROW: Savepoint = Savepoint {
 
 #[cfg(test)]
 mod tests {
-    use super::super::Store;
     use super::*;
+    use crate::store::Store;
 
     /// `PRAGMA synchronous` as a job sees it inside its batch: 1 NORMAL, 2 FULL.
     fn synchronous(conn: &Connection) -> rusqlite::Result<i64> {
@@ -718,7 +719,7 @@ mod tests {
         C: Fn(&Connection) -> rusqlite::Result<()> + Send + 'static,
     {
         let (a, b, c) = behind_a_busy_writer(store, async {
-            store.count("e", super::super::Counted::Received, hour * 3_600_000);
+            store.count("e", crate::store::Counted::Received, hour * 3_600_000);
             tokio::join!(
                 store.run_intake(jobs.0, PATIENT),
                 store.run_intake(jobs.1, PATIENT),

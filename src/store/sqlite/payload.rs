@@ -4,6 +4,8 @@
 //! on every read ([`decode`]), so forwarding, `events show`, the status page, the archive,
 //! backups and `store copy` all see the bytes exactly as received. `payloads.codec` says
 //! which: raw and deflated rows live side by side, and rows from before schema 7 are raw.
+//! A row that does not decode is a [`CorruptPayload`] naming its event, never another body;
+//! a delivery whose body is corrupt goes dead at its claim with that reason.
 //! PostgreSQL keeps raw bodies (TOAST compresses them already).
 
 use std::fmt;
@@ -135,7 +137,7 @@ pub fn decode(event_id: i64, codec: i64, stored: Vec<u8>) -> Result<Vec<u8>, Cor
 /// The body of the row `r`, whose column `codec` holds `payloads.codec` and `body` the stored
 /// bytes. A corrupt one is an error of the read (its message names the event), never another
 /// body.
-pub(super) fn body_column(
+pub(in crate::store) fn body_column(
     r: &Row<'_>,
     event_id: i64,
     codec: usize,
@@ -367,7 +369,7 @@ mod tests {
                             db.conn.execute_batch("BEGIN IMMEDIATE").unwrap();
                         }
                         let mut e = new_event("pagarme", &format!("k{n}"));
-                        e.dedup_hash = super::super::dedup_hash("pagarme", &e.dedup_key);
+                        e.dedup_hash = crate::store::dedup_hash("pagarme", &e.dedup_key);
                         e.headers = BENCH_HEADERS.to_vec();
                         e.body = body(n).into();
                         // Deflated whatever the size rule says, to show what it would save.

@@ -216,8 +216,9 @@ mod tests {
 
     use rusqlite::params;
 
-    use super::super::{Store, dedup_hash, schema};
+    use super::super::schema;
     use super::*;
+    use crate::store::{Store, dedup_hash};
 
     /// Inserts 100 events of 1 KB in one transaction, as a writer batch would.
     fn insert_batch(conn: &Connection, batch: u64) {

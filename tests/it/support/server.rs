@@ -1,32 +1,22 @@
-//! Test helpers: a real server on 127.0.0.1:0 with a real SQLite file in a temp dir, the real
-//! binary when a test needs a process to kill, a tiny HTTP client, signing helpers computed
-//! here independently of portaria's own code, and a recording HTTP target.
-
-#![allow(dead_code)]
+//! portaria serving in this process (`TestServer`, on 127.0.0.1:0 with a real SQLite file in
+//! a temp dir) or as the real binary (`Process`, for signals and kills), and the database
+//! underneath.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use hmac::{Hmac, KeyInit, Mac};
-use http_body_util::{BodyExt, Full};
-use hyper::Request;
-use hyper_util::rt::TokioIo;
 use portaria::config::{Config, Source};
 use portaria::server::Listeners;
-use sha2::Sha256;
 use tempfile::TempDir;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 
-pub const PAGARME_SECRET: &str = "test-pagarme-secret";
-pub const RELYA_SECRET: &str = "test-relya-secret";
-pub const GITHUB_SECRET: &str = "test-github-secret";
-pub const STRIPE_SECRET: &str = "whsec_test_stripe";
+use super::eventually;
+use super::http::{post_pagarme, send};
+use super::signing::{GITHUB_SECRET, PAGARME_SECRET, RELYA_SECRET, STRIPE_SECRET, payment_body};
 
 /// A config with one endpoint per kind the contract tests need. `{extra}` lets a test add
 /// keys to the pagarme endpoint (a forward target, say). The admin listener takes any free
@@ -172,6 +162,22 @@ impl TestServer {
     pub fn count_rows(&self) -> i64 {
         self.one("SELECT count(*) FROM events")
     }
+
+    /// The events stored for `endpoint`.
+    pub fn events_of(&self, endpoint: &str) -> i64 {
+        self.db()
+            .query_row(
+                "SELECT count(*) FROM events WHERE endpoint = ?1",
+                [endpoint],
+                |r| r.get(0),
+            )
+            .unwrap()
+    }
+}
+
+/// The count a query returns.
+pub fn count(conn: &rusqlite::Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
 }
 
 pub fn open_db(path: &Path) -> rusqlite::Connection {
@@ -180,151 +186,21 @@ pub fn open_db(path: &Path) -> rusqlite::Connection {
     conn
 }
 
-/// A reply, read in full.
-#[derive(Debug)]
-pub struct Reply {
-    pub status: u16,
-    pub headers: http::HeaderMap,
-    pub body: String,
-}
-
-/// POSTs (or another method) over a fresh connection.
-pub async fn send(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Reply {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(conn);
-    let mut req = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", addr.to_string());
-    for (k, v) in headers {
-        req = req.header(k.as_str(), v.as_str());
-    }
-    let req = req.body(Full::new(Bytes::copy_from_slice(body))).unwrap();
-    let res = sender.send_request(req).await.unwrap();
-    let status = res.status().as_u16();
-    let headers = res.headers().clone();
-    let body = res.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
-}
-
-/// POSTs `body` to the pagarme endpoint, signed as Pagar.me does.
-pub async fn post_pagarme(addr: SocketAddr, body: &[u8]) -> Reply {
-    post(addr, "/webhooks/pagarme", &pagarme_headers(body), body).await
-}
-
-pub async fn post(
-    addr: SocketAddr,
-    path: &str,
-    headers: &[(String, String)],
-    body: &[u8],
-) -> Reply {
-    send(addr, "POST", path, headers, body).await
-}
-
-pub fn now_secs() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64
-}
-
-pub fn hmac_hex(secret: &str, parts: &[&[u8]]) -> String {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
-    for part in parts {
-        mac.update(part);
-    }
-    hex::encode(mac.finalize().into_bytes())
-}
-
-pub fn h(name: &str, value: impl Into<String>) -> (String, String) {
-    (name.to_string(), value.into())
-}
-
-/// Headers Pagar.me sends: `X-Hub-Signature: sha256=<hex>` over the raw body.
-pub fn pagarme_headers(body: &[u8]) -> Vec<(String, String)> {
-    vec![
-        h("content-type", "application/json"),
-        h(
-            "x-hub-signature",
-            format!("sha256={}", hmac_hex(PAGARME_SECRET, &[body])),
-        ),
-    ]
-}
-
-/// Headers Relya sends, signed with `secret` at `ts`.
-pub fn relya_headers(
-    secret: &str,
-    delivery_id: &str,
-    ts: i64,
-    body: &[u8],
-) -> Vec<(String, String)> {
-    let ts_text = ts.to_string();
-    let sig = hmac_hex(
-        secret,
-        &[ts_text.as_bytes(), b".", delivery_id.as_bytes(), b".", body],
-    );
-    vec![
-        h("content-type", "application/json"),
-        h("x-relya-delivery-id", delivery_id),
-        h("x-relya-timestamp", ts_text),
-        h("x-relya-event-type", "messages_update"),
-        h("x-relya-signature", format!("v1={sig}")),
-    ]
-}
-
-pub fn github_headers(delivery: Option<&str>, body: &[u8]) -> Vec<(String, String)> {
-    let mut headers = vec![
-        h("content-type", "application/json"),
-        h("x-github-event", "push"),
-        h(
-            "x-hub-signature-256",
-            format!("sha256={}", hmac_hex(GITHUB_SECRET, &[body])),
-        ),
-    ];
-    if let Some(id) = delivery {
-        headers.push(h("x-github-delivery", id));
-    }
-    headers
-}
-
-pub fn stripe_headers(ts: i64, body: &[u8]) -> Vec<(String, String)> {
-    let ts_text = ts.to_string();
-    let sig = hmac_hex(STRIPE_SECRET, &[ts_text.as_bytes(), b".", body]);
-    vec![
-        h("content-type", "application/json"),
-        h("stripe-signature", format!("t={ts},v1={sig}")),
-    ]
-}
-
-/// A realistic payment event body.
-pub fn payment_body(n: usize) -> Vec<u8> {
-    format!(
-        r#"{{"id":"hook_{n}","type":"charge.paid","created_at":"2026-11-30T08:00:00Z","data":{{"id":"ch_{n}","amount":{},"status":"paid"}}}}"#,
-        1000 + n
-    )
-    .into_bytes()
-}
-
-/// Polls `check` every 20 ms until it holds, or panics after `limit`.
-pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// One event as `events show` reads it (its routes and attempts), through a read-only store
+/// on a thread and runtime of its own: callable from sync code inside an async test.
+pub fn event_detail(db: &Path, id: i64) -> portaria::store::EventDetail {
+    let db = db.to_path_buf();
+    std::thread::spawn(move || {
+        let store = portaria::store::Store::open_read_only(&db).unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let detail = runtime.block_on(store.event_detail(id)).unwrap();
+        store.close();
+        detail.unwrap()
+    })
+    .join()
+    .unwrap()
 }
 
 /// The real binary, with a clean environment for config lookup.
@@ -457,76 +333,21 @@ impl Drop for Process {
     }
 }
 
-/// A request the recording target received.
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    pub headers: http::HeaderMap,
-    pub body: Bytes,
-}
-
-/// A real HTTP listener on loopback that records every request and answers with the status
-/// its script gives for the n-th request (the last entry repeats).
-pub struct Target {
-    pub addr: SocketAddr,
-    pub seen: Arc<Mutex<Vec<Recorded>>>,
-}
-
-impl Target {
-    pub async fn start(statuses: Vec<u16>) -> Target {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen: Arc<Mutex<Vec<Recorded>>> = Arc::default();
-        let statuses = Arc::new(statuses);
-        let record = seen.clone();
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    return;
-                };
-                let record = record.clone();
-                let statuses = statuses.clone();
-                tokio::spawn(async move {
-                    let service =
-                        hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-                            let record = record.clone();
-                            let statuses = statuses.clone();
-                            async move {
-                                let headers = req.headers().clone();
-                                let body = req.into_body().collect().await?.to_bytes();
-                                let n = {
-                                    let mut seen = record.lock().unwrap();
-                                    seen.push(Recorded { headers, body });
-                                    seen.len()
-                                };
-                                let status = statuses
-                                    .get(n - 1)
-                                    .or(statuses.last())
-                                    .copied()
-                                    .unwrap_or(200);
-                                let mut res = hyper::Response::new(Full::new(Bytes::from_static(
-                                    b"target says hi",
-                                )));
-                                *res.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
-                                Ok::<_, hyper::Error>(res)
-                            }
-                        });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Target { addr, seen }
-    }
-
-    pub fn count(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-}
-
-/// Writes `text` to `path` as an executable (mode 0755): the forward commands the tests run.
-pub fn write_executable(path: &Path, text: impl AsRef<[u8]>) {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::write(path, text).unwrap();
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// Sends one pagarme webhook and waits until the worker has made it dead.
+pub async fn a_dead_event(server: &TestServer) -> i64 {
+    let reply = post_pagarme(server.addr, &payment_body(1)).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    eventually(Duration::from_secs(15), "the event dead", || {
+        server
+            .db()
+            .query_row(
+                "SELECT count(*) FROM deliveries WHERE status = 'dead'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    })
+    .await;
+    server.one("SELECT id FROM events")
 }

@@ -1,0 +1,45 @@
+//! Test helpers, the one place for what more than one test file needs: a real server on
+//! 127.0.0.1:0 with a real SQLite file in a temp dir, the real binary when a test needs a
+//! process to kill (`server`), configs written a table at a time (`config_text`), a tiny HTTP
+//! client and a recording HTTP target (`http`),
+//! signing helpers computed here independently of portaria's own code (`signing`), and
+//! command targets that record their calls (`recorder`). Those are re-exported here, for
+//! `use crate::support::*`. The rest is named where it is used: a throwaway PostgreSQL
+//! (`pg_cluster`) and what the PostgreSQL tests share (`postgres`), the providers' own
+//! libraries as oracles (`oracle`), storage that fails on purpose (`faults`: a tmpfs to fill;
+//! `refusing_fs`: a FUSE mount that turns read-only), HTTPS on loopback and a tunnel in front
+//! of portaria (`tunnel`), and a small random generator (`rng`).
+//!
+//! No test file is a helper library for another: what two files share lives here.
+
+#![allow(dead_code)]
+
+pub mod config_text;
+pub mod faults;
+pub mod http;
+pub mod oracle;
+pub mod pg_cluster;
+pub mod postgres;
+pub mod recorder;
+pub mod refusing_fs;
+pub mod rng;
+pub mod server;
+pub mod signing;
+pub mod tunnel;
+
+use std::time::{Duration, Instant};
+
+pub use config_text::*;
+pub use http::*;
+pub use recorder::*;
+pub use server::*;
+pub use signing::*;
+
+/// Polls `check` every 20 ms until it holds, or panics after `limit`.
+pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
