@@ -2,7 +2,10 @@
 //! and the [`Verifier`] in front of them. The generic pieces the providers' files build on:
 //! `secret` (the key bytes and their keyed HMAC states), `hmac_scheme`, `credential` (static
 //! credentials), `keyed_list` (a `t=..,v1=..` header), `public_url` (Twilio's and Square's
-//! signed URL) and `patience` (a gateway's documented give-up rule, which its preset carries).
+//! signed URL), `rsa` (RSA public keys for `ring`: Pagar.me v5's, Woovi's), `shape` (what a
+//! provider's requests look like besides their signature: Efí's appended `/pix`, Rede's GET
+//! probe, where the event type and object id are, [`Field`]) and `patience` (a gateway's
+//! documented give-up rule, which its preset carries).
 //!
 //! A verifier is a pure function of (secrets, request, now). It runs on the raw bytes before
 //! anything parses them, compares decoded MAC bytes (or credentials) in constant time, and
