@@ -20,9 +20,10 @@
 //! read by `keys` (every unknown key and refused value reported, the rest still read), the
 //! checks that turn it into the model in `validate` (`Validator`), and the TOML error
 //! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
-//! `event_fields` (`event_type`, `object_id`), `secrets`, `public_keys`, `dedup_window`, `real_ip` and `ip_range`, `memory`, `tls`,
-//! `database` and `database_tls`, `canary`, `alerts`, `status`, `environment`, `readiness`. A
-//! `secret_file` may name a systemd credential (`credential:NAME`): `credentials`.
+//! `event_fields` (`event_type`, `object_id`), `secrets`, `public_keys`, `dedup_window`,
+//! `real_ip` and `ip_range`, `memory`, `tls`, `database` and `database_tls`, `canary`,
+//! `alerts`, `status`, `environment`, `readiness`. A `secret_file` may name a systemd
+//! credential (`credential:NAME`): `credentials`.
 
 mod alerts;
 mod canary;
