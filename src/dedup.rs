@@ -174,7 +174,7 @@ impl DedupRule {
         body: &[u8],
     ) -> Result<String, DedupError> {
         let key = match self {
-            DedupRule::BodySha256 => hex::encode(crate::digest::sha256(&[body])),
+            DedupRule::BodySha256 => body_key(body),
             DedupRule::Header(name) => header_key(headers, name)?,
             DedupRule::JsonPointer(pointer) => json_key(body, pointer)?,
             DedupRule::Custom(custom) => (custom.key)(headers, body)?,
@@ -198,6 +198,23 @@ impl DedupRule {
         }
         Ok(key)
     }
+}
+
+/// A preset's key that may be long (ids joined): itself up to [`MAX_KEY_BYTES`], else `sha256:`
+/// and the hex SHA-256 of it, so a long key is still one key per value, never a refusal.
+pub fn fit(key: String) -> String {
+    if key.len() <= MAX_KEY_BYTES {
+        return key;
+    }
+    format!(
+        "sha256:{}",
+        hex::encode(crate::digest::sha256(&[key.as_bytes()]))
+    )
+}
+
+/// The key of a body nothing else names: its SHA-256, as [`DedupRule::BodySha256`] has it.
+pub fn body_key(body: &[u8]) -> String {
+    hex::encode(crate::digest::sha256(&[body]))
 }
 
 fn header_key(headers: &HeaderMap, name: &HeaderName) -> Result<String, DedupError> {
@@ -253,7 +270,7 @@ impl FromStr for DedupRule {
 /// Refuses pointers that serde_json would read loosely instead of failing: one not starting
 /// with `/` (only the empty pointer, the whole document, would work), and `~` not followed by
 /// `0` or `1`.
-fn check_pointer(pointer: &str) -> Result<(), String> {
+pub fn check_pointer(pointer: &str) -> Result<(), String> {
     if !pointer.starts_with('/') {
         return Err(format!(
             "JSON pointer `{pointer}` must start with `/`, like `/id`"

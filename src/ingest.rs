@@ -1,16 +1,18 @@
 //! The request pipeline, each step with its answer: the canary's probe first (`canary`), then
-//! [`route`] (the path exactly as sent: 404), the method (405), the client address against
+//! [`route`] (the path exactly as sent, one of `Endpoint::paths`: 404), the method (405; a
+//! provider's GET of the URL, Rede's, answered 200 once the address passes), the address against
 //! `allow_ips` and the client certificate against `require_client_cert` (403), the body
 //! (`body`: 413, 408, 503), the signature on the raw bytes (`verify`: 401; 400 for a body that
 //! contradicts what is signed; a provider's URL check answered, nothing stored), the dedup key
-//! (400), the event type and object id (`describe`, never a reason to refuse), the routes that
-//! take the type (`Endpoint::deliveries_for`), the insert (503 past [`STORE_DEADLINE`] or on a
-//! failed commit), and only then 200.
+//! (400), the event type and object id (`describe`, or the endpoint's fields through `pointer`;
+//! never a reason to refuse, a field's miss counted), the routes that take the type
+//! (`Endpoint::deliveries_for`), the insert (503 past [`STORE_DEADLINE`] or on a failed
+//! commit), and only then 200.
 //!
 //! Every way a request can end is an [`Outcome`]; [`Outcome::response`] is the one place that
 //! turns outcomes into HTTP answers. The handler never forwards: it wakes the worker. Each
 //! request logs one line (`flood` sums up what anyone can cause) and is counted in `Metrics`
-//! (and the duplicate window). Credential headers are stored as `[redacted]`.
+//! (and the duplicate window). Credential headers are stored as `[redacted]` (`headers`).
 //!
 //! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
@@ -22,7 +24,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderName, Method, Request, Response, StatusCode, header};
+use http::{Method, Request, Response, StatusCode, header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use tokio::sync::Notify;
@@ -31,11 +33,15 @@ mod body;
 mod canary;
 mod describe;
 mod flood;
+mod headers;
+mod pointer;
 
 pub use body::{BodyWatch, Budget, RATE_GRACE};
-pub use describe::{Described, describe};
+pub use describe::{Described, Sources, describe, describe_with};
+pub use headers::REDACTED;
 
 use body::BodyLimits;
+use headers::{header_text, headers_blob};
 
 use crate::canary::ProbeKey;
 use crate::client_ip::{ConnectionInfo, client_ip};
@@ -230,7 +236,7 @@ fn error_json(reason: &str) -> Bytes {
 /// The part of the intake a reload replaces: the endpoints, the body limits and the
 /// client-address rule.
 struct Routes {
-    /// Endpoints by path: routing is one hash lookup.
+    /// Endpoints by each path they answer on (`Endpoint::paths`): routing is one hash lookup.
     endpoints: HashMap<String, Arc<Endpoint>>,
     body: BodyLimits,
     /// Whose header names the client (`[server] real_ip_header`); None: the TCP peer.
@@ -242,7 +248,7 @@ impl Routes {
         Arc::new(Routes {
             endpoints: endpoints
                 .iter()
-                .map(|e| (e.path.clone(), e.clone()))
+                .flat_map(|e| e.paths().into_iter().map(|path| (path, e.clone())))
                 .collect(),
             body: BodyLimits {
                 max_bytes: server.max_body_bytes,
@@ -362,7 +368,9 @@ impl Intake {
         watch: &BodyWatch,
     ) -> (Outcome, EventMeta) {
         let mut meta = EventMeta::default();
-        if req.method() != Method::POST {
+        // A provider's GET of the URL (Rede's, at registration): answered once the address is.
+        let probe = req.method() == Method::GET && endpoint.verifier.answers_get();
+        if req.method() != Method::POST && !probe {
             return (Outcome::MethodNotAllowed, meta);
         }
         // Before the body is read: a refused address costs no read, no verify, no row.
@@ -370,6 +378,12 @@ impl Intake {
             && !allowed.iter().any(|range| range.contains(client))
         {
             return (Outcome::Forbidden, meta);
+        }
+        if probe {
+            return (
+                Outcome::Handshake(Reply::json(&serde_json::json!({"ok": true}))),
+                meta,
+            );
         }
         if let Some(rule) = &endpoint.client_cert {
             let admitted = conn
@@ -422,7 +436,9 @@ impl Intake {
             Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
         };
         meta.dedup_key = Some(dedup_key.clone());
-        let described = describe(endpoint.verifier.event_type_header(), &parts.headers, &body);
+        let described = describe_with(Sources::of(verifier), &parts.headers, &body);
+        // A field that found nothing: no type (stored, routed as such), and counted.
+        let untyped = described.event_type.is_none() && verifier.event_type_field().is_some();
         tracing::trace!(endpoint = %endpoint.name, body = %String::from_utf8_lossy(&body), "webhook body");
         meta.event_type = described.event_type;
         meta.object_id = described.object_id;
@@ -455,6 +471,9 @@ impl Intake {
                 if unrouted {
                     // No route takes this event type: stored only, and counted.
                     self.metrics.unrouted(&endpoint.name);
+                }
+                if untyped {
+                    self.metrics.untyped(&endpoint.name);
                 }
                 Outcome::Accepted(id)
             }
@@ -561,40 +580,6 @@ fn log(
 pub fn route<'a, E>(endpoints: &'a HashMap<String, E>, target: &http::Uri) -> Option<&'a E> {
     endpoints.get(target.path())
 }
-
-fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|v| !v.is_empty())
-        .map(String::from)
-}
-
-/// The request headers as `name: value\r\n` lines: compact, exact bytes, easy to show.
-/// The headers as stored, `name: value\r\n` each, except that a credential's value (the
-/// provider's `credentials`, and `Authorization` always) is replaced by [`REDACTED`]: what is
-/// stored reaches `events show`, forwards and archives.
-fn headers_blob(headers: &HeaderMap, credentials: &[HeaderName]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(headers.len() * 32);
-    for (name, value) in headers {
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        let secret = name == header::AUTHORIZATION
-            || name == header::PROXY_AUTHORIZATION
-            || credentials.contains(name);
-        out.extend_from_slice(if secret {
-            REDACTED.as_bytes()
-        } else {
-            value.as_bytes()
-        });
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// What a stored credential header holds instead of its value.
-pub const REDACTED: &str = "[redacted]";
 
 #[cfg(test)]
 mod tests {

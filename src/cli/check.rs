@@ -3,7 +3,8 @@
 //! refused values, unknown providers, missing or unreadable secrets, the status token, the TLS
 //! files) come from the config's validation, which collects them all; `Config::load_for_check`
 //! adds the machine (the database's directory writable, each program present and executable).
-//! Warnings (risky settings) are shown with the problems, not instead of them.
+//! Warnings (risky settings) are shown with the problems, not instead of them. An endpoint
+//! that answers on more paths than its `path` (Efí's, also at `/pix` below it) says so.
 //!
 //! `--user NAME` checks as the user `serve` runs as (the packaged unit's `portaria`): run as
 //! root, the command becomes that user before reading anything, so a file or directory that
@@ -39,6 +40,17 @@ pub(super) fn run(config: Option<&Path>, args: CheckArgs) -> Result<ExitCode, St
                     println!("ok (no config file found; the embedded demo config would be used)")
                 }
                 Source::File(path) => println!("ok: {}", path.display()),
+            }
+            // An endpoint that answers on more than its `path`: said, so nobody is surprised.
+            for endpoint in &config.endpoints {
+                if let Some(suffix) = endpoint.verifier.appended_path() {
+                    let (name, path) = (&endpoint.name, &endpoint.path);
+                    let provider = endpoint.verifier.provider();
+                    println!(
+                        "endpoint `{name}` answers on {path} and on {path}{suffix}: {provider} \
+                         appends `{suffix}` to the URL it was given"
+                    );
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -319,6 +319,11 @@ fn supported(name: &str, t: &Text) -> Result<String, String> {
             .replace("{why}", why));
     }
     match Verifier::without_secrets(&name, &Settings::default(), None) {
+        // iugu: the address it sends from, which `init` does not ask for.
+        Ok(v) if v.needs_allow_ips().is_some() => Err(t
+            .provider_needs_more
+            .replace("{name}", &name)
+            .replace("{why}", "`allow_ips`")),
         Ok(_) => Ok(name),
         Err(why) => Err(t
             .provider_needs_more

@@ -28,6 +28,13 @@ const THIN_BODIES: &[ThinBodies] = &[
         provider: "cielo",
         window: Duration::from_secs(10 * 60),
     },
+    // PicPay's legacy callback is only `{referenceId, authorizationId}`, the same for every
+    // status change of a payment; its retries are not documented: Cielo's window, a resend
+    // soon after is one event, a later change another.
+    ThinBodies {
+        provider: "picpay",
+        window: Duration::from_secs(10 * 60),
+    },
 ];
 
 /// An explicit window longer than this, on a thin-body preset, gets a warning.
@@ -139,7 +146,13 @@ mod tests {
             default_dedup_window("cielo"),
             Some(Duration::from_secs(600))
         );
+        assert_eq!(
+            default_dedup_window("picpay"),
+            Some(Duration::from_secs(600))
+        );
         for provider in [
+            "rede",
+            "iugu",
             "plowf",
             "pagarme",
             "relya",

@@ -20,9 +20,10 @@
 //! read by `keys` (every unknown key and refused value reported, the rest still read), the
 //! checks that turn it into the model in `validate` (`Validator`), and the TOML error
 //! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
-//! `secrets`, `public_keys`, `dedup_window`, `real_ip` and `ip_range`, `memory`, `tls`,
-//! `database` and `database_tls`, `canary`, `alerts`, `status`, `environment`, `readiness`. A
-//! `secret_file` may name a systemd credential (`credential:NAME`): `credentials`.
+//! `event_fields` (`event_type`, `object_id`), `secrets`, `public_keys`, `dedup_window`,
+//! `real_ip` and `ip_range`, `memory`, `tls`, `database` and `database_tls`, `canary`,
+//! `alerts`, `status`, `environment`, `readiness`. A `secret_file` may name a systemd
+//! credential (`credential:NAME`): `credentials`.
 
 mod alerts;
 mod canary;
@@ -31,6 +32,7 @@ mod database;
 mod database_tls;
 mod dedup_window;
 mod environment;
+mod event_fields;
 mod ip_range;
 mod keys;
 mod memory;
@@ -272,6 +274,15 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
+    /// The paths it answers on: its `path`, and that path followed by what its provider
+    /// appends to the URL it was given (Efí's `/pix`).
+    pub fn paths(&self) -> Vec<String> {
+        let appended = self.verifier.appended_path();
+        let mut paths = vec![self.path.clone()];
+        paths.extend(appended.map(|suffix| format!("{}{suffix}", self.path)));
+        paths
+    }
+
     /// Whether any of its events are forwarded at all.
     pub fn forwards(&self) -> bool {
         !self.routes.is_empty()

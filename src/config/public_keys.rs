@@ -9,14 +9,23 @@ use std::path::PathBuf;
 use super::validate::Validator;
 
 impl Validator<'_> {
-    /// The text of the JWKS in `jwks_file` (relative to the config file's directory).
-    /// `jwks_url` is refused with what to do instead.
-    pub(super) fn jwks(
+    /// The texts of `jwks_file` and `public_key_file` (Woovi's PEM or public-keys JSON), read
+    /// alike.
+    pub(super) fn key_files(
         &mut self,
         at: &str,
-        file: Option<PathBuf>,
-        url: Option<String>,
-    ) -> Option<String> {
+        jwks_file: Option<PathBuf>,
+        jwks_url: Option<String>,
+        public_key_file: Option<PathBuf>,
+    ) -> (Option<String>, Option<String>) {
+        let jwks = self.jwks(at, jwks_file, jwks_url);
+        let pem = public_key_file.and_then(|file| self.key_file(at, "public_key_file", file));
+        (jwks, pem)
+    }
+
+    /// The text of the JWKS in `jwks_file` (relative to the config file's directory).
+    /// `jwks_url` is refused with what to do instead.
+    fn jwks(&mut self, at: &str, file: Option<PathBuf>, url: Option<String>) -> Option<String> {
         if url.is_some() {
             self.problem(format!(
                 "{at}.jwks_url: not supported: Pagar.me serves its JWKS over https only, and \
@@ -24,28 +33,32 @@ impl Validator<'_> {
                  to a file and set jwks_file (download it again when Pagar.me rotates its keys)"
             ));
         }
-        let file = file?;
+        self.key_file(at, "jwks_file", file?)
+    }
+
+    /// A key file's text (relative to the config file's directory), or a problem at `key`.
+    fn key_file(&mut self, at: &str, key: &str, file: PathBuf) -> Option<String> {
         if file.as_os_str().is_empty() {
-            self.problem(format!("{at}.jwks_file: is empty"));
+            self.problem(format!("{at}.{key}: is empty"));
             return None;
         }
         let path = self.resolve(&file);
-        match read_jwks(&path) {
+        match read_key_file(&path) {
             Ok(text) => Some(text),
             Err(why) => {
-                self.problem(format!("{at}.jwks_file: {why}"));
+                self.problem(format!("{at}.{key}: {why}"));
                 None
             }
         }
     }
 }
 
-/// A JWKS of a few keys is a few KiB; this bounds what the config load reads.
-const MAX_JWKS_BYTES: u64 = 1024 * 1024;
+/// A JWKS or PEM file of a few keys is a few KiB; this bounds what the config load reads.
+const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
 
-/// Reads a JWKS file: a regular file (a FIFO or `/dev/zero` would hang or fill memory at
-/// start-up), at most [`MAX_JWKS_BYTES`].
-fn read_jwks(path: &std::path::Path) -> Result<String, String> {
+/// Reads a key file: a regular file (a FIFO or `/dev/zero` would hang or fill memory at
+/// start-up), at most [`MAX_KEY_FILE_BYTES`].
+fn read_key_file(path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
     let shown = path.display();
     let unreadable = |e: std::io::Error| format!("cannot read {shown}: {e}");
@@ -55,13 +68,13 @@ fn read_jwks(path: &std::path::Path) -> Result<String, String> {
     }
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let mut text = String::new();
-    file.take(MAX_JWKS_BYTES + 1)
+    file.take(MAX_KEY_FILE_BYTES + 1)
         .read_to_string(&mut text)
         .map_err(unreadable)?;
-    if text.len() as u64 > MAX_JWKS_BYTES {
+    if text.len() as u64 > MAX_KEY_FILE_BYTES {
         return Err(format!(
-            "{shown} is larger than {} KiB; a JWKS is a few keys",
-            MAX_JWKS_BYTES / 1024
+            "{shown} is larger than {} KiB; a key file holds a few keys",
+            MAX_KEY_FILE_BYTES / 1024
         ));
     }
     Ok(text)
@@ -186,6 +199,57 @@ mod tests {
         )
         .unwrap_err();
         assert!(msg.contains("not a shared secret"), "{msg}");
+    }
+
+    #[test]
+    fn a_woovi_endpoint_loads_with_its_key_file_a_secret_or_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let pem = include_str!("../../tests/fixtures/woovi/public-key.pem");
+        std::fs::write(dir.path().join("woovi.pem"), pem).unwrap();
+        let woovi = |extra: &str, skip: bool| {
+            let text = format!("[[endpoint]]\npath = \"/w\"\nprovider = \"woovi\"\n{extra}\n");
+            let secrets = if skip { Secrets::Skip } else { Secrets::Load };
+            Config::parse_with(
+                &text,
+                Source::File(dir.path().join("portaria.toml")),
+                secrets,
+            )
+            .map_err(|e| e.to_string())
+        };
+        let key = "public_key_file = \"woovi.pem\"";
+        for (extra, secrets) in [
+            (key.to_string(), 0),
+            (format!("{key}\nsecret = \"hmac\""), 1),
+            ("secret = \"hmac\"".to_string(), 1),
+        ] {
+            for skip in [false, true] {
+                let config = woovi(&extra, skip).unwrap();
+                let v = &config.endpoints[0].verifier;
+                assert_eq!(
+                    (v.provider(), v.secret_count()),
+                    ("woovi", secrets),
+                    "{extra}"
+                );
+            }
+        }
+        let openpix = "[[endpoint]]\npath = \"/o\"\nprovider = \"openpix\"\nsecret = \"h\"\n";
+        assert_eq!(
+            parse(openpix).unwrap().endpoints[0].verifier.provider(),
+            "woovi"
+        );
+        let msg = woovi("", false).unwrap_err();
+        assert!(
+            msg.contains("provider `woovi` needs `public_key_file`"),
+            "{msg}"
+        );
+        let msg = woovi("public_key_file = \"missing.pem\"", false).unwrap_err();
+        assert!(msg.contains(".public_key_file: cannot read"), "{msg}");
+        std::fs::write(dir.path().join("bad.pem"), "not a key").unwrap();
+        let msg = woovi("public_key_file = \"bad.pem\"", false).unwrap_err();
+        assert!(
+            msg.contains("public_key_file: no `-----BEGIN PUBLIC KEY-----` block"),
+            "{msg}"
+        );
     }
 
     #[test]

@@ -122,6 +122,8 @@ pub(super) struct RawEndpoint {
     pub(super) jwks_file: Option<PathBuf>,
     /// Refused with a hint: fetching a JWKS needs TLS, which portaria has no client for.
     pub(super) jwks_url: Option<String>,
+    /// Woovi's public key(s): a PEM file, or the JSON of its public-keys endpoint.
+    pub(super) public_key_file: Option<PathBuf>,
     pub(super) forward: Option<RawForward>,
     pub(super) retry: Option<Vec<String>>,
     pub(super) concurrency: Option<usize>,
@@ -135,6 +137,9 @@ pub(super) struct RawEndpoint {
     pub(super) require_client_cert: Option<bool>,
     /// The certificate's subject CN or a DNS SAN must be this.
     pub(super) client_cert_subject: Option<String>,
+    /// Where the event type and the object id are (`verify::Field`), over the preset's.
+    pub(super) event_type: Option<String>,
+    pub(super) object_id: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

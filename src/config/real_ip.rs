@@ -93,9 +93,22 @@ impl Validator<'_> {
         })
     }
 
-    /// An endpoint's `allow_ips`; None when absent (every address may deliver).
-    pub(super) fn allow_ips(&mut self, at: &str, raw: Option<Vec<String>>) -> Option<Vec<IpRange>> {
-        let list = raw?;
+    /// An endpoint's `allow_ips`; None when absent (every address may deliver). An endpoint
+    /// whose provider cannot go without it (iugu: `Verifier::needs_allow_ips`) is refused
+    /// without it, saying why.
+    pub(super) fn allow_ips(
+        &mut self,
+        at: &str,
+        raw: Option<Vec<String>>,
+        verifier: Option<&crate::verify::Verifier>,
+    ) -> Option<Vec<IpRange>> {
+        let why = verifier.and_then(crate::verify::Verifier::needs_allow_ips);
+        let Some(list) = raw else {
+            if let Some(why) = why {
+                self.problem(format!("{at}.allow_ips: missing: {why}"));
+            }
+            return None;
+        };
         if list.is_empty() {
             self.problem(format!(
                 "{at}.allow_ips: empty, so every request would be refused; leave it out to \

@@ -20,7 +20,7 @@ use super::Forward;
 use super::raw::{RawForward, RawRoute};
 use super::validate::{Validator, valid_name};
 use crate::dedup::DedupRule;
-use crate::verify::Verifier;
+use crate::verify::{Field, Verifier};
 
 /// The name of the route that `forward` directly on an endpoint makes.
 pub const SHORTHAND_ROUTE: &str = "default";
@@ -124,12 +124,19 @@ impl OrderBy {
         Ok(OrderBy(rule))
     }
 
-    /// Whether it reads the event type's own source: the provider's event-type header
-    /// (`type_header`), or for a provider without one, the body's `type` or `event`.
-    fn reads_event_type(&self, type_header: Option<&str>) -> bool {
-        match (&self.0, type_header) {
-            (DedupRule::Header(name), Some(header)) => name.as_str().eq_ignore_ascii_case(header),
-            (DedupRule::JsonPointer(pointer), None) => pointer == "/type" || pointer == "/event",
+    /// Whether it reads the event type's own source: the endpoint's `event_type` field, else
+    /// the provider's event-type header, or for a provider without one, the body's `type` or
+    /// `event`.
+    fn reads_event_type(&self, verifier: &Verifier) -> bool {
+        let header = verifier.event_type_header();
+        match (&self.0, verifier.event_type_field()) {
+            (DedupRule::Header(name), Some(Field::Header(field))) => name == field,
+            (DedupRule::JsonPointer(pointer), Some(Field::Json(field))) => pointer == field,
+            (_, Some(_)) => false,
+            (DedupRule::Header(name), None) => header.is_some_and(|h| name.as_str() == h),
+            (DedupRule::JsonPointer(pointer), None) => {
+                header.is_none() && (pointer == "/type" || pointer == "/event")
+            }
             _ => false,
         }
     }
@@ -172,11 +179,12 @@ impl Validator<'_> {
             return;
         }
         let provider = verifier.provider();
-        let source = match verifier.event_type_header() {
-            Some(header) => {
+        let source = match (verifier.event_type_field(), verifier.event_type_header()) {
+            (Some(field), _) => format!("`{field}`, which provider `{provider}` does not sign"),
+            (None, Some(header)) => {
                 format!("the `{header}` header, which provider `{provider}` does not sign")
             }
-            None => format!("the body, which provider `{provider}` does not sign"),
+            (None, None) => format!("the body, which provider `{provider}` does not sign"),
         };
         let why = "whoever captured one delivery can send it again under another type, to \
                    another route or to none; the route's program is told \
@@ -188,11 +196,10 @@ impl Validator<'_> {
                     "{at}: its `events` filter relies on the event type, read from {source}: {why}"
                 ));
             }
-            let type_header = verifier.event_type_header();
             if route
                 .order_by
                 .as_ref()
-                .is_some_and(|o| o.reads_event_type(type_header))
+                .is_some_and(|o| o.reads_event_type(verifier))
             {
                 self.warnings.push(format!(
                     "{at}: its `order_by` reads the event type, from {source}: {why}"
@@ -458,6 +465,25 @@ mod tests {
         );
         let plain = format!("{MINIMAL}{AUDIT}");
         assert_eq!(parse(&plain).unwrap().warnings, Vec::<String>::new());
+        // An `event_type` field decides: GitHub's body is signed, so no warning; a header it
+        // does not sign is named, and an `order_by` reading that field warns too.
+        let body = MINIMAL.replace("secret =", "event_type = \"json:/action\"\nsecret =");
+        let by_field = ERP.replace("json:/data/id", "json:/action");
+        let warnings = parse(&format!("{body}{by_field}")).unwrap().warnings;
+        assert_eq!(warnings, Vec::<String>::new());
+        let header = MINIMAL.replace("secret =", "event_type = \"header:x-topic\"\nsecret =");
+        let by_topic = ERP.replace("json:/data/id", "header:X-Topic");
+        let warnings = parse(&format!("{header}{by_topic}")).unwrap().warnings;
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(
+            warnings[0].contains("read from `header:x-topic`, which provider `github` does not"),
+            "{warnings:?}"
+        );
+        assert!(warnings[1].contains("its `order_by` reads the event type"));
+        // With a field, the provider's own header is not the type's source any more.
+        let gh_header = ERP.replace("json:/data/id", "header:X-GitHub-Event");
+        let warnings = parse(&format!("{header}{gh_header}")).unwrap().warnings;
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
     }
 
     #[test]

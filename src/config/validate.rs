@@ -16,7 +16,7 @@ use super::{
     Log, Memory, Secrets, Server, Storage, Target, UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
-use crate::verify::{Secret, Settings, Verifier, standard_webhooks, takes_secret};
+use crate::verify::{Secret, Settings, Verifier, efi, standard_webhooks, takes_secret};
 
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
@@ -223,8 +223,11 @@ impl Validator<'_> {
                 if !names.insert(endpoint.name.clone()) {
                     self.problem(format!("{at}.name: `{}` is used twice", endpoint.name));
                 }
-                if !paths.insert(endpoint.path.clone()) {
-                    self.problem(format!("{at}.path: `{}` is used twice", endpoint.path));
+                for path in endpoint.paths() {
+                    if !paths.insert(path.clone()) {
+                        let efi = efi::path_note(&path);
+                        self.problem(format!("{at}.path: `{path}` is used twice{efi}"));
+                    }
                 }
                 out.push(endpoint);
             }
@@ -305,7 +308,7 @@ impl Validator<'_> {
         // run. A provider that verifies with a public key takes no secret at all.
         let stand_in = takes_secret && (secrets.is_empty() || self.secrets == Secrets::Skip);
         self.secrets = skipping;
-        let jwks = self.jwks(at, raw.jwks_file, raw.jwks_url);
+        let (jwks, pem) = self.key_files(at, raw.jwks_file, raw.jwks_url, raw.public_key_file);
         let settings = Settings {
             hmac: raw.signature.as_ref(),
             public_url: raw.public_url.as_deref(),
@@ -313,6 +316,7 @@ impl Validator<'_> {
             query_param: raw.query_param.as_deref(),
             public_key: raw.public_key.as_deref(),
             jwks: jwks.as_deref(),
+            public_key_pem: pem.as_deref(),
         };
         let built = if by_certificate {
             Verifier::by_client_certificate(&provider, &settings)
@@ -345,6 +349,7 @@ impl Validator<'_> {
                 None
             }
         };
+        let verifier = self.event_fields(at, verifier, raw.event_type, raw.object_id);
         let routes = self.routes(at, raw.forward, raw.retry, raw.concurrency, raw.route);
         if let Some(v) = &verifier {
             self.unsigned_event_type(at, &name, v, &routes);
@@ -378,7 +383,7 @@ impl Validator<'_> {
         }
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
-        let allow_ips = self.allow_ips(at, raw.allow_ips);
+        let allow_ips = self.allow_ips(at, raw.allow_ips, verifier.as_ref());
         let quiet_after = self.quiet_after(at, raw.quiet_after.as_deref());
         if self.problems.len() != before {
             return None;
@@ -868,6 +873,30 @@ mod tests {
     }
 
     #[test]
+    fn an_efi_endpoint_answers_on_its_path_plus_pix_and_takes_both() {
+        let efi = "[[endpoint]]\npath = \"/webhooks/efi\"\nprovider = \"efi\"\nsecret = \"e\"\n";
+        let config = parse(efi).unwrap();
+        assert_eq!(
+            config.endpoints[0].paths(),
+            ["/webhooks/efi", "/webhooks/efi/pix"]
+        );
+        assert_eq!(
+            parse(MINIMAL).unwrap().endpoints[0].paths(),
+            ["/webhooks/github"]
+        );
+        // Another endpoint at the appended path: refused, saying why.
+        let other =
+            "[[endpoint]]\npath = \"/webhooks/efi/pix\"\nprovider = \"github\"\nsecret = \"g\"\n";
+        for text in [format!("{efi}{other}"), format!("{other}{efi}")] {
+            let msg = problems(&text);
+            assert!(
+                msg.contains("`/webhooks/efi/pix` is used twice (an `efi` endpoint answers"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
     fn the_log_level_is_validated() {
         assert_eq!(parse(MINIMAL).unwrap().log.level, "info");
         let config = parse(&format!(
@@ -1074,7 +1103,9 @@ mod tests {
         assert!(msg.contains("give 2 secret(s), one per header"), "{msg}");
         let msg = problems(&format!("{MINIMAL}credential_headers = [\"X-Key\"]\n"));
         assert!(
-            msg.contains("`credential_headers` is only allowed with provider `cielo`"),
+            msg.contains(
+                "`credential_headers` is only allowed with providers `cielo` and `picpay`"
+            ),
             "{msg}"
         );
         let msg = problems(&format!("{MINIMAL}query_param = \"token\"\n"));
@@ -1086,6 +1117,22 @@ mod tests {
             .sign_request(b"{}", 0, "")
             .unwrap();
         assert_eq!(signed.query.as_deref(), Some("chave=t"));
+        // iugu: its token in the query too, and never without `allow_ips`.
+        let iugu = "[[endpoint]]\npath = \"/i\"\nprovider = \"iugu\"\nsecret = \"t\"\n";
+        let msg = problems(iugu);
+        assert!(
+            msg.contains("(line 1).allow_ips: missing: iugu signs nothing")
+                && msg.contains("fetching the invoice")
+                && msg.contains("98.82.243.132/32"),
+            "{msg}"
+        );
+        let allowed = format!("{iugu}allow_ips = [\"98.82.243.132/32\"]\nquery_param = \"k\"\n");
+        let config = parse(&allowed).unwrap();
+        assert_eq!(config.endpoints[0].verifier.provider(), "iugu");
+        assert_eq!(
+            config.endpoints[0].dedup.to_string(),
+            "iugu-event-id-status"
+        );
         // Without its secrets (the database commands), a config with a hex key and a header set
         // still loads, and verifies nothing.
         let text = format!(

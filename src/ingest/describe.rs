@@ -1,7 +1,10 @@
 //! What a webhook's body says about itself, for the store and the log line: its event type (a
 //! top-level `type`, else `event`; a provider's header wins) and the object it is about
 //! (`data.id`). [`describe`] reads the body only as far as it needs: serde_json's parser, driven
-//! member by member, stopped once it has both.
+//! member by member, stopped once it has both. Where an endpoint or its preset names a
+//! [`Field`] for either ([`describe_with`]), that field alone is read: a header, a form field,
+//! or a JSON pointer, read as far as the pointer goes (`pointer`); the body's own `type` and
+//! `data.id` are then not looked at.
 //!
 //! The rules (docs/forwarding.md, "The event type and object id"): the first occurrence of a
 //! member wins; a `type` that is not a non-empty string or a number falls back to `event`;
@@ -14,7 +17,8 @@ use std::fmt;
 use http::HeaderMap;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::header_text;
+use super::headers::header_text;
+use crate::verify::{Field, Verifier};
 
 /// The longest event type or object id kept from a body, in characters.
 const MAX_CHARS: usize = 200;
@@ -26,6 +30,54 @@ pub struct Described {
     pub event_type: Option<String>,
     /// `data.id`, the object the event is about (a charge, an order), when there is one.
     pub object_id: Option<String>,
+}
+
+/// Where [`describe_with`] reads: the endpoint's fields, else the defaults of [`describe`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sources<'a> {
+    pub event_type: Option<&'a Field>,
+    /// The provider's event-type header, for a type without a field.
+    pub type_header: Option<&'a str>,
+    pub object_id: Option<&'a Field>,
+}
+
+impl<'a> Sources<'a> {
+    /// Where an endpoint with this verifier finds them.
+    pub fn of(verifier: &'a Verifier) -> Sources<'a> {
+        Sources {
+            event_type: verifier.event_type_field(),
+            type_header: verifier.event_type_header(),
+            object_id: verifier.object_id_field(),
+        }
+    }
+}
+
+/// The event type and object id from where `sources` says. A field that finds nothing gives
+/// nothing: never the default's value, never a reason to refuse the request.
+pub fn describe_with(sources: Sources<'_>, headers: &HeaderMap, body: &[u8]) -> Described {
+    let defaults = match (sources.event_type, sources.object_id) {
+        (Some(_), Some(_)) => Described::default(),
+        _ => describe(sources.type_header, headers, body),
+    };
+    let read = |field: &Field| match field {
+        Field::Header(name) => header_text(headers, name.as_str()).map(kept),
+        Field::Form(name) => form_urlencoded::parse(body)
+            .find(|(key, _)| key == name)
+            .and_then(|(_, value)| (!value.is_empty()).then(|| kept(value.into_owned()))),
+        Field::Json(pointer) => super::pointer::read(pointer, body),
+    };
+    Described {
+        event_type: sources.event_type.map_or(defaults.event_type, read),
+        object_id: sources.object_id.map_or(defaults.object_id, read),
+    }
+}
+
+/// Its first [`MAX_CHARS`] characters.
+fn kept(mut text: String) -> String {
+    if let Some((at, _)) = text.char_indices().nth(MAX_CHARS) {
+        text.truncate(at);
+    }
+    text
 }
 
 /// Reads the event type (from `event_type_header`, the provider's, if it sent it) and the
@@ -226,7 +278,7 @@ impl<'de> de::Deserialize<'de> for Scalar {
     }
 }
 
-struct ScalarValue;
+pub(super) struct ScalarValue;
 
 impl<'de> Visitor<'de> for ScalarValue {
     type Value = Option<String>;
@@ -536,6 +588,49 @@ mod tests {
         // With `type` after `data`, the whole of `data` is skipped, and the type found.
         let after = format!(r#"{{"data":{{"id":"ch_1",{data_rest}}},"type":"t"}}"#);
         assert_eq!(read(&after), both("t", "ch_1"));
+    }
+
+    #[test]
+    fn a_field_is_read_alone_and_a_miss_is_no_value() {
+        let field = |text: &str| text.parse::<Field>().unwrap();
+        let (rede, topic, form) = (
+            field("json:/events/0"),
+            field("header:x-topic"),
+            field("form:data[id]"),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert("x-topic", " orders/paid ".parse().unwrap());
+        let read = |event_type, object_id, body: &[u8]| {
+            let sources = Sources {
+                event_type,
+                type_header: Some("x-provider-type"),
+                object_id,
+            };
+            let d = describe_with(sources, &headers, body);
+            (d.event_type, d.object_id)
+        };
+        let body = br#"{"type":"t","events":["PV.REFUND_PIX"],"data":{"id":"TID1"}}"#;
+        assert_eq!(read(Some(&rede), None, body), both("PV.REFUND_PIX", "TID1"));
+        assert_eq!(read(Some(&topic), None, body), both("orders/paid", "TID1"));
+        // Only the type's field given: the id is still `data.id`; and the other way round.
+        assert_eq!(read(None, Some(&rede), body), both("t", "PV.REFUND_PIX"));
+        // A field that finds nothing: no value, never the default's.
+        assert_eq!(read(Some(&rede), None, br#"{"type":"t"}"#), NOTHING);
+        assert_eq!(read(Some(&form), Some(&form), body), NOTHING);
+        // A form body, its names percent-decoded; the first occurrence wins, empty is none.
+        let iugu = b"event=invoice.status_changed&data%5Bid%5D=899E&data[id]=other&x=";
+        let event = field("form:event");
+        assert_eq!(
+            read(Some(&event), Some(&form), iugu),
+            both("invoice.status_changed", "899E")
+        );
+        let empty = field("form:x");
+        assert_eq!(read(Some(&empty), None, iugu), NOTHING);
+        let long = format!("event={}", "é".repeat(300));
+        assert_eq!(
+            read(Some(&event), None, long.as_bytes()).0,
+            Some("é".repeat(200))
+        );
     }
 
     #[test]

@@ -29,11 +29,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use crate::store::QueueStats;
-
 mod canary;
 mod duplicate_window;
 mod facts;
+mod scrape;
 pub use canary::PROBE_OK;
 pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
 pub use facts::EndpointFacts;
@@ -166,6 +165,8 @@ struct Families {
     delivery_latency: Family<RouteLabels, Histogram>,
     /// Accepted events of a forwarding endpoint that no route took (only stored).
     unrouted: Family<EndpointLabel, Counter>,
+    /// Accepted events whose `event_type` field (the endpoint's or its preset's) found nothing.
+    untyped: Family<EndpointLabel, Counter>,
 }
 
 /// Handles on one endpoint's series (clones share the value with the registered family).
@@ -177,6 +178,8 @@ struct EndpointSeries {
     routes: Vec<RouteSeries>,
     /// None for an endpoint that does not forward.
     unrouted: Option<Counter>,
+    /// None for the `-` of unknown paths.
+    untyped: Option<Counter>,
     duplicates: Mutex<DuplicateWindow>,
     /// Attempts over [`SLOW_DELIVERY`], for [`Metrics::facts`] (no series of its own).
     slow: AtomicU64,
@@ -209,6 +212,7 @@ impl Metrics {
         let delivery_latency =
             Family::<RouteLabels, Histogram>::new_with_constructor(delivery_histogram as fn() -> _);
         let unrouted = Family::<EndpointLabel, Counter>::default();
+        let untyped = Family::<EndpointLabel, Counter>::default();
         let duplicate_ratio = Family::<EndpointLabel, FloatGauge>::default();
         let pending = Family::<EndpointLabel, Gauge>::default();
         let oldest_pending_age = Family::<EndpointLabel, FloatGauge>::default();
@@ -250,6 +254,11 @@ impl Metrics {
             unrouted.clone(),
         );
         registry.register(
+            "events_untyped",
+            "Accepted events whose configured event_type field found nothing (stored with no type)",
+            untyped.clone(),
+        );
+        registry.register(
             "events_pending",
             "Events waiting for delivery or being delivered, read from the database at scrape time",
             pending.clone(),
@@ -277,6 +286,7 @@ impl Metrics {
             deliveries,
             delivery_latency,
             unrouted,
+            untyped,
         };
         let metrics = Metrics {
             registry,
@@ -341,6 +351,7 @@ impl Metrics {
                 });
             }
             self.families.request_latency.remove(&labels);
+            self.families.untyped.remove(&labels);
             self.duplicate_ratio.remove(&labels);
             self.pending.remove(&labels);
             self.oldest_pending_age.remove(&labels);
@@ -368,13 +379,18 @@ impl Metrics {
 
     /// Counts an accepted event of `endpoint` that no route took.
     pub fn unrouted(&self, endpoint: &str) {
-        let endpoints = self
-            .endpoints
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        if let Some(counter) = endpoints.get(endpoint).and_then(|s| s.unrouted.as_ref()) {
-            counter.inc();
-        }
+        self.count_event(endpoint, |s| s.unrouted.as_ref());
+    }
+
+    /// Counts an accepted event of `endpoint` whose `event_type` field found nothing.
+    pub fn untyped(&self, endpoint: &str) {
+        self.count_event(endpoint, |s| s.untyped.as_ref());
+    }
+
+    fn count_event(&self, endpoint: &str, counter: impl Fn(&EndpointSeries) -> Option<&Counter>) {
+        let endpoints = self.endpoints.read();
+        let endpoints = endpoints.unwrap_or_else(PoisonError::into_inner);
+        endpoints.get(endpoint).and_then(counter).map(Counter::inc);
     }
 
     /// Counts one answered request. `endpoint` is the name of the endpoint whose path it was
@@ -464,61 +480,6 @@ impl Metrics {
             .set(i64::from(paused));
     }
 
-    /// The text of one scrape. `queue` is what the database said, or None if it could not be
-    /// read in time: the queue gauges are then left out rather than shown stale.
-    pub fn render(&self, queue: Option<&[QueueStats]>, now_ms: i64) -> String {
-        let _one_scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = self.now_secs();
-        let endpoints = self
-            .endpoints
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
-        for series in endpoints.values() {
-            let ratio = series
-                .duplicates
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .ratio(now);
-            self.duplicate_ratio
-                .get_or_create(&label(&series.name))
-                .set(ratio);
-        }
-        self.set_queue(&endpoints, queue, now_ms);
-        drop(endpoints);
-        let mut out = String::with_capacity(16 * 1024);
-        // Writing into a String cannot fail.
-        let _ = prometheus_text::encode(&mut out, &self.registry);
-        out
-    }
-
-    /// Sets the queue gauges of every configured endpoint; events stored under a name that is
-    /// no longer configured are left out (their name is not ours to label with any more).
-    fn set_queue(
-        &self,
-        endpoints: &HashMap<String, EndpointSeries>,
-        queue: Option<&[QueueStats]>,
-        now_ms: i64,
-    ) {
-        let Some(queue) = queue else {
-            self.pending.clear();
-            self.oldest_pending_age.clear();
-            self.dead.clear();
-            return;
-        };
-        for name in endpoints.keys() {
-            let stats = queue.iter().find(|s| &s.endpoint == name);
-            let pending = stats.map_or(0, |s| s.pending);
-            let dead = stats.map_or(0, |s| s.dead);
-            let age = stats
-                .and_then(|s| s.oldest_pending_ms)
-                .map_or(0.0, |at| (now_ms - at).max(0) as f64 / 1000.0);
-            let label = label(name);
-            self.pending.get_or_create(&label).set(pending as i64);
-            self.dead.get_or_create(&label).set(dead as i64);
-            self.oldest_pending_age.get_or_create(&label).set(age);
-        }
-    }
-
     fn now_secs(&self) -> u64 {
         self.started.elapsed().as_secs()
     }
@@ -563,6 +524,8 @@ impl Families {
             requests,
             request_latency: self.request_latency.get_or_create_owned(&label(name)),
             unrouted: (!routes.is_empty()).then(|| self.unrouted.get_or_create_owned(&label(name))),
+            untyped: (name != UNKNOWN_ENDPOINT)
+                .then(|| self.untyped.get_or_create_owned(&label(name))),
             routes,
             duplicates: Mutex::default(),
             slow: AtomicU64::new(0),
@@ -594,6 +557,7 @@ fn delivery_histogram() -> Histogram {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::QueueStats;
 
     /// `pagarme` forwards, `github` does not.
     const ENDPOINTS: [Series<'static>; 2] = [
@@ -627,9 +591,11 @@ mod tests {
             r#"portaria_duplicate_ratio{endpoint="pagarme"}"#,
             r#"portaria_request_duration_seconds_count{endpoint="pagarme"}"#,
             r#"portaria_delivery_duration_seconds_count{endpoint="pagarme",route="default"}"#,
+            r#"portaria_events_untyped_total{endpoint="github"}"#,
         ] {
             assert_eq!(sample(&text, series), Some(0.0), "{series} in\n{text}");
         }
+        assert!(!text.contains(r#"portaria_events_untyped_total{endpoint="-"}"#));
         assert!(
             !text.contains(r#"portaria_deliveries_total{endpoint="github""#),
             "github does not forward"
@@ -639,6 +605,8 @@ mod tests {
         metrics.request(Some("pagarme"), DUPLICATE, Duration::from_millis(2));
         metrics.request(None, "not_found", Duration::from_micros(40));
         metrics.delivery("pagarme", "default", "dead", Duration::from_millis(7));
+        metrics.untyped("github");
+        metrics.untyped("nobody");
         let queue = [QueueStats {
             endpoint: "pagarme".into(),
             pending: 2,
@@ -675,6 +643,11 @@ mod tests {
             30.0
         );
         assert_eq!(get(r#"portaria_events_pending{endpoint="github"}"#), 0.0);
+        assert_eq!(
+            get(r#"portaria_events_untyped_total{endpoint="github"}"#),
+            1.0
+        );
+        assert!(!text.contains(r#"endpoint="nobody""#));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use http::HeaderName;
 
 use super::hmac_scheme::HmacScheme;
 use super::patience::{Patience, Rule};
+use super::shape::Field;
 use super::{
     Checked, DEFAULT_TOLERANCE_SECS, Reply, Request, Secret, Settings, VerifyError, adyen, asaas,
     cielo, discord, efi, github, mercadopago, pagarme, pagarme_v5, pagbank, plowf, relya,
@@ -32,6 +33,9 @@ pub const PROVIDERS: &[&str] = &[
     "vindi",
     "efi",
     "adyen",
+    "rede",
+    "picpay",
+    "iugu",
     // (Brazilian gateways: new names above this line.)
     //
     // SaaS and international gateways.
@@ -55,6 +59,8 @@ pub const PROVIDERS: &[&str] = &[
     // Asymmetric signatures.
     "discord",
     "pagarme-v5",
+    "woovi",
+    "openpix",
     // (Asymmetric: new names above this line.)
     //
     // Your own description of a scheme.
@@ -63,7 +69,8 @@ pub const PROVIDERS: &[&str] = &[
 
 /// The providers whose senders sign with a private key: an endpoint of theirs holds the public
 /// key (its preset says which setting), never a shared secret.
-pub const PUBLIC_KEY_PROVIDERS: &[&str] = &["discord", "pagarme-v5"];
+/// (Woovi's endpoint may take a secret besides, or instead: its older HMAC form.)
+pub const PUBLIC_KEY_PROVIDERS: &[&str] = &["discord", "pagarme-v5", "woovi", "openpix"];
 
 /// Whether an endpoint of `provider` is given a shared secret (an unknown name: yes, so that
 /// a missing secret is reported beside the unknown provider).
@@ -73,24 +80,33 @@ pub fn takes_secret(provider: &str) -> bool {
 
 /// The preset of `provider`, or why there is none.
 pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, String> {
+    // One platform, two names.
+    let provider = if provider == "openpix" {
+        "woovi"
+    } else {
+        provider
+    };
     if provider != "hmac" && settings.hmac.is_some() {
         return Err(format!(
             "a `signature` table is only allowed with provider `hmac`, not `{provider}`"
         ));
     }
-    if provider != "cielo" && settings.credential_headers.is_some() {
+    if !matches!(provider, "cielo" | "picpay") && settings.credential_headers.is_some() {
         return Err(format!(
-            "`credential_headers` is only allowed with provider `cielo`, not `{provider}`"
+            "`credential_headers` is only allowed with providers `cielo` and `picpay`, not \
+             `{provider}`"
         ));
     }
-    if !matches!(provider, "vindi" | "efi") && settings.query_param.is_some() {
+    if !matches!(provider, "vindi" | "efi" | "iugu") && settings.query_param.is_some() {
         return Err(format!(
-            "`query_param` is only allowed with providers `vindi` and `efi`, not `{provider}`"
+            "`query_param` is only allowed with providers `vindi`, `efi` and `iugu`, not \
+             `{provider}`"
         ));
     }
     for (key, value, owner) in [
         ("public_key", settings.public_key, "discord"),
         ("jwks_file", settings.jwks, "pagarme-v5"),
+        ("public_key_file", settings.public_key_pem, "woovi"),
     ] {
         if value.is_some() && provider != owner {
             return Err(format!(
@@ -112,6 +128,9 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         "vindi" => Ok(vindi::preset(settings)),
         "efi" => Ok(efi::preset(settings)),
         "adyen" => Ok(adyen::preset()),
+        "rede" => Ok(super::rede::preset()),
+        "picpay" => super::picpay::preset(settings),
+        "iugu" => Ok(super::iugu::preset(settings)),
         // (Brazilian gateways: new arms above this line.)
         //
         "github" => Ok(github::preset()),
@@ -130,6 +149,7 @@ pub(super) fn preset(provider: &str, settings: &Settings<'_>) -> Result<Preset, 
         //
         "discord" => discord::preset(settings.public_key),
         "pagarme-v5" => pagarme_v5::preset(settings.jwks),
+        "woovi" => super::woovi::preset(settings),
         // (Asymmetric: new arms above this line.)
         //
         "hmac" => {
@@ -392,6 +412,23 @@ pub(super) struct Preset {
     /// For a scheme that verifies with the sender's public key, the setting that holds it (the
     /// endpoint's credential; a shared secret is refused). None: a shared secret is required.
     pub public_key_setting: Option<&'static str>,
+    /// What the provider appends to the URL it was given (Efí's `/pix`): the endpoint answers
+    /// on its path and on its path followed by this, nothing else.
+    pub appended_path: Option<&'static str>,
+    /// Where the event type and the object id are, when the provider puts them somewhere of
+    /// its own (Rede's `events[0]`, iugu's form fields); the endpoint's `event_type` and
+    /// `object_id` override them (`Verifier::with_fields`).
+    pub event_type: Option<Field>,
+    pub object_id: Option<Field>,
+    /// Whether a bare GET on the endpoint is the provider checking the URL (Rede's, at
+    /// registration): answered 200, nothing stored.
+    pub answers_get: bool,
+    /// Why an endpoint of this provider needs `allow_ips` (iugu: nothing in its requests is
+    /// proof); None: it does not. Config refuses such an endpoint without it.
+    pub needs_allow_ips: Option<&'static str>,
+    /// For a scheme with a public key (`public_key_setting`): whether it takes secrets too, for
+    /// a second form (Woovi's HMAC); a secret given is otherwise refused.
+    pub secret_too: bool,
     /// How long the gateway keeps retrying a failed delivery, where its docs say (`patience`).
     pub patience: Option<Patience>,
 }
@@ -409,6 +446,12 @@ impl Preset {
             ack: None,
             signs_public_url: false,
             public_key_setting: None,
+            appended_path: None,
+            event_type: None,
+            object_id: None,
+            answers_get: false,
+            needs_allow_ips: None,
+            secret_too: false,
             patience: None,
         }
     }
@@ -459,6 +502,36 @@ impl Preset {
             content_type: "application/json",
             body,
         });
+        self
+    }
+
+    /// Where the event type is ([`Preset::event_type`]), spelled as in a config.
+    pub(super) fn type_at(mut self, field: &str) -> Self {
+        self.event_type = field.parse().ok();
+        self
+    }
+
+    /// Where the object id is ([`Preset::object_id`]), spelled as in a config.
+    pub(super) fn id_at(mut self, field: &str) -> Self {
+        self.object_id = field.parse().ok();
+        self
+    }
+
+    /// See [`Preset::answers_get`].
+    pub(super) fn answers_get(mut self) -> Self {
+        self.answers_get = true;
+        self
+    }
+
+    /// See [`Preset::needs_allow_ips`].
+    pub(super) fn needs_allow_ips(mut self, why: &'static str) -> Self {
+        self.needs_allow_ips = Some(why);
+        self
+    }
+
+    /// See [`Preset::appended_path`].
+    pub(super) fn appended_path(mut self, suffix: &'static str) -> Self {
+        self.appended_path = Some(suffix);
         self
     }
 

@@ -1,6 +1,7 @@
 //! Static credentials: the provider signs nothing and sends a secret the user configured, in a
-//! header (Asaas, Cielo), as HTTP Basic (Vindi's `user:password@` URL) or in the query string
-//! (Efí's `?hmac=`, Vindi's token). A generic [`Scheme`] the presets of those providers build.
+//! header (Asaas, Cielo), as `Authorization` verbatim (Rede, PicPay), as HTTP Basic (Vindi's
+//! `user:password@` URL) or in the query string (Efí's `?hmac=`, Vindi's and iugu's token). A
+//! generic [`Scheme`] the presets of those providers build.
 //!
 //! The received value and each secret are compared as SHA-256 digests, in constant time and
 //! against every secret with no early exit, so neither the value nor its length leaks by
@@ -35,6 +36,9 @@ enum Form {
     Basic { or_query: Option<String> },
     /// A query parameter whose value is one of the secrets.
     Query(String),
+    /// `Authorization` as the merchant registered it: its whole value is a secret, or its part
+    /// after a `Bearer `/`Basic ` scheme is (either spelling of the secret matches).
+    Authorization,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,6 +100,13 @@ impl Credential {
         }
     }
 
+    /// `Authorization` holding one of the secrets, with or without a `Bearer `/`Basic `.
+    pub fn authorization() -> Self {
+        Credential {
+            form: Form::Authorization,
+        }
+    }
+
     /// A query parameter holding one of the secrets.
     pub fn query(name: &str) -> Self {
         Credential {
@@ -109,7 +120,7 @@ impl Credential {
         match &self.form {
             Form::Header(name) => vec![name.clone()],
             Form::HeaderSet(names) => names.clone(),
-            Form::Basic { .. } | Form::Query(_) => Vec::new(),
+            Form::Basic { .. } | Form::Query(_) | Form::Authorization => Vec::new(),
         }
     }
 }
@@ -204,6 +215,21 @@ impl Scheme for Credential {
                     .ok_or_else(|| VerifyError::MissingQuery(param.clone()))?;
                 matching_secret(keys, value.as_bytes())
             }
+            Form::Authorization => {
+                let value = header(request.headers, "authorization")?;
+                // Both spellings are compared, whatever the first gives: no early exit.
+                let token = match value.split_once(' ') {
+                    Some((scheme, token))
+                        if scheme.eq_ignore_ascii_case("bearer")
+                            || scheme.eq_ignore_ascii_case("basic") =>
+                    {
+                        token.trim_start()
+                    }
+                    _ => value,
+                };
+                let received = [digest(value.as_bytes()), digest(token.as_bytes())];
+                find_secret(keys, &received, |key| digest(key.expose()))
+            }
         };
         index.map(Checked::from)
     }
@@ -236,6 +262,7 @@ impl Scheme for Credential {
         };
         Some(match &self.form {
             Form::Header(name) => Signed::from(vec![(name.to_string(), text(first))]),
+            Form::Authorization => Signed::from(vec![("authorization".to_string(), text(first))]),
             Form::HeaderSet(names) => Signed::from(
                 names
                     .iter()
@@ -495,9 +522,37 @@ mod tests {
     }
 
     #[test]
+    fn authorization_is_the_secret_with_or_without_its_scheme() {
+        let a = Credential::authorization();
+        let secrets = ["Bearer s3cr3t", "t0ken"];
+        for (value, index) in [
+            ("Bearer s3cr3t", Ok(0)),
+            ("t0ken", Ok(1)),
+            ("Bearer t0ken", Ok(1)),
+            ("basic  t0ken", Ok(1)),
+            ("Bearer s3cr3u", Err(VerifyError::Mismatch)),
+            ("s3cr3t", Err(VerifyError::Mismatch)),
+            ("Token t0ken", Err(VerifyError::Mismatch)),
+        ] {
+            assert_eq!(
+                check(&a, &secrets, &[("authorization", value)], None),
+                index,
+                "{value}"
+            );
+        }
+        assert_eq!(
+            check(&a, &secrets, &[("x-token", "t0ken")], None),
+            Err(VerifyError::MissingHeader("authorization".to_string()))
+        );
+        assert!(a.headers().is_empty()); // Authorization: redacted always
+    }
+
+    #[test]
     fn sign_gives_what_verify_takes() {
         let set = Credential::header_set(&["X-A".to_string(), "X-B".to_string()]).unwrap();
-        let cases: [(Credential, &[&str]); 6] = [
+        let cases: [(Credential, &[&str]); 8] = [
+            (Credential::authorization(), &["Bearer tok"]),
+            (Credential::authorization(), &["tok"]),
             (token(), &["tok"]),
             (set, &["one", "two"]),
             (Credential::basic(), &["u:p"]),

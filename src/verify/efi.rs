@@ -5,8 +5,10 @@
 //! secret. `query_param` renames the parameter.
 //!
 //! Efí appends `/pix` to the registered URL. With `&ignorar=` last, the `/pix` lands in that
-//! ignored parameter and the endpoint path stays as registered; without it, the path must end
-//! in `/pix`, and a secret that is the last thing in the URL would get `/pix` glued to it.
+//! ignored parameter and the path stays as registered; a URL without a query (the mTLS mode)
+//! is called at its path plus `/pix`. So an `efi` endpoint answers on its path and on its path
+//! followed by `/pix`, in both modes, and nowhere else ([`PIX`]): the path a user registers is
+//! the path they configure. A secret that is the last thing in the URL gets `/pix` glued to it.
 //!
 //! The mTLS mode ([`mtls_preset`]): Efí presents a client certificate from its CA, which the
 //! TLS listener verifies (`[server] tls.client_ca_file`) and the endpoint requires
@@ -27,9 +29,20 @@ use serde_json::Value;
 use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::credential::Credential;
 use super::{Checked, Request, Secret, Settings, VerifyError};
-use crate::dedup::{CustomKey, DedupError, DedupRule, MAX_KEY_BYTES};
+use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
 
 pub const DEFAULT_QUERY_PARAM: &str = "hmac";
+
+/// What Efí appends to the registered URL.
+pub const PIX: &str = "/pix";
+
+/// What a path used twice, when it ends in [`PIX`], may owe to an `efi` endpoint (for config).
+pub fn path_note(path: &str) -> &'static str {
+    match path.ends_with(PIX) {
+        true => " (an `efi` endpoint answers on its path and on it plus `/pix`)",
+        false => "",
+    }
+}
 
 /// The default dedup key of an Efí endpoint (see the module doc).
 pub const DEDUP: CustomKey = CustomKey {
@@ -39,14 +52,15 @@ pub const DEDUP: CustomKey = CustomKey {
 
 pub(super) fn preset(settings: &Settings<'_>) -> Preset {
     let param = settings.query_param.unwrap_or(DEFAULT_QUERY_PARAM);
-    Preset::new("efi", Credential::query(param), DedupRule::Custom(DEDUP))
+    Preset::new("efi", Credential::query(param), DedupRule::Custom(DEDUP)).appended_path(PIX)
 }
 
 /// The mTLS mode: the verified client certificate, checked before the body is read, is the
 /// credential. Built only for an endpoint with `require_client_cert` (config refuses it
 /// otherwise), so a request reaching [`Scheme::verify`] here came over such a connection.
 pub(super) fn mtls_preset() -> Preset {
-    let mut preset = Preset::new("efi", ClientCertificate, DedupRule::Custom(DEDUP));
+    let mut preset =
+        Preset::new("efi", ClientCertificate, DedupRule::Custom(DEDUP)).appended_path(PIX);
     preset.public_key_setting = Some("require_client_cert");
     preset
 }
@@ -78,19 +92,11 @@ impl Scheme for ClientCertificate {
 
 fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
     let Some(mut ids) = end_to_end_ids(body) else {
-        return Ok(hex::encode(crate::digest::sha256(&[body])));
+        return Ok(body_key(body));
     };
     ids.sort_unstable();
     ids.dedup();
-    let joined = ids.join(",");
-    if joined.len() <= MAX_KEY_BYTES {
-        Ok(joined)
-    } else {
-        Ok(format!(
-            "sha256:{}",
-            hex::encode(crate::digest::sha256(&[joined.as_bytes()]))
-        ))
-    }
+    Ok(fit(ids.join(",")))
 }
 
 /// Every item's `endToEndId`; None if the body has no `pix` items. An item without one

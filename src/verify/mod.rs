@@ -2,7 +2,10 @@
 //! and the [`Verifier`] in front of them. The generic pieces the providers' files build on:
 //! `secret` (the key bytes and their keyed HMAC states), `hmac_scheme`, `credential` (static
 //! credentials), `keyed_list` (a `t=..,v1=..` header), `public_url` (Twilio's and Square's
-//! signed URL) and `patience` (a gateway's documented give-up rule, which its preset carries).
+//! signed URL), `rsa` (RSA public keys for `ring`: Pagar.me v5's, Woovi's), `shape` (what a
+//! provider's requests look like besides their signature: Efí's appended `/pix`, Rede's GET
+//! probe, where the event type and object id are, [`Field`]) and `patience` (a gateway's
+//! documented give-up rule, which its preset carries).
 //!
 //! A verifier is a pure function of (secrets, request, now). It runs on the raw bytes before
 //! anything parses them, compares decoded MAC bytes (or credentials) in constant time, and
@@ -31,6 +34,7 @@ pub mod efi;
 pub mod github;
 pub mod hmac_scheme;
 pub mod intercom;
+pub mod iugu;
 pub mod keyed_list;
 pub mod linear;
 pub mod mercadopago;
@@ -39,10 +43,14 @@ pub mod pagarme;
 pub mod pagarme_v5;
 pub mod pagbank;
 pub mod patience;
+pub mod picpay;
 pub mod plowf;
 pub mod public_url;
+pub mod rede;
 pub mod relya;
+mod rsa;
 mod secret;
+mod shape;
 pub mod shopify;
 pub mod slack;
 pub mod square;
@@ -52,6 +60,7 @@ pub mod twilio;
 pub mod typeform;
 pub mod vindi;
 pub mod woocommerce;
+pub mod woovi;
 pub mod zoom;
 
 #[cfg(test)]
@@ -66,6 +75,7 @@ pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
 pub use hmac_scheme::HmacOptions;
 pub use patience::Patience;
 pub use secret::Secret;
+pub use shape::Field;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;
@@ -144,6 +154,8 @@ pub struct Settings<'a> {
     pub public_key: Option<&'a str>,
     /// The text of the JWKS that `jwks_file` names, for provider `pagarme-v5`.
     pub jwks: Option<&'a str>,
+    /// The text of `public_key_file` (PEM, or Woovi's public-keys JSON), for provider `woovi`.
+    pub public_key_pem: Option<&'a str>,
 }
 
 /// Checks requests for one endpoint. Built once from the config; `Debug` shows no secret.
@@ -268,14 +280,18 @@ impl Verifier {
         tolerance_secs: Option<u64>,
     ) -> Result<Verifier, String> {
         let preset = catalog::preset(provider, settings)?;
-        // The public key is the credential: the preset has checked it is there.
-        if let Some(setting) = preset.public_key_setting {
+        // The public key is the credential: the preset has checked it is there (or, for a
+        // scheme that takes secrets too, `check_keys` says whether it may go without).
+        if let Some(setting) = preset.public_key_setting
+            && (secrets.is_empty() || !preset.secret_too)
+        {
             if !secrets.is_empty() {
                 return Err(format!(
                     "provider `{provider}` verifies with a public key (`{setting}`), not a \
                      shared secret: remove the secret"
                 ));
             }
+            preset.scheme.check_keys(0)?;
             let tolerance_secs = tolerance_secs.unwrap_or(preset.tolerance_secs);
             return Ok(Verifier {
                 preset,
@@ -418,31 +434,6 @@ impl Verifier {
              default, `{}`), or set `dedup_unsigned = true` on the endpoint to accept that",
             self.preset.name, self.preset.dedup
         ))
-    }
-
-    /// The header carrying the event type for this provider, if it sends one.
-    pub fn event_type_header(&self) -> Option<&'static str> {
-        self.preset.event_type_header
-    }
-
-    /// Whether the event type this provider's requests carry is covered by what the signature
-    /// signs: false where it comes from an unsigned header (GitHub's `X-GitHub-Event`,
-    /// Shopify's topic, ...) or from a body whose bytes the scheme does not sign (Mercado
-    /// Pago's, Adyen's, a Twilio form's, which can be spelled anew), or that a static
-    /// credential admits whatever it says (Asaas, Cielo, Vindi, Efí's `?hmac=`: whoever
-    /// captured one request can send any body with it). Read from the scheme's
-    /// [`catalog::Coverage`]; Efí's mutual TLS, where only Efí's private key opens the
-    /// connection the body comes on, is as good as a signature. Targets are told
-    /// (`PORTARIA_EVENT_TYPE_SIGNED=0`).
-    pub fn event_type_signed(&self) -> bool {
-        match (self.preset.scheme.coverage(), self.preset.event_type_header) {
-            (catalog::Coverage::Credential, _) => false,
-            (catalog::Coverage::Connection, _) => true,
-            (catalog::Coverage::Signed { headers, .. }, Some(name)) => {
-                headers.iter().any(|signed| signed == name)
-            }
-            (catalog::Coverage::Signed { body, .. }, None) => body,
-        }
     }
 
     /// Whether the scheme signs a timestamp, so that `tolerance_secs` means something.
@@ -827,6 +818,9 @@ mod tests {
             "asaas",
             "vindi",
             "efi",
+            "rede",
+            "picpay",
+            "iugu",
         ];
         for provider in PROVIDERS {
             let settings = Settings {
@@ -859,7 +853,7 @@ mod tests {
     #[test]
     fn only_the_public_key_providers_go_without_a_secret() {
         for provider in PROVIDERS {
-            let public_key = ["discord", "pagarme-v5"].contains(provider);
+            let public_key = ["discord", "pagarme-v5", "woovi", "openpix"].contains(provider);
             assert_eq!(takes_secret(provider), !public_key, "{provider}");
         }
         assert!(takes_secret("paypal"));

@@ -16,10 +16,11 @@
 
 use base64::Engine as _;
 use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
-use ring::signature::{RSA_PKCS1_2048_8192_SHA256, RsaPublicKeyComponents};
+use ring::signature::RSA_PKCS1_2048_8192_SHA256;
 use serde::Deserialize;
 
 use super::catalog::{Preset, Scheme, Signed, json_rule};
+use super::rsa::{self, RsaKey};
 use super::{Checked, Request, Secret, VerifyError, header};
 
 pub const SIGNATURE: &str = "x-webhook-asymmetric-signature";
@@ -32,14 +33,6 @@ const BASE64URL: GeneralPurpose = GeneralPurpose::new(
 
 /// Smallest modulus accepted, in bits.
 const MIN_BITS: usize = 2048;
-/// Largest modulus `ring`'s RS256 verification takes, in bits.
-const MAX_BITS: usize = 8192;
-
-/// An RSA public key, checked at load the way `ring` checks it at each verification (a
-/// modulus of 2048-8192 bits, odd; an odd exponent from 3 to 2^33 - 1), so a broken key in
-/// the JWKS is refused when it loads, not at the first webhook. `ring` is rustls's provider,
-/// already linked: its RSA verification costs the binary nothing more.
-type RsaKey = RsaPublicKeyComponents<Vec<u8>>;
 
 pub(super) fn preset(jwks: Option<&str>) -> Result<Preset, String> {
     let text = jwks.ok_or_else(|| {
@@ -103,37 +96,13 @@ fn parse_jwks(text: &str) -> Result<Vec<(String, RsaKey)>, String> {
 }
 
 fn rsa_key(n: Option<&str>, e: Option<&str>) -> Result<RsaKey, String> {
-    // Big-endian, without leading zero bytes.
     let number = |name: &str, value: Option<&str>| {
         let text = value.ok_or_else(|| format!("no `{name}`"))?;
-        let bytes = BASE64URL
+        BASE64URL
             .decode(text)
-            .map_err(|_| format!("`{name}` is not base64url"))?;
-        let start = bytes.iter().position(|&b| b != 0).unwrap_or(bytes.len());
-        Ok::<_, String>(bytes[start..].to_vec())
+            .map_err(|_| format!("`{name}` is not base64url"))
     };
-    let (n, e) = (number("n", n)?, number("e", e)?);
-    let bits = match n.first() {
-        Some(&top) => n.len() * 8 - top.leading_zeros() as usize,
-        None => 0,
-    };
-    if bits < MIN_BITS {
-        return Err(format!("{bits} bits; at least {MIN_BITS} are required"));
-    }
-    if bits > MAX_BITS {
-        return Err(format!("{bits} bits; at most {MAX_BITS} are supported"));
-    }
-    let odd = |x: &[u8]| x.last().is_some_and(|b| b & 1 == 1);
-    let exponent = (e.len() <= 5).then(|| e.iter().fold(0u64, |acc, &b| acc << 8 | u64::from(b)));
-    let usable = odd(&n) && odd(&e) && exponent.is_some_and(|e| (3..1 << 33).contains(&e));
-    if !usable {
-        return Err(
-            "not a usable RSA public key (an even modulus, or an exponent that is \
-                    even or outside 3..2^33)"
-                .to_string(),
-        );
-    }
-    Ok(RsaPublicKeyComponents { n, e })
+    rsa::components(&number("n", n)?, &number("e", e)?, MIN_BITS)
 }
 
 /// The three required parts of the header.

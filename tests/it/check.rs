@@ -152,6 +152,30 @@ fn a_risky_setting_is_a_warning_beside_ok() {
 }
 
 #[test]
+fn check_says_an_efi_endpoint_answers_on_its_path_and_on_it_plus_pix() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("p.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[storage]\npath = \"{}\"\n\
+             [[endpoint]]\npath = \"/webhooks/efi\"\nprovider = \"efi\"\nsecret = \"an-efi-hmac-secret\"\n\
+             [[endpoint]]\npath = \"/webhooks/asaas\"\nprovider = \"asaas\"\nsecret = \"an-asaas-access-token\"\n",
+            dir.path().join("p.db").display()
+        ),
+    )
+    .unwrap();
+    let out = ok_stdout(&run_cli(&["check"], &config));
+    assert!(
+        out.contains(
+            "endpoint `efi` answers on /webhooks/efi and on /webhooks/efi/pix: efi appends `/pix`"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("endpoint `asaas`"), "{out}");
+}
+
+#[test]
 fn a_mistyped_subcommand_or_name_is_answered_with_the_one_meant() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db");

@@ -17,6 +17,7 @@ mod commit_order;
 mod compression;
 mod crowds;
 mod disk_full;
+mod event_fields;
 mod fail_fast;
 mod forwarding;
 mod handover;

@@ -7,7 +7,7 @@
 //! A long run: `PROPTEST_CASES=10000 cargo test properties`.
 
 use http::{HeaderMap, HeaderName, HeaderValue};
-use portaria::ingest::describe;
+use portaria::ingest::{Sources, describe, describe_with};
 use portaria::verify::{HmacOptions, PROVIDERS, Request, Settings, Signed, Verifier, VerifyError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError};
@@ -18,7 +18,16 @@ const PUBLIC_URL: &str = "https://example.trycloudflare.com/webhooks/properties"
 /// Basic auth, a query secret), or Mercado Pago's manifest (the `data.id` of the query string,
 /// the request id and the timestamp). A changed body still carries the right signature, so
 /// only their headers are changed.
-const BODY_NOT_SIGNED: &[&str] = &["asaas", "cielo", "vindi", "efi", "mercadopago"];
+const BODY_NOT_SIGNED: &[&str] = &[
+    "asaas",
+    "cielo",
+    "vindi",
+    "efi",
+    "mercadopago",
+    "rede",
+    "picpay",
+    "iugu",
+];
 
 /// Headers a signer sends that are not signed, by the provider's own design (ids and event
 /// names read for dedup and logs, under the signature's protection only where a scheme signs
@@ -48,9 +57,11 @@ fn config() -> Config {
 }
 
 /// A verifier for `provider` with two secrets (the first signs), set up as the unit tests
-/// set theirs up; None for a provider that verifies with a public key.
+/// set theirs up; None for a provider that verifies with a public key only.
 fn verifier(provider: &str) -> Option<Verifier> {
-    if !portaria::verify::takes_secret(provider) {
+    // Woovi's HMAC form takes a secret; its RSA form, like the others here, only a public key.
+    let hmac_too = ["woovi", "openpix"].contains(&provider);
+    if !portaria::verify::takes_secret(provider) && !hmac_too {
         return None;
     }
     let options = HmacOptions {
@@ -367,6 +378,21 @@ impl Json {
         }
     }
 
+    /// The value at the pointer's `tokens`, by the rules of a `json:` field (RFC 6901; the
+    /// first occurrence of a member).
+    fn at(&self, tokens: &[&str]) -> Option<&Json> {
+        let Some((token, rest)) = tokens.split_first() else {
+            return Some(self);
+        };
+        match self {
+            Json::Object(_) => self.first(token)?.at(rest),
+            Json::Array(items) if *token == "0" || !token.starts_with('0') => {
+                items.get(token.parse::<usize>().ok()?)?.at(rest)
+            }
+            _ => None,
+        }
+    }
+
     fn first(&self, name: &str) -> Option<&Json> {
         match self {
             Json::Object(members) => members.iter().find(|(n, _)| n == name).map(|(_, v)| v),
@@ -390,6 +416,7 @@ fn json() -> impl Strategy<Value = Json> {
             Just("event".to_string()),
             Just("data".to_string()),
             Just("id".to_string()),
+            Just("events".to_string()),
             "[a-z]{1,3}",
         ];
         prop_oneof![
@@ -420,5 +447,31 @@ fn describe_reads_any_json_body_by_its_rules() {
         let d = describe(Some("x-topic"), &headers, text.as_bytes());
         prop_assert_eq!(d.event_type.as_deref(), Some("from.header"));
         prop_assert_eq!(&d.object_id, &object_id, "{}", text);
+    });
+}
+
+#[test]
+fn a_json_field_reads_what_its_pointer_names_in_any_body() {
+    let pointers = prop_oneof![
+        Just("/data/id"),
+        Just("/events/0"),
+        Just("/data/1/id"),
+        Just("/type"),
+        Just("/0/id"),
+        Just("/a/0"),
+        Just("/data/01"),
+    ];
+    let headers = HeaderMap::new();
+    proptest!(config(), |(body in json(), tail in "[ -~]{0,8}", pointer in pointers)| {
+        let tokens: Vec<&str> = pointer.split('/').skip(1).collect();
+        let expected = body.at(&tokens).and_then(Json::scalar);
+        let mut text = String::new();
+        body.write(&mut text);
+        text.push_str(&tail);
+        let field = format!("json:{pointer}").parse().unwrap();
+        let sources = Sources { event_type: Some(&field), object_id: Some(&field), ..Sources::default() };
+        let d = describe_with(sources, &headers, text.as_bytes());
+        prop_assert_eq!(&d.event_type, &expected, "{}", text);
+        prop_assert_eq!(&d.object_id, &expected, "{}", text);
     });
 }

@@ -21,6 +21,12 @@ const VINDI_BASIC: &str = "vindi:s3nh@-Kk40";
 const VINDI_TOKEN: &str = "vindi-token-Jj55";
 const EFI_SECRET: &str = "efi-hmac-Ll66nB";
 const ADYEN_KEY: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+const REDE_OLD: &str = "Bearer rede-old-Qq12";
+const REDE_TOKEN: &str = "rede-token-Ww34eR";
+const PICPAY_TOKEN: &str = "picpay-panel-Tt56yU";
+const PICPAY_SELLER: &str = "4ef4edbd-5cda-42da-860b-0e8d7b90c784";
+const IUGU_TOKEN: &str = "iugu-token-Ii78oP";
+const WOOVI_HMAC: &str = "woovi-webhook-secret-Pp90";
 
 /// One endpoint per preset; `extra` is added to the end (server tables must come first).
 fn config(db: &Path, extra: &str) -> String {
@@ -44,6 +50,34 @@ fn config(db: &Path, extra: &str) -> String {
         )
         .endpoint("/webhooks/efi", "efi", &secret(EFI_SECRET))
         .endpoint("/webhooks/adyen", "adyen", &secret(ADYEN_KEY))
+        .endpoint(
+            "/webhooks/rede",
+            "rede",
+            &format!("secrets = [\"{REDE_OLD}\", \"{REDE_TOKEN}\"]"),
+        )
+        .endpoint("/webhooks/picpay", "picpay", &secret(PICPAY_TOKEN))
+        .endpoint(
+            "/webhooks/picpay-legacy",
+            "picpay",
+            &format!(
+                "credential_headers = [\"x-seller-token\"]\n{}",
+                secret(PICPAY_SELLER)
+            ),
+        )
+        .endpoint(
+            "/webhooks/iugu",
+            "iugu",
+            &format!("{}\nallow_ips = [\"127.0.0.1/32\"]", secret(IUGU_TOKEN)),
+        )
+        .endpoint(
+            "/webhooks/woovi",
+            "woovi",
+            &format!(
+                "public_key_file = \"{}/tests/fixtures/woovi/public-key.pem\"\n{}",
+                env!("CARGO_MANIFEST_DIR"),
+                secret(WOOVI_HMAC)
+            ),
+        )
         .then(extra)
         .text()
 }
@@ -254,6 +288,284 @@ async fn vindi_takes_basic_or_the_token_and_efi_its_hmac_parameter() {
     .await;
     let key: String = server.one("SELECT dedup_key FROM events WHERE endpoint = 'efi'");
     assert_eq!(key, "E09089356202611300800abcdef1234");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_efi_endpoint_stores_a_pix_posted_to_its_path_plus_pix_and_with_ignorar() {
+    // The endpoint is at `/webhooks/efi`, the URL the docs show; Efí appends `/pix`.
+    let server = start().await;
+    let pix = |id: &str| format!(r#"{{"pix":[{{"endToEndId":"{id}","valor":"1.00"}}]}}"#);
+    let appended = format!("/webhooks/efi/pix?hmac={EFI_SECRET}");
+    let reply = post(server.addr, &appended, &[], pix("E1").as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let ignored = format!("/webhooks/efi?hmac={EFI_SECRET}&ignorar=/pix");
+    let reply = post(server.addr, &ignored, &[], pix("E2").as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(server.events_of("efi"), 2);
+    let keys: String =
+        server.one("SELECT group_concat(dedup_key, ' ') FROM events WHERE endpoint = 'efi'");
+    assert_eq!(keys, "E1 E2");
+    // The same Pix on the other path is the same event; the credential still counts there.
+    let reply = post(server.addr, &appended, &[], pix("E2").as_bytes()).await;
+    assert_eq!(reply.status, 200);
+    assert_eq!(server.events_of("efi"), 2);
+    let wrong = "/webhooks/efi/pix?hmac=efi-hmac-Ll66nC";
+    assert_eq!(
+        post(server.addr, wrong, &[], pix("E3").as_bytes())
+            .await
+            .status,
+        401
+    );
+    // Nothing else below the path.
+    for elsewhere in [
+        "/webhooks/efi/pix/pix",
+        "/webhooks/efi/pixx",
+        "/webhooks/efi/x",
+    ] {
+        let target = format!("{elsewhere}?hmac={EFI_SECRET}");
+        let reply = post(server.addr, &target, &[], pix("E4").as_bytes()).await;
+        assert_eq!(reply.status, 404, "{elsewhere}");
+    }
+    assert_eq!(server.events_of("efi"), 2);
+}
+
+/// The event type, object id and dedup key of `endpoint`'s events, oldest first, `;`-joined.
+fn described(server: &TestServer, endpoint: &str) -> String {
+    server.one(&format!(
+        "SELECT group_concat(coalesce(event_type, '-') || ' ' || coalesce(object_id, '-') || ' ' \
+         || dedup_key, '; ') FROM (SELECT * FROM events WHERE endpoint = '{endpoint}' ORDER BY id)"
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rede_answers_its_probe_and_takes_its_authorization_in_either_spelling() {
+    let server = start().await;
+    // Rede's GET when the URL is registered: 200, nothing stored. Other presets: 405.
+    let probe = send(server.addr, "GET", "/webhooks/rede", &[], b"").await;
+    assert_eq!(probe.status, 200, "{}", probe.body);
+    assert_eq!(server.events_of("rede"), 0);
+    assert_eq!(
+        send(server.addr, "GET", "/webhooks/asaas", &[], b"")
+            .await
+            .status,
+        405
+    );
+    assert_eq!(
+        send(server.addr, "PUT", "/webhooks/rede", &[], b"")
+            .await
+            .status,
+        405
+    );
+
+    let paid = br#"{"id":"n1","companyNumber":"12345678","events":["PV.UPDATE_TRANSACTION_PIX"],"data":{"id":"TID1234567890","txid":"t1"}}"#;
+    let bearer = vec![h("authorization", format!("Bearer {REDE_TOKEN}"))];
+    let changed = vec![h("authorization", "Bearer rede-token-Ww34eS")];
+    accepted_once_and_tampered_refused(
+        &server,
+        "rede",
+        "/webhooks/rede",
+        &bearer,
+        paid,
+        ("/webhooks/rede", &changed, paid),
+    )
+    .await;
+    // The refund of that TID is another event; the old secret (rotation), spelled as
+    // registered, still admits; another credential or none does not.
+    let refund = br#"{"events":["PV.REFUND_PIX"],"data":{"id":"TID1234567890"}}"#;
+    let old = [h("authorization", REDE_OLD)];
+    assert_eq!(
+        post(server.addr, "/webhooks/rede", &old, refund)
+            .await
+            .status,
+        200
+    );
+    let bare = [h("authorization", REDE_TOKEN)];
+    assert_eq!(
+        post(server.addr, "/webhooks/rede", &bare, refund)
+            .await
+            .status,
+        200
+    );
+    let other = [h("authorization", "Bearer someone-else")];
+    assert_eq!(
+        post(server.addr, "/webhooks/rede", &other, refund)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        post(server.addr, "/webhooks/rede", &[], refund)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        described(&server, "rede"),
+        "PV.UPDATE_TRANSACTION_PIX TID1234567890 PV.UPDATE_TRANSACTION_PIX:TID1234567890; \
+         PV.REFUND_PIX TID1234567890 PV.REFUND_PIX:TID1234567890"
+    );
+    let signed: i64 = server.one("SELECT max(event_type_signed) FROM events");
+    assert_eq!(signed, 0, "nothing signs Rede's body");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn picpay_takes_its_panel_token_or_the_legacy_seller_token() {
+    let server = start().await;
+    let body = br#"{"event_type":"PAYMENT_LINK_PAID","merchantChargeId":"c-1"}"#;
+    let good = vec![h("authorization", PICPAY_TOKEN)];
+    let changed = vec![h("authorization", "picpay-panel-Tt56yV")];
+    accepted_once_and_tampered_refused(
+        &server,
+        "picpay",
+        "/webhooks/picpay",
+        &good,
+        body,
+        ("/webhooks/picpay", &changed, body),
+    )
+    .await;
+    let seller = [h("x-seller-token", PICPAY_SELLER)];
+    // The seller token is not the panel endpoint's credential.
+    assert_eq!(
+        post(server.addr, "/webhooks/picpay", &seller, body)
+            .await
+            .status,
+        401
+    );
+
+    let legacy = br#"{"referenceId":"102030","authorizationId":"555008cef7f321d00ef236333"}"#;
+    let wrong = vec![h("x-seller-token", "4ef4edbd-5cda-42da-860b-0e8d7b90c785")];
+    accepted_once_and_tampered_refused(
+        &server,
+        "picpay-legacy",
+        "/webhooks/picpay-legacy",
+        &seller,
+        legacy,
+        ("/webhooks/picpay-legacy", &wrong, legacy),
+    )
+    .await;
+    assert!(described(&server, "picpay").starts_with("PAYMENT_LINK_PAID - "));
+    assert!(described(&server, "picpay-legacy").starts_with("- 102030 "));
+    let headers: Vec<u8> = server.one(
+        "SELECT headers FROM payloads WHERE event_id = \
+         (SELECT id FROM events WHERE endpoint = 'picpay-legacy')",
+    );
+    let headers = String::from_utf8(headers).unwrap();
+    assert!(headers.contains("x-seller-token: [redacted]"), "{headers}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn iugu_takes_its_url_token_from_its_address_and_reads_its_form() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    // A second iugu endpoint whose allowed address is not this test's.
+    let elsewhere = format!(
+        "[[endpoint]]\npath = \"/webhooks/iugu-far\"\nprovider = \"iugu\"\nsecret = \"{IUGU_TOKEN}\"\n\
+         allow_ips = [\"98.82.243.132/32\"]\n"
+    );
+    let server = TestServer::start_with(dir, db.clone(), &config(&db, &elsewhere)).await;
+    let form = b"event=invoice.status_changed&data%5Bid%5D=899E76B431864AAB854977026372A704&data%5Bstatus%5D=paid&data%5Baccount_id%5D=42591B1C";
+    let headers = vec![h("content-type", "application/x-www-form-urlencoded")];
+    let path = format!("/webhooks/iugu?token={IUGU_TOKEN}");
+    accepted_once_and_tampered_refused(
+        &server,
+        "iugu",
+        &path,
+        &headers,
+        form,
+        ("/webhooks/iugu?token=iugu-token-Ii78oQ", &headers, form),
+    )
+    .await;
+    let pending = b"event=invoice.status_changed&data[id]=899E76B431864AAB854977026372A704&data[status]=pending";
+    assert_eq!(
+        post(server.addr, &path, &headers, pending).await.status,
+        200
+    );
+    assert_eq!(
+        post(server.addr, "/webhooks/iugu", &headers, pending)
+            .await
+            .status,
+        401
+    );
+    assert_eq!(
+        described(&server, "iugu"),
+        "invoice.status_changed 899E76B431864AAB854977026372A704 \
+         invoice.status_changed:899E76B431864AAB854977026372A704:paid; \
+         invoice.status_changed 899E76B431864AAB854977026372A704 \
+         invoice.status_changed:899E76B431864AAB854977026372A704:pending"
+    );
+    let far = format!("/webhooks/iugu-far?token={IUGU_TOKEN}");
+    assert_eq!(post(server.addr, &far, &headers, form).await.status, 403);
+    // The token is in no stored byte.
+    let db_bytes = std::fs::read(&db).unwrap();
+    let wal = std::fs::read(db.with_extension("db-wal")).unwrap_or_default();
+    for bytes in [db_bytes, wal] {
+        assert!(!String::from_utf8_lossy(&bytes).contains(IUGU_TOKEN));
+    }
+}
+
+/// Woovi's published example: the payload of its PHP sample, signed with its production key.
+const WOOVI_PAYLOAD: &[u8] = include_bytes!("../fixtures/woovi/charge-completed.json");
+const WOOVI_SIGNATURE: &str = "lL2nnXgmLFGgxJ8+jCDguqouU4ucrIxYJcU5SPrJFaNcJajTJHYVldqc/z4YFIjAjtPEALe699WosgPY08W7CLpidvtm06Qwa4YMB0l/DcTS93O91NdSH/adjugEKiOb76Zj/0jB8mqOmWCFYbweOBa17bssuEkd5Lw7Q5L314Y=";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn woovi_signed_by_woovi_or_by_the_webhook_secret_is_stored_once() {
+    let mut changed = WOOVI_PAYLOAD.to_vec();
+    changed[500] ^= 1;
+    // Woovi's own SDK agrees: its example is valid, a changed byte is not.
+    let oracle = |body: &[u8]| {
+        let input = json!({"body": String::from_utf8_lossy(body), "signature": WOOVI_SIGNATURE});
+        crate::support::oracle::run("woovi_webhook.mjs", &input)
+    };
+    if let Some(answer) = oracle(WOOVI_PAYLOAD) {
+        assert_eq!(answer["valid"], true, "{answer}");
+        assert_eq!(oracle(&changed).unwrap()["valid"], false);
+    }
+    let server = start().await;
+    let rsa = vec![
+        h("content-type", "application/json"),
+        h("x-webhook-signature", WOOVI_SIGNATURE),
+    ];
+    accepted_once_and_tampered_refused(
+        &server,
+        "woovi",
+        "/webhooks/woovi",
+        &rsa,
+        WOOVI_PAYLOAD,
+        ("/webhooks/woovi", &rsa, &changed),
+    )
+    .await;
+    // The deprecated HMAC-SHA1 form, with the webhook's secret (this endpoint has both).
+    let body = br#"{"event":"OPENPIX:CHARGE_COMPLETED","charge":{"correlationID":"c-9","status":"COMPLETED"},"pix":{"endToEndId":"E9"}}"#;
+    let hmac = |secret: &str| {
+        let mut mac =
+            <hmac::Hmac<sha1::Sha1> as hmac::KeyInit>::new_from_slice(secret.as_bytes()).unwrap();
+        hmac::Mac::update(&mut mac, body);
+        vec![h(
+            "x-openpix-signature",
+            STANDARD.encode(hmac::Mac::finalize(mac).into_bytes()),
+        )]
+    };
+    let wrong = hmac("woovi-webhook-secret-Pp91");
+    accepted_once_and_tampered_refused(
+        &server,
+        "woovi",
+        "/webhooks/woovi",
+        &hmac(WOOVI_HMAC),
+        body,
+        ("/webhooks/woovi", &wrong, body),
+    )
+    .await;
+    let example_key = hex::encode(Sha256::digest(WOOVI_PAYLOAD));
+    assert_eq!(
+        described(&server, "woovi"),
+        format!(
+            "- 417bae21-3d08-4cdb-9c2d-fee63c89e9e4 {example_key}; \
+             OPENPIX:CHARGE_COMPLETED c-9 OPENPIX:CHARGE_COMPLETED:c-9:E9"
+        )
+    );
+    let signed: i64 =
+        server.one("SELECT min(event_type_signed) FROM events WHERE endpoint = 'woovi'");
+    assert_eq!(signed, 1, "Woovi signs the body its type is read from");
 }
 
 /// A NotificationRequestItem without its signature.

@@ -106,8 +106,9 @@ use rustls::pki_types::pem::PemObject;
 
 const BOTH: &[&SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
 
-/// A config serving HTTPS with a client CA: Efí in its mTLS mode at `/efi/pix` (Efí appends
-/// `/pix` to the registered `https://host/efi`), one with a subject rule, and Efí's `?hmac=`
+/// A config serving HTTPS with a client CA: Efí in its mTLS mode at `/efi` (registered as
+/// `https://host/efi`, it is called at `/efi/pix`, which the endpoint answers too), one with
+/// a subject rule, and Efí's `?hmac=`
 /// fallback at `/efi-hmac`, which takes requests without a certificate.
 fn tls_config(dir: &Path) -> String {
     format!(
@@ -123,13 +124,13 @@ path = "{db}"
 
 [[endpoint]]
 name = "efi"
-path = "/efi/pix"
+path = "/efi"
 provider = "efi"
 require_client_cert = true
 
 [[endpoint]]
 name = "efi-named"
-path = "/efi-named/pix"
+path = "/efi-named"
 provider = "efi"
 client_cert_subject = "{EFI_CLIENT}"
 
@@ -379,6 +380,23 @@ async fn efi_first_calls_without_a_certificate_then_with_it() {
         .unwrap();
         assert_eq!(sent.status, 200, "{sent:?}");
         assert_eq!(server.count_rows(), events, "after {ids:?}");
+    }
+    // The registered path itself is the endpoint's too, under the same certificate rule.
+    let bare = pki.client(BOTH, None);
+    let refused = https_post(server.addr, bare, "/efi", &pix("ED"))
+        .await
+        .unwrap();
+    assert_eq!(refused.status, 403, "{refused:?}");
+    let direct = https_post(server.addr, with_cert.clone(), "/efi", &pix("ED"))
+        .await
+        .unwrap();
+    assert_eq!(direct.status, 200, "{direct:?}");
+    assert_eq!(server.count_rows(), 4);
+    for elsewhere in ["/efi/pix/pix", "/efi/pixx", "/efi/other"] {
+        let sent = https_post(server.addr, with_cert.clone(), elsewhere, &pix("EE"))
+            .await
+            .unwrap();
+        assert_eq!(sent.status, 404, "{elsewhere}: {sent:?}");
     }
     let dir = server.stop().await;
     let shown = ok_stdout(&run_cli(

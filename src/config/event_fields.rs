@@ -1,0 +1,96 @@
+//! An endpoint's `event_type` and `object_id`: where its event type and object id are read
+//! (`verify::Field`: `json:<pointer>`, `header:<name>`, `form:<field>`), set on its verifier
+//! over the preset's defaults, so that routes, `order_by`'s warning, the status page and the
+//! targets all see the same values (docs/forwarding.md, "The event type and object id").
+
+use super::validate::Validator;
+use crate::verify::{Field, Verifier};
+
+impl Validator<'_> {
+    /// The verifier with the endpoint's fields; a field that cannot be parsed, or that reads a
+    /// credential header (which is stored redacted, so the type would be the credential), is a
+    /// problem.
+    pub(super) fn event_fields(
+        &mut self,
+        at: &str,
+        verifier: Option<Verifier>,
+        event_type: Option<String>,
+        object_id: Option<String>,
+    ) -> Option<Verifier> {
+        let event_type = self.field(at, "event_type", event_type, verifier.as_ref());
+        let object_id = self.field(at, "object_id", object_id, verifier.as_ref());
+        Some(verifier?.with_fields(event_type, object_id))
+    }
+
+    fn field(
+        &mut self,
+        at: &str,
+        key: &str,
+        text: Option<String>,
+        verifier: Option<&Verifier>,
+    ) -> Option<Field> {
+        let field = match text?.parse::<Field>() {
+            Ok(field) => field,
+            Err(why) => {
+                self.problem(format!("{at}.{key}: {why}"));
+                return None;
+            }
+        };
+        if let (Field::Header(name), Some(v)) = (&field, verifier)
+            && (name == http::header::AUTHORIZATION || v.credential_headers().contains(name))
+        {
+            self.problem(format!(
+                "{at}.{key}: `{field}` carries this provider's credential, which is never \
+                 stored; read it from somewhere else"
+            ));
+            return None;
+        }
+        Some(field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::tests::{parse, problems};
+
+    fn endpoint(extra: &str) -> String {
+        format!(
+            "[[endpoint]]\npath = \"/webhooks/shop\"\nprovider = \"github\"\nsecret = \"s\"\n{extra}\n"
+        )
+    }
+
+    #[test]
+    fn the_fields_are_set_on_the_verifier() {
+        let config = parse(&endpoint(
+            "event_type = \"json:/events/0\"\nobject_id = \"form:data[id]\"",
+        ))
+        .unwrap();
+        let v = &config.endpoints[0].verifier;
+        assert_eq!(v.event_type_field().unwrap().to_string(), "json:/events/0");
+        assert_eq!(v.object_id_field().unwrap().to_string(), "form:data[id]");
+        // A body field of a provider that signs the body: a signed type.
+        assert!(v.event_type_signed());
+        let plain = parse(&endpoint("")).unwrap();
+        assert!(plain.endpoints[0].verifier.event_type_field().is_none());
+    }
+
+    #[test]
+    fn a_bad_field_or_a_credential_header_is_refused() {
+        let msg = problems(&endpoint(
+            "event_type = \"events/0\"\nobject_id = \"json:id\"",
+        ));
+        assert!(
+            msg.contains(".event_type: `events/0`: give `json:<pointer>`"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".object_id: JSON pointer `id` must start with `/`"),
+            "{msg}"
+        );
+        let msg = problems(&endpoint("event_type = \"header:Authorization\""));
+        assert!(msg.contains("carries this provider's credential"), "{msg}");
+        let asaas = "[[endpoint]]\npath = \"/a\"\nprovider = \"asaas\"\nsecret = \"t\"\n\
+                     object_id = \"header:asaas-access-token\"\n";
+        assert!(problems(asaas).contains(".object_id: `header:asaas-access-token` carries"));
+    }
+}
