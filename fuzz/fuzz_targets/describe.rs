@@ -33,7 +33,10 @@ fn check_field(field: Option<&str>, headers: &HeaderMap, body: &[u8]) {
         ..Sources::default()
     };
     let described = describe_with(sources, headers, body);
-    for value in [&described.event_type, &described.object_id].into_iter().flatten() {
+    for value in [&described.event_type, &described.object_id]
+        .into_iter()
+        .flatten()
+    {
         assert!(!value.is_empty() && value.chars().count() <= 200);
     }
 }
@@ -59,7 +62,11 @@ fuzz_target!(|data: &[u8]| {
             return;
         }
         check(name.and_then(Result::ok), &text.headers, &text.body);
-        check_field(text.args.get(1).map(String::as_str), &text.headers, &text.body);
+        check_field(
+            text.args.get(1).map(String::as_str),
+            &text.headers,
+            &text.body,
+        );
         return;
     }
     let Ok(input) = Input::arbitrary_take_rest(Unstructured::new(data)) else {
