@@ -74,6 +74,29 @@ mod tests {
         assert!(plain.endpoints[0].verifier.event_type_field().is_none());
     }
 
+    /// A field decides the type's signedness by what the provider's signature covers: a body
+    /// field is signed only where the body is, a header only where that header is.
+    #[test]
+    fn a_field_outside_the_signature_gives_an_unsigned_type() {
+        let of = |provider: &str, secret: &str, field: &str| {
+            let text = format!(
+                "[[endpoint]]\npath = \"/w\"\nprovider = \"{provider}\"\nsecret = \"{secret}\"\n\
+                 event_type = \"{field}\"\n"
+            );
+            parse(&text).unwrap().endpoints[0]
+                .verifier
+                .event_type_signed()
+        };
+        // GitHub signs the body, not its headers.
+        assert!(!of("github", "s", "header:X-Topic"));
+        assert!(of("github", "s", "form:event"));
+        // Mercado Pago signs the query's data.id and x-request-id, not the body.
+        assert!(!of("mercadopago", "s", "json:/type"));
+        assert!(of("mercadopago", "s", "header:x-request-id"));
+        // A static credential signs nothing.
+        assert!(!of("asaas", "t", "json:/event"));
+    }
+
     #[test]
     fn a_bad_field_or_a_credential_header_is_refused() {
         let msg = problems(&endpoint(
