@@ -599,9 +599,10 @@ mod tests {
 
     #[tokio::test]
     async fn refused_connection_fails() {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        drop(listener);
+        // Bound and held without listening, so no other test's socket can take the port.
+        let held = tokio::net::TcpSocket::new_v4().expect("socket");
+        held.bind(([127, 0, 0, 1], 0).into()).expect("bind");
+        let addr = held.local_addr().expect("addr");
         let target = HttpTarget::new(url(addr, "/"), Duration::from_secs(5), None);
         let text = failure(target.deliver(&delivery()).await);
         assert!(text.starts_with("connection failed: "), "{text}");

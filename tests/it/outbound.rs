@@ -12,6 +12,7 @@ use http_body_util::Full;
 use portaria::outbound::{Client, Error, Limits, Phase, Request, Roots};
 use rustls::pki_types::CertificateDer;
 
+use crate::support::ClosedPort;
 use crate::support::tunnel::{HttpsServer, ca, server_tls};
 
 fn short() -> Limits {
@@ -123,9 +124,8 @@ async fn each_failure_names_its_cause() {
     assert!(matches!(e, Error::TooLarge { limit: 1024, .. }), "{e}");
 
     // Nobody listens.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
+    let closed = ClosedPort::new();
+    let port = closed.port();
     let e = client_trusting(&ca)
         .send(Request::get(
             format!("https://127.0.0.1:{port}/").parse().unwrap(),

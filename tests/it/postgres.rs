@@ -229,9 +229,8 @@ async fn the_password_reaches_no_log_and_no_message() {
     assert!(!log.contains(PASSWORD), "{log}");
 
     // A database that cannot be reached: the start fails, saying why, without the password.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = closed.local_addr().unwrap().port();
-    drop(closed);
+    let closed = ClosedPort::new();
+    let port = closed.port();
     let out = portaria()
         .args(["serve", "--config"])
         .arg(&path)

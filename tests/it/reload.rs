@@ -247,19 +247,11 @@ async fn a_valid_reload_adds_removes_and_rotates_endpoints() {
     server.stop().await;
 }
 
-/// A port nothing listens on: connections to it are refused.
-async fn a_closed_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_queued_before_a_reload_are_delivered_after_it() {
     // The target is down: events wait, pending, for their next try.
-    let down = a_closed_port().await;
+    let closed = ClosedPort::new();
+    let down = closed.addr;
     let forward = |addr: SocketAddr, concurrency: usize| {
         format!(
             "forward = {{ url = \"http://{addr}/x\", timeout_secs = 2 }}\nretry = [\"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\", \"1s\"]\nconcurrency = {concurrency}\n"
@@ -386,7 +378,8 @@ async fn an_invalid_reload_names_every_problem_and_the_old_config_still_serves()
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_listen_needs_a_restart_and_the_rest_is_applied() {
     let server = Reloading::start(&pagarme("")).await;
-    let elsewhere = a_closed_port().await;
+    let closed = ClosedPort::new();
+    let elsewhere = closed.addr;
     server.write(elsewhere, &(pagarme("") + &github()));
     let Reloaded::Applied { restart_needed } = server.trigger.reload().await.unwrap() else {
         panic!("a valid config is applied");

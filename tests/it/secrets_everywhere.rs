@@ -254,10 +254,8 @@ async fn no_secret_reaches_a_log_line_the_cli_metrics_the_database_or_an_archive
     let dir = work.path();
     let target = Target::start(vec![200]).await;
     // A port with nothing listening: the stripe forward fails with a connection error.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    let closed = ClosedPort::new();
+    let dead = closed.addr;
     write_config(dir, target.addr, dead);
     let config = dir.join("portaria.toml");
     let mut found = Vec::new();

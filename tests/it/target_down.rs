@@ -24,9 +24,8 @@ async fn forwarding_to(target: SocketAddr) -> TestServer {
     TestServer::start("", &extra).await
 }
 
-/// A target on `addr` that answers 200 and records each body.
-async fn target_on(addr: SocketAddr) -> Arc<Mutex<Vec<Bytes>>> {
-    let listener = TcpListener::bind(addr).await.unwrap();
+/// A target on `listener` that answers 200 and records each body.
+fn target_on(listener: TcpListener) -> Arc<Mutex<Vec<Bytes>>> {
     let seen: Arc<Mutex<Vec<Bytes>>> = Arc::default();
     let record = seen.clone();
     tokio::spawn(async move {
@@ -59,11 +58,9 @@ fn median(times: &mut [Duration]) -> Duration {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_the_target_down_events_go_dead_intake_stays_fast_and_replay_delivers_once() {
-    // A port with nothing listening (freed at once): every attempt is a refused connection.
-    let down = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
+    // A port held with nothing listening: every attempt is a refused connection.
+    let closed = ClosedPort::new();
+    let down = closed.addr;
     let healthy_target = Target::start(vec![200]).await;
     let dead = forwarding_to(down).await;
     let healthy = forwarding_to(healthy_target.addr).await;
@@ -108,7 +105,7 @@ async fn with_the_target_down_events_go_dead_intake_stays_fast_and_replay_delive
     .await;
 
     // The target is back: a replay of the dead events delivers each exactly once.
-    let seen = target_on(down).await;
+    let seen = target_on(closed.listen());
     let out = run_cli(&["events", "replay", "--dead"], &dead.config_path());
     let said = ok_stdout(&out);
     assert!(said.contains(&format!("{N} dead event")), "{said}");

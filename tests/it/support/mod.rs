@@ -43,3 +43,31 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A loopback port held without listening: connections to it are refused, and no other socket
+/// can take it meanwhile. (A port bound and freed at once is the next one `127.0.0.1:0` may hand
+/// out: a server a test starts afterwards can land on it and answer where a refusal was meant.)
+pub struct ClosedPort {
+    socket: tokio::net::TcpSocket,
+    pub addr: std::net::SocketAddr,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket
+            .bind(([127, 0, 0, 1], 0).into())
+            .expect("a loopback port");
+        let addr = socket.local_addr().expect("its address");
+        ClosedPort { socket, addr }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// The port opens: from now on connections are accepted by the returned listener.
+    pub fn listen(self) -> tokio::net::TcpListener {
+        self.socket.listen(128).expect("listen on the held port")
+    }
+}
