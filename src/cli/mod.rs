@@ -14,6 +14,8 @@ mod backup;
 mod check;
 mod database;
 mod events;
+mod export;
+mod filters;
 mod init;
 mod init_next;
 mod init_text;
@@ -28,7 +30,6 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, Endpoint, Source};
-use crate::store::Status;
 use crate::time::now_ms;
 
 #[derive(Parser, Debug)]
@@ -147,16 +148,15 @@ enum EventsCommand {
     },
     /// Put events back into pending, with a fresh retry schedule.
     Replay(ReplayArgs),
+    /// Write the events the filters pick, oldest first, as CSV or JSON lines: id, received
+    /// time (UTC and local), endpoint, type, object id, status, dedup key, `export_fields`.
+    Export(export::ExportArgs),
 }
 
 #[derive(Args, Debug)]
 struct ListArgs {
-    /// Only this endpoint's events (a name from the config).
-    #[arg(long)]
-    endpoint: Option<String>,
-    /// pending, delivering, delivered, dead or stored.
-    #[arg(long)]
-    status: Option<Status>,
+    #[command(flatten)]
+    filters: filters::Filters,
     /// At most this many, newest first.
     #[arg(long, default_value_t = 50)]
     limit: usize,
@@ -166,19 +166,20 @@ struct ListArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["id", "dead"]))]
+#[command(group = clap::ArgGroup::new("which").required(true).multiple(true)
+    .args(["id", "dead", "endpoint", "route", "status", "event_type", "since", "until"]))]
 struct ReplayArgs {
     /// The event to replay (every route it went to, or --route's only).
+    #[arg(conflicts_with_all = ["dead", "endpoint", "status", "event_type", "since", "until"])]
     id: Option<i64>,
-    /// Replay every dead delivery (of --endpoint and --route, if given).
-    #[arg(long)]
+    /// Replay every dead delivery (of the events the filters pick): `--status dead`.
+    #[arg(long, conflicts_with = "status")]
     dead: bool,
-    /// Only this endpoint's dead deliveries (with --dead).
-    #[arg(long, requires = "dead")]
-    endpoint: Option<String>,
-    /// Only the delivery to this route.
+    /// Replay more than 10 events without asking.
     #[arg(long)]
-    route: Option<String>,
+    yes: bool,
+    #[command(flatten)]
+    filters: filters::Filters,
 }
 
 /// The binary's entry point.

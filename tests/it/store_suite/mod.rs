@@ -69,6 +69,7 @@ mod pauses;
 mod queue;
 mod retention;
 mod status;
+mod windows;
 
 pub const MINUTE: i64 = 60_000;
 pub const HOUR: i64 = 3_600_000;
