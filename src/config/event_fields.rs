@@ -140,6 +140,40 @@ mod tests {
     }
 
     #[test]
+    fn export_fields_are_json_pointers_under_names_of_their_own() {
+        let config = parse(&endpoint(
+            "export_fields = { customer = \"json:/data/customer/email\", amount = \"json:/data/amount\" }",
+        ))
+        .unwrap();
+        assert_eq!(
+            config.endpoints[0].export_fields,
+            [
+                ("amount".to_string(), "/data/amount".to_string()),
+                ("customer".to_string(), "/data/customer/email".to_string())
+            ]
+        );
+        let msg = problems(&endpoint(
+            "export_fields = { a = \"/data/a\", b = \"json:data\", status = \"json:/s\", \"x y\" = \"json:/x\" }",
+        ));
+        assert!(
+            msg.contains(".export_fields.a: `/data/a`: give `json:<pointer>`"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".export_fields.b: JSON pointer `data` must start"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".export_fields.status: a column needs a name"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".export_fields.x y: a column needs a name"),
+            "{msg}"
+        );
+    }
+
+    #[test]
     fn a_bad_field_or_a_credential_header_is_refused() {
         let msg = problems(&endpoint(
             "event_type = \"events/0\"\nobject_id = \"json:id\"",

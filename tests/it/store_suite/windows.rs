@@ -4,7 +4,7 @@
 //! a replay by filters puts back exactly what its count said; an export reads every event
 //! once, a page at a time, in order.
 
-use portaria::store::{ExportCursor, ListFilter, Status};
+use portaria::store::{AfterAttempt, ExportCursor, ListFilter, Status};
 
 use super::{HOUR, MINUTE, Subject, Webhook, dead};
 
@@ -59,10 +59,13 @@ async fn a_window_a_glob_and_a_route_narrow_the_list(s: &Subject) {
     assert_eq!(ids(s, window).await, [id[3], id[2], id[1]]);
 
     // A route: events with a delivery to it; with a status, that delivery's.
+    let routes = [("audit", None), ("erp", None), ("mail", None)];
     let both = s
-        .new_event(Webhook::new("pagarme", "r", now - MINUTE).to(&[("erp", None), ("mail", None)]))
+        .new_event(Webhook::new("pagarme", "r", now - MINUTE).to(&routes))
         .await;
     s.attempt("pagarme", "mail", now, dead()).await;
+    s.attempt("pagarme", "audit", now, AfterAttempt::Delivered)
+        .await;
     let route = |r: &str, status: Option<Status>| ListFilter {
         route: Some(r.into()),
         status,
@@ -77,6 +80,14 @@ async fn a_window_a_glob_and_a_route_narrow_the_list(s: &Subject) {
     assert_eq!(ids(s, route("erp", Some(Status::Pending))).await, [both]);
     assert_eq!(
         ids(s, route("mail", Some(Status::Pending))).await,
+        Vec::<i64>::new()
+    );
+    assert_eq!(
+        ids(s, route("audit", Some(Status::Delivered))).await,
+        [both]
+    );
+    assert_eq!(
+        ids(s, route("erp", Some(Status::Delivered))).await,
         Vec::<i64>::new()
     );
     assert_eq!(ids(s, route("default", None)).await.len(), 6);
