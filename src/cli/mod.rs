@@ -1,9 +1,10 @@
 //! The command line: parses arguments (the clap types, with clap's suggestions for a mistyped
 //! subcommand or flag), sets up logging, and runs the subcommands `serve`, `check`, `events
-//! list/show/replay`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup` and `store
-//! copy`. The small ones live here (`serve`, `prune`, and the endpoint lookup, whose error
-//! names the configured endpoints and the closest); `check`, `init` (its next steps in
-//! `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`], `verify`,
+//! list/show/replay/export`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup` and
+//! `store copy`. The small ones live here (`serve`, `prune`, and the endpoint lookup, whose
+//! error names the configured endpoints and the closest); `check`, `init` (its next steps in
+//! `init_next`, its sentences in `init_text`), `events` (its filters in `filters`, its export
+//! in `export`), `archive`, [`send`], `verify`,
 //! `backup` and `store_copy` have their own files, and `database` is the one place a command
 //! opens the configured store and so picks the engine.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
