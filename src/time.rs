@@ -57,6 +57,27 @@ fn local_offset_secs(secs: i64) -> i64 {
     tm.tm_gmtoff as i64
 }
 
+/// A time given by an owner (`--since`, the status page's filters): RFC 3339 text
+/// ([`parse_rfc3339`]), or a duration before `now_ms` (`90s`, `30m`, `2h`, `7d`).
+pub fn parse_when(text: &str, now_ms: i64) -> Option<i64> {
+    let text = text.trim();
+    if let Some(ms) = parse_rfc3339(text) {
+        return Some(ms);
+    }
+    let unit = match text.bytes().last()? {
+        b's' => 1_000,
+        b'm' => 60_000,
+        b'h' => 3_600_000,
+        b'd' => 86_400_000,
+        _ => return None,
+    };
+    let n = &text[..text.len() - 1];
+    if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some(now_ms.saturating_sub(n.parse::<i64>().ok()?.saturating_mul(unit)))
+}
+
 /// Unix milliseconds of RFC 3339 text: `2026-11-30T08:15:24Z`, with a fraction of a second
 /// and a `±HH:MM` offset if given, `t` or a space for the `T`; or a date alone, `2026-11-30`,
 /// its midnight UTC.
@@ -193,6 +214,18 @@ mod tests {
         for days in -800_000..800_000 {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
+        }
+    }
+
+    #[test]
+    fn a_time_is_rfc3339_or_a_duration_ago() {
+        let now = 1_796_026_524_000;
+        assert_eq!(parse_when("2h", now), Some(now - 7_200_000));
+        assert_eq!(parse_when(" 7d", now), Some(now - 7 * 86_400_000));
+        assert_eq!(parse_when("90s", now), Some(now - 90_000));
+        assert_eq!(parse_when("2026-11-30T08:15:24Z", 0), Some(now));
+        for bad in ["", "h", "2", "-2h", "2 h", "2w", "1.5h", "yesterday"] {
+            assert_eq!(parse_when(bad, now), None, "{bad}");
         }
     }
 

@@ -61,14 +61,9 @@ impl Filters {
 
 /// `--since`/`--until`: RFC 3339 text, or a duration before now.
 fn time_arg(text: &str) -> Result<i64, String> {
-    if let Some(ms) = crate::time::parse_rfc3339(text) {
-        return Ok(ms);
-    }
-    let ago = crate::config::parse_duration(text).map_err(|_| {
+    crate::time::parse_when(text, crate::time::now_ms()).ok_or_else(|| {
         format!("`{text}` is neither RFC 3339 (2026-12-01T09:00:00Z) nor a duration (2h, 7d)")
-    })?;
-    let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
-    Ok(crate::time::now_ms().saturating_sub(ago))
+    })
 }
 
 /// An endpoint name given to a filter: configured, or still holding stored events (an
