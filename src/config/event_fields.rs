@@ -4,7 +4,7 @@
 //! targets all see the same values (docs/forwarding.md, "The event type and object id"); and
 //! its `export_fields`, the columns `events export` reads from each event's body.
 
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// The columns every line of `events export` has, before an endpoint's `export_fields`.
 pub const EXPORT_COLUMNS: [&str; 8] = [
