@@ -124,7 +124,7 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                     ""
                 };
                 let n = db
-                    .block_on(store.count_replayable(filter.clone()))
+                    .block_on(store.replay_matching(filter.clone(), None))
                     .map_err(|e| format!("cannot count the events to replay: {e}"))?;
                 // Above the threshold, the count is said before anything changes.
                 if n > CONFIRM_ABOVE {
@@ -134,7 +134,7 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                 }
                 confirmed(n, args.yes)?;
                 let n = db
-                    .block_on(store.replay_matching(filter, now))
+                    .block_on(store.replay_matching(filter, Some(now)))
                     .map_err(|e| format!("cannot replay {dead}events: {e}"))?;
                 writeln!(out, "{n} {dead}event(s) pending again")
             }

@@ -195,8 +195,9 @@ fn jsonl_line(
         })
         .collect();
     object.insert("id".into(), id.into());
-    serde_json::to_writer(&mut *out, &object)?;
-    out.write_all(b"\n")
+    // Through `Value`'s Display, which `events list --json` links already: `to_writer` here
+    // would build a second copy of the serializer for this writer.
+    writeln!(out, "{}", Value::Object(object))
 }
 
 #[cfg(test)]

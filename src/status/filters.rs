@@ -2,7 +2,7 @@
 //! (endpoint, status, type glob, text, route, and a window: `since`/`until` as RFC 3339 or a
 //! duration ago), read from a query string or a form and written back into links; and the
 //! "Replay these N" button's POST, which replays what the filters pick (`replay_matching`),
-//! the count shown beside the button (`count_replayable`).
+//! the count shown beside the button (the same, changing nothing).
 
 use crate::store::{ListFilter, Status};
 use crate::time::{now_ms, parse_when, rfc3339};
@@ -70,7 +70,7 @@ impl StatusPage {
         if !narrows(f) {
             return 0;
         }
-        let count = self.store.count_replayable(f.clone());
+        let count = self.store.replay_matching(f.clone(), None);
         match tokio::time::timeout(STORE_DEADLINE, count).await {
             Ok(Ok(n)) => n,
             _ => 0,
@@ -89,7 +89,7 @@ impl StatusPage {
         let back: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(pairs(&f))
             .finish();
-        match self.store.replay_matching(f, now_ms()).await {
+        match self.store.replay_matching(f, Some(now_ms())).await {
             Ok(n) => {
                 tracing::info!(events = n, filters = %back, "status page: events replayed");
                 if n > 0 {

@@ -463,28 +463,23 @@ impl Store {
             status: Some(Status::Dead),
             ..ListFilter::default()
         };
-        self.replay_matching(filter, now_ms).await
+        self.replay_matching(filter, Some(now_ms)).await
     }
 
     /// `events replay` by filters: the deliveries of the events `filter` lists (its cursor
-    /// and limit aside) pending again, to `filter.route` only and in `filter.status` only (a
-    /// delivery's own: `dead` replays the dead ones) if given, none being delivered; how many
-    /// events that touched.
+    /// and limit aside) pending again, due at `now_ms`, to `filter.route` only and in
+    /// `filter.status` only (a delivery's own: `dead` replays the dead ones) if given, none
+    /// being delivered; how many events that touched. Without `now_ms`, nothing changes: how
+    /// many it would touch now (one method for both keeps the binary small).
     pub async fn replay_matching(
         &self,
         filter: ListFilter,
-        now_ms: i64,
+        now_ms: Option<i64>,
     ) -> Result<usize, StoreError> {
         let only = Replay { id: None, filter };
-        self.replay(&only, now_ms).await
-    }
-
-    /// How many events [`Store::replay_matching`] would put back now.
-    pub async fn count_replayable(&self, filter: ListFilter) -> Result<usize, StoreError> {
-        let only = Replay { id: None, filter };
         match self.engine() {
-            Engine::Sqlite(db) => db.count_replayable(only).await,
-            Engine::Postgres(pg) => pg.count_replayable(&only).await,
+            Engine::Sqlite(db) => db.replay(only, now_ms).await,
+            Engine::Postgres(pg) => pg.replay(&only, now_ms).await,
         }
     }
 
@@ -492,8 +487,8 @@ impl Store {
     /// them, in one transaction; returns how many events.
     async fn replay(&self, only: &Replay, now_ms: i64) -> Result<usize, StoreError> {
         match self.engine() {
-            Engine::Sqlite(db) => db.replay(only.clone(), now_ms).await,
-            Engine::Postgres(pg) => pg.replay(only, now_ms).await,
+            Engine::Sqlite(db) => db.replay(only.clone(), Some(now_ms)).await,
+            Engine::Postgres(pg) => pg.replay(only, Some(now_ms)).await,
         }
     }
 }

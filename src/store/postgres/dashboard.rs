@@ -216,15 +216,24 @@ impl Pg {
     }
 
     /// Puts the chosen deliveries back to pending, due at `now_ms`; returns how many events.
+    /// Without `now_ms`, how many it would put back.
     pub(in crate::store) async fn replay(
         &self,
         only: &events::Replay,
-        now_ms: i64,
+        now_ms: Option<i64>,
     ) -> Result<usize, StoreError> {
         let (cond, mut args) = events::replay_where(only, &events::POSTGRES);
+        let client = self.client().await?;
+        let Some(now_ms) = now_ms else {
+            let sql = format!("SELECT count(DISTINCT event_id) FROM deliveries WHERE {cond}");
+            let row = client
+                .query_one(&sql, &params(&args))
+                .await
+                .map_err(error)?;
+            return Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        };
         args.push(Arg::Int(now_ms));
         let sql = replay_sql(&cond, &format!("${}", args.len()));
-        let client = self.client().await?;
         let rows = client.query(&sql, &params(&args)).await.map_err(error)?;
         Ok(rows.len())
     }
@@ -248,20 +257,6 @@ impl Pg {
                 })
             })
             .collect()
-    }
-
-    pub(in crate::store) async fn count_replayable(
-        &self,
-        only: &events::Replay,
-    ) -> Result<usize, StoreError> {
-        let (cond, args) = events::replay_where(only, &events::POSTGRES);
-        let sql = format!("SELECT count(DISTINCT event_id) FROM deliveries WHERE {cond}");
-        let client = self.client().await?;
-        let row = client
-            .query_one(&sql, &params(&args))
-            .await
-            .map_err(error)?;
-        Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0))
     }
 }
 

@@ -48,14 +48,6 @@ impl Sqlite {
         .await
     }
 
-    pub(in crate::store) async fn replay(
-        &self,
-        only: Replay,
-        now_ms: i64,
-    ) -> Result<usize, StoreError> {
-        self.run(move |c| replay(c, &only, now_ms)).await
-    }
-
     pub(in crate::store) async fn export_page(
         &self,
         filter: &ListFilter,
@@ -79,20 +71,23 @@ impl Sqlite {
         .await
     }
 
-    pub(in crate::store) async fn count_replayable(
+    /// Without `now_ms`, how many events it would put back.
+    pub(in crate::store) async fn replay(
         &self,
         only: Replay,
+        now_ms: Option<i64>,
     ) -> Result<usize, StoreError> {
-        let (cond, args) = replay_where(&only, &SQLITE);
-        self.run(move |c| {
-            c.query_row(
-                &format!("SELECT count(DISTINCT event_id) FROM deliveries WHERE {cond}"),
-                rusqlite::params_from_iter(values(args)),
-                |r| r.get::<_, i64>(0),
-            )
+        self.run(move |c| match now_ms {
+            Some(now_ms) => replay(c, &only, now_ms),
+            None => {
+                let (cond, args) = replay_where(&only, &SQLITE);
+                let sql = format!("SELECT count(DISTINCT event_id) FROM deliveries WHERE {cond}");
+                let n: i64 =
+                    c.query_row(&sql, rusqlite::params_from_iter(values(args)), |r| r.get(0))?;
+                Ok(usize::try_from(n).unwrap_or(0))
+            }
         })
         .await
-        .map(|n| usize::try_from(n).unwrap_or(0))
     }
 }
 

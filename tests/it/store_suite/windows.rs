@@ -114,9 +114,15 @@ async fn a_replay_by_filters_puts_back_what_its_count_said(s: &Subject) {
         status: Some(Status::Dead),
         ..ListFilter::default()
     };
-    assert_eq!(s.store.count_replayable(filter.clone()).await.unwrap(), 3);
     assert_eq!(
-        s.store.replay_matching(filter.clone(), now).await.unwrap(),
+        s.store.replay_matching(filter.clone(), None).await.unwrap(),
+        3
+    );
+    assert_eq!(
+        s.store
+            .replay_matching(filter.clone(), Some(now))
+            .await
+            .unwrap(),
         3
     );
     for id in &old {
@@ -132,13 +138,13 @@ async fn a_replay_by_filters_puts_back_what_its_count_said(s: &Subject) {
         0,
         "not of the type"
     );
-    assert_eq!(s.store.count_replayable(filter).await.unwrap(), 0);
+    assert_eq!(s.store.replay_matching(filter, None).await.unwrap(), 0);
     // One being delivered is neither counted nor put back.
     let claimed = s.claim_one("pagarme", "erp", now).await;
     let all = ListFilter::default();
-    let n = s.store.count_replayable(all.clone()).await.unwrap();
+    let n = s.store.replay_matching(all.clone(), None).await.unwrap();
     assert_eq!(n, 4, "five with deliveries, one being delivered");
-    assert_eq!(s.store.replay_matching(all, now).await.unwrap(), n);
+    assert_eq!(s.store.replay_matching(all, Some(now)).await.unwrap(), n);
     assert_eq!(
         s.detail(claimed.event_id).await.routes[0].status,
         Status::Delivering
