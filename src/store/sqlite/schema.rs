@@ -627,8 +627,17 @@ mod tests {
                 "{off} in {options:?}"
             );
         }
+        for omitted in [
+            "OMIT_LOAD_EXTENSION",
+            "OMIT_JSON",
+            "OMIT_DEPRECATED",
+            "OMIT_SHARED_CACHE",
+            "OMIT_UTF16",
+        ] {
+            assert!(options.iter().any(|o| o == omitted), "{omitted}: {options:?}");
+        }
         assert!(
-            options.iter().any(|o| o == "OMIT_LOAD_EXTENSION"),
+            !options.iter().any(|o| o == "ENABLE_COLUMN_METADATA"),
             "{options:?}"
         );
         // What portaria does use is still there.
