@@ -62,7 +62,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 10, "upgraded to the current schema");
+    assert_eq!(version, 11, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -173,7 +173,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -267,7 +267,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     // In place, and a new file's schema exactly.
     assert_eq!(kept_in_place(&server.db()), roots);
     let fresh_dir = tempfile::tempdir().unwrap();

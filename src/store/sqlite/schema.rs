@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 10;
+pub(super) const SCHEMA_VERSION: i64 = 11;
 
 /// The schema of a new file.
 ///
@@ -286,6 +286,22 @@ CREATE TABLE route_pauses (
 ) WITHOUT ROWID;
 ";
 
+/// Version 11: the items of a batch signed item by item (Adyen), one row per item key but
+/// the event's own (`store/intake.rs`): a batch whose items are all known within the window
+/// is a duplicate. `item_hash` is [`super::dedup_hash`] of the endpoint and the item key, as
+/// `events.dedup_hash` is of the event's key, so one item is looked up by one integer in
+/// either table. The primary key leads with `event_id`: pruning's cascade finds an event's
+/// items without a scan. Only such batches write here; a new file gets it too.
+const V10_TO_V11: &str = "
+CREATE TABLE event_items (
+    event_id  INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    item_hash INTEGER NOT NULL,         -- SHA-256(endpoint, 0, item key), first 8 bytes
+    item_key  TEXT    NOT NULL,
+    PRIMARY KEY (event_id, item_key)
+) WITHOUT ROWID;
+CREATE INDEX event_items_hash ON event_items (item_hash);
+";
+
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date: for tests (the store opens with
 /// [`open_with`]).
@@ -491,6 +507,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     if version < 10 {
         // A new file too: paused routes.
         tx.execute_batch(V9_TO_V10)?;
+    }
+    if version < 11 {
+        // A new file too: the items of batches.
+        tx.execute_batch(V10_TO_V11)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
