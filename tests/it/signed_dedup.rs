@@ -26,7 +26,7 @@ const LINEAR: &str = "lin_wh_secret";
 const TWILIO: &str = "twilio-auth-token";
 const TWILIO_URL: &str = "https://example.trycloudflare.com/webhooks/twilio";
 const SVIX: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const ADYEN: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+pub(crate) const ADYEN: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 const PAGBANK: &str = "PAGBANK-TOKEN-1";
 
 fn config(db: &Path) -> String {
@@ -303,7 +303,7 @@ async fn svix_replays_under_the_other_header_family_are_duplicates() {
 }
 
 /// A NotificationRequestItem signed as Adyen signs it (the HMAC key is hex).
-fn adyen_item(psp: &str, value: i64) -> serde_json::Value {
+pub(crate) fn adyen_item(psp: &str, value: i64) -> serde_json::Value {
     let fields = [
         psp,
         "",
@@ -329,12 +329,18 @@ fn adyen_item(psp: &str, value: i64) -> serde_json::Value {
     }})
 }
 
+/// A standard notification of these items.
+pub(crate) fn adyen_body(items: &[&serde_json::Value]) -> Vec<u8> {
+    json!({"live": "false", "notificationItems": items})
+        .to_string()
+        .into_bytes()
+}
+
 fn adyen(items: &[&serde_json::Value]) -> Captured {
-    let body = json!({"live": "false", "notificationItems": items}).to_string();
     Captured {
         path: "/webhooks/adyen".to_string(),
         headers: vec![h("content-type", "application/json")],
-        body: body.into_bytes(),
+        body: adyen_body(items),
     }
 }
 
