@@ -6,17 +6,17 @@
 //! whole under the write lock. Two keys sharing a `dedup_hash` are two events (the full key
 //! is compared; a test forces that collision).
 //!
-//! An event with items (`store/intake.rs`) first asks [`ITEM_KNOWN`] of each item, in the
-//! same job and so under the same write lock as its insert: every item known, it is a
-//! duplicate of the newest event holding one; else it goes through the barrier as any event
+//! An event with items (`store/intake.rs`) first asks `items.rs` whether each item is known,
+//! in the same job and so under the same write lock as its insert: every item known, it is a
+//! duplicate of the latest event holding one; else it goes through the barrier as any event
 //! does, and its items' rows go in with it. An event without items runs no more statements.
 
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
-use super::Sqlite;
 use super::payload::StoredBody;
+use super::{Sqlite, items};
 use crate::store::{Inserted, NewEvent, Status, StoreError};
 
 impl Sqlite {
@@ -93,35 +93,6 @@ pub(super) const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, rout
 pub(super) const KNOWN: &str = "SELECT id FROM events WHERE dedup_hash = ?3 AND +endpoint = ?1 \
      AND dedup_key = ?2 AND received_at >= ?4 ORDER BY received_at DESC, id DESC LIMIT 1";
 
-/// The latest event (the highest id) holding an item (?2, its hash ?3) of endpoint ?1 received at
-/// or after ?4, NULL when none: as its own dedup key (a batch of that item alone, through
-/// `events_dedup`) or as an item of a batch (through `event_items_hash`, then the event by
-/// its id; `+` keeps `events_endpoint` out of the choice, as in [`INSERT_UNLESS_KNOWN`]).
-pub(super) const ITEM_KNOWN: &str = "SELECT max(id) FROM (SELECT id FROM events \
-     WHERE dedup_hash = ?3 AND +endpoint = ?1 AND dedup_key = ?2 AND received_at >= ?4 \
-     UNION ALL SELECT e.id FROM event_items i JOIN events e ON e.id = i.event_id \
-     WHERE i.item_hash = ?3 AND i.item_key = ?2 AND +e.endpoint = ?1 \
-     AND +e.received_at >= ?4)";
-/// One item of the event just inserted.
-const INSERT_ITEM: &str =
-    "INSERT INTO event_items (event_id, item_hash, item_key) VALUES (?1, ?2, ?3)";
-
-/// The latest event holding an item of `e`, if every one of them is known (None when one is
-/// not, or `e` has no items).
-fn every_item_known(conn: &Connection, e: &NewEvent, since: i64) -> rusqlite::Result<Option<i64>> {
-    let mut known = conn.prepare_cached(ITEM_KNOWN)?;
-    let mut newest = None;
-    for (key, hash) in &e.items {
-        let found: Option<i64> =
-            known.query_row(params![e.endpoint, key, hash, since], |r| r.get(0))?;
-        if found.is_none() {
-            return Ok(None);
-        }
-        newest = newest.max(found);
-    }
-    Ok(newest)
-}
-
 /// [`insert_stored`] with the body encoded here: for tests, which insert on a connection of
 /// their own.
 #[cfg(test)]
@@ -146,7 +117,7 @@ pub(super) fn insert_stored(
     let since = e.dedup_since_ms.unwrap_or(NO_WINDOW);
     // A batch whose every item is known is a duplicate, whatever its own key.
     if !e.items.is_empty()
-        && let Some(id) = every_item_known(conn, e, since)?
+        && let Some(id) = items::every_item_known(conn, e, since)?
     {
         return Ok(Inserted::Duplicate(id));
     }
@@ -178,10 +149,7 @@ pub(super) fn insert_stored(
                 d.order_key
             ])?;
         }
-        for (key, hash) in e.item_rows() {
-            conn.prepare_cached(INSERT_ITEM)?
-                .execute(params![id, hash, key])?;
-        }
+        items::insert(conn, id, e)?;
         return Ok(Inserted::New(id));
     }
     conn.prepare_cached(KNOWN)?
@@ -342,7 +310,7 @@ mod tests {
             ),
             (KNOWN, params!["a", "k", 1, 0]),
             (KNOWN, params!["a", "k", 1, NO_WINDOW]),
-            (ITEM_KNOWN, params!["a", "k", 1, 0]),
+            (items::ITEM_KNOWN, params!["a", "k", 1, 0]),
         ] {
             let plan: Vec<String> = db
                 .conn
@@ -358,7 +326,7 @@ mod tests {
                 "{query}: {plan}"
             );
             // An item of a batch: by its hash, then its event by id.
-            if query == ITEM_KNOWN {
+            if query == items::ITEM_KNOWN {
                 assert!(
                     plan.contains("USING COVERING INDEX event_items_hash (item_hash=?)")
                         && plan.contains("USING INTEGER PRIMARY KEY (rowid=?)"),

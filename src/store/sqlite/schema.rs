@@ -286,22 +286,6 @@ CREATE TABLE route_pauses (
 ) WITHOUT ROWID;
 ";
 
-/// Version 11: the items of a batch signed item by item (Adyen), one row per item key but
-/// the event's own (`store/intake.rs`): a batch whose items are all known within the window
-/// is a duplicate. `item_hash` is [`super::dedup_hash`] of the endpoint and the item key, as
-/// `events.dedup_hash` is of the event's key, so one item is looked up by one integer in
-/// either table. The primary key leads with `event_id`: pruning's cascade finds an event's
-/// items without a scan. Only such batches write here; a new file gets it too.
-const V10_TO_V11: &str = "
-CREATE TABLE event_items (
-    event_id  INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
-    item_hash INTEGER NOT NULL,         -- SHA-256(endpoint, 0, item key), first 8 bytes
-    item_key  TEXT    NOT NULL,
-    PRIMARY KEY (event_id, item_key)
-) WITHOUT ROWID;
-CREATE INDEX event_items_hash ON event_items (item_hash);
-";
-
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date: for tests (the store opens with
 /// [`open_with`]).
@@ -509,8 +493,8 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         tx.execute_batch(V9_TO_V10)?;
     }
     if version < 11 {
-        // A new file too: the items of batches.
-        tx.execute_batch(V10_TO_V11)?;
+        // A new file too: the items of batches (`items.rs`).
+        tx.execute_batch(super::items::V10_TO_V11)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -1140,7 +1124,7 @@ mod tests {
             v5.execute_batch(
                 "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
                  signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
-                 DROP TABLE route_pauses; PRAGMA user_version = 6;",
+                 DROP TABLE route_pauses; DROP TABLE event_items; PRAGMA user_version = 6;",
             )
             .unwrap();
             v5.execute(
@@ -1495,9 +1479,9 @@ mod status_checks {
             .unwrap();
         assert_eq!(ok, "ok");
         // Nothing rebuilt: every table and index is where it was, every row as it was (a table
-        // of a later version, version 10's `route_pauses`, is new).
+        // of a later version, version 10's `route_pauses` or 11's `event_items`, is new).
         let mut kept = schema(&db.conn, "rootpage");
-        kept.retain(|(_, name, _)| name != "route_pauses");
+        kept.retain(|(_, name, _)| name != "route_pauses" && !name.starts_with("event_items"));
         assert_eq!(kept, roots);
         assert_eq!(rows(&db.conn), before);
         // The schema is a new file's, word for word.
