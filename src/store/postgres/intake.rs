@@ -160,11 +160,14 @@ async fn locked_batch(client: &Object, e: &NewEvent) -> Result<Inserted, tokio_p
     let mut hashes: Vec<i64> = e.items.iter().map(|(_, hash)| *hash).collect();
     hashes.sort_unstable();
     hashes.dedup();
+    // The two-key form: its own key space, apart from the one-key locks of migrations,
+    // retention and alerts, whatever an item's hash.
     let lock = client
-        .prepare_cached("SELECT pg_advisory_xact_lock($1)")
+        .prepare_cached("SELECT pg_advisory_xact_lock($1, $2)")
         .await?;
     for hash in &hashes {
-        client.execute(&lock, &[hash]).await?;
+        let (high, low) = ((hash >> 32) as i32, *hash as i32);
+        client.execute(&lock, &[&high, &low]).await?;
     }
     let since = e.dedup_since_ms.unwrap_or(i64::MIN);
     let keys: Vec<&str> = e.items.iter().map(|(key, _)| key.as_str()).collect();
