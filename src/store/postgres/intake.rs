@@ -50,9 +50,9 @@ pub(super) const INSERT: &str = "WITH k AS (INSERT INTO dedup (endpoint, dedup_k
 /// written earlier in this transaction).
 pub(super) const KNOWN: &str = "SELECT event_id FROM dedup WHERE endpoint = $1 AND dedup_key = $2";
 
-/// The newest event holding every one of the items `$2` of endpoint `$1` received at or
-/// after `$3` (as its dedup key, through `dedup`, or as an item, through `event_items`); NULL
-/// when one of them is not known.
+/// The latest event (the highest id) holding one of the items `$2` of endpoint `$1`, if
+/// every one of them is known since `$3` (as a dedup key, through `dedup`, or as an item,
+/// through `event_items`); NULL when one is not.
 pub(super) const ITEMS_KNOWN: &str = "SELECT CASE WHEN bool_and(id IS NOT NULL) THEN max(id) END \
      FROM (SELECT (SELECT max(x.id) FROM (SELECT event_id AS id FROM dedup \
        WHERE endpoint = $1 AND dedup_key = k.key AND received_at >= $3 \
@@ -186,8 +186,9 @@ async fn locked_batch(client: &Object, e: &NewEvent) -> Result<Inserted, tokio_p
     };
     let rows: Vec<&str> = e.item_rows().map(|(key, _)| key.as_str()).collect();
     if !rows.is_empty() {
+        let items = client.prepare_cached(INSERT_ITEMS).await?;
         client
-            .execute(INSERT_ITEMS, &[&id, &e.endpoint, &e.received_at_ms, &rows])
+            .execute(&items, &[&id, &e.endpoint, &e.received_at_ms, &rows])
             .await?;
     }
     Ok(Inserted::New(id))
