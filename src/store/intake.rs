@@ -12,8 +12,9 @@
 //! a second event. The items of a new batch are kept (`event_items`, one row each but for
 //! the one that is the event's own key) and go with it when it is pruned. This check runs
 //! only for an event with items, before the barrier and in its transaction: under SQLite's
-//! write lock, and on PostgreSQL under a transaction lock on each item, so two batches
-//! sharing an item never both get in. Every other event costs nothing more.
+//! write lock, and on PostgreSQL under a transaction lock on each item, so batches sharing
+//! an item, racing on any instances, are decided one after the other, each seeing the
+//! items of those before it. Every other event costs nothing more.
 
 use std::time::Duration;
 
