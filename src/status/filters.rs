@@ -80,11 +80,10 @@ impl StatusPage {
     /// "Replay these N": what the form's filters pick pending again, then the list again.
     pub(super) async fn replay_matching(&self, form: &[(String, String)]) -> Answer {
         let f = filter(form.iter().map(|(k, v)| (k, v)));
+        // The page offers the button only with a filter: a form without one replays nothing
+        // (never every event), and goes back to the list.
         if !narrows(&f) {
-            return super::api::error(
-                http::StatusCode::BAD_REQUEST,
-                "which events? (the form's filters)",
-            );
+            return redirect("/events");
         }
         let back: String = form_urlencoded::Serializer::new(String::new())
             .extend_pairs(pairs(&f))
