@@ -638,7 +638,10 @@ mod tests {
             "OMIT_SHARED_CACHE",
             "OMIT_UTF16",
         ] {
-            assert!(options.iter().any(|o| o == omitted), "{omitted}: {options:?}");
+            assert!(
+                options.iter().any(|o| o == omitted),
+                "{omitted}: {options:?}"
+            );
         }
         assert!(
             !options.iter().any(|o| o == "ENABLE_COLUMN_METADATA"),
