@@ -37,11 +37,18 @@ const PLACEHOLDER_KEY: &[u8] = b"portaria: reconcile key not loaded";
 
 /// The providers a run is built for: their API's address and how long it keeps what a run
 /// lists (Pagar.me's hooks and Stripe's events: 30 days, docs/reconcile.md).
-const PROVIDERS: &[(&str, &str, Duration)] = &[(
-    "pagarme-v5",
-    "https://api.pagar.me",
-    Duration::from_secs(30 * 86_400),
-)];
+const PROVIDERS: &[(&str, &str, Duration)] = &[
+    (
+        "pagarme-v5",
+        "https://api.pagar.me",
+        Duration::from_secs(30 * 86_400),
+    ),
+    (
+        "stripe",
+        "https://api.stripe.com",
+        Duration::from_secs(30 * 86_400),
+    ),
+];
 
 /// An endpoint's reconcile, as validated.
 #[derive(Debug, Clone)]
@@ -366,7 +373,7 @@ mod tests {
                       [endpoint.reconcile]\napi_key_env = \"GITHUB_TOKEN\"\n";
         let p = problems(github);
         assert!(
-            p.contains("provider `github` has no reconcile yet (built for: pagarme-v5"),
+            p.contains("provider `github` has no reconcile yet (built for: pagarme-v5, stripe;"),
             "{p}"
         );
     }

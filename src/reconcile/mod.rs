@@ -6,6 +6,9 @@
 //! - `pagarme-v5` (`pagarme`): the account's deliveries in the window, and for each one
 //!   Pagar.me marks `failed` whose event portaria never stored, Pagar.me is asked to send it
 //!   again; the copy arrives signed and goes through intake like any webhook.
+//! - `stripe` (`stripe`): the events whose delivery has not succeeded, in the window; those
+//!   portaria never stored are named (Stripe cannot be asked to resend; storing them from the
+//!   API's answer is not built yet), with a [`Report::note`] saying what to do.
 //!
 //! "Never stored" is the store's answer ([`Store::never_stored`]) for the dedup key a real
 //! delivery of the event would have had: the endpoint's `json:` rule read from the event's
@@ -15,6 +18,7 @@
 
 mod api;
 mod pagarme;
+mod stripe;
 
 use std::time::Duration;
 
@@ -43,6 +47,8 @@ pub struct Report {
     pub recovered: Vec<String>,
     /// What went wrong: the run's own error, or one id's (`hook_x: why`).
     pub errors: Vec<String>,
+    /// What the owner can do about what is missing, when the run could not get it back.
+    pub note: Option<&'static str>,
 }
 
 impl Report {
@@ -66,7 +72,7 @@ impl Report {
             line.push_str(&format!(" ({})", self.missing.join(", ")));
             if self.dry_run {
                 line.push_str("; dry run: nothing asked");
-            } else {
+            } else if self.note.is_none() {
                 line.push_str(&format!(
                     "; asked the gateway to resend {}",
                     self.recovered.len()
@@ -75,6 +81,9 @@ impl Report {
         }
         for error in &self.errors {
             line.push_str(&format!("\n  error: {error}"));
+        }
+        if let Some(note) = self.note {
+            line.push_str(&format!("\n  note: {note}"));
         }
         line
     }
@@ -91,6 +100,7 @@ impl Report {
             "missing": self.missing,
             "recovered": self.recovered,
             "errors": self.errors,
+            "note": self.note,
             "ok": self.ok(),
         })
     }
@@ -132,6 +142,7 @@ pub async fn run(
     };
     let outcome = match report.provider.as_str() {
         "pagarme-v5" => pagarme::run(&api, endpoint, store, &mut report).await,
+        "stripe" => stripe::run(&api, endpoint, store, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {
@@ -158,9 +169,24 @@ async fn never_stored(
         .collect())
 }
 
+/// An id that goes into a URL as it is (a path segment, a query value).
+fn plain_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ids_go_into_a_url_only_when_plain() {
+        assert!(plain_id("hook_4w1y0JVsPsn06EWx") && plain_id("evt_1NG8Du2eZvKYlo2CUI79vXWy"));
+        assert!(!plain_id("hook/../x") && !plain_id("") && !plain_id("a?b") && !plain_id("a&b=c"));
+    }
 
     #[test]
     fn a_report_is_ok_only_when_everything_missing_came_back() {

@@ -438,3 +438,136 @@ async fn rate_limits_are_waited_out_and_errors_said_in_plain_words() {
         assert!(text.contains(&format!("error: {says}")), "{says}: {text}");
     }
 }
+
+/// A Stripe event as `GET /v1/events` lists it (docs.stripe.com/api/events/list).
+fn stripe_event(n: usize) -> Value {
+    json!({"id": format!("evt_{n:04}"), "object": "event", "type": "payment_intent.succeeded",
+        "created": now_secs() - 60, "api_version": "2019-02-19", "livemode": false,
+        "data": {"object": {"id": format!("pi_{n}"), "object": "payment_intent"}}})
+}
+
+/// Stripe's events, newest first, `limit` a page from after `starting_after`, while
+/// `has_more`; HTTP Basic with the key as the user, as Stripe takes it.
+async fn fake_stripe(tls: Arc<rustls::ServerConfig>, events: Vec<Value>) -> HttpsServer {
+    let basic = format!("Basic {}", STANDARD.encode(format!("{API_KEY}:")));
+    HttpsServer::start(tls, move |seen: &Seen| {
+        if seen
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            != Some(basic.as_str())
+        {
+            return answer(
+                401,
+                json!({"error": {"type": "invalid_request_error"}}),
+                None,
+            );
+        }
+        if seen.method != "GET" || !seen.target.starts_with("/v1/events?") {
+            return answer(
+                404,
+                json!({"error": {"type": "invalid_request_error"}}),
+                None,
+            );
+        }
+        let limit: usize = query(&seen.target, "limit")
+            .unwrap_or("10")
+            .parse()
+            .unwrap();
+        let from = match query(&seen.target, "starting_after") {
+            Some(id) => events.iter().position(|e| e["id"] == id).unwrap() + 1,
+            None => 0,
+        };
+        let data: Vec<Value> = events.iter().skip(from).take(limit).cloned().collect();
+        let has_more = from + data.len() < events.len();
+        answer(
+            200,
+            json!({"object": "list", "url": "/v1/events", "has_more": has_more, "data": data}),
+            None,
+        )
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resend() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let ca = ca("fake Stripe CA");
+    let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
+    // 101 events whose delivery has not succeeded (for some endpoint of the account):
+    // portaria has all but the last, which is on the second page.
+    let events: Vec<Value> = (0..101).map(stripe_event).collect();
+    let fake = fake_stripe(server_tls(&ca), events.clone()).await;
+    std::fs::write(dir.path().join("stripe.key"), format!("{API_KEY}\n")).unwrap();
+    let text = sqlite_config(&db)
+        .endpoint("/webhooks/stripe", "stripe", &format!("secret = \"{STRIPE_SECRET}\""))
+        .then(&format!(
+            "[endpoint.reconcile]\napi_key_file = \"stripe.key\"\napi_base = \"https://localhost:{}\"\n\
+             ca_file = \"{}\"\n",
+            fake.addr.port(),
+            ca_file.display()
+        ))
+        .text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    for event in &events[..100] {
+        let body = event.to_string().into_bytes();
+        let reply = post(
+            server.addr,
+            "/webhooks/stripe",
+            &stripe_headers(now_secs(), &body),
+            &body,
+        )
+        .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+
+    let out = reconcile(&server, &["--json"]).await;
+    assert_no_key(&out);
+    let (report, code) = report(&out);
+    assert_eq!(code, Some(1), "missing and not got back: {report}");
+    assert_eq!(report["checked"], 101, "{report}");
+    assert_eq!(report["missing"], json!(["evt_0100"]));
+    assert_eq!(report["recovered"], json!([]));
+    assert!(
+        report["note"]
+            .as_str()
+            .unwrap()
+            .contains("Stripe Dashboard"),
+        "{report}"
+    );
+    let lists: Vec<String> = fake
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.target.clone())
+        .collect();
+    assert_eq!(lists.len(), 2, "{lists:?}");
+    assert_eq!(query(&lists[0], "delivery_success"), Some("false"));
+    let since: i64 = query(&lists[0], "created%5Bgte%5D")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (now_secs() - 3 * 86_400 - since).abs() < 60,
+        "the 3-day window: {since}"
+    );
+    assert_eq!(query(&lists[1], "starting_after"), Some("evt_0099"));
+
+    // Once it arrives (a Dashboard resend), the next run has nothing missing.
+    let body = events[100].to_string().into_bytes();
+    post(
+        server.addr,
+        "/webhooks/stripe",
+        &stripe_headers(now_secs(), &body),
+        &body,
+    )
+    .await;
+    let out = reconcile(&server, &["--endpoint", "stripe"]).await;
+    let text = ok_stdout(&out);
+    assert!(
+        text.contains("101 checked, 101 failed at the gateway, 0 never stored"),
+        "{text}"
+    );
+}
