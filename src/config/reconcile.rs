@@ -5,8 +5,8 @@
 //! kept from every program it runs, never in a message.
 //!
 //! `window` (3 days by default, at most the gateway's own retention) is how far back a run
-//! looks; `every` is the schedule `serve` will run it on (parsed and checked now; without it
-//! only `portaria reconcile` runs it); `api_base` the gateway's API (`https://`, or `http://`
+//! looks; `every` is the schedule `serve` runs it on (`reconcile::Schedule`; without it only
+//! `portaria reconcile` runs it); `api_base` the gateway's API (`https://`, or `http://`
 //! to this machine only, as for the canary), `ca_file` an extra CA for it beside the system's
 //! roots (a sandbox behind a private CA, a test).
 //!

@@ -10,6 +10,8 @@
 //!   portaria never stored are named (Stripe cannot be asked to resend; storing them from the
 //!   API's answer is not built yet), with a [`Report::note`] saying what to do.
 //!
+//! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
+//!
 //! "Never stored" is the store's answer ([`Store::never_stored`]) for the dedup key a real
 //! delivery of the event would have had: the endpoint's `json:` rule read from the event's
 //! JSON as the API gives it. The API calls, their retries and their errors are `api`'s,
@@ -18,6 +20,7 @@
 
 mod api;
 mod pagarme;
+mod schedule;
 mod stripe;
 
 use std::time::Duration;
@@ -28,6 +31,7 @@ use crate::config::{Endpoint, Reconcile};
 use crate::store::Store;
 
 pub use api::{ApiError, MAX_WAIT};
+pub use schedule::Schedule;
 
 /// What one endpoint's run found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

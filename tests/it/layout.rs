@@ -179,7 +179,9 @@ fn the_dependency_rules_hold() {
     // A reconcile run asks a gateway's API (`outbound`) and the store; the command starts it.
     only(
         "reconcile",
-        &["config", "store", "outbound", "time", "dedup"],
+        &[
+            "config", "store", "outbound", "time", "dedup", "shutdown", "panics",
+        ],
     );
     for (m, d) in &graph {
         if d.contains("reconcile") {

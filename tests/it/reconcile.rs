@@ -571,3 +571,21 @@ async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resen
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_runs_the_reconcile_on_its_every_and_stops_cleanly() {
+    let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
+    let (server, fake) = start(vec![hook("hook_lost", "failed", ours)], "every = \"200ms\"").await;
+    // No command: the server's own schedule asks Pagar.me, whose resend comes through intake.
+    eventually(WAIT, "the resent delivery stored", || {
+        stored(&server, "hook_lost") == 1
+    })
+    .await;
+    let lists = || fake.seen().iter().filter(|s| s.method == "GET").count();
+    eventually(WAIT, "more runs", || lists() >= 3).await;
+    // Later runs find it stored and ask for nothing more.
+    assert_eq!(fake.retries(), ["/core/v5/hooks/hook_lost/retry"]);
+    tokio::time::timeout(WAIT, server.stop())
+        .await
+        .expect("serve stops with its schedule");
+}
