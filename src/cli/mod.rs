@@ -1,11 +1,11 @@
 //! The command line: parses arguments (the clap types, with clap's suggestions for a mistyped
 //! subcommand or flag), sets up logging, and runs the subcommands `serve`, `check`, `events
 //! list/show/replay`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup`, `store
-//! copy` and `reconcile`. The small ones live here (`serve`, `prune`, and the endpoint lookup, whose error
-//! names the configured endpoints and the closest); `check`, `init` (its next steps in
-//! `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`], `verify`,
-//! `backup`, `store_copy` and `reconcile` have their own files, and `database` is the one place a command
-//! opens the configured store and so picks the engine.
+//! copy` and `reconcile`. The small ones live here (`serve`, `prune`, and the endpoint lookup,
+//! whose error names the configured endpoints and the closest); `check`, `init` (its next
+//! steps in `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`],
+//! `verify`, `backup`, `store_copy` and `reconcile` have their own files, and `database` is
+//! the one place a command opens the configured store and so picks the engine.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 

@@ -85,7 +85,8 @@ pub(super) async fn run(
     for id in report.missing.clone() {
         match api.post(&format!("/core/v5/hooks/{id}/retry")).await {
             Ok(_) => {
-                tracing::info!(endpoint = %endpoint.name, hook = %id, "reconcile: Pagar.me asked to resend");
+                let name = &endpoint.name;
+                tracing::info!(endpoint = %name, hook = %id, "reconcile: Pagar.me asked to resend");
                 report.recovered.push(id);
             }
             Err(e) => report.errors.push(format!("{id}: {e}")),
