@@ -35,6 +35,7 @@ mod describe;
 mod flood;
 mod headers;
 mod pointer;
+mod scalar;
 
 pub use body::{BodyWatch, Budget, RATE_GRACE};
 pub use describe::{Described, Sources, describe, describe_with};

@@ -22,9 +22,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior, timeout};
 
+use crate::config::SHORTHAND_ROUTE;
 use crate::notify::Notifier;
 use crate::shutdown::Shutdown;
-use crate::store::{QueueStats, Store};
+use crate::store::{QueueStats, RoutePause, Store};
 use crate::time::now_ms;
 
 /// How often the status line is refreshed: it costs one read of the queue indexes.
@@ -80,9 +81,15 @@ impl Pulse {
     }
 }
 
-/// The status line `systemctl status` shows, e.g. `serving 3 endpoints; 0 pending, 0 dead`.
+/// The status line `systemctl status` shows, e.g. `serving 3 endpoints; 0 pending, 0 dead`,
+/// then the routes paused (`portaria route pause`), whose deliveries wait.
 /// `stats` None: the database did not answer in time.
-pub fn status_line(endpoints: usize, stats: Option<&[QueueStats]>, now_ms: i64) -> String {
+pub fn status_line(
+    endpoints: usize,
+    stats: Option<&[QueueStats]>,
+    paused: &[RoutePause],
+    now_ms: i64,
+) -> String {
     let serving = match endpoints {
         1 => "serving 1 endpoint".to_string(),
         n => format!("serving {n} endpoints"),
@@ -93,12 +100,28 @@ pub fn status_line(endpoints: usize, stats: Option<&[QueueStats]>, now_ms: i64) 
     let pending: u64 = stats.iter().map(|s| s.pending).sum();
     let dead: u64 = stats.iter().map(|s| s.dead).sum();
     let oldest = stats.iter().filter_map(|s| s.oldest_pending_ms).min();
-    match oldest {
+    let queues = match oldest {
         Some(at) if pending > 0 => format!(
             "{serving}; {pending} pending (oldest received {} ago), {dead} dead",
             age(now_ms.saturating_sub(at))
         ),
         _ => format!("{serving}; {pending} pending, {dead} dead"),
+    };
+    let names: Vec<String> = paused
+        .iter()
+        .map(|p| match p.route.as_str() {
+            SHORTHAND_ROUTE => p.endpoint.clone(),
+            route => format!("{}/{route}", p.endpoint),
+        })
+        .collect();
+    match names.as_slice() {
+        [] => queues,
+        [one] => format!("{queues}; paused: {one}"),
+        many => format!(
+            "{queues}; {} routes paused: {}",
+            many.len(),
+            many.join(", ")
+        ),
     }
 }
 
@@ -146,7 +169,9 @@ impl Watchdog {
         let stats = timeout(STATS_WAIT, store.queue_stats()).await;
         let stats = stats.ok().and_then(Result::ok);
         let count = endpoints.load(Ordering::Relaxed);
-        notifier.ready(&status_line(count, stats.as_deref(), now_ms()));
+        let now = now_ms();
+        let paused = paused(&store, now).await;
+        notifier.ready(&status_line(count, stats.as_deref(), &paused, now));
         if let Some(every) = ping_every {
             tracing::info!(
                 every = ?every,
@@ -201,7 +226,7 @@ impl Task {
                         _ = stop.fired() => break,
                         stats = timeout(STATS_WAIT, self.store.queue_stats()) => stats.ok().and_then(Result::ok),
                     };
-                    self.send_status(stats.as_deref());
+                    self.send_status(stats.as_deref()).await;
                 }
                 continue;
             };
@@ -218,7 +243,7 @@ impl Task {
                         healthy = true;
                     }
                     if status_due {
-                        self.send_status(Some(&stats));
+                        self.send_status(Some(&stats)).await;
                     }
                 }
                 Err(why) => {
@@ -252,13 +277,26 @@ impl Task {
         }
     }
 
-    fn send_status(&self, stats: Option<&[QueueStats]>) {
+    async fn send_status(&self, stats: Option<&[QueueStats]>) {
+        let now = now_ms();
+        let paused = paused(&self.store, now).await;
         self.notifier.status(&status_line(
             self.endpoints.load(Ordering::Relaxed),
             stats,
-            now_ms(),
+            &paused,
+            now,
         ));
     }
+}
+
+/// The routes paused at `now`; none when the database does not answer in time (the queue
+/// figures say so already).
+async fn paused(store: &Store, now: i64) -> Vec<RoutePause> {
+    timeout(STATS_WAIT, store.route_pauses(now))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .unwrap_or_default()
 }
 
 /// Both liveness checks at once, each within `deadline`: a read through the writer thread
@@ -307,11 +345,11 @@ mod tests {
     #[test]
     fn the_status_line_sums_the_queues() {
         assert_eq!(
-            status_line(3, Some(&[]), 0),
+            status_line(3, Some(&[]), &[], 0),
             "serving 3 endpoints; 0 pending, 0 dead"
         );
         assert_eq!(
-            status_line(1, Some(&[stats("a", 0, None, 2)]), 0),
+            status_line(1, Some(&[stats("a", 0, None, 2)]), &[], 0),
             "serving 1 endpoint; 0 pending, 2 dead"
         );
         let now = 10_000_000;
@@ -320,12 +358,32 @@ mod tests {
             stats("b", 5, Some(now - 30_000), 0),
         ];
         assert_eq!(
-            status_line(2, Some(&queues), now),
+            status_line(2, Some(&queues), &[], now),
             "serving 2 endpoints; 7 pending (oldest received 5 min ago), 1 dead"
         );
         assert_eq!(
-            status_line(2, None, now),
+            status_line(2, None, &[], now),
             "serving 2 endpoints; queue figures unavailable (the database did not answer)"
+        );
+        let pause = |endpoint: &str, route: &str| RoutePause {
+            endpoint: endpoint.into(),
+            route: route.into(),
+            paused_at_ms: now,
+            until_ms: None,
+            reason: None,
+        };
+        assert_eq!(
+            status_line(1, Some(&[]), &[pause("pagarme", "erp")], now),
+            "serving 1 endpoint; 0 pending, 0 dead; paused: pagarme/erp"
+        );
+        assert_eq!(
+            status_line(
+                2,
+                Some(&[]),
+                &[pause("pagarme", "erp"), pause("stripe", SHORTHAND_ROUTE)],
+                now
+            ),
+            "serving 2 endpoints; 0 pending, 0 dead; 2 routes paused: pagarme/erp, stripe"
         );
         assert_eq!(age(59_000), "59 s");
         assert_eq!(age(3 * 3600 * 1000), "3 h");

@@ -4,11 +4,22 @@
 use std::fmt;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use super::rules::Pending;
 use crate::config::SHORTHAND_ROUTE;
 use crate::time::rfc3339;
+
+/// What happened since the last alert of one (kind, endpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Pending {
+    pub count: u64,
+    pub first: Option<i64>,
+    pub last: Option<i64>,
+    /// When the first of them happened (for `quiet`: the last webhook before the silence).
+    pub since_ms: i64,
+    /// For `duplicates`: the verified webhooks of the window the count is out of.
+    pub out_of: Option<u64>,
+}
 
 /// What an alert is about. Each (kind, endpoint) is rate-limited on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -18,23 +18,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::kinds::Kind;
+use super::kinds::{Kind, Pending};
 use crate::store::ALERT_KEY_PREFIX;
 
 /// Slow deliveries pending before a `slow` alert is due.
 pub const SLOW_MIN: u64 = 3;
-
-/// What happened since the last alert of one (kind, endpoint).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Pending {
-    pub count: u64,
-    pub first: Option<i64>,
-    pub last: Option<i64>,
-    /// When the first of them happened (for `quiet`: the last webhook before the silence).
-    pub since_ms: i64,
-    /// For `duplicates`: the verified webhooks of the window the count is out of.
-    pub out_of: Option<u64>,
-}
 
 /// One key's state, saved in `meta` as JSON so that a restart neither repeats nor forgets.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

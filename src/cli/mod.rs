@@ -3,7 +3,7 @@
 //! list/show/replay`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup`, `store
 //! copy` and `reconcile`. The small ones live here (`serve`, `prune`, and the endpoint lookup,
 //! whose error names the configured endpoints and the closest); `check`, `init` (its next
-//! steps in `init_next`, its sentences in `init_text`), `events`, `archive`, [`send`],
+//! steps in `init/next`, its sentences in `init/text`), `events`, `archive`, [`send`],
 //! `verify`, `backup`, `store_copy` and `reconcile` have their own files, and `database` is
 //! the one place a command opens the configured store and so picks the engine.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
@@ -15,8 +15,6 @@ mod check;
 mod database;
 mod events;
 mod init;
-mod init_next;
-mod init_text;
 mod reconcile;
 mod route;
 pub mod send;

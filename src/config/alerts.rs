@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::raw::RawAlerts;
-use super::validate::{Validator, parse_duration};
+use super::validate::parse_duration;
+use super::validator::Validator;
 
 /// At most one alert per kind and endpoint per this, unless `alert_every` says otherwise.
 pub const DEFAULT_ALERT_EVERY: Duration = Duration::from_secs(3600);

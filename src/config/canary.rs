@@ -15,7 +15,8 @@ use std::time::Duration;
 use rustls::pki_types::CertificateDer;
 
 use super::raw::RawServer;
-use super::validate::{Validator, parse_duration};
+use super::validate::parse_duration;
+use super::validator::Validator;
 use super::{Endpoint, Secrets};
 
 /// The path portaria answers the canary's probe on itself (never an endpoint's).

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::database_tls::{DatabaseTls, SslMode, on_this_machine};
 use super::raw::RawStorage;
-use super::validate::Validator;
+use super::validator::Validator;
 
 /// A PostgreSQL connection string (a `postgres://` URL or `key=value` pairs), validated, and
 /// how its connections use TLS. It may hold a password, so `Debug` shows none of it and no

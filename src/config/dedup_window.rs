@@ -10,7 +10,8 @@
 
 use std::time::Duration;
 
-use super::validate::{Validator, parse_duration};
+use super::validate::parse_duration;
+use super::validator::Validator;
 
 /// A preset whose bodies carry no event id, so two real events may be byte-identical.
 struct ThinBodies {

@@ -1,5 +1,5 @@
 //! Where validation reads an environment variable (`secret_env`, `[status] token_env`,
-//! `[storage] url_env`): [`Validator::var`], the one way it does. `serve` takes the variables
+//! `[storage] url_env`): `Validator::var` (`validator.rs`), the one way it does. `serve` takes the variables
 //! the config read secrets from out of its environment once it has read them
 //! (the `hardening` module), and keeps their values in an [`EnvAtStart`]; a reload reads a
 //! variable from there once the environment no longer has it. A running process's environment
@@ -7,8 +7,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-
-use super::validate::Validator;
 
 /// The values of the variables `serve` took out of its environment at start, by name. Its
 /// `Debug` shows the names only.
@@ -38,13 +36,10 @@ impl fmt::Debug for EnvAtStart {
     }
 }
 
-impl Validator<'_> {
-    /// The value of environment variable `name`: the environment's, else the one taken out of
-    /// it at start; None if neither has it (or it is not UTF-8).
-    pub(super) fn var(&self, name: &str) -> Option<String> {
-        std::env::var(name)
-            .ok()
-            .or_else(|| self.env_at_start?.0.get(name).cloned())
+impl EnvAtStart {
+    /// The value taken of variable `name`, if it was.
+    pub(super) fn get(&self, name: &str) -> Option<&String> {
+        self.0.get(name)
     }
 }
 

@@ -3,7 +3,7 @@
 //! over the preset's defaults, so that routes, `order_by`'s warning, the status page and the
 //! targets all see the same values (docs/forwarding.md, "The event type and object id").
 
-use super::validate::Validator;
+use super::validator::Validator;
 use crate::verify::{Field, Verifier};
 
 impl Validator<'_> {

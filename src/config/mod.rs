@@ -47,6 +47,7 @@ mod status;
 mod tls;
 mod toml_error;
 mod validate;
+mod validator;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -68,13 +69,12 @@ pub use dedup_window::default_dedup_window;
 pub use environment::EnvAtStart;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
-use readiness::Machine;
 pub use real_ip::{RealIp, RealIpHeader};
 pub use reconcile::{DEFAULT_RECONCILE_WINDOW, Reconcile};
 pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
 pub use tls::{ClientCertRule, Tls, TlsFiles};
-use validate::Validator;
 pub use validate::parse_duration;
+use validator::{Machine, Validator};
 
 /// The embedded default: a loopback-only demo with example secrets.
 pub const EXAMPLE: &str = include_str!("../../config.example.toml");

@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use super::validate::Validator;
+use super::validator::Validator;
 
 impl Validator<'_> {
     /// The texts of `jwks_file` and `public_key_file` (Woovi's PEM or public-keys JSON), read

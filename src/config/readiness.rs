@@ -16,19 +16,9 @@
 
 use std::path::Path;
 
-use super::validate::{Validator, usable_dir, writable};
+use super::validate::{usable_dir, writable};
+use super::validator::{Machine, Validator};
 use super::{Endpoint, Server};
-
-/// How far validation looks at this machine beyond the file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Machine {
-    /// Not at all: the commands that only read or replay the database.
-    Ignore,
-    /// A missing program is a warning: `serve` (and its reloads).
-    Warn,
-    /// Everything `serve` will need is a problem when missing: `portaria check`.
-    Require,
-}
 
 /// Where a program is looked for when there is no `PATH` (what `execvp` assumes).
 const DEFAULT_PATH: &str = "/usr/bin:/bin";

@@ -5,7 +5,7 @@
 use http::HeaderName;
 
 use super::ip_range::IpRange;
-use super::validate::Validator;
+use super::validator::Validator;
 use super::{Endpoint, Server};
 
 /// `[server] real_ip_header`: which header names the client when a trusted proxy (the tunnel)

@@ -22,7 +22,8 @@ use rustls::pki_types::CertificateDer;
 use super::Secrets;
 use super::canary::loopback;
 use super::raw::RawReconcile;
-use super::validate::{Validator, parse_duration};
+use super::validate::parse_duration;
+use super::validator::Validator;
 use crate::dedup::DedupRule;
 use crate::verify::Secret;
 

@@ -18,7 +18,8 @@ use toml::Spanned;
 
 use super::Forward;
 use super::raw::{RawForward, RawRoute};
-use super::validate::{Validator, valid_name};
+use super::validate::valid_name;
+use super::validator::Validator;
 use crate::dedup::DedupRule;
 use crate::verify::{Field, Verifier};
 

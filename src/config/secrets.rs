@@ -10,7 +10,7 @@ use std::path::Path;
 
 use super::credentials;
 use super::raw::{OneOrMany, RawSecret};
-use super::validate::Validator;
+use super::validator::Validator;
 use super::{Secrets, Source};
 
 /// Stands in for every secret under [`Secrets::Skip`], so that "no secret given" and "not

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use super::raw::RawStatus;
-use super::validate::Validator;
+use super::validator::Validator;
 use super::{StatusPage, credentials, secrets};
 use crate::verify::Secret;
 

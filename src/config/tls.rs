@@ -20,7 +20,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::credentials;
 use super::raw::RawTls;
-use super::validate::Validator;
+use super::validator::Validator;
 use super::{Endpoint, Secrets};
 
 /// The files of `[server] tls`, absolute.

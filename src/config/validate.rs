@@ -9,33 +9,14 @@ use std::time::Duration;
 use toml::Spanned;
 
 use super::raw::{RawEndpoint, RawForward, RawLog, RawSecret, RawServer, RawStorage};
-use super::readiness::Machine;
 use super::toml_error::line_of;
+use super::validator::Validator;
 use super::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_MIN_BODY_BYTES_PER_SEC, DEFAULT_RETRY, Endpoint, Forward, Limits,
     Log, Memory, Secrets, Server, Storage, Target, UNKNOWN_ENDPOINT, default_db_path,
 };
 use crate::dedup::DedupRule;
 use crate::verify::{Secret, Settings, Verifier, efi, standard_webhooks, takes_secret};
-
-pub(super) struct Validator<'a> {
-    pub(super) text: &'a str,
-    pub(super) base_dir: Option<PathBuf>,
-    pub(super) secrets: Secrets,
-    /// Variables `serve` took out of its environment at start (`environment`).
-    pub(super) env_at_start: Option<&'a super::EnvAtStart>,
-    /// The one endpoint whose secrets are read although `secrets` skips the others (`send`
-    /// and `verify` need only theirs).
-    pub(super) secrets_of: Option<&'a str>,
-    /// How far to look at this machine beyond the file (`readiness`).
-    pub(super) machine: Machine,
-    pub(super) problems: Vec<String>,
-    pub(super) warnings: Vec<String>,
-    pub(super) secret_variables: Vec<String>,
-    /// A secret is written in the file itself (`secret`, `secrets`): then nobody else should
-    /// be able to read it (`secrets::warn_if_others_read`).
-    pub(super) inline_secrets: bool,
-}
 
 impl Validator<'_> {
     pub(super) fn log(&mut self, raw: RawLog) -> Log {
@@ -44,10 +25,6 @@ impl Validator<'_> {
             self.problem(format!("log.level: `{level}` is not a level or filter like `info` or `warn,portaria=debug`: {e}"));
         }
         Log { level }
-    }
-
-    pub(super) fn problem(&mut self, msg: impl Into<String>) {
-        self.problems.push(msg.into());
     }
 
     pub(super) fn server(&mut self, mut raw: RawServer) -> Option<Server> {

@@ -2,14 +2,14 @@
 //! the way `describe` reads `type` and `data.id`: serde_json's parser driven along the
 //! pointer's path only, what is off the path skipped unbuilt, and stopped at the value. The
 //! first occurrence of a member counts (a later one of the same name is never read); the value
-//! is kept by the rules of [`Scalar`](super::describe) (a non-empty string, its first 200
+//! is kept by the rules of [`Scalar`](super::scalar) (a non-empty string, its first 200
 //! characters, or a number). A body that is not JSON up to the value gives nothing.
 
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
-use super::describe::ScalarValue;
+use super::scalar::ScalarValue;
 
 /// The value at `pointer` (already checked: empty, or starting with `/`), or None.
 pub fn read(pointer: &str, body: &[u8]) -> Option<String> {

@@ -7,8 +7,8 @@
 use http::{HeaderValue, StatusCode, header};
 use maud::{Markup, html};
 
-use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge, when};
-use super::text::Lang;
+use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge};
+use super::text::{Lang, when};
 use super::{Answer, respond};
 use crate::store::{EventDetail, Status, Store, header_lines};
 

@@ -10,9 +10,8 @@ use maud::{DOCTYPE, Markup, html};
 use super::api::Alert;
 use super::chart;
 use super::public::PublicView;
-use super::text::Lang;
+use super::text::{Lang, ago, plural, when};
 use crate::store::{EndpointNow, EventSummary, ListFilter, Overview, Status};
-use crate::time::rfc3339;
 
 /// What the frame of every page shows.
 pub struct Chrome {
@@ -321,41 +320,6 @@ pub fn not_found(chrome: &Chrome) -> Markup {
 /// A status as a badge: its class is the store's word, its text the visitor's language's.
 pub fn status_badge(status: Status) -> Markup {
     html! { span class=(format!("badge {}", status.as_str())) { t { (status.as_str()) } } }
-}
-
-/// `2026-12-01 11:20:03 UTC (5 min ago)`, `(há 5 min)` in Portuguese.
-pub fn when(ms: i64, now: i64, t: Lang) -> String {
-    let text = rfc3339(ms);
-    let short = format!(
-        "{} {} UTC",
-        &text[..10.min(text.len())],
-        text.get(11..19).unwrap_or("")
-    );
-    let (pattern, span) = if now >= ms {
-        (t.say("({} ago)"), now - ms)
-    } else {
-        (t.say("(in {})"), ms - now)
-    };
-    let (before, after) = pattern.split_once("{}").unwrap_or((pattern, ""));
-    format!("{short} {before}{}{after}", ago(span, t))
-}
-
-/// `45 s`, `12 min`, `3 h 5 min`, `2 days`.
-pub fn ago(ms: i64, t: Lang) -> String {
-    let s = ms / 1000;
-    match s {
-        ..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s / 60),
-        3600..86_400 => format!("{} h {} min", s / 3600, s / 60 % 60),
-        _ => {
-            let days = s / 86_400;
-            format!("{days} {}", t.say(plural(days as u64, "day", "days")))
-        }
-    }
-}
-
-fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
-    if n == 1 { one } else { many }
 }
 
 /// The first `max` characters of `text`, with `…` if cut.

@@ -6,8 +6,7 @@
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
-use super::pages::{ago, when};
-use super::text::Lang;
+use super::text::{Lang, ago, when};
 use crate::public_path::{Failing, PublicPath};
 use crate::time::rfc3339;
 use crate::verify::Patience;

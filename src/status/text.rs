@@ -28,6 +28,8 @@
 use http::HeaderMap;
 use http::header::ACCEPT_LANGUAGE;
 
+use crate::time::rfc3339;
+
 /// A language the pages speak.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
@@ -370,6 +372,41 @@ fn weight(q: &str) -> Option<u16> {
     }
 }
 
+/// `2026-12-01 11:20:03 UTC (5 min ago)`, `(há 5 min)` in Portuguese.
+pub fn when(ms: i64, now: i64, t: Lang) -> String {
+    let text = rfc3339(ms);
+    let short = format!(
+        "{} {} UTC",
+        &text[..10.min(text.len())],
+        text.get(11..19).unwrap_or("")
+    );
+    let (pattern, span) = if now >= ms {
+        (t.say("({} ago)"), now - ms)
+    } else {
+        (t.say("(in {})"), ms - now)
+    };
+    let (before, after) = pattern.split_once("{}").unwrap_or((pattern, ""));
+    format!("{short} {before}{}{after}", ago(span, t))
+}
+
+/// `45 s`, `12 min`, `3 h 5 min`, `2 days`.
+pub fn ago(ms: i64, t: Lang) -> String {
+    let s = ms / 1000;
+    match s {
+        ..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s / 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s / 60 % 60),
+        _ => {
+            let days = s / 86_400;
+            format!("{days} {}", t.say(plural(days as u64, "day", "days")))
+        }
+    }
+}
+
+pub(super) fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
@@ -599,14 +636,14 @@ mod tests {
     fn the_phrases_outside_the_markup_are_said_too() {
         let page = localize(&every_page(Lang::PtBr)[0], Lang::PtBr);
         assert!(page.contains("aria-label=\"Principal\""), "{page}");
-        assert_eq!(pages::ago(86_400_000, Lang::PtBr), "1 dia");
-        assert_eq!(pages::ago(3 * 86_400_000, Lang::PtBr), "3 dias");
-        assert_eq!(pages::ago(3 * 86_400_000, Lang::En), "3 days");
-        let past = pages::when(NOW - 5 * 60_000, NOW, Lang::PtBr);
+        assert_eq!(ago(86_400_000, Lang::PtBr), "1 dia");
+        assert_eq!(ago(3 * 86_400_000, Lang::PtBr), "3 dias");
+        assert_eq!(ago(3 * 86_400_000, Lang::En), "3 days");
+        let past = when(NOW - 5 * 60_000, NOW, Lang::PtBr);
         assert!(past.ends_with(" UTC (há 5 min)"), "{past}");
-        let future = pages::when(NOW + 2 * 86_400_000, NOW, Lang::PtBr);
+        let future = when(NOW + 2 * 86_400_000, NOW, Lang::PtBr);
         assert!(future.ends_with(" UTC (daqui a 2 dias)"), "{future}");
-        let past = pages::when(NOW - 5 * 60_000, NOW, Lang::En);
+        let past = when(NOW - 5 * 60_000, NOW, Lang::En);
         assert!(past.ends_with(" UTC (5 min ago)"), "{past}");
         assert_eq!(Lang::PtBr.say("Not found"), "Não encontrado");
     }

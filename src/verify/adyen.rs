@@ -32,8 +32,8 @@ use http::HeaderMap;
 use serde_json::{Map, Value};
 use subtle::{Choice, ConstantTimeEq};
 
-use super::catalog::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
+use super::preset::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule};
 

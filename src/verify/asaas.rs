@@ -12,9 +12,9 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, json_rule};
 use super::credential::Credential;
 use super::patience::Rule;
+use super::preset::{Preset, json_rule};
 
 /// When Asaas tries a failing queue's head again, in seconds after the first failure: 0 s,
 /// then gaps of 30 s, 1 min, 3.5 min, 5 min, 15 min, 25 min, 1 h five times, 2 h twice and

@@ -12,8 +12,8 @@
 
 use http::HeaderName;
 
-use super::catalog::Preset;
 use super::keyed_list::KeyedList;
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "calendly-webhook-signature";

@@ -16,9 +16,9 @@
 //! portaria says, and the schedule is not published (signature-schemes.md §9; reconcile.md §7).
 
 use super::Settings;
-use super::catalog::Preset;
 use super::credential::Credential;
 use super::patience::Rule;
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 pub(super) fn preset(settings: &Settings<'_>) -> Result<Preset, String> {

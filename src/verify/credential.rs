@@ -17,7 +17,7 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use http::HeaderName;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::catalog::{Coverage, Scheme, Signed};
+use super::preset::{Coverage, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 
 /// Cielo lets a merchant register at most three custom headers.

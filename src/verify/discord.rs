@@ -16,7 +16,7 @@
 
 use ed25519_dalek::{Signature, VerifyingKey};
 
-use super::catalog::{Coverage, Preset, Scheme, Signed, json_rule};
+use super::preset::{Coverage, Preset, Scheme, Signed, json_rule};
 use super::{Checked, Reply, Request, Secret, VerifyError, check_window, header, parse_timestamp};
 
 pub const SIGNATURE: &str = "x-signature-ed25519";

@@ -26,8 +26,8 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::credential::Credential;
+use super::preset::{Coverage, Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, Settings, VerifyError};
 use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
 

@@ -13,9 +13,9 @@
 
 use http::HeaderName;
 
-use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
 use super::patience::Rule;
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-hub-signature-256";

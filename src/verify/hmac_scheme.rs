@@ -8,9 +8,9 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
 use http::{HeaderMap, HeaderName};
 
-use crate::digest::{MacHash, MacKey};
+pub use super::secret::Algorithm;
 
-use super::catalog::{Coverage, Scheme, Signed};
+use super::preset::{Coverage, Scheme, Signed};
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };
@@ -33,61 +33,6 @@ pub struct HmacOptions {
     /// What is signed; default "{body}". Placeholders: `{body}` (exactly once) and
     /// `{header:<name>}`, e.g. "{header:x-timestamp}.{body}".
     pub template: Option<String>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algorithm {
-    Sha1,
-    Sha256,
-    Sha512,
-}
-
-impl Algorithm {
-    fn parse(name: &str) -> Result<Self, String> {
-        match name.to_ascii_lowercase().as_str() {
-            "sha256" => Ok(Algorithm::Sha256),
-            "sha512" => Ok(Algorithm::Sha512),
-            "sha1" => Ok(Algorithm::Sha1),
-            _ => Err(format!(
-                "unknown algorithm `{name}` (known: sha256, sha512, sha1)"
-            )),
-        }
-    }
-
-    /// Refuses a received MAC of the wrong length, naming the header it came in.
-    pub(super) fn expect_len(self, header: &str, mac: &[u8]) -> Result<(), VerifyError> {
-        if mac.len() != self.output_len() {
-            return Err(VerifyError::Malformed(format!(
-                "header `{header}` holds {} bytes, expected {}",
-                mac.len(),
-                self.output_len()
-            )));
-        }
-        Ok(())
-    }
-
-    pub(super) fn output_len(self) -> usize {
-        match self {
-            Algorithm::Sha1 => 20,
-            Algorithm::Sha256 => 32,
-            Algorithm::Sha512 => 64,
-        }
-    }
-
-    /// The HMAC of the concatenated `parts`, keyed for this one call (a [`Secret`] keeps
-    /// its keyed state instead); taking parts saves copying the body.
-    pub fn mac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-        MacKey::new(self.hash(), key).mac(parts)
-    }
-
-    /// The hash this HMAC is built on.
-    pub(super) fn hash(self) -> MacHash {
-        match self {
-            Algorithm::Sha1 => MacHash::Sha1,
-            Algorithm::Sha256 => MacHash::Sha256,
-            Algorithm::Sha512 => MacHash::Sha512,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -6,8 +6,8 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, json_rule};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::{Preset, json_rule};
 
 pub const SIGNATURE: &str = "x-hub-signature";
 

@@ -17,8 +17,8 @@
 use http::HeaderMap;
 
 use super::Settings;
-use super::catalog::Preset;
 use super::credential::Credential;
+use super::preset::Preset;
 use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
 
 pub const DEFAULT_QUERY_PARAM: &str = "token";

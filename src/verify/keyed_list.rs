@@ -10,8 +10,8 @@
 
 use http::HeaderName;
 
-use super::catalog::{Scheme, Signed};
 use super::hmac_scheme::Algorithm;
+use super::preset::{Scheme, Signed};
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };

@@ -19,8 +19,8 @@
 use http::HeaderName;
 use serde_json::Value;
 
-use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::{Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, check_window};
 use crate::dedup::DedupRule;
 

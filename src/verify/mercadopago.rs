@@ -44,8 +44,8 @@
 use http::HeaderMap;
 use serde::Deserialize;
 
-use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
+use super::preset::{Coverage, Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, check_window, find_secret, header};
 use crate::dedup::DedupRule;
 

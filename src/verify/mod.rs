@@ -1,5 +1,6 @@
 //! Signature verification: one file per provider, the catalog of their names (`catalog.rs`),
 //! and the [`Verifier`] in front of them. The generic pieces the providers' files build on:
+//! `preset` (what a provider file fills in: its [`preset::Preset`] and the types a scheme speaks in),
 //! `secret` (the key bytes and their keyed HMAC states), `hmac_scheme`, `credential` (static
 //! credentials), `keyed_list` (a `t=..,v1=..` header), `public_url` (Twilio's and Square's
 //! signed URL), `rsa` (RSA public keys for `ring`: Pagar.me v5's, Woovi's), `shape` (what a
@@ -22,6 +23,24 @@
 //! matches is told `StaleTimestamp`. Anyone without the secret gets `Mismatch` whatever the
 //! timestamp, and a `StaleTimestamp` in the log means a genuine delivery that came late or was
 //! replayed (usually clock skew), which is worth telling apart from a forgery.
+//!
+//! Adding a provider (`tests/it/provider_checklist.rs` checks the steps marked "checked"):
+//! 1. (checked) `NAME.rs` here, with its `mod` line above: the scheme (usually a few builder calls on
+//!    `hmac_scheme`, `credential` or `keyed_list`) and `preset()`, built from `preset.rs`'s
+//!    types, with unit tests on the provider's published vectors (or vectors built from its
+//!    documentation, cited). What the signature covers ([`preset::Coverage`]) decides which
+//!    dedup rules and event-type fields are signed: declare it truthfully.
+//! 2. Its name in `catalog.rs`: `PROVIDERS` (the README's order) and an arm of `preset()`
+//!    (`PUBLIC_KEY_PROVIDERS` too when it verifies with a public key, not a secret).
+//! 3. Its gateway's give-up rule (`patience.rs`) where documented; else it is said unknown.
+//! 4. Credential headers redacted before storage (the preset's `credential_headers`), and its
+//!    dedup key from signed bytes only (`docs/guarantees/input.md`).
+//! 5. (checked) A row in README.md's provider table and in docs/providers.md (where the secret is,
+//!    what is checked, the dedup key, the quirks).
+//! 6. (checked) An end-to-end test in `tests/it/` (`providers_br.rs`, `providers_saas.rs`,
+//!    `providers_asym.rs`) against the real server, verified by the provider's own library
+//!    where one exists (`tests/oracle/`, listed in docs/development.md); `portaria send` signs
+//!    for it when the scheme can sign (`Scheme::sign`), else the docs say it cannot.
 
 pub mod adyen;
 pub mod asaas;
@@ -45,6 +64,7 @@ pub mod pagbank;
 pub mod patience;
 pub mod picpay;
 pub mod plowf;
+mod preset;
 pub mod public_url;
 pub mod rede;
 pub mod relya;
@@ -70,12 +90,13 @@ use http::{HeaderMap, HeaderName};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::dedup::DedupRule;
-use catalog::Preset;
-pub use catalog::{Ack, PROVIDERS, Signed, takes_secret};
+pub use catalog::{PROVIDERS, takes_secret};
 pub use hmac_scheme::HmacOptions;
 pub use patience::Patience;
+pub use preset::Field;
+use preset::Preset;
+pub use preset::{Ack, Signed};
 pub use secret::Secret;
-pub use shape::Field;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.
 const DEFAULT_TOLERANCE_SECS: u64 = 300;
@@ -445,7 +466,7 @@ impl Verifier {
     /// Efí's `?hmac=` static credentials) instead of a signature: over plain HTTP, anyone who
     /// sees one request can forge the next.
     pub fn static_credential(&self) -> bool {
-        matches!(self.preset.scheme.coverage(), catalog::Coverage::Credential)
+        matches!(self.preset.scheme.coverage(), preset::Coverage::Credential)
     }
 
     /// Whether the scheme signs `public_url`, so that setting it means something.

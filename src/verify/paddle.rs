@@ -12,8 +12,8 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, json_rule};
 use super::keyed_list::KeyedList;
+use super::preset::{Preset, json_rule};
 
 pub const SIGNATURE: &str = "paddle-signature";
 

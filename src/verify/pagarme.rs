@@ -6,8 +6,8 @@
 
 use http::{HeaderMap, HeaderName};
 
-use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::{Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, header};
 use crate::dedup::DedupRule;
 

@@ -19,7 +19,7 @@ use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
 use ring::signature::RSA_PKCS1_2048_8192_SHA256;
 use serde::Deserialize;
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
+use super::preset::{Preset, Scheme, Signed, json_rule};
 use super::rsa::{self, RsaKey};
 use super::{Checked, Request, Secret, VerifyError, header};
 

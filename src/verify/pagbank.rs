@@ -16,7 +16,7 @@
 
 use http::HeaderMap;
 
-use super::catalog::{Preset, Scheme, Signed};
+use super::preset::{Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;
 

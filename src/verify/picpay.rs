@@ -20,8 +20,8 @@
 use http::HeaderName;
 
 use super::Settings;
-use super::catalog::Preset;
 use super::credential::Credential;
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 /// The legacy e-commerce API's header.

@@ -7,8 +7,8 @@
 
 use http::HeaderName;
 
-use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-webhook-signature";

@@ -18,8 +18,8 @@
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::catalog::Preset;
 use super::credential::Credential;
+use super::preset::Preset;
 use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
 
 /// The default dedup key of a Rede endpoint (see the module doc).

@@ -4,8 +4,8 @@
 
 use http::HeaderMap;
 
-use super::catalog::{Coverage, Preset, Scheme, Signed, header_rule};
 use super::hmac_scheme::Algorithm;
+use super::preset::{Coverage, Preset, Scheme, Signed, header_rule};
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };

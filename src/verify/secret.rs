@@ -6,8 +6,12 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use super::hmac_scheme::Algorithm;
-use crate::digest::MacKey;
+use base64::Engine as _;
+use base64::alphabet;
+use base64::engine::general_purpose::{GeneralPurpose, NO_PAD};
+
+use super::VerifyError;
+use crate::digest::{MacHash, MacKey};
 
 /// Secret bytes.
 #[derive(Clone)]
@@ -72,6 +76,85 @@ impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("Secret([redacted])")
     }
+}
+
+/// The hash an HMAC is made with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    Sha1,
+    Sha256,
+    Sha512,
+}
+
+impl Algorithm {
+    pub(super) fn parse(name: &str) -> Result<Self, String> {
+        match name.to_ascii_lowercase().as_str() {
+            "sha256" => Ok(Algorithm::Sha256),
+            "sha512" => Ok(Algorithm::Sha512),
+            "sha1" => Ok(Algorithm::Sha1),
+            _ => Err(format!(
+                "unknown algorithm `{name}` (known: sha256, sha512, sha1)"
+            )),
+        }
+    }
+
+    /// Refuses a received MAC of the wrong length, naming the header it came in.
+    pub(super) fn expect_len(self, header: &str, mac: &[u8]) -> Result<(), VerifyError> {
+        if mac.len() != self.output_len() {
+            return Err(VerifyError::Malformed(format!(
+                "header `{header}` holds {} bytes, expected {}",
+                mac.len(),
+                self.output_len()
+            )));
+        }
+        Ok(())
+    }
+
+    pub(super) fn output_len(self) -> usize {
+        match self {
+            Algorithm::Sha1 => 20,
+            Algorithm::Sha256 => 32,
+            Algorithm::Sha512 => 64,
+        }
+    }
+
+    /// The HMAC of the concatenated `parts`, keyed for this one call (a [`Secret`] keeps
+    /// its keyed state instead); taking parts saves copying the body.
+    pub fn mac(self, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+        MacKey::new(self.hash(), key).mac(parts)
+    }
+
+    /// The hash this HMAC is built on.
+    pub(super) fn hash(self) -> MacHash {
+        match self {
+            Algorithm::Sha1 => MacHash::Sha1,
+            Algorithm::Sha256 => MacHash::Sha256,
+            Algorithm::Sha512 => MacHash::Sha512,
+        }
+    }
+}
+
+/// Decodes secrets as leniently as Python's `b64decode`: unpadded, and with non-zero bits
+/// after the last full byte (the spec's own unpadded test secret has them).
+const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    NO_PAD.with_decode_allow_trailing_bits(true),
+);
+
+/// Decodes a `whsec_<base64>` secret into its key bytes. Padding is optional, as in the
+/// reference Python library.
+pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
+    let encoded = secret
+        .strip_prefix("whsec_")
+        .ok_or_else(|| "a Standard Webhooks secret starts with `whsec_`".to_string())?;
+    let trimmed = encoded.trim_end_matches('=');
+    let key = SECRET_BASE64
+        .decode(trimmed)
+        .map_err(|_| "the part after `whsec_` is not valid base64".to_string())?;
+    if key.is_empty() {
+        return Err("the secret after `whsec_` is empty".to_string());
+    }
+    Ok(key)
 }
 
 #[cfg(test)]

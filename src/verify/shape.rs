@@ -1,57 +1,11 @@
 //! What a provider's requests look like besides their signature: the paths they arrive at
 //! (Efí appends `/pix` to the URL it was given), the probe that is not an event (Rede's GET),
 //! what else the endpoint needs (iugu's `allow_ips`), where their event type and object id are
-//! ([`Field`]: a preset's default, or the endpoint's `event_type` and `object_id`), and whether
+//! ([`Field`](super::Field): a preset's default, or the endpoint's `event_type` and `object_id`), and whether
 //! what the signature covers includes the event type.
 
-use std::fmt;
-use std::str::FromStr;
-
-use http::HeaderName;
-
-use super::{Verifier, catalog};
-
-/// Where a request carries a value: a header, a value in a JSON body (an RFC 6901 pointer,
-/// `/events/0`), or a field of a form body (its name as decoded, `data[id]`). An endpoint's
-/// `event_type` and `object_id` name one (`"json:/events/0"`, `"header:X-Topic"`,
-/// `"form:event"`); a preset's defaults are the same thing.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Field {
-    Header(HeaderName),
-    Json(String),
-    Form(String),
-}
-
-impl FromStr for Field {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Field, String> {
-        match text.split_once(':') {
-            Some(("header", name)) => HeaderName::from_bytes(name.as_bytes())
-                .map(Field::Header)
-                .map_err(|_| format!("`{name}` is not a valid header name")),
-            Some(("json", pointer)) => {
-                crate::dedup::check_pointer(pointer)?;
-                Ok(Field::Json(pointer.to_string()))
-            }
-            Some(("form", name)) if !name.is_empty() => Ok(Field::Form(name.to_string())),
-            _ => Err(format!(
-                "`{text}`: give `json:<pointer>` (e.g. json:/events/0), `header:<name>` or \
-                 `form:<field>` (e.g. form:data[id])"
-            )),
-        }
-    }
-}
-
-impl fmt::Display for Field {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Field::Header(name) => write!(f, "header:{name}"),
-            Field::Json(pointer) => write!(f, "json:{pointer}"),
-            Field::Form(name) => write!(f, "form:{name}"),
-        }
-    }
-}
+use super::Verifier;
+use super::preset::{Coverage, Field};
 
 impl Verifier {
     /// The header carrying the event type for this provider, if it sends one and no
@@ -89,7 +43,7 @@ impl Verifier {
     /// the scheme does not sign (Mercado Pago's, Adyen's, a Twilio form's, which can be spelled
     /// anew), or that a static credential admits whatever it says (Asaas, Cielo, Vindi, Efí's
     /// `?hmac=`, Rede, PicPay, iugu: whoever captured one request can send any body with it).
-    /// Read from the scheme's [`catalog::Coverage`]; Efí's mutual TLS, where only Efí's
+    /// Read from the scheme's [`preset::Coverage`]; Efí's mutual TLS, where only Efí's
     /// private key opens the connection the body comes on, is as good as a signature. Targets
     /// are told (`PORTARIA_EVENT_TYPE_SIGNED=0`).
     pub fn event_type_signed(&self) -> bool {
@@ -99,12 +53,12 @@ impl Verifier {
             None => self.preset.event_type_header,
         };
         match (self.preset.scheme.coverage(), header) {
-            (catalog::Coverage::Credential, _) => false,
-            (catalog::Coverage::Connection, _) => true,
-            (catalog::Coverage::Signed { headers, .. }, Some(name)) => {
+            (Coverage::Credential, _) => false,
+            (Coverage::Connection, _) => true,
+            (Coverage::Signed { headers, .. }, Some(name)) => {
                 headers.iter().any(|signed| signed == name)
             }
-            (catalog::Coverage::Signed { body, .. }, None) => body,
+            (Coverage::Signed { body, .. }, None) => body,
         }
     }
 

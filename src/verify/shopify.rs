@@ -13,8 +13,8 @@
 
 use http::HeaderName;
 
-use super::catalog::Preset;
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 pub const SIGNATURE: &str = "x-shopify-hmac-sha256";

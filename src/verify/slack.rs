@@ -13,8 +13,8 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, WithHandshake, json_rule};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::{Preset, WithHandshake, json_rule};
 use super::{Reply, Request, Secret};
 use crate::dedup::DedupRule;
 
@@ -41,7 +41,7 @@ pub(super) fn preset() -> Preset {
     )
 }
 
-/// The answer to a verified URL check (`catalog::Scheme::handshake`).
+/// The answer to a verified URL check (`preset::Scheme::handshake`).
 fn slack_handshake(_key: &Secret, request: &Request<'_>) -> Option<Reply> {
     let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
     if body.get("type")?.as_str()? != "url_verification" {

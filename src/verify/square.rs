@@ -10,8 +10,8 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::{Algorithm, Encoding};
+use super::preset::{Preset, Scheme, Signed, json_rule};
 use super::public_url::{self, PublicUrl};
 use super::{Checked, Request, Secret, Settings, VerifyError, find_secret, header};
 

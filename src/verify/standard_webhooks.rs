@@ -16,12 +16,12 @@
 //! with any `svix-id` beside them, was a new event.
 
 use base64::Engine as _;
-use base64::alphabet;
-use base64::engine::general_purpose::{GeneralPurpose, NO_PAD, STANDARD};
+use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 
-use super::catalog::{Coverage, KeyFormat, Preset, Scheme, Signed};
 use super::hmac_scheme::Algorithm;
+use super::preset::{Coverage, KeyFormat, Preset, Scheme, Signed};
+pub use super::secret::decode_secret;
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };
@@ -33,29 +33,6 @@ pub const SIGNATURE: &str = "webhook-signature";
 pub const SVIX_ID: &str = "svix-id";
 pub const SVIX_TIMESTAMP: &str = "svix-timestamp";
 pub const SVIX_SIGNATURE: &str = "svix-signature";
-
-/// Decodes secrets as leniently as Python's `b64decode`: unpadded, and with non-zero bits
-/// after the last full byte (the spec's own unpadded test secret has them).
-const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(
-    &alphabet::STANDARD,
-    NO_PAD.with_decode_allow_trailing_bits(true),
-);
-
-/// Decodes a `whsec_<base64>` secret into its key bytes. Padding is optional, as in the
-/// reference Python library.
-pub fn decode_secret(secret: &str) -> Result<Vec<u8>, String> {
-    let encoded = secret
-        .strip_prefix("whsec_")
-        .ok_or_else(|| "a Standard Webhooks secret starts with `whsec_`".to_string())?;
-    let trimmed = encoded.trim_end_matches('=');
-    let key = SECRET_BASE64
-        .decode(trimmed)
-        .map_err(|_| "the part after `whsec_` is not valid base64".to_string())?;
-    if key.is_empty() {
-        return Err("the secret after `whsec_` is empty".to_string());
-    }
-    Ok(key)
-}
 
 /// The raw MAC over `<id>.<timestamp>.<body>` (the key already decoded from `whsec_`).
 pub fn mac(key: &Secret, id: &str, timestamp: i64, body: &[u8]) -> Vec<u8> {

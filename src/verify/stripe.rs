@@ -10,9 +10,9 @@
 
 use http::HeaderMap;
 
-use super::catalog::{Preset, Scheme, Signed, json_rule};
 use super::hmac_scheme::Algorithm;
 use super::patience::Rule;
+use super::preset::{Preset, Scheme, Signed, json_rule};
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };

@@ -25,8 +25,8 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use subtle::ConstantTimeEq;
 
-use super::catalog::{Coverage, Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding};
+use super::preset::{Coverage, Preset, Scheme, Signed};
 use super::public_url::{self, PublicUrl};
 use super::{Checked, Request, Secret, Settings, VerifyError, find_secret, header};
 use crate::dedup::DedupRule;

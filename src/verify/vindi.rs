@@ -14,9 +14,9 @@
 //! testes", atendimento.vindi.com.br article 203305800; signature-schemes.md §9).
 
 use super::Settings;
-use super::catalog::Preset;
 use super::credential::Credential;
 use super::patience::Rule;
+use super::preset::Preset;
 use crate::dedup::DedupRule;
 
 pub const DEFAULT_QUERY_PARAM: &str = "token";

@@ -12,8 +12,8 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, WithHandshake};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::{Preset, WithHandshake};
 use super::{Reply, Request};
 use crate::dedup::DedupRule;
 
@@ -46,7 +46,7 @@ fn is_creation_ping(body: &[u8]) -> bool {
         .is_some_and(|id| (1..=20).contains(&id.len()) && id.iter().all(u8::is_ascii_digit))
 }
 
-/// The answer to the unsigned creation ping (`catalog::Scheme::unsigned_handshake`).
+/// The answer to the unsigned creation ping (`preset::Scheme::unsigned_handshake`).
 fn woocommerce_ping(request: &Request<'_>) -> Option<Reply> {
     let unsigned = !request.headers.contains_key(SIGNATURE);
     (unsigned && is_creation_ping(request.body))

@@ -27,9 +27,9 @@ use http::{HeaderMap, HeaderName};
 use ring::signature::RSA_PKCS1_1024_8192_SHA256_FOR_LEGACY_USE_ONLY;
 use serde_json::Value;
 
-use super::catalog::{Preset, Scheme, Signed};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
 use super::patience::Rule;
+use super::preset::{Preset, Scheme, Signed};
 use super::rsa::{self, RsaKey};
 use super::{Checked, Request, Secret, Settings, VerifyError, header};
 use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};

@@ -11,8 +11,8 @@
 
 use http::HeaderName;
 
-use super::catalog::{Preset, WithHandshake};
 use super::hmac_scheme::{Algorithm, Encoding, HmacScheme};
+use super::preset::{Preset, WithHandshake};
 use super::{Reply, Request, Secret};
 use crate::dedup::DedupRule;
 
@@ -38,7 +38,7 @@ pub(super) fn preset() -> Preset {
     )
 }
 
-/// The answer to a verified URL check (`catalog::Scheme::handshake`).
+/// The answer to a verified URL check (`preset::Scheme::handshake`).
 fn zoom_handshake(key: &Secret, request: &Request<'_>) -> Option<Reply> {
     let body: serde_json::Value = serde_json::from_slice(request.body).ok()?;
     if body.get("event")?.as_str()? != "endpoint.url_validation" {

@@ -349,3 +349,263 @@ fn the_maps_name_every_module_and_fit_on_a_page() {
         );
     }
 }
+
+/// A folder's children: each `.rs` file beside its `mod.rs` (or beside the folder's own
+/// `name.rs`), and each subfolder (with its `name.rs`, if any) as one child.
+fn children(dir: &Path) -> BTreeMap<String, Vec<PathBuf>> {
+    let mut out: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_stem().unwrap().to_string_lossy().to_string();
+        if path.is_dir() {
+            let mut files = Vec::new();
+            sources(&path, &mut files);
+            out.entry(name).or_default().extend(files);
+        } else if path.extension().is_some_and(|e| e == "rs") && name != "mod" {
+            out.entry(name).or_default().push(path);
+        }
+    }
+    out
+}
+
+/// Code without its comment lines (a doc link names a file without importing it).
+fn code(text: &str) -> String {
+    production(text)
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The first segment of each path named right after `prefix`: `prefix::name` gives `name`,
+/// and `prefix::{a, b::C, d::{E, F}}` gives `a`, `b` and `d`.
+fn named_after(text: &str, prefix: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices(prefix) {
+        // `x::super::` is not `super::`, nor is `crate::a::b::` a `crate::b::`.
+        if text[..at].ends_with("::") || text[..at].ends_with(|c: char| c.is_alphanumeric()) {
+            continue;
+        }
+        let rest = &text[at + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let mut depth = 1;
+            let mut item_start = true;
+            for (i, c) in group.char_indices() {
+                match c {
+                    '{' => depth += 1,
+                    '}' if depth == 1 => break,
+                    '}' => depth -= 1,
+                    ',' if depth == 1 => item_start = true,
+                    c if c.is_whitespace() => {}
+                    _ if item_start => {
+                        out.push(ident(&group[i..]));
+                        item_start = false;
+                    }
+                    _ => {}
+                }
+            }
+        } else {
+            out.push(ident(rest));
+        }
+    }
+    out
+}
+
+/// Inside one folder, child -> the siblings its code names: `super::sibling`, a name the
+/// folder's own file re-exports from a sibling (`pub use sibling::Name`), or the same through
+/// `crate::path::to::folder::`. The folder's own file (`mod.rs` or `name.rs`) is the room's
+/// door, not a room: its children name it freely.
+fn folder_imports(src: &Path, dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let kids = children(dir);
+    let own = [dir.join("mod.rs"), dir.with_extension("rs")]
+        .into_iter()
+        .find(|p| p.exists());
+    let mut reexported: BTreeMap<String, String> = BTreeMap::new();
+    if let Some(own) = &own {
+        let text = code(&std::fs::read_to_string(own).unwrap());
+        for line in text.split(';') {
+            let line = line.trim();
+            let Some(at) = line.find("use ") else {
+                continue;
+            };
+            let path = line[at + 4..].trim_start_matches("self::");
+            let Some((kid, rest)) = path.split_once("::") else {
+                continue;
+            };
+            if !kids.contains_key(kid) {
+                continue;
+            }
+            for name in named_after(&format!("::{rest}"), "::") {
+                reexported.insert(name, kid.to_string());
+            }
+        }
+    }
+    let module_path = dir
+        .strip_prefix(src)
+        .unwrap()
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().to_string())
+        .collect::<Vec<_>>()
+        .join("::");
+    let mut graph = BTreeMap::new();
+    for (kid, files) in &kids {
+        let mut deps = BTreeSet::new();
+        for file in files {
+            // How many `super::` from this file reach the folder.
+            let depth = file
+                .parent()
+                .unwrap()
+                .strip_prefix(dir)
+                .map_or(0, |p| p.components().count());
+            let up = if file.parent() == Some(dir) {
+                1
+            } else {
+                depth + 1
+            };
+            let text = code(&std::fs::read_to_string(file).unwrap());
+            let prefixes = ["super::".repeat(up), format!("crate::{module_path}::")];
+            for prefix in &prefixes {
+                for name in named_after(&text, prefix) {
+                    let target = if kids.contains_key(&name) {
+                        Some(name)
+                    } else {
+                        reexported.get(&name).cloned()
+                    };
+                    if let Some(target) = target.filter(|t| t != kid) {
+                        deps.insert(target);
+                    }
+                }
+            }
+        }
+        graph.insert(kid.clone(), deps);
+    }
+    graph
+}
+
+/// The cycles of `graph`, each reported once with its path.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+        found: &mut Vec<String>,
+    ) {
+        if let Some(at) = path.iter().position(|p| p == n) {
+            found.push(format!("{} -> {n}", path[at..].join(" -> ")));
+            return;
+        }
+        if done.contains(n) {
+            return;
+        }
+        path.push(n.to_string());
+        for d in graph.get(n).into_iter().flatten() {
+            visit(d, graph, path, done, found);
+        }
+        path.pop();
+        done.insert(n.to_string());
+    }
+    let mut found = Vec::new();
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        visit(n, graph, &mut Vec::new(), &mut done, &mut found);
+    }
+    found
+}
+
+/// The rule between modules holds between the files of a folder too: a file that names a
+/// sibling never is named back by it, directly or around a longer circle, so each folder
+/// reads bottom to top.
+#[test]
+fn no_import_circle_between_the_files_of_a_folder() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut dirs = Vec::new();
+    fn folders(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                out.push(path.clone());
+                folders(&path, out);
+            }
+        }
+    }
+    folders(&src, &mut dirs);
+    assert!(dirs.len() > 8, "found the folders: {dirs:?}");
+    let mut found = Vec::new();
+    for dir in &dirs {
+        let graph = folder_imports(&src, dir);
+        for cycle in cycles(&graph) {
+            found.push(format!(
+                "{}: {cycle}",
+                dir.strip_prefix(&src).unwrap().display()
+            ));
+        }
+    }
+    // A ratchet: the circles still to untie (issue 25), each listed exactly, so the list only
+    // shrinks: a new circle fails, and so does one untied but still listed. The store's: its
+    // shared files carry both the row types the engines read and the `impl Store` methods that
+    // match on the engines.
+    let known: BTreeSet<&str> = KNOWN_CIRCLES.iter().copied().collect();
+    let now: BTreeSet<&str> = found.iter().map(String::as_str).collect();
+    let new: Vec<&&str> = now.difference(&known).collect();
+    let untied: Vec<&&str> = known.difference(&now).collect();
+    assert!(new.is_empty(), "import circles inside folders:\n{new:#?}");
+    assert!(
+        untied.is_empty(),
+        "untied, so take them off KNOWN_CIRCLES:\n{untied:#?}"
+    );
+}
+
+/// The circles inside folders not untied yet (see the test above).
+const KNOWN_CIRCLES: &[&str] = &[
+    "store: handle -> counters -> handle",
+    "store: handle -> observe -> handle",
+    "store: alerts -> handle -> postgres -> alerts",
+    "store: handle -> postgres -> copy -> handle",
+    "store: handle -> postgres -> dashboard -> handle",
+    "store: handle -> postgres -> events -> handle",
+    "store: handle -> postgres -> intake -> handle",
+    "store: handle -> postgres -> pauses -> handle",
+    "store: handle -> postgres -> queue -> handle",
+    "store: handle -> postgres -> retention -> handle",
+    "store: alerts -> handle -> postgres -> sqlite -> alerts",
+    "store: handle -> postgres -> sqlite -> backup -> handle",
+    "store: handle -> postgres -> sqlite -> handle",
+    "store/postgres: dashboard -> retention -> dashboard",
+];
+
+/// The checker finds what it is for: a circle through `super::`, through a name the folder's
+/// own file re-exports, and through a `crate::` path, and nothing in a folder without one.
+#[test]
+fn the_folder_circle_check_sees_each_kind_of_import() {
+    let work = tempfile::tempdir().unwrap();
+    let src = work.path().join("src");
+    let dir = src.join("room");
+    std::fs::create_dir_all(dir.join("inner")).unwrap();
+    let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+    write(
+        "mod.rs",
+        "mod a;\nmod b;\nmod c;\nmod inner;\npub use c::{Gamma, other::Thing};\n",
+    );
+    write(
+        "a.rs",
+        "use super::b::Beta;\n// super::c in a comment is not an import\n",
+    );
+    write("b.rs", "use super::{Gamma, x};\n");
+    write("c.rs", "use crate::room::inner::Deep;\n");
+    write("inner/mod.rs", "use super::super::a::Alpha;\n");
+    let graph = folder_imports(&src, &dir);
+    let names = |k: &str| graph[k].iter().cloned().collect::<Vec<_>>();
+    assert_eq!(names("a"), ["b"]);
+    assert_eq!(names("b"), ["c"], "through the re-export");
+    assert_eq!(names("c"), ["inner"]);
+    assert_eq!(names("inner"), ["a"]);
+    assert_eq!(cycles(&graph), ["a -> b -> c -> inner -> a"]);
+    write("inner/mod.rs", "pub struct Deep;\n");
+    assert!(cycles(&folder_imports(&src, &dir)).is_empty());
+}

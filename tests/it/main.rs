@@ -43,6 +43,7 @@ mod pipe;
 mod postgres;
 mod process_secrets;
 mod properties;
+mod provider_checklist;
 mod providers_asym;
 mod providers_br;
 mod providers_saas;

@@ -326,3 +326,46 @@ async fn a_reload_is_announced_reloading_then_ready_and_a_refused_one_says_so() 
         200
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_status_line_names_the_paused_routes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (socket, name) = manager(dir.path());
+    let config = dir.path().join("portaria.toml");
+    let forward = "forward = { command = [\"/bin/true\"] }";
+    std::fs::write(&config, base_config(&dir.path().join("p.db"), "", forward)).unwrap();
+    let serve = |notify: Option<&str>| {
+        let mut serve = portaria();
+        serve.args(["serve", "--config"]).arg(&config);
+        if let Some(name) = notify {
+            serve.env("NOTIFY_SOCKET", name);
+        }
+        Process::spawn_command(serve)
+    };
+    let mut first = serve(None).await;
+    first.signal(libc::SIGTERM);
+    assert!(first.wait(WAIT).await.success());
+    // The route is paused while the service is down; the next start says so.
+    let out = run_cli(
+        &[
+            "route",
+            "pause",
+            "--endpoint",
+            "pagarme",
+            "--route",
+            "default",
+        ],
+        &config,
+    );
+    ok_stdout(&out);
+    let mut server = serve(Some(&name)).await;
+    let ready = expect_line(&socket, "READY=1", WAIT).await;
+    assert!(
+        ready
+            .lines()
+            .any(|l| l == "STATUS=serving 4 endpoints; 0 pending, 0 dead; paused: pagarme"),
+        "{ready:?}"
+    );
+    server.signal(libc::SIGTERM);
+    assert!(server.wait(WAIT).await.success());
+}

@@ -9,8 +9,9 @@
 //! Answers are lines of stdin, so a script can pipe them in; at the end of stdin a question
 //! with a default takes it, one without is an error naming its flag. What it writes is
 //! validated first (everything but the secret's value, which may not be set yet), and an
-//! existing file is never replaced without `--force`. Its sentences are in `init_text`, in
-//! English or Brazilian Portuguese.
+//! existing file is never replaced without `--force`. Its sentences are in `text`, in
+//! English or Brazilian Portuguese; what the answers are, in `answers`; the next steps it
+//! prints, in `next`.
 
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -18,13 +19,15 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::init_next::next_steps;
-use super::init_text::{Text, text};
+mod answers;
+mod next;
+mod text;
+
 use crate::config::{Config, HERE_FILE, Secrets, Source};
 use crate::verify::{PROVIDERS, Settings, Verifier};
-
-/// The packaged service's config directory.
-pub(super) const SYSTEM_DIR: &str = "/etc/portaria";
+use answers::{Answers, SYSTEM_DIR, SecretFrom, Target};
+use next::next_steps;
+use text::{Text, text};
 
 /// The packaged service's database (its `StateDirectory=`).
 const SYSTEM_DB: &str = "/var/lib/portaria/portaria.db";
@@ -66,33 +69,6 @@ pub(super) struct InitArgs {
     /// Replace the file if it exists.
     #[arg(long)]
     force: bool,
-}
-
-/// Where the endpoint's secret comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum SecretFrom {
-    Env(String),
-    File(String),
-    Credential(String),
-    Inline(String),
-}
-
-/// Where its events go.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Target {
-    Command(Vec<String>),
-    Url(String),
-    Nowhere,
-}
-
-/// Everything the config is written from.
-#[derive(Debug)]
-pub(super) struct Answers {
-    pub(super) provider: String,
-    pub(super) secret: SecretFrom,
-    pub(super) target: Target,
-    /// The packaged service's file: its database in /var/lib/portaria, its commands `sudo`.
-    pub(super) system: bool,
 }
 
 /// `config`: the global `--config`, where to write when no PATH is given.
@@ -510,8 +486,8 @@ impl Drop for Quiet {
 
 #[cfg(test)]
 mod tests {
+    use super::text::EN;
     use super::*;
-    use crate::cli::init_text::EN;
 
     #[test]
     fn every_provider_init_offers_makes_a_valid_config() {

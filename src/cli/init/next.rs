@@ -6,8 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::init::{Answers, SYSTEM_DIR, SecretFrom};
-use super::init_text::Text;
+use super::answers::{Answers, SYSTEM_DIR, SecretFrom};
+use super::text::Text;
 use crate::config::{SYSTEM_PATH, Source, here_config_path, locate, user_config_path};
 
 /// The next three commands, each with what it is for.
@@ -148,8 +148,8 @@ fn same_file(a: &Path, b: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::init::Target;
-    use crate::cli::init_text::EN;
+    use crate::cli::init::answers::Target;
+    use crate::cli::init::text::EN;
 
     fn answers(secret: SecretFrom, system: bool) -> Answers {
         Answers {
