@@ -7,7 +7,6 @@
 //! listing (`id`, `type`, `created_at`, `account`, `data`). Sources: docs/reconcile.md.
 
 use http::HeaderMap;
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::Report;
@@ -19,11 +18,6 @@ use crate::store::Store;
 const PAGE_SIZE: usize = 100;
 /// The most pages a run reads (10,000 deliveries): a run is bounded.
 const MAX_PAGES: usize = 100;
-
-#[derive(Deserialize)]
-struct Page {
-    data: Vec<Value>,
-}
 
 pub(super) async fn run(
     api: &Api,
@@ -38,11 +32,15 @@ pub(super) async fn run(
     for page in 1..=MAX_PAGES {
         let query = format!("/core/v5/hooks?created_since={since}&page={page}&size={PAGE_SIZE}");
         let answer = api.get(&query).await.map_err(|e| e.to_string())?;
-        let listed: Page = answer
+        // A `Value`, not a struct of its own: one JSON reader in the binary for every page.
+        let mut listed: Value = answer
             .json()
             .map_err(|e| format!("Pagar.me's hooks: {e}"))?;
-        let count = listed.data.len();
-        for hook in listed.data {
+        let Value::Array(hooks) = listed["data"].take() else {
+            return Err("Pagar.me's hooks: no `data` list".into());
+        };
+        let count = hooks.len();
+        for hook in hooks {
             // The account's other webhooks (another shop, another portaria) are not ours.
             let url = hook["url"].as_str().unwrap_or("");
             if !paths.iter().any(|p| url_path(url) == p) {
