@@ -48,7 +48,14 @@ pub struct CustomKey {
     /// Shown where the rule is, e.g. `adyen-items`; the identity of the rule.
     pub name: &'static str,
     pub key: fn(&HeaderMap, &[u8]) -> Result<String, DedupError>,
+    /// For a batch whose items are signed one by one (Adyen): each item's own key, as `key`
+    /// gives it for a batch of that item alone, so that a batch whose items are all known is
+    /// a duplicate (`DedupRule::item_keys`). Runs only on a request `key` accepted.
+    pub items: Option<ItemKeys>,
 }
+
+/// A preset's function giving the keys of a verified batch's items ([`CustomKey::items`]).
+pub type ItemKeys = fn(&HeaderMap, &[u8]) -> Vec<String>;
 
 impl fmt::Debug for CustomKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -156,6 +163,18 @@ impl DedupRule {
             | DedupRule::JsonPointer(_)
             | DedupRule::Custom(_)
             | DedupRule::Signed(_) => Vec::new(),
+        }
+    }
+
+    /// The keys of a verified batch's items, for a preset whose items are signed one by one
+    /// ([`CustomKey::items`]); empty for every other rule (and for a request that is not such
+    /// a batch): its one key is then all there is. Call it once the key was derived.
+    pub fn item_keys(&self, headers: &HeaderMap, body: &[u8]) -> Vec<String> {
+        match self {
+            DedupRule::Custom(CustomKey {
+                items: Some(items), ..
+            }) => items(headers, body),
+            _ => Vec::new(),
         }
     }
 
@@ -444,6 +463,7 @@ mod tests {
         let custom = DedupRule::Custom(CustomKey {
             name: "first-byte",
             key: first_byte,
+            items: None,
         });
         let h = HeaderMap::new();
         assert_eq!(custom.extract(&h, b"A").as_deref(), Ok("byte-65"));
@@ -457,12 +477,14 @@ mod tests {
         let renamed = DedupRule::Custom(CustomKey {
             name: "other",
             key: first_byte,
+            items: None,
         });
         assert_ne!(custom, renamed);
         assert!("first-byte".parse::<DedupRule>().is_err());
         let long = DedupRule::Custom(CustomKey {
             name: "long",
             key: |_, body| Ok(String::from_utf8_lossy(body).into_owned()),
+            items: None,
         });
         assert_eq!(
             long.extract(&h, "a".repeat(MAX_KEY_BYTES + 1).as_bytes()),

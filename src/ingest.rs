@@ -464,7 +464,10 @@ impl Intake {
             .map(|(route, order_key)| NewDelivery { route, order_key })
             .collect();
         let unrouted = routes.is_empty() && endpoint.forwards();
-        let event = NewEvent::new(proof, &endpoint.name, dedup_key, received, routes);
+        // A batch of separately signed items (Adyen) names each item's key too; none else.
+        let items = endpoint.dedup.item_keys(&parts.headers, &received.body);
+        let event =
+            NewEvent::new(proof, &endpoint.name, dedup_key, received, routes).with_items(items);
         // Not taken by the store within the deadline: given up, never stored, 503. Taken: the
         // real answer, however long after the deadline it comes.
         let outcome = match self.store.insert_event(event, self.store_deadline).await {

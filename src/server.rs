@@ -322,7 +322,13 @@ pub async fn serve_with(
                 admin_addr,
             )
             .map_err(ServeError::NoRandom)?
-            .with_public_path(public_path.clone(), patience_of(&endpoints)),
+            .with_public_path(public_path.clone(), patience_of(&endpoints))
+            .with_routes(
+                endpoints
+                    .iter()
+                    .flat_map(|e| e.routes.iter().map(|r| (e.name.clone(), r.name.clone())))
+                    .collect(),
+            ),
         ),
         None => None,
     };

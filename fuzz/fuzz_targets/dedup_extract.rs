@@ -50,7 +50,15 @@ fn check(rule: &DedupRule, signed: Option<&str>, headers: &HeaderMap, body: &[u8
     let _ = rule.to_string();
     let _ = rule.refuse_credential_headers(&[]);
     match rule.extract_signed(signed, headers, body) {
-        Ok(key) => assert!(!key.is_empty() && key.len() <= MAX_KEY_BYTES, "{key:?}"),
+        Ok(key) => {
+            assert!(!key.is_empty() && key.len() <= MAX_KEY_BYTES, "{key:?}");
+            // A batch's items (Adyen's): each a key of its own, none twice.
+            let items = rule.item_keys(headers, body);
+            for (n, item) in items.iter().enumerate() {
+                assert!(!item.is_empty() && item.len() <= key.len(), "{item:?}");
+                assert!(!items[..n].contains(item), "{item:?} twice");
+            }
+        }
         Err(e) => {
             let _ = e.to_string();
         }

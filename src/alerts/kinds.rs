@@ -39,10 +39,13 @@ pub enum Kind {
     Unreachable,
     /// They come back again, after an `unreachable` alert.
     Reachable,
+    /// A route has been paused (`portaria route pause`) for over a day, and deliveries wait on
+    /// it: a pause for maintenance that nobody ended.
+    PausedLong,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 8] = [
         Kind::Dead,
         Kind::Quiet,
         Kind::Duplicates,
@@ -50,6 +53,7 @@ impl Kind {
         Kind::Slow,
         Kind::Unreachable,
         Kind::Reachable,
+        Kind::PausedLong,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -61,6 +65,7 @@ impl Kind {
             Kind::Slow => "slow",
             Kind::Unreachable => "unreachable",
             Kind::Reachable => "reachable",
+            Kind::PausedLong => "paused_long",
         }
     }
 
@@ -201,6 +206,19 @@ fn sentence(
              resent from its side.",
             rfc3339(p.since_ms)
         ),
+        Kind::PausedLong => {
+            let (on, only) = match route.filter(|r| *r != SHORTHAND_ROUTE) {
+                Some(r) => (format!("route {r} of endpoint {endpoint}"), r),
+                None => (format!("endpoint {endpoint}'s route"), SHORTHAND_ROUTE),
+            };
+            format!(
+                "{on} has been paused since {} and {n} {} on it: resume it with \
+                 `portaria route resume --endpoint {endpoint} --route {only}` (or on the status \
+                 page) when the target is ready.",
+                rfc3339(p.since_ms),
+                plural("delivery waits", "deliveries wait")
+            )
+        }
     }
 }
 

@@ -28,6 +28,10 @@
 //! `unreachable` alert says how much of each gateway's patience is left
 //! ([`Patience::outlook`], from when the failures began).
 //!
+//! A route paused for over a day with deliveries waiting is `paused_long` (read only once such
+//! a pause exists: the pauses each tick, the waiting deliveries then), repeated every
+//! `alert_every` until it is resumed.
+//!
 //! The kinds and what one alert says: `kinds`.
 
 mod kinds;
@@ -35,7 +39,7 @@ mod rules;
 mod sink;
 mod watch;
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -63,6 +67,9 @@ pub const MIN_TICK: Duration = Duration::from_millis(100);
 /// How long one store call of a tick may take before the tick goes on without it: a stuck
 /// store must not hold up the storage alert.
 const STORE_BOUND: Duration = Duration::from_secs(5);
+
+/// A pause older than this with deliveries waiting is `paused_long`.
+const PAUSED_LONG: Duration = Duration::from_secs(24 * 3600);
 
 /// The first read of the saved state (and of the endpoints that have events, a whole-table
 /// read) may take longer on a large file.
@@ -211,8 +218,63 @@ impl Task {
                 Err(_) => self.store_failed("reading dead events", &Asked::TimedOut),
             }
         }
+        if self.cursor.is_some() {
+            self.fold_paused_long(now).await;
+        }
         self.send_due(now).await;
         self.save().await;
+    }
+
+    /// Routes paused over [`PAUSED_LONG`] with deliveries waiting: a level per route, from
+    /// when the pause was taken; the waiting deliveries are counted only when such a pause
+    /// exists. A route resumed, or with nothing waiting any more, is cleared.
+    async fn fold_paused_long(&mut self, now: i64) {
+        let long_ago = now - PAUSED_LONG.as_millis() as i64;
+        let pauses = match timeout(STORE_BOUND, self.store.route_pauses(now)).await {
+            Ok(Ok(pauses)) => pauses,
+            Ok(Err(e)) => return self.store_failed("reading the paused routes", &Asked::Failed(e)),
+            Err(_) => return self.store_failed("reading the paused routes", &Asked::TimedOut),
+        };
+        let long: Vec<_> = pauses
+            .into_iter()
+            .filter(|p| p.paused_at_ms <= long_ago)
+            .collect();
+        let mut now_long = BTreeSet::new();
+        if !long.is_empty() {
+            let waiting = match timeout(STORE_BOUND, self.store.unfinished_by_route()).await {
+                Ok(Ok(rows)) => rows,
+                Ok(Err(e)) => {
+                    return self.store_failed("counting the waiting deliveries", &Asked::Failed(e));
+                }
+                Err(_) => {
+                    return self.store_failed("counting the waiting deliveries", &Asked::TimedOut);
+                }
+            };
+            for pause in &long {
+                let count = waiting
+                    .iter()
+                    .find(|(e, r, _)| *e == pause.endpoint && *r == pause.route)
+                    .map_or(0, |(_, _, n)| *n);
+                if count > 0 {
+                    self.book.level_on(
+                        Kind::PausedLong,
+                        &pause.endpoint,
+                        Some(&pause.route),
+                        count.unsigned_abs(),
+                        None,
+                        pause.paused_at_ms,
+                    );
+                    now_long.insert((pause.endpoint.clone(), pause.route.clone()));
+                }
+            }
+        }
+        // Pending since an earlier tick (or a run before a restart) and no longer true.
+        for (endpoint, route) in self.book.pending_on_routes(Kind::PausedLong) {
+            if !now_long.contains(&(endpoint.clone(), route.clone())) {
+                self.book
+                    .clear_on(Kind::PausedLong, &endpoint, Some(route.as_str()));
+            }
+        }
     }
 
     /// The saved clocks, summaries and cursor, and which endpoints have received events.

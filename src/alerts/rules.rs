@@ -112,24 +112,43 @@ impl Book {
     /// what it said before.
     /// Unchanged, it changes nothing (and is not saved again).
     pub fn level(&mut self, kind: Kind, endpoint: &str, count: u64, out_of: u64, now_ms: i64) {
-        let key = (kind, endpoint.to_string(), None);
+        self.level_on(kind, endpoint, None, count, Some(out_of), now_ms);
+    }
+
+    /// The same of one route: `since_ms` is when the condition began, kept from the first
+    /// time it is seen (a pause: when it was taken).
+    pub fn level_on(
+        &mut self,
+        kind: Kind,
+        endpoint: &str,
+        route: Option<&str>,
+        count: u64,
+        out_of: Option<u64>,
+        since_ms: i64,
+    ) {
+        let key = (kind, endpoint.to_string(), route.map(str::to_string));
         let pending = self.states.get(&key).and_then(|s| s.pending.as_ref());
-        if pending.is_some_and(|p| (p.count, p.out_of) == (count, Some(out_of))) {
+        if pending.is_some_and(|p| (p.count, p.out_of) == (count, out_of)) {
             return;
         }
-        let since_ms = pending.map_or(now_ms, |p| p.since_ms);
-        self.entry(kind, endpoint, None).pending = Some(Pending {
+        let since_ms = pending.map_or(since_ms, |p| p.since_ms);
+        self.entry(kind, endpoint, route).pending = Some(Pending {
             count,
             first: None,
             last: None,
             since_ms,
-            out_of: Some(out_of),
+            out_of,
         });
     }
 
     /// What is pending is no longer true (the level fell back, the endpoint received again).
     pub fn clear(&mut self, kind: Kind, endpoint: &str) {
-        let key = (kind, endpoint.to_string(), None);
+        self.clear_on(kind, endpoint, None);
+    }
+
+    /// The same of one route.
+    pub fn clear_on(&mut self, kind: Kind, endpoint: &str, route: Option<&str>) {
+        let key = (kind, endpoint.to_string(), route.map(str::to_string));
         if let Some(state) = self.states.get_mut(&key)
             && state.pending.take().is_some()
         {
@@ -220,6 +239,15 @@ impl Book {
     #[cfg(test)]
     pub fn state(&self, kind: Kind, endpoint: &str) -> Option<&State> {
         self.states.get(&(kind, endpoint.to_string(), None))
+    }
+
+    /// The (endpoint, route) keys of `kind` with something pending.
+    pub fn pending_on_routes(&self, kind: Kind) -> Vec<(String, String)> {
+        self.states
+            .iter()
+            .filter(|((k, _, _), state)| *k == kind && state.pending.is_some())
+            .filter_map(|((_, endpoint, route), _)| Some((endpoint.clone(), route.clone()?)))
+            .collect()
     }
 
     fn entry(&mut self, kind: Kind, endpoint: &str, route: Option<&str>) -> &mut State {
@@ -365,5 +393,23 @@ mod tests {
         let due = again.due(60 * S);
         assert_eq!(kinds(&due), [(Kind::Dead, "a", 1)]);
         assert_eq!(due[0].pending.first, Some(2));
+    }
+
+    #[test]
+    fn a_level_on_a_route_keeps_its_start_and_is_cleared_by_route() {
+        let mut book = Book::new(Duration::from_secs(60));
+        book.level_on(Kind::PausedLong, "a", Some("erp"), 3, None, 100);
+        book.level_on(Kind::PausedLong, "a", Some("erp"), 4, None, 900);
+        book.level_on(Kind::PausedLong, "b", Some("crm"), 1, None, 200);
+        assert_eq!(
+            book.pending_on_routes(Kind::PausedLong),
+            [("a".into(), "erp".into()), ("b".into(), "crm".into())]
+        );
+        let due = book.due(1000);
+        let erp = due.iter().find(|d| d.endpoint == "a").unwrap();
+        assert_eq!((erp.pending.count, erp.pending.since_ms), (4, 100));
+        book.clear_on(Kind::PausedLong, "b", Some("crm"));
+        assert_eq!(book.pending_on_routes(Kind::PausedLong).len(), 1);
+        assert!(book.pending_on_routes(Kind::Dead).is_empty());
     }
 }

@@ -23,6 +23,7 @@ mod chart;
 mod event;
 mod pages;
 mod public;
+mod routes;
 mod sessions;
 mod text;
 mod throttle;
@@ -77,6 +78,8 @@ pub struct StatusPage {
     listen: Option<SocketAddr>,
     /// What the canary's probes saw, when it runs.
     public: Option<public::PublicView>,
+    /// The configured routes at start, (endpoint, route), for the routes panel.
+    routes: Vec<(String, String)>,
 }
 
 /// What a handler answers.
@@ -98,7 +101,15 @@ impl StatusPage {
             guard: Guard::new(token)?,
             listen,
             public: None,
+            routes: Vec::new(),
         })
+    }
+
+    /// The configured routes, (endpoint, route): the overview shows each with a Pause or
+    /// Resume button (`routes`).
+    pub fn with_routes(mut self, routes: Vec<(String, String)>) -> Self {
+        self.routes = routes;
+        self
     }
 
     /// Shows the canary's record of the public path, and each endpoint's gateway's patience
@@ -204,6 +215,22 @@ impl StatusPage {
                 Ok(form) => self.replay_dead(field(&form, "endpoint")).await,
                 Err(refused) => refused,
             },
+            (["routes", action @ ("pause" | "resume")], false, _) => {
+                match self.form(req, visitor).await {
+                    Ok(form) => {
+                        let (endpoint, route) = (field(&form, "endpoint"), field(&form, "route"));
+                        let asked = routes::asked(&self.routes, endpoint, route);
+                        routes::pause_or_resume(
+                            &self.store,
+                            &self.new_event,
+                            *action == "pause",
+                            asked,
+                        )
+                        .await
+                    }
+                    Err(refused) => refused,
+                }
+            }
             (["logout"], false, _) => match self.form(req, visitor).await {
                 Ok(_) => {
                     self.guard.log_out(visitor);
@@ -217,7 +244,7 @@ impl StatusPage {
                 Ok(id) => api::event(self, id).await,
                 Err(_) => not_found(true, t),
             },
-            (["events", _, "replay"] | ["replay-dead"] | ["logout"], true, _) => {
+            (["events", _, "replay"] | ["replay-dead"] | ["logout"] | ["routes", _], true, _) => {
                 not_allowed("POST")
             }
             (_, false, _) => not_allowed("GET, HEAD"),
@@ -300,20 +327,23 @@ impl StatusPage {
 
     async fn overview(&self, visitor: &Visitor, t: Lang) -> Answer {
         let now = now_ms();
-        let asked = self
-            .store
-            .overview(self.endpoints.clone(), CHART_HOURS, now);
+        let asked = async {
+            let overview = self
+                .store
+                .overview(self.endpoints.clone(), CHART_HOURS, now)
+                .await?;
+            Ok::<_, crate::store::StoreError>((overview, self.store.route_pauses(now).await?))
+        };
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
-            Ok(Ok(overview)) => html(
-                StatusCode::OK,
-                pages::overview(
-                    &self.chrome(visitor, t),
-                    &overview,
-                    self.public.as_ref(),
-                    now,
-                ),
-                t,
-            ),
+            Ok(Ok((overview, pauses))) => {
+                let chrome = self.chrome(visitor, t);
+                let routes = routes::panel(&chrome, &self.routes, &pauses, now);
+                html(
+                    StatusCode::OK,
+                    pages::overview(&chrome, &overview, self.public.as_ref(), routes, now),
+                    t,
+                )
+            }
             Ok(Err(e)) => unavailable(&e.to_string()),
             Err(_) => unavailable("the database did not answer within 5 s"),
         }

@@ -72,7 +72,13 @@ pub fn csrf_field(chrome: &Chrome) -> Markup {
     }
 }
 
-pub fn overview(chrome: &Chrome, o: &Overview, public: Option<&PublicView>, now: i64) -> Markup {
+pub fn overview(
+    chrome: &Chrome,
+    o: &Overview,
+    public: Option<&PublicView>,
+    routes: Markup,
+    now: i64,
+) -> Markup {
     let alert = Alert::of(o, now).with(public);
     let t = chrome.lang;
     let body = html! {
@@ -89,6 +95,7 @@ pub fn overview(chrome: &Chrome, o: &Overview, public: Option<&PublicView>, now:
         div.cards {
             @for e in &o.endpoints { (endpoint_card(chrome, e, now)) }
         }
+        (routes)
         p.small { t { "Updated " } (when(now, now, t)) t { ". Received counts are exact; duplicates \
                     and rejected requests are counted per clock hour (the last 24)." } }
     };

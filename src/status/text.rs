@@ -203,6 +203,14 @@ const PT_BR: &[(&str, &str)] = &[
     ("(in {})", "(daqui a {})"),
     ("day", "dia"),
     ("days", "dias"),
+    // The routes panel.
+    ("Routes", "Rotas"),
+    ("paused", "pausada"),
+    ("since", "desde"),
+    ("until", "até"),
+    ("— its deliveries wait.", "— as entregas dela esperam."),
+    ("Pause", "Pausar"),
+    ("Resume", "Retomar"),
 ];
 
 const PHRASES: usize = PT_BR.len();
@@ -412,15 +420,16 @@ mod tests {
     use std::collections::BTreeSet;
 
     use http::HeaderValue;
+    use maud::html;
 
     use super::super::pages::{self, Chrome};
     use super::super::public::PublicView;
-    use super::super::{PENDING_ALERT_MS, event};
+    use super::super::{PENDING_ALERT_MS, event, routes};
     use super::*;
     use crate::public_path::PublicPath;
     use crate::store::{
         Attempt, EndpointNow, EventDetail, EventSummary, HourCounts, ListFilter, Overview,
-        Rejected, Status,
+        Rejected, RoutePause, Status,
     };
 
     const NOW: i64 = 1_800_000_000_000;
@@ -519,10 +528,26 @@ mod tests {
         let endpoints = ["pagarme".to_string()];
         let big = vec![b'x'; event::SHOWN_BYTES + 1];
         let outcomes = ["delivered", "failed", "interrupted"];
+        // Routes: one paused (until a time, with a reason), one paused for good, one not.
+        let routes = [
+            ("pagarme", "default"),
+            ("pagarme", "erp"),
+            ("stripe", "crm"),
+        ]
+        .map(|(e, r)| (e.to_string(), r.to_string()));
+        let pause = |route: &str, until_ms: Option<i64>| RoutePause {
+            endpoint: "pagarme".into(),
+            route: route.into(),
+            paused_at_ms: NOW - 3_600_000,
+            until_ms,
+            reason: Some("maintenance".into()),
+        };
+        let pauses = [pause("default", Some(NOW + 60_000)), pause("erp", None)];
+        let panel = routes::panel(&c, &routes, &pauses, NOW);
         [
-            pages::overview(&c, &red, Some(&unreachable(1)), NOW),
-            pages::overview(&c, &one, Some(&unreachable(2)), NOW),
-            pages::overview(&c, &calm, None, NOW),
+            pages::overview(&c, &red, Some(&unreachable(1)), panel, NOW),
+            pages::overview(&c, &one, Some(&unreachable(2)), html! {}, NOW),
+            pages::overview(&c, &calm, None, html! {}, NOW),
             pages::events(&c, &endpoints, &full, &listed, NOW),
             pages::events(&c, &endpoints, &ListFilter::default(), &[], NOW),
             event::page(&c, &detail(Status::Dead, &outcomes, big), NOW),

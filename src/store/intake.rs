@@ -4,6 +4,17 @@
 //! endpoint's dedup window, if it has one). [`dedup_hash`] is what SQLite's narrow dedup
 //! index holds. Each engine's barrier is one statement: `sqlite/intake.rs`,
 //! `postgres/intake.rs` (grouped into shared transactions by `postgres/group.rs`).
+//!
+//! A batch of items signed one by one (Adyen) also names each item's own key
+//! ([`NewEvent::with_items`]): it is a duplicate, too, when every one of its items is known
+//! within the window, as an event's dedup key (a batch of that item alone) or as an item of
+//! an earlier batch, so that items cut out of a batch or put together from several are not
+//! a second event. The items of a new batch are kept (`event_items`, one row each but for
+//! the one that is the event's own key) and go with it when it is pruned. This check runs
+//! only for an event with items, before the barrier and in its transaction: under SQLite's
+//! write lock, and on PostgreSQL under a transaction lock on each item, so batches sharing
+//! an item, racing on any instances, are decided one after the other, each seeing the
+//! items of those before it. Every other event costs nothing more.
 
 use std::time::Duration;
 
@@ -38,6 +49,9 @@ pub struct NewEvent {
     pub(super) event_type_signed: Option<bool>,
     /// The routes it goes to, each a delivery row; none: it is `stored`.
     pub(super) routes: Vec<NewDelivery>,
+    /// Its items' own keys with their [`dedup_hash`], for a batch of separately signed
+    /// items (see the module doc); empty for every other event.
+    pub(super) items: Vec<(String, i64)>,
 }
 
 /// One route an event goes to, with its ordering key on that route (if the route orders by
@@ -101,7 +115,28 @@ impl NewEvent {
             object_id: received.object_id,
             signed_id: proof.signed_id().map(str::to_string),
             event_type_signed,
+            items: Vec::new(),
         }
+    }
+
+    /// The event, a batch whose items are signed one by one, with each item's own key (the
+    /// dedup rule's `item_keys`, from signed fields only): a duplicate too when every item
+    /// is known (see the module doc). No keys: an event like any other.
+    pub fn with_items(mut self, keys: Vec<String>) -> Self {
+        self.items = keys
+            .into_iter()
+            .map(|key| {
+                let hash = dedup_hash(&self.endpoint, &key);
+                (key, hash)
+            })
+            .collect();
+        self
+    }
+
+    /// The item keys that need a row of their own: every one but the event's own key (a
+    /// batch of one item is keyed by that item already).
+    pub(super) fn item_rows(&self) -> impl Iterator<Item = &(String, i64)> {
+        self.items.iter().filter(|(key, _)| *key != self.dedup_key)
     }
 }
 

@@ -22,9 +22,12 @@
 //! whatever the order of its items; a batch that names one item twice is refused (400), as
 //! Adyen never sends one and its key would hide that the item is in it twice. A body with no
 //! items (the header variant) is keyed by its SHA-256. Each item is signed on its own, so
-//! items of several captured notifications can be put together in one batch: the key of
-//! such a batch is new even when each item was seen (a batch is one event, one key). Adyen
-//! sends one item per notification, so its genuine notifications are keyed item by item.
+//! items of several captured notifications can be put together in one batch (`[A]` cut out
+//! of `[A, B]`, `[A, B]` made of `[A]` and `[B]`): the batch also names each item's own key
+//! ([`CustomKey::items`], the key of a batch of that item alone), and the store takes a batch
+//! whose items are all known within the endpoint's window for a duplicate
+//! (`store/intake.rs`). Adyen sends one item per notification, so its genuine notifications
+//! are keyed item by item.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
@@ -56,6 +59,7 @@ const FIELDS: [&str; 8] = [
 pub const DEDUP: CustomKey = CustomKey {
     name: "adyen-items",
     key: dedup_key,
+    items: Some(items_of),
 };
 
 /// A field as signed: strings as they are, numbers as their JSON text, absent as empty.
@@ -177,6 +181,18 @@ fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
     }
     let keys: Vec<String> = keys.into_iter().map(|(key, _)| key).collect();
     Ok(keys.join(","))
+}
+
+/// Each item's own key, sorted, for a request [`dedup_key`] accepted (so no two are the
+/// same); none for a body that is not a standard notification (keyed by its SHA-256).
+fn items_of(_headers: &HeaderMap, body: &[u8]) -> Vec<String> {
+    let mut keys: Vec<String> = item_keys(body)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(key, _)| key)
+        .collect();
+    keys.sort();
+    keys
 }
 
 /// Each item's key with its position (from 1), in the body's order.
@@ -420,6 +436,18 @@ mod tests {
                 .to_string(),
             "notification item 3 repeats item 1 (the same pspReference, eventCode and success)"
         );
+        // Each item's own key: what a batch of that item alone is keyed by.
+        let rule = v.default_dedup();
+        assert_eq!(
+            rule.item_keys(&none, &swapped),
+            pair.split(',').collect::<Vec<_>>()
+        );
+        let one = body(&[official()]);
+        assert_eq!(
+            rule.item_keys(&none, &one),
+            [rule.extract(&none, &one).unwrap()]
+        );
+        assert!(rule.item_keys(&none, PAYLOAD.as_bytes()).is_empty());
         let key = v
             .default_dedup()
             .extract(&none, PAYLOAD.as_bytes())

@@ -48,6 +48,7 @@ pub fn path_note(path: &str) -> &'static str {
 pub const DEDUP: CustomKey = CustomKey {
     name: "efi-pix-items",
     key: dedup_key,
+    items: None,
 };
 
 pub(super) fn preset(settings: &Settings<'_>) -> Preset {

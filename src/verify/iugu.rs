@@ -30,6 +30,7 @@ pub const EGRESS: &str = "98.82.243.132";
 pub const DEDUP: CustomKey = CustomKey {
     name: "iugu-event-id-status",
     key: dedup_key,
+    items: None,
 };
 
 const NEEDS_ALLOW_IPS: &str = "iugu signs nothing and its only credential is the token in \

@@ -26,6 +26,7 @@ use crate::dedup::{CustomKey, DedupError, DedupRule, body_key, fit};
 pub const DEDUP: CustomKey = CustomKey {
     name: "rede-event-tid",
     key: dedup_key,
+    items: None,
 };
 
 pub(super) fn preset() -> Preset {

@@ -44,6 +44,7 @@ const MIN_BITS: usize = 1024;
 pub const DEDUP: CustomKey = CustomKey {
     name: "woovi-event-ids",
     key: dedup_key,
+    items: None,
 };
 
 pub(super) fn preset(settings: &Settings<'_>) -> Result<Preset, String> {

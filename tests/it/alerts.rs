@@ -567,3 +567,82 @@ async fn a_refusing_alert_url_is_tried_again_and_its_credentials_never_logged() 
     assert!(log.contains("/alerts: HTTP 500"), "{log}");
     assert!(!log.contains("hunter2"), "{log}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_paused_over_a_day_with_deliveries_waiting_alerts_until_resumed() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    // The target refuses: the delivery waits (pending) for its next try, an hour away.
+    let closed = ClosedPort::new();
+    let forward = format!(
+        "forward = {{ url = \"http://{}/in\", timeout_secs = 2 }}\nretry = [\"1h\"]\n",
+        closed.addr
+    );
+    let server = TestServer::start(&alerts_table(w, "1s"), &forward).await;
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    eventually(Duration::from_secs(10), "the first attempt failed", || {
+        server.one::<i64>("SELECT count(*) FROM attempts") == 1
+    })
+    .await;
+    let out = run_cli(
+        &[
+            "route",
+            "pause",
+            "--endpoint",
+            "pagarme",
+            "--route",
+            "default",
+        ],
+        &server.config_path(),
+    );
+    ok_stdout(&out);
+    // Paused for less than a day: several ticks (250 ms), no alert.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(of_kind(w, "paused_long").is_empty(), "{:?}", alerts(w));
+
+    // The same pause, taken 25 hours ago.
+    let day_ago = server.one::<i64>("SELECT paused_at FROM route_pauses") - 25 * 3_600_000;
+    server
+        .db()
+        .execute("UPDATE route_pauses SET paused_at = ?1", [day_ago])
+        .unwrap();
+    eventually(Duration::from_secs(10), "the paused_long alert", || {
+        !of_kind(w, "paused_long").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "paused_long")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["route"], "default");
+    assert_eq!(alert["count"], 1, "{alert}");
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("portaria route resume --endpoint pagarme --route default"),
+        "{message}"
+    );
+
+    // Resumed: the reminder stops.
+    let out = run_cli(
+        &[
+            "route",
+            "resume",
+            "--endpoint",
+            "pagarme",
+            "--route",
+            "default",
+        ],
+        &server.config_path(),
+    );
+    ok_stdout(&out);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent = of_kind(w, "paused_long").len();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        of_kind(w, "paused_long").len(),
+        sent,
+        "no reminder once resumed"
+    );
+    server.stop().await;
+}

@@ -1,6 +1,7 @@
 //! What a target is told to trust, on PostgreSQL (`pg_cluster`): a version 1 database (the
 //! schema as that version made it, `tests/fixtures/pg_schema_v1.sql`) is upgraded to version
-//! 2 at start, what it held goes out marked "type not known to be signed", and a new Mercado
+//! 2 at start (and on to version 4, whose `event_items` make a batch of an Adyen batch's
+//! items a duplicate), what it held goes out marked "type not known to be signed", and a new Mercado
 //! Pago event reaches its target with the id Mercado Pago signed; the id stays with it through
 //! `events show`, the archive and its replay, and `store copy` brings it over from SQLite.
 
@@ -21,6 +22,11 @@ fn config(url: &str, forward: &str) -> String {
             "/webhooks/mercadopago",
             "mercadopago",
             &format!("secret = \"{MP_SECRET}\"\n{forward}"),
+        )
+        .endpoint(
+            "/webhooks/adyen",
+            "adyen",
+            &format!("secret = \"{}\"", crate::signed_dedup::ADYEN),
         )
         .text()
 }
@@ -72,7 +78,27 @@ async fn a_version_1_database_is_upgraded_and_the_signed_id_kept_shown_and_archi
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "3");
+    assert_eq!(version, "4");
+    // Version 4 keeps the items of an Adyen batch: a batch of its items is a duplicate.
+    let [a, b] = ["3001", "3002"].map(|psp| crate::signed_dedup::adyen_item(psp, 700));
+    for items in [&[&a, &b][..], &[&b]] {
+        let body = crate::signed_dedup::adyen_body(items);
+        let headers = [h("content-type", "application/json")];
+        let reply = post(server.addr, "/webhooks/adyen", &headers, &body).await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let batches = count(
+        &client,
+        "SELECT count(*) FROM events WHERE endpoint = 'adyen'",
+    )
+    .await;
+    assert_eq!(batches, 1, "[B] after [A, B]");
+    // Out of the way of the counts below; its items go with it.
+    client
+        .execute("DELETE FROM events WHERE endpoint = 'adyen'", &[])
+        .await
+        .unwrap();
+    assert_eq!(count(&client, "SELECT count(*) FROM event_items").await, 0);
 
     eventually(WAIT, "the waiting delivery delivered", || {
         target.count() == 1

@@ -8,6 +8,7 @@
 //! attacker holding one captured request could.
 
 use std::path::Path;
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -25,7 +26,7 @@ const LINEAR: &str = "lin_wh_secret";
 const TWILIO: &str = "twilio-auth-token";
 const TWILIO_URL: &str = "https://example.trycloudflare.com/webhooks/twilio";
 const SVIX: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
-const ADYEN: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+pub(crate) const ADYEN: &str = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
 const PAGBANK: &str = "PAGBANK-TOKEN-1";
 
 fn config(db: &Path) -> String {
@@ -302,7 +303,7 @@ async fn svix_replays_under_the_other_header_family_are_duplicates() {
 }
 
 /// A NotificationRequestItem signed as Adyen signs it (the HMAC key is hex).
-fn adyen_item(psp: &str, value: i64) -> serde_json::Value {
+pub(crate) fn adyen_item(psp: &str, value: i64) -> serde_json::Value {
     let fields = [
         psp,
         "",
@@ -328,12 +329,18 @@ fn adyen_item(psp: &str, value: i64) -> serde_json::Value {
     }})
 }
 
+/// A standard notification of these items.
+pub(crate) fn adyen_body(items: &[&serde_json::Value]) -> Vec<u8> {
+    json!({"live": "false", "notificationItems": items})
+        .to_string()
+        .into_bytes()
+}
+
 fn adyen(items: &[&serde_json::Value]) -> Captured {
-    let body = json!({"live": "false", "notificationItems": items}).to_string();
     Captured {
         path: "/webhooks/adyen".to_string(),
         headers: vec![h("content-type", "application/json")],
-        body: body.into_bytes(),
+        body: adyen_body(items),
     }
 }
 
@@ -349,6 +356,75 @@ async fn adyen_batches_are_keyed_by_their_items_whatever_the_order_and_never_rep
     assert_eq!(server.events_of("adyen"), 1);
     expect(&server, &adyen(&[&a, &b]), 200, 2, "[A, B]").await;
     expect(&server, &adyen(&[&b, &a]), 200, 2, "[B, A] after [A, B]").await;
+}
+
+/// Adyen signs each item on its own, so a batch can be cut out of another or put together
+/// from several: a batch whose items are all known is a duplicate (200, not stored, not
+/// forwarded), one with a new item a new event; a real target hears each event once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adyen_a_batch_of_known_items_is_a_duplicate_and_goes_out_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let target = Target::start(vec![200]).await;
+    let text = sqlite_config(&db)
+        .endpoint(
+            "/webhooks/adyen",
+            "adyen",
+            &format!("secret = \"{ADYEN}\"\n{}", forward_to(target.addr)),
+        )
+        .text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    let [a, b, c, d, e] = ["1001", "1002", "1003", "1004", "1005"]
+        .map(|psp| adyen_item(&format!("791407338134{psp}"), 1130));
+    expect(&server, &adyen(&[&a, &b]), 200, 1, "[A, B]").await;
+    expect(&server, &adyen(&[&a]), 200, 1, "[A] after [A, B]").await;
+    expect(&server, &adyen(&[&b]), 200, 1, "[B] after [A, B]").await;
+    expect(&server, &adyen(&[&b, &a]), 200, 1, "[B, A] after [A, B]").await;
+    expect(&server, &adyen(&[&a, &c]), 200, 2, "[A, C]: C is new").await;
+    expect(&server, &adyen(&[&c]), 200, 2, "[C] after [A, C]").await;
+    expect(&server, &adyen(&[&d]), 200, 3, "[D]").await;
+    expect(&server, &adyen(&[&e]), 200, 4, "[E]").await;
+    expect(
+        &server,
+        &adyen(&[&e, &d]),
+        200,
+        4,
+        "[E, D] after [D] and [E]",
+    )
+    .await;
+    expect(
+        &server,
+        &adyen(&[&c, &b]),
+        200,
+        4,
+        "[C, B] after [A, B] and [A, C]",
+    )
+    .await;
+    // Each event delivered once; the duplicates were never stored, so nothing else can go.
+    eventually(Duration::from_secs(20), "four events delivered", || {
+        server.one::<i64>("SELECT count(*) FROM events WHERE status = 'delivered'") == 4
+    })
+    .await;
+    assert_eq!(target.count(), 4);
+    let keys: Vec<String> = server
+        .db()
+        .prepare("SELECT dedup_key FROM events ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let psp = |n: &str| format!("791407338134{n}:AUTHORISATION:true");
+    assert_eq!(
+        keys,
+        [
+            format!("{},{}", psp("1001"), psp("1002")),
+            format!("{},{}", psp("1001"), psp("1003")),
+            psp("1004"),
+            psp("1005")
+        ]
+    );
+    server.stop().await;
 }
 
 /// SHA-256 length extension: from `digest` = SHA-256(m) and |m| alone, the glue (m's padding)

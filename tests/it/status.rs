@@ -768,3 +768,67 @@ async fn rejected_counts_survive_a_restart() {
     assert_eq!(stats["hours"][47]["rejected"], 3);
     again.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_is_paused_and_resumed_from_the_overview() {
+    let target = Target::start(vec![200]).await;
+    let server = TestServer::start("", &forward_to(target.addr)).await;
+    let admin = server.admin.unwrap();
+    let page = get(admin, "/", &[]).await;
+    assert!(
+        page.body.contains("action=\"/routes/pause\""),
+        "{}",
+        page.body
+    );
+    let (cookie, token) = (cookie_of(&page), csrf(&page.body));
+    let post = |path: &'static str, body: String| {
+        let cookie = cookie.clone();
+        async move { form(admin, path, &[cookie], &body).await }
+    };
+
+    // Without the form token, or naming a route that is not configured: nothing changes.
+    let forged = post("/routes/pause", "endpoint=pagarme&route=default".into()).await;
+    assert_eq!(forged.status, 403);
+    let other = post(
+        "/routes/pause",
+        format!("csrf={token}&endpoint=pagarme&route=erp"),
+    )
+    .await;
+    assert_eq!(other.status, 400, "{}", other.body);
+    assert_eq!(server.one::<i64>("SELECT count(*) FROM route_pauses"), 0);
+    assert_eq!(get(admin, "/routes/pause", &[]).await.status, 405);
+
+    let paused = post(
+        "/routes/pause",
+        format!("csrf={token}&endpoint=pagarme&route=default"),
+    )
+    .await;
+    assert_eq!(paused.status, 303);
+    let reason: String = server.one("SELECT reason FROM route_pauses");
+    assert_eq!(reason, "paused on the status page");
+    let page = get(admin, "/", &[]).await;
+    assert!(
+        page.body.contains("action=\"/routes/resume\""),
+        "{}",
+        page.body
+    );
+    assert!(page.body.contains("paused on the status page"));
+
+    // Paused: stored, not delivered.
+    assert_eq!(
+        post_pagarme(server.addr, &payment_body(1)).await.status,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(target.count(), 0, "a paused route delivers nothing");
+
+    let resumed = post(
+        "/routes/resume",
+        format!("csrf={token}&endpoint=pagarme&route=default"),
+    )
+    .await;
+    assert_eq!(resumed.status, 303);
+    eventually(WAIT, "delivered once resumed", || target.count() == 1).await;
+    assert_eq!(server.one::<i64>("SELECT count(*) FROM route_pauses"), 0);
+    server.stop().await;
+}

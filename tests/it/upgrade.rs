@@ -7,7 +7,9 @@
 //! schema becomes a new file's, word for word, and its rows stay where they were. A file of
 //! version 8 (`tests/fixtures/schema_v8.sql`) gains version 9's columns (what targets are
 //! told to trust): what it held goes out marked "type not known to be signed", a new event
-//! with what was signed.
+//! with what was signed. A file of version 10 (`tests/fixtures/schema_v10.sql`) gains version
+//! 11's `event_items`: an Adyen batch stored after the upgrade makes a batch of its known
+//! items a duplicate; one stored before is known by its own key only.
 
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ const WAIT: Duration = Duration::from_secs(20);
 const SCHEMA_V5: &str = include_str!("../fixtures/schema_v5.sql");
 const SCHEMA_V7: &str = include_str!("../fixtures/schema_v7.sql");
 const SCHEMA_V8: &str = include_str!("../fixtures/schema_v8.sql");
+const SCHEMA_V10: &str = include_str!("../fixtures/schema_v10.sql");
 
 /// (event id, delivery status, attempts) in the v5 file: waiting, cut off mid-attempt, done.
 const ROWS: [(i64, &str, u32); 3] = [(1, "pending", 0), (2, "delivering", 1), (3, "delivered", 1)];
@@ -62,7 +65,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 10, "upgraded to the current schema");
+    assert_eq!(version, 11, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -113,10 +116,13 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
 
 /// Every schema object's (type, name, text), or its root page for the text.
 /// The upgraded file's tables and indexes with their root pages, but for those a later
-/// version added (version 10's `route_pauses`): what must stay on the pages it had.
+/// version added (version 10's `route_pauses`, version 11's `event_items` and its index):
+/// what must stay on the pages it had.
 fn kept_in_place(db: &rusqlite::Connection) -> Vec<(String, String, Option<String>)> {
     let mut all = schema(db, "rootpage");
-    all.retain(|(_, name, _)| name != "route_pauses");
+    all.retain(|(_, name, _)| {
+        !["route_pauses", "event_items", "event_items_hash"].contains(&&**name)
+    });
     all
 }
 
@@ -173,7 +179,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -267,7 +273,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 10);
+    assert_eq!(version, 11);
     // In place, and a new file's schema exactly.
     assert_eq!(kept_in_place(&server.db()), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
@@ -301,5 +307,78 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
         )
         .unwrap();
     assert_eq!(kept, (None, Some(true)));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_version_10_file_gains_the_items_of_batches_and_keeps_what_it_held() {
+    use crate::signed_dedup::{ADYEN, adyen_body, adyen_item};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let v10 = rusqlite::Connection::open(&db).unwrap();
+    v10.execute_batch(
+        "PRAGMA page_size = 1024; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;",
+    )
+    .unwrap();
+    v10.execute_batch(SCHEMA_V10).unwrap();
+    v10.execute_batch("PRAGMA user_version = 10").unwrap();
+    // An Adyen batch of C and D stored before the upgrade: no item rows.
+    let [a, b, c, d] = ["2001", "2002", "2003", "2004"].map(|psp| adyen_item(psp, 500));
+    let old_key = "2003:AUTHORISATION:true,2004:AUTHORISATION:true";
+    v10.execute(
+        "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
+         status) VALUES (1, 'adyen', ?1, ?2, 2, ?3, 'stored')",
+        rusqlite::params![
+            old_key,
+            portaria::store::dedup_hash("adyen", old_key),
+            now_secs() * 1000
+        ],
+    )
+    .unwrap();
+    v10.execute(
+        "INSERT INTO payloads (event_id, headers, body, codec) VALUES (1, x'', x'7b7d', 0)",
+        [],
+    )
+    .unwrap();
+    let roots = schema(&v10, "rootpage");
+    drop(v10);
+
+    let text = sqlite_config(&db)
+        .endpoint("/webhooks/adyen", "adyen", &format!("secret = \"{ADYEN}\""))
+        .text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    let version: i64 = server.one("PRAGMA user_version");
+    assert_eq!(version, 11);
+    // Every table and index of version 10 on the pages it had.
+    let mut upgraded = schema(&server.db(), "rootpage");
+    upgraded.retain(|(_, name, _)| !name.starts_with("event_items"));
+    assert_eq!(upgraded, roots);
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = fresh_dir.path().join("fresh.db");
+    portaria::store::Store::open(&fresh).unwrap().close();
+    assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
+
+    let send = |items: &[&serde_json::Value]| {
+        let body = adyen_body(items);
+        let addr = server.addr;
+        async move {
+            let headers = [h("content-type", "application/json")];
+            post(addr, "/webhooks/adyen", &headers, &body).await.status
+        }
+    };
+    // The batch from before is known by its own key only.
+    assert_eq!(send(&[&d, &c]).await, 200);
+    assert_eq!(server.events_of("adyen"), 1, "its key, whatever the order");
+    assert_eq!(send(&[&c]).await, 200);
+    assert_eq!(server.events_of("adyen"), 2, "its items were never kept");
+    // A batch stored after: its items are.
+    assert_eq!(send(&[&a, &b]).await, 200);
+    assert_eq!(send(&[&b]).await, 200);
+    assert_eq!(send(&[&c, &a]).await, 200);
+    assert_eq!(
+        server.events_of("adyen"),
+        3,
+        "[B] and [C, A] are known items"
+    );
     server.stop().await;
 }

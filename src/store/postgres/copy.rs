@@ -1,7 +1,8 @@
 //! `portaria store copy`: every event, payload, delivery and attempt of a SQLite database
 //! into an empty PostgreSQL one, in one transaction, keeping ids, statuses, due times and
 //! dedup keys, so that a user who outgrows one box moves without losing the dedup window.
-//! The barrier rows (`dedup`) are made from the copied events: the newest event of each key.
+//! The barrier rows (`dedup`) are made from the copied events: the newest event of each key;
+//! a batch's item rows (`event_items`) come along, with their event's endpoint and time.
 //! A delivery that was `delivering` (a server stopped mid-attempt) arrives `pending`, due at
 //! its old time: no instance holds its claim. Bodies arrive as received: a deflated SQLite
 //! row (`payload.rs`) is decoded here, since PostgreSQL keeps raw bodies (TOAST compresses).
@@ -29,6 +30,11 @@ const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint
      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (id, event_id, route, attempt, started_at, \
      duration_ms, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
+/// The items of batches (SQLite's version 11), given their event's endpoint and time.
+const ITEMS: &str = "SELECT i.event_id, e.endpoint, i.item_key, e.received_at \
+     FROM event_items i JOIN events e ON e.id = i.event_id";
+const INSERT_ITEM: &str = "INSERT INTO event_items (event_id, endpoint, item_key, received_at) \
+     VALUES ($1, $2, $3, $4)";
 /// The barrier: per (endpoint, key), the newest event.
 const DEDUP: &str = "INSERT INTO dedup (endpoint, dedup_key, event_id, received_at) \
      SELECT DISTINCT ON (endpoint, dedup_key) endpoint, dedup_key, id, received_at \
@@ -178,6 +184,20 @@ impl Pg {
             .await
             .map_err(error)?;
             report.attempts += 1;
+        }
+        let item = tx.prepare(INSERT_ITEM).await.map_err(error)?;
+        let mut stmt = source.prepare(ITEMS).map_err(read)?;
+        let mut rows = stmt.query([]).map_err(read)?;
+        while let Some(r) = rows.next().map_err(read)? {
+            let (id, endpoint, key, received): (i64, String, String, i64) = (
+                r.get(0).map_err(read)?,
+                r.get(1).map_err(read)?,
+                r.get(2).map_err(read)?,
+                r.get(3).map_err(read)?,
+            );
+            tx.execute(&item, &[&id, &endpoint, &key, &received])
+                .await
+                .map_err(error)?;
         }
         tx.execute(DEDUP, &[]).await.map_err(error)?;
         tx.query_one(SEQUENCES, &[]).await.map_err(error)?;

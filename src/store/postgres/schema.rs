@@ -13,7 +13,7 @@ use super::error;
 use crate::store::StoreError;
 
 /// The schema this binary writes.
-pub(super) const VERSION: i64 = 3;
+pub(super) const VERSION: i64 = 4;
 /// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
 
@@ -150,6 +150,21 @@ CREATE TABLE route_pauses (
 );
 ";
 
+/// Version 4: the items of a batch signed item by item (Adyen), as SQLite's version 11 keeps
+/// them (`store/intake.rs`): one row per item key but the event's own, with the event's
+/// endpoint and time, so the check of an item is one index lookup here and one on `dedup`.
+/// The primary key leads with `event_id`: pruning's cascade finds an event's items by it.
+const V4: &str = "
+CREATE TABLE event_items (
+    event_id    BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    endpoint    TEXT   NOT NULL,
+    item_key    TEXT   NOT NULL,
+    received_at BIGINT NOT NULL,
+    PRIMARY KEY (event_id, item_key)
+);
+CREATE INDEX event_items_key ON event_items (endpoint, item_key, received_at);
+";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -200,6 +215,9 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     }
     if found < 3 {
         tx.batch_execute(V3).await.map_err(error)?;
+    }
+    if found < 4 {
+        tx.batch_execute(V4).await.map_err(error)?;
     }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \

@@ -191,6 +191,7 @@ pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
         signed_id: None,
         event_type_signed: None,
         routes: Vec::new(),
+        items: Vec::new(),
     }
 }
 

@@ -5,13 +5,18 @@
 //! another: the endpoint's `dedup_window` is a parameter of that one statement, and it runs
 //! whole under the write lock. Two keys sharing a `dedup_hash` are two events (the full key
 //! is compared; a test forces that collision).
+//!
+//! An event with items (`store/intake.rs`) first asks `items.rs` whether each item is known,
+//! in the same job and so under the same write lock as its insert: every item known, it is a
+//! duplicate of the latest event holding one; else it goes through the barrier as any event
+//! does, and its items' rows go in with it. An event without items runs no more statements.
 
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
 
-use super::Sqlite;
 use super::payload::StoredBody;
+use super::{Sqlite, items};
 use crate::store::{Inserted, NewEvent, Status, StoreError};
 
 impl Sqlite {
@@ -110,6 +115,12 @@ pub(super) fn insert_stored(
         Status::Pending
     };
     let since = e.dedup_since_ms.unwrap_or(NO_WINDOW);
+    // A batch whose every item is known is a duplicate, whatever its own key.
+    if !e.items.is_empty()
+        && let Some(id) = items::every_item_known(conn, e, since)?
+    {
+        return Ok(Inserted::Duplicate(id));
+    }
     let changed = conn.prepare_cached(INSERT_UNLESS_KNOWN)?.execute(params![
         e.endpoint,
         e.dedup_key,
@@ -138,6 +149,7 @@ pub(super) fn insert_stored(
                 d.order_key
             ])?;
         }
+        items::insert(conn, id, e)?;
         return Ok(Inserted::New(id));
     }
     conn.prepare_cached(KNOWN)?
@@ -298,6 +310,7 @@ mod tests {
             ),
             (KNOWN, params!["a", "k", 1, 0]),
             (KNOWN, params!["a", "k", 1, NO_WINDOW]),
+            (items::ITEM_KNOWN, params!["a", "k", 1, 0]),
         ] {
             let plan: Vec<String> = db
                 .conn
@@ -312,6 +325,14 @@ mod tests {
                 plan.contains("USING INDEX events_dedup (dedup_hash=?)"),
                 "{query}: {plan}"
             );
+            // An item of a batch: by its hash, then its event by id.
+            if query == items::ITEM_KNOWN {
+                assert!(
+                    plan.contains("USING COVERING INDEX event_items_hash (item_hash=?)")
+                        && plan.contains("USING INTEGER PRIMARY KEY (rowid=?)"),
+                    "{query}: {plan}"
+                );
+            }
         }
     }
 }

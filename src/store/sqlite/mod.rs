@@ -1,9 +1,10 @@
 //! The SQLite engine: [`Sqlite`], one database file, its schema and settings (`schema.rs`),
 //! and every query it runs, one file per consumer (the same consumers as `store/`'s shared
-//! files: `intake.rs`, `queue.rs`, `events.rs`, `dashboard.rs`, `alerts.rs`, `retention.rs`,
-//! `observe.rs`, `counters.rs`), plus what only a file has: `payload.rs` (bodies deflated in
-//! the row), `backup.rs` (`portaria backup`'s online copy), `writer.rs` (the group-commit
-//! thread) and `checkpoint.rs` (the WAL checkpoint thread).
+//! files: `intake.rs`, with `items.rs` for Adyen's batches, `queue.rs`, `events.rs`,
+//! `dashboard.rs`, `alerts.rs`, `retention.rs`, `observe.rs`, `counters.rs`), plus what only
+//! a file has: `payload.rs` (bodies deflated in the row), `backup.rs` (`portaria backup`'s
+//! online copy), `writer.rs` (the group-commit thread) and `checkpoint.rs` (the WAL
+//! checkpoint thread).
 //!
 //! This file owns how a call reaches the connection. Two ways, chosen at opening:
 //! - the writer thread (the server, and a command that writes, `Store::open_for_command`):
@@ -23,7 +24,8 @@
 //! (one row per (event, route); partial indexes `deliveries_queue`, `deliveries_dead`,
 //! `deliveries_order`), `payloads` (headers and body as received, one row per event,
 //! `payload.rs`), `attempts` (failed and interrupted ones: a delivered attempt is recorded on
-//! its delivery's row), `hourly` (the status page's counters) and `meta` (facts about the
+//! its delivery's row), `event_items` (the items of Adyen's batches, `items.rs`), `hourly`
+//! (the status page's counters) and `meta` (facts about the
 //! file: the readiness probe's row, the alerts task's `alerts:` keys). The version is `PRAGMA
 //! user_version`, each upgrade described at its statements in `schema.rs`: only the server
 //! upgrades, in one transaction at its start (an older server still running on the file
@@ -46,6 +48,7 @@ pub(super) mod counters;
 pub(super) mod dashboard;
 pub(super) mod events;
 pub(super) mod intake;
+pub(super) mod items;
 pub(super) mod observe;
 pub(super) mod pauses;
 pub(super) mod payload;

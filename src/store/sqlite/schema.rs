@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 10;
+pub(super) const SCHEMA_VERSION: i64 = 11;
 
 /// The schema of a new file.
 ///
@@ -492,6 +492,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         // A new file too: paused routes.
         tx.execute_batch(V9_TO_V10)?;
     }
+    if version < 11 {
+        // A new file too: the items of batches (`items.rs`).
+        tx.execute_batch(super::items::V10_TO_V11)?;
+    }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
 }
@@ -627,8 +631,17 @@ mod tests {
                 "{off} in {options:?}"
             );
         }
+        for omitted in [
+            "OMIT_LOAD_EXTENSION",
+            "OMIT_JSON",
+            "OMIT_DEPRECATED",
+            "OMIT_SHARED_CACHE",
+            "OMIT_UTF16",
+        ] {
+            assert!(options.iter().any(|o| o == omitted), "{omitted}: {options:?}");
+        }
         assert!(
-            options.iter().any(|o| o == "OMIT_LOAD_EXTENSION"),
+            !options.iter().any(|o| o == "ENABLE_COLUMN_METADATA"),
             "{options:?}"
         );
         // What portaria does use is still there.
@@ -1120,7 +1133,7 @@ mod tests {
             v5.execute_batch(
                 "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
                  signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
-                 DROP TABLE route_pauses; PRAGMA user_version = 6;",
+                 DROP TABLE route_pauses; DROP TABLE event_items; PRAGMA user_version = 6;",
             )
             .unwrap();
             v5.execute(
@@ -1475,9 +1488,9 @@ mod status_checks {
             .unwrap();
         assert_eq!(ok, "ok");
         // Nothing rebuilt: every table and index is where it was, every row as it was (a table
-        // of a later version, version 10's `route_pauses`, is new).
+        // of a later version, version 10's `route_pauses` or 11's `event_items`, is new).
         let mut kept = schema(&db.conn, "rootpage");
-        kept.retain(|(_, name, _)| name != "route_pauses");
+        kept.retain(|(_, name, _)| name != "route_pauses" && !name.starts_with("event_items"));
         assert_eq!(kept, roots);
         assert_eq!(rows(&db.conn), before);
         // The schema is a new file's, word for word.

@@ -1,6 +1,7 @@
 //! `portaria store copy`: a SQLite database's events into an empty PostgreSQL one, read back
 //! alike (ids, statuses, due times, headers and bodies, attempts), the dedup barrier carried
-//! over (a copy of a copied key is a duplicate, within its window too), ids going on after
+//! over (a copy of a copied key is a duplicate, within its window too; so is a batch of a
+//! copied batch's items), ids going on after
 //! the copied ones, a delivery cut off mid-attempt arriving pending. The target is always
 //! PostgreSQL: on SQLite the copy is refused.
 
@@ -52,6 +53,13 @@ async fn source() -> (Subject, Vec<EventDetail>) {
         )
         .await;
     }
+    // An Adyen batch: its items come along.
+    s.new_event(
+        Webhook::new("adyen", "A,B", now - 30 * MINUTE)
+            .items(&["A", "B"])
+            .to(&[]),
+    )
+    .await;
     let mut events = Vec::new();
     for e in s.store.list_events(ListFilter::default()).await.unwrap() {
         events.push(s.detail(e.id).await);
@@ -89,7 +97,7 @@ async fn a_sqlite_database_is_copied_whole_into_postgres(s: &Subject) {
     let report = s.store.copy_from(&source).await.unwrap();
     assert_eq!(
         (report.events, report.deliveries, report.attempts),
-        (6, 4, 2),
+        (7, 4, 2),
         "the delivered attempt is its delivery's row"
     );
     let mut copied = Vec::new();
@@ -138,6 +146,12 @@ async fn a_sqlite_database_is_copied_whole_into_postgres(s: &Subject) {
         s.insert(Webhook::new("stripe", "windowed", s.now).window(30 * MINUTE))
             .await,
         Inserted::Duplicate(id_of("windowed"))
+    );
+    // And the batch's items, with their event's time: inside the window, a duplicate.
+    assert_eq!(
+        s.insert(Webhook::new("adyen", "B", s.now).items(&["B"]).window(HOUR))
+            .await,
+        Inserted::Duplicate(id_of("A,B"))
     );
     // New ids go on after the copied ones; the cut-off delivery is due for its retry.
     let newest = events.iter().map(|e| e.summary.id).max().unwrap();

@@ -190,7 +190,96 @@ async fn an_event_keeps_what_it_came_with(s: &Subject) {
     assert!(s.store.event_detail(stored + 1000).await.unwrap().is_none());
 }
 
+/// A batch of items signed one by one (Adyen's) is a duplicate when every one of its items
+/// is known within the window, as an event's own key (a batch of that item alone) or as an
+/// item of an earlier batch; one new item makes it a new event. An item older than the
+/// window, or of another endpoint, does not count.
+async fn a_batch_whose_items_are_all_known_is_a_duplicate(s: &Subject) {
+    let batch = |items: &[&str], ago: i64| {
+        Webhook::new("adyen", &items.join(","), s.now - ago).items(items)
+    };
+    let ab = s.new_event(batch(&["A", "B"], 50 * MINUTE)).await;
+    // Cut out of it, or the batch again: the same event.
+    for items in [&["A"][..], &["B"], &["A", "B"]] {
+        assert_eq!(
+            s.insert(batch(items, 45 * MINUTE)).await,
+            Inserted::Duplicate(ab),
+            "{items:?} after [A, B]"
+        );
+    }
+    // One item not seen: a new event, whose items count from now on.
+    let ac = s.new_event(batch(&["A", "C"], 40 * MINUTE)).await;
+    assert_eq!(
+        s.insert(batch(&["B", "C"], 35 * MINUTE)).await,
+        Inserted::Duplicate(ac),
+        "B of [A, B] and C of [A, C]: the newest event answers"
+    );
+    // Items of single notifications put together.
+    let d = s.new_event(batch(&["D"], 30 * MINUTE)).await;
+    let e = s.new_event(batch(&["E"], 29 * MINUTE)).await;
+    assert!(d < e);
+    assert_eq!(
+        s.insert(batch(&["D", "E"], 28 * MINUTE)).await,
+        Inserted::Duplicate(e)
+    );
+    // The window: B's only event ([A, B], 50 minutes ago) is outside 20 minutes, so [B] is
+    // new; C's ([A, C], 40 minutes ago) is inside 45.
+    assert_eq!(
+        s.insert(batch(&["C"], 0).window(45 * MINUTE)).await,
+        Inserted::Duplicate(ac)
+    );
+    let b = s.new_event(batch(&["B"], 0).window(20 * MINUTE)).await;
+    // E as a key (29 minutes ago) is inside 30 minutes; D (30) and E are outside 20.
+    assert_eq!(
+        s.insert(batch(&["E"], 0).window(30 * MINUTE)).await,
+        Inserted::Duplicate(e)
+    );
+    let de = s.new_event(batch(&["D", "E"], 0).window(20 * MINUTE)).await;
+    assert!(b < de);
+    // Another endpoint's items are not this one's.
+    let mut other = batch(&["A"], 0);
+    other.endpoint = "adyen-eu".into();
+    assert!(matches!(s.insert(other).await, Inserted::New(_)));
+    // An event without items is keyed as ever: its key alone.
+    assert!(matches!(
+        s.insert(Webhook::new("adyen", "A", s.now)).await,
+        Inserted::New(_)
+    ));
+}
+
+/// Batches sharing items, all at once (10 each of `[A]`, `[B]`, `[A, B]`): taken one after
+/// another, at most two are new (`[A, B]` first: one; `[A]` or `[B]` first: two), never the
+/// three that a check of the items racing with another batch's insert would let in.
+async fn racing_batches_sharing_items_make_at_most_two_events(s: &Subject) {
+    let mut sends = Vec::new();
+    for n in 0..30 {
+        let items: &[&str] = match n % 3 {
+            0 => &["A"],
+            1 => &["B"],
+            _ => &["A", "B"],
+        };
+        let event = Webhook::new("adyen", &items.join(","), s.now)
+            .items(items)
+            .into_event();
+        let store = s.store.clone();
+        sends.push(tokio::spawn(async move {
+            store.insert_event(event, Duration::from_secs(5)).await
+        }));
+    }
+    let mut new = 0;
+    for send in sends {
+        if let Inserted::New(_) = send.await.unwrap().unwrap() {
+            new += 1;
+        }
+    }
+    assert!((1..=2).contains(&new), "{new} events");
+    let listed = s.store.list_events(ListFilter::default()).await.unwrap();
+    assert_eq!(listed.len(), new);
+}
+
 engines!(
+    racing_batches_sharing_items_make_at_most_two_events,
+    a_batch_whose_items_are_all_known_is_a_duplicate,
     racing_copies_of_one_key_make_one_event,
     the_window_decides_between_a_duplicate_and_a_new_event,
     without_a_window_a_key_is_a_duplicate_however_old,

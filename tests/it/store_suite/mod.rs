@@ -118,7 +118,8 @@ async fn checkout(pg: &crate::support::pg_cluster::Cluster) -> String {
     pg.connect(&database)
         .await
         .batch_execute(
-            "TRUNCATE events, payloads, deliveries, attempts, dedup, hourly, route_pauses \
+            "TRUNCATE events, payloads, deliveries, attempts, dedup, hourly, route_pauses, \
+             event_items \
              RESTART IDENTITY; \
              DELETE FROM meta WHERE key <> 'schema_version'",
         )
@@ -346,6 +347,8 @@ pub struct Webhook {
     pub client_cert: Option<String>,
     /// The id a provider signed apart from the body (Mercado Pago's query `data.id`).
     pub signed_id: Option<String>,
+    /// Its items' own keys, for a batch of items signed one by one (Adyen's).
+    pub items: Vec<String>,
 }
 
 impl Webhook {
@@ -364,7 +367,14 @@ impl Webhook {
             body: format!("{{\"id\":\"{key}\"}}").into_bytes(),
             client_cert: None,
             signed_id: None,
+            items: Vec::new(),
         }
+    }
+
+    /// A batch of these items, each known by its own key.
+    pub fn items(mut self, keys: &[&str]) -> Webhook {
+        self.items = keys.iter().map(|k| k.to_string()).collect();
+        self
     }
 
     /// To these routes (none: stored only).
@@ -402,6 +412,7 @@ impl Webhook {
             received,
             self.routes,
         )
+        .with_items(self.items)
     }
 }
 

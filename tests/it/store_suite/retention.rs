@@ -337,7 +337,30 @@ async fn restoring_a_key_with_several_events_sends_it_once_more(s: &Subject) {
     assert_eq!(all_ids(s).await, [older, newer]);
 }
 
+/// A pruned batch's items go with it: they no longer make a later batch a duplicate.
+async fn a_pruned_batch_takes_its_items_with_it(s: &Subject) {
+    let batch = |items: &[&str], ago: i64| {
+        Webhook::new("adyen", &items.join(","), s.now - ago)
+            .items(items)
+            .to(&[])
+    };
+    let old = s.new_event(batch(&["A", "B"], 40 * DAY)).await;
+    let young = s.new_event(batch(&["C", "D"], DAY)).await;
+    assert_eq!(
+        s.insert(batch(&["A"], 39 * DAY)).await,
+        Inserted::Duplicate(old)
+    );
+    let pruning = s.store.pruning().await.unwrap().expect("no other pass");
+    let removed = pruning.delete_prunable(cutoffs(s), 500).await.unwrap();
+    drop(pruning);
+    assert_eq!(removed.len(), 1);
+    assert_eq!(all_ids(s).await, [young]);
+    assert!(matches!(s.insert(batch(&["A"], 0)).await, Inserted::New(_)));
+    assert_eq!(s.insert(batch(&["D"], 0)).await, Inserted::Duplicate(young));
+}
+
 engines!(
+    a_pruned_batch_takes_its_items_with_it,
     only_finished_events_past_their_window_are_prunable,
     batches_go_in_the_order_events_were_stored,
     an_archive_batch_is_read_in_full_and_deleted_only_if_still_prunable,
