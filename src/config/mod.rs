@@ -22,7 +22,7 @@
 //! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
 //! `event_fields` (`event_type`, `object_id`), `secrets`, `public_keys`, `dedup_window`,
 //! `real_ip` and `ip_range`, `memory`, `tls`, `database` and `database_tls`, `canary`,
-//! `alerts`, `status`, `environment`, `readiness`. A `secret_file` may name a systemd
+//! `reconcile`, `alerts`, `status`, `environment`, `readiness`. A `secret_file` may name a systemd
 //! credential (`credential:NAME`): `credentials`.
 
 mod alerts;
@@ -40,6 +40,7 @@ mod public_keys;
 mod raw;
 mod readiness;
 mod real_ip;
+mod reconcile;
 mod route;
 mod secrets;
 mod status;
@@ -69,6 +70,7 @@ pub use environment::EnvAtStart;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
 pub use real_ip::{RealIp, RealIpHeader};
+pub use reconcile::{DEFAULT_RECONCILE_WINDOW, Reconcile};
 pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
 pub use tls::{ClientCertRule, Tls, TlsFiles};
 pub use validate::parse_duration;
@@ -271,6 +273,8 @@ pub struct Endpoint {
     pub quiet_after: Option<Duration>,
     /// Only requests on a connection with a verified client certificate (403 otherwise).
     pub client_cert: Option<ClientCertRule>,
+    /// `[endpoint.reconcile]`: the gateway's API asked for what never arrived; None: off.
+    pub reconcile: Option<Reconcile>,
 }
 
 impl Endpoint {

@@ -140,6 +140,20 @@ pub(super) struct RawEndpoint {
     /// Where the event type and the object id are (`verify::Field`), over the preset's.
     pub(super) event_type: Option<String>,
     pub(super) object_id: Option<String>,
+    /// `[endpoint.reconcile]`: asking the gateway's API what never arrived (`config::reconcile`).
+    pub(super) reconcile: Option<RawReconcile>,
+}
+
+/// `[endpoint.reconcile]`, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconcile {
+    pub(super) api_key_env: Option<String>,
+    pub(super) api_key_file: Option<String>,
+    pub(super) every: Option<String>,
+    pub(super) window: Option<String>,
+    pub(super) api_base: Option<String>,
+    pub(super) ca_file: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -50,6 +50,7 @@ mod providers_saas;
 mod read_only;
 mod realip;
 mod receiver;
+mod reconcile;
 mod reload;
 mod replay;
 mod retention;
