@@ -21,6 +21,7 @@
 //! - [`canary`]: probes the public path through the tunnel, signed, every `canary_every`.
 //! - [`outbound`]: the HTTPS client portaria calls out with (the canary's).
 //! - [`public_path`]: what the canary's probes saw, for the alerts and the status page.
+//! - [`reconcile`]: asks the gateways' APIs what never arrived, and gets it back.
 //! - [`shutdown`]: the one cancellation signal every task listens to.
 //! - [`hardening`]: `serve`'s process closed to the programs it runs.
 //! - [`panics`]: any panic ends `serve`, naming the task, for systemd to restart it.
@@ -58,6 +59,7 @@ pub mod outbound;
 pub mod panics;
 pub mod prune;
 pub mod public_path;
+pub mod reconcile;
 pub mod server;
 pub mod shutdown;
 pub mod status;

@@ -1,7 +1,8 @@
 //! The server, the one composition root: opens the store, builds the endpoint list once (for
 //! intake, the worker and metrics), starts the forwarding worker, the pruner and the alerts
 //! task (and, with `public_url`, the canary: its `ProbeKey` given to intake, its `PublicPath`
-//! to the alerts task and the status page, the system's root certificates read then),
+//! to the alerts task and the status page, the system's root certificates read then; and the
+//! reconcile schedule of the endpoints with an `every`),
 //! accepts connections (an accept queue of 4096; at most `max_connections` at once, the
 //! longest-idle closed to make room at the cap, else a stalled head or the slowest body cut:
 //! `accept`, `connections`; hyper's http1 with the header deadline and a 64 KiB read buffer),
@@ -281,6 +282,7 @@ pub async fn serve_with(
         Some((settings, key, path)) => Some(start_canary(&settings, key, path, &metrics, &signal)?),
         None => None,
     };
+    let reconciling = crate::reconcile::Schedule::start(&endpoints, store.clone(), signal.clone());
     let intake = Arc::new(intake);
     // `/readyz` asks for room for one body of the limit in force; a reload changes it.
     let max_body_bytes = Arc::new(AtomicUsize::new(config.server.max_body_bytes));
@@ -404,6 +406,9 @@ pub async fn serve_with(
     }
     if let Some(canary) = canary {
         canary.stop().await;
+    }
+    if let Some(reconciling) = reconciling {
+        reconciling.stop().await;
     }
     if let Some(watching) = watching {
         let _ = watching.await;

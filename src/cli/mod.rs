@@ -1,12 +1,12 @@
 //! The command line: parses arguments (the clap types, with clap's suggestions for a mistyped
 //! subcommand or flag), sets up logging, and runs the subcommands `serve`, `check`, `events
-//! list/show/replay/export`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup` and
-//! `store copy`. The small ones live here (`serve`, `prune`, and the endpoint lookup, whose
-//! error names the configured endpoints and the closest); `check`, `init` (its next steps in
-//! `init/next`, its sentences in `init/text`), `events` (its filters in `filters`, its export
-//! in `export`), `archive`, [`send`], `verify`,
-//! `backup` and `store_copy` have their own files, and `database` is the one place a command
-//! opens the configured store and so picks the engine.
+//! list/show/replay/export`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup`,
+//! `store copy` and `reconcile`. The small ones live here (`serve`, `prune`, and the endpoint
+//! lookup, whose error names the configured endpoints and the closest); `check`, `init` (its
+//! next steps in `init/next`, its sentences in `init/text`), `events` (its filters in
+//! `filters`, its export in `export`), `archive`, [`send`], `verify`, `backup`, `store_copy`
+//! and `reconcile` have their own files, and `database` is the one place a command opens the
+//! configured store and so picks the engine.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
@@ -18,6 +18,7 @@ mod events;
 mod export;
 mod filters;
 mod init;
+mod reconcile;
 mod route;
 pub mod send;
 mod store_copy;
@@ -91,6 +92,9 @@ enum Command {
     /// Move between store backends: `store copy --from FILE` (SQLite into PostgreSQL).
     #[command(subcommand)]
     Store(store_copy::StoreCommand),
+    /// Ask the gateways' APIs what never reached portaria, and get it back (the endpoints
+    /// with an [endpoint.reconcile] table; docs/reconcile.md).
+    Reconcile(reconcile::ReconcileArgs),
 }
 
 #[derive(Args, Debug)]
@@ -233,6 +237,10 @@ pub fn main() -> ExitCode {
         Command::Store(command) => {
             let _log = init_logging(format, "warn");
             store_copy::run(cli.config.as_deref(), command)
+        }
+        Command::Reconcile(args) => {
+            let _log = init_logging(format, "warn");
+            reconcile::run(cli.config.as_deref(), args)
         }
     };
     match result {
@@ -450,7 +458,11 @@ fn forward_hangups(
 /// The config of a command that works on a database which must already exist (`events`,
 /// `prune`, `archive`, `backup`): on SQLite, the file must be there.
 fn existing_store(config: Option<&Path>) -> Result<Config, String> {
-    let config = load_for_database(config)?;
+    existing_store_of(load_for_database(config)?)
+}
+
+/// [`existing_store`] of a config already loaded.
+fn existing_store_of(config: Config) -> Result<Config, String> {
     if config.storage.postgres.is_none() && !config.storage.path.exists() {
         return Err(format!(
             "no database at {}: has portaria served with this config yet?",

@@ -169,7 +169,7 @@ impl Validator<'_> {
 }
 
 /// A host on this machine: `localhost` or a loopback address.
-fn loopback(host: &str) -> bool {
+pub(super) fn loopback(host: &str) -> bool {
     host.eq_ignore_ascii_case("localhost")
         || host
             .trim_start_matches('[')

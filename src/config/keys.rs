@@ -14,8 +14,8 @@ use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
 use super::raw::{
-    RawAlerts, RawConfig, RawEndpoint, RawForward, RawLog, RawRoute, RawServer, RawStatus,
-    RawStorage, RawTls,
+    RawAlerts, RawConfig, RawEndpoint, RawForward, RawLog, RawReconcile, RawRoute, RawServer,
+    RawStatus, RawStorage, RawTls,
 };
 use super::toml_error::{line_of, toml_message};
 use crate::verify::HmacOptions;
@@ -61,6 +61,7 @@ enum Table {
     Log,
     Alerts,
     Status,
+    Reconcile,
 }
 
 impl Table {
@@ -78,6 +79,7 @@ impl Table {
             Table::Log => fields_of::<RawLog>(),
             Table::Alerts => fields_of::<RawAlerts>(),
             Table::Status => fields_of::<RawStatus>(),
+            Table::Reconcile => fields_of::<RawReconcile>(),
         }
     }
 
@@ -93,6 +95,7 @@ impl Table {
             (Table::Server, "tls") => Table::Tls,
             (Table::Endpoint, "signature") => Table::Signature,
             (Table::Endpoint, "route") => Table::Route,
+            (Table::Endpoint, "reconcile") => Table::Reconcile,
             (Table::Endpoint | Table::Route, "forward") => Table::Forward,
             _ => return None,
         })

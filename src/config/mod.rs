@@ -22,7 +22,7 @@
 //! messages (which never echo a secret) in `toml_error`. Each concern has its file: `route`,
 //! `event_fields` (`event_type`, `object_id`), `secrets`, `public_keys`, `dedup_window`,
 //! `real_ip` and `ip_range`, `memory`, `tls`, `database` and `database_tls`, `canary`,
-//! `alerts`, `status`, `environment`, `readiness`. A `secret_file` may name a systemd
+//! `reconcile`, `alerts`, `status`, `environment`, `readiness`. A `secret_file` may name a systemd
 //! credential (`credential:NAME`): `credentials`.
 
 mod alerts;
@@ -40,6 +40,7 @@ mod public_keys;
 mod raw;
 mod readiness;
 mod real_ip;
+mod reconcile;
 mod route;
 mod secrets;
 mod status;
@@ -70,6 +71,7 @@ pub use event_fields::EXPORT_COLUMNS;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
 pub use real_ip::{RealIp, RealIpHeader};
+pub use reconcile::{DEFAULT_RECONCILE_WINDOW, Reconcile};
 pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
 pub use tls::{ClientCertRule, Tls, TlsFiles};
 pub use validate::parse_duration;
@@ -275,6 +277,8 @@ pub struct Endpoint {
     /// `events export`'s columns of its own (`export_fields`): each a name and a JSON pointer
     /// into the body, by name.
     pub export_fields: Vec<(String, String)>,
+    /// `[endpoint.reconcile]`: the gateway's API asked for what never arrived; None: off.
+    pub reconcile: Option<Reconcile>,
 }
 
 impl Endpoint {

@@ -142,6 +142,20 @@ pub(super) struct RawEndpoint {
     pub(super) object_id: Option<String>,
     /// `events export`'s columns of this endpoint: a name, and `json:<pointer>` into the body.
     pub(super) export_fields: Option<std::collections::BTreeMap<String, String>>,
+    /// `[endpoint.reconcile]`: asking the gateway's API what never arrived (`config::reconcile`).
+    pub(super) reconcile: Option<RawReconcile>,
+}
+
+/// `[endpoint.reconcile]`, as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawReconcile {
+    pub(super) api_key_env: Option<String>,
+    pub(super) api_key_file: Option<String>,
+    pub(super) every: Option<String>,
+    pub(super) window: Option<String>,
+    pub(super) api_base: Option<String>,
+    pub(super) ca_file: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -55,7 +55,7 @@ impl Validator<'_> {
                     return None;
                 }
             },
-            (None, Some(file)) => self.read_token_file(&file)?,
+            (None, Some(file)) => self.read_secret_file("status.token_file", &file)?,
             (None, None) => return None,
         };
         let value = value.trim();
@@ -68,7 +68,9 @@ impl Validator<'_> {
         Some(Secret::new(value.as_bytes().to_vec()))
     }
 
-    fn read_token_file(&mut self, file: &str) -> Option<String> {
+    /// The text of a one-secret file (`token_file`, reconcile's `api_key_file`), which may be
+    /// a systemd credential; `key` names it in messages.
+    pub(super) fn read_secret_file(&mut self, key: &str, file: &str) -> Option<String> {
         let path = match credentials::credential_name(file) {
             None => self.resolve(Path::new(file)),
             Some(name) => {
@@ -76,7 +78,7 @@ impl Validator<'_> {
                 match name.and_then(|n| credentials::resolve(n, dir.as_deref().map(Path::new))) {
                     Ok(path) => path,
                     Err(why) => {
-                        self.problem(format!("status.token_file: {why}"));
+                        self.problem(format!("{key}: {why}"));
                         return None;
                     }
                 }
@@ -86,17 +88,14 @@ impl Validator<'_> {
             Ok(text) => {
                 if secrets::readable_by_others(&path) {
                     self.warnings.push(format!(
-                        "status.token_file: {} is readable by group or others; chmod 600 it",
+                        "{key}: {} is readable by group or others; chmod 600 it",
                         path.display()
                     ));
                 }
                 Some(text)
             }
             Err(e) => {
-                self.problem(format!(
-                    "status.token_file: cannot read {}: {e}",
-                    path.display()
-                ));
+                self.problem(format!("{key}: cannot read {}: {e}", path.display()));
                 None
             }
         }

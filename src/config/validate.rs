@@ -359,6 +359,7 @@ impl Validator<'_> {
             self.warnings
                 .push(format!("{at}.dedup_unsigned: {why}, so it has no effect"));
         }
+        let reconcile = self.reconcile(at, &provider, dedup.as_ref(), raw.reconcile);
         let provider = verifier.as_ref().map(Verifier::provider);
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
         let allow_ips = self.allow_ips(at, raw.allow_ips, verifier.as_ref());
@@ -377,6 +378,7 @@ impl Validator<'_> {
             quiet_after,
             client_cert,
             export_fields,
+            reconcile,
         })
     }
 

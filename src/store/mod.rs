@@ -13,8 +13,9 @@
 //! up at its deadline and the engine agree on whether its insert runs), `queue.rs` (the
 //! forwarding worker's claims and attempts), `events.rs` (what `portaria events` and the
 //! status page list, show and replay, and the list's one statement), `export.rs` (`events
-//! export`'s pages), `dashboard.rs` (the
-//! status page's overview, and its row shaping), `alerts.rs`, `pauses.rs` (paused routes), `observe.rs` (`/readyz` and
+//! export`'s pages), `dashboard.rs` (the status page's overview, and its row shaping),
+//! `alerts.rs`, `pauses.rs` (paused routes), `reconcile.rs` (what a reconcile run never
+//! stored), `observe.rs` (`/readyz` and
 //! `/metrics`), `counters.rs` (the status page's hourly counters), `retention.rs` (what
 //! pruning may remove, defined once; archive restore), `pruning.rs` (a pruning pass's hold),
 //! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
@@ -48,6 +49,7 @@ mod pauses;
 mod postgres;
 mod pruning;
 mod queue;
+mod reconcile;
 mod retention;
 mod sqlite;
 

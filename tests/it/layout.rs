@@ -176,6 +176,21 @@ fn the_dependency_rules_hold() {
             );
         }
     }
+    // A reconcile run asks a gateway's API (`outbound`) and the store; the command starts it.
+    only(
+        "reconcile",
+        &[
+            "config", "store", "outbound", "time", "dedup", "shutdown", "panics",
+        ],
+    );
+    for (m, d) in &graph {
+        if d.contains("reconcile") {
+            assert!(
+                ["server", "cli"].contains(&m.as_str()),
+                "{m} imports reconcile: only the command (and the server's schedule) runs it"
+            );
+        }
+    }
     for (m, d) in &graph {
         if d.contains("alerts") {
             assert_eq!(m, "server", "{m} imports alerts: only server starts it");

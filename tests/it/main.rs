@@ -51,6 +51,7 @@ mod providers_saas;
 mod read_only;
 mod realip;
 mod receiver;
+mod reconcile;
 mod reload;
 mod replay;
 mod retention;

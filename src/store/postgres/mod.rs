@@ -26,6 +26,7 @@ mod listen;
 mod observe;
 mod pauses;
 mod queue;
+mod reconcile;
 mod restore;
 mod retention;
 mod schema;

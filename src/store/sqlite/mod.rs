@@ -53,6 +53,7 @@ pub(super) mod observe;
 pub(super) mod pauses;
 pub(super) mod payload;
 pub(super) mod queue;
+mod reconcile;
 pub(super) mod retention;
 pub(super) mod schema;
 pub(super) mod writer;

@@ -15,7 +15,7 @@
 //! The files, by concern: `intake` (the barrier and the dedup window), `queue` (claims and
 //! ordering: `Any`, strict, `order_by`), `attempts` (attempts, the roll-up, the replay race),
 //! `retention` (the prunable rule, batches, archive restore), `status` (the status page's
-//! queries and counters), `copy` (`store copy`, SQLite into PostgreSQL), `engines` (where the
+//! queries and counters), `copy` (`store copy`, SQLite into PostgreSQL), `reconcile` (what a run never stored), `engines` (where the
 //! engines differ on purpose, each difference asserted as each engine documents it).
 //!
 //! Opening a store is per engine by nature ([`Subject::open`], [`Subject::another`]), and so
@@ -67,6 +67,7 @@ mod engines;
 mod intake;
 mod pauses;
 mod queue;
+mod reconcile;
 mod retention;
 mod status;
 mod windows;

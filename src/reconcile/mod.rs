@@ -1,0 +1,216 @@
+//! `portaria reconcile`: asks each gateway's API which deliveries never reached portaria
+//! (the tunnel or the Pi was down longer than the gateway kept trying) and gets them back.
+//! One run per endpoint with an `[endpoint.reconcile]` (`config::reconcile`), each giving a
+//! [`Report`]: what it checked, what portaria had never stored, what it did about it.
+//!
+//! - `pagarme-v5` (`pagarme`): the account's deliveries in the window, and for each one
+//!   Pagar.me marks `failed` whose event portaria never stored, Pagar.me is asked to send it
+//!   again; the copy arrives signed and goes through intake like any webhook.
+//! - `stripe` (`stripe`): the events whose delivery has not succeeded, in the window; those
+//!   portaria never stored are named (Stripe cannot be asked to resend; storing them from the
+//!   API's answer is not built yet), with a [`Report::note`] saying what to do.
+//!
+//! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
+//!
+//! "Never stored" is the store's answer ([`Store::never_stored`]) for the dedup key a real
+//! delivery of the event would have had: the endpoint's `json:` rule read from the event's
+//! JSON as the API gives it. The API calls, their retries and their errors are `api`'s,
+//! through the outbound client (`outbound`). A run never writes the key anywhere: it is in the
+//! `Authorization` header and nowhere else (docs/reconcile.md).
+
+mod api;
+mod pagarme;
+mod schedule;
+mod stripe;
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::config::{Endpoint, Reconcile};
+use crate::store::Store;
+
+pub use api::{ApiError, MAX_WAIT};
+pub use schedule::Schedule;
+
+/// What one endpoint's run found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    pub endpoint: String,
+    pub provider: String,
+    /// How far back it looked.
+    pub since: Duration,
+    pub dry_run: bool,
+    /// Deliveries (or events) of this endpoint the gateway listed in the window.
+    pub checked: usize,
+    /// Of those, the ones the gateway gave up on (failed).
+    pub failed_at_gateway: usize,
+    /// The ids of those portaria never stored.
+    pub missing: Vec<String>,
+    /// The ids got back (resent by the gateway).
+    pub recovered: Vec<String>,
+    /// What went wrong: the run's own error, or one id's (`hook_x: why`).
+    pub errors: Vec<String>,
+    /// What the owner can do about what is missing, when the run could not get it back.
+    pub note: Option<&'static str>,
+}
+
+impl Report {
+    /// Nothing missing, or everything missing got back, and no error.
+    pub fn ok(&self) -> bool {
+        self.errors.is_empty() && self.recovered.len() == self.missing.len()
+    }
+
+    /// One line for people: `pagarme (pagarme-v5, last 3d): ...`.
+    pub fn line(&self) -> String {
+        let mut line = format!(
+            "{} ({}, last {}): {} checked, {} failed at the gateway, {} never stored by portaria",
+            self.endpoint,
+            self.provider,
+            human(self.since),
+            self.checked,
+            self.failed_at_gateway,
+            self.missing.len()
+        );
+        if !self.missing.is_empty() {
+            line.push_str(&format!(" ({})", self.missing.join(", ")));
+            if self.dry_run {
+                line.push_str("; dry run: nothing asked");
+            } else if self.note.is_none() {
+                line.push_str(&format!(
+                    "; asked the gateway to resend {}",
+                    self.recovered.len()
+                ));
+            }
+        }
+        for error in &self.errors {
+            line.push_str(&format!("\n  error: {error}"));
+        }
+        if let Some(note) = self.note {
+            line.push_str(&format!("\n  note: {note}"));
+        }
+        line
+    }
+
+    /// One JSON object (`--json`).
+    pub fn json(&self) -> serde_json::Value {
+        json!({
+            "endpoint": self.endpoint,
+            "provider": self.provider,
+            "since_secs": self.since.as_secs(),
+            "dry_run": self.dry_run,
+            "checked": self.checked,
+            "failed_at_gateway": self.failed_at_gateway,
+            "missing": self.missing,
+            "recovered": self.recovered,
+            "errors": self.errors,
+            "note": self.note,
+            "ok": self.ok(),
+        })
+    }
+}
+
+/// `3d`, `5h`, `90s`: the largest whole unit.
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        _ if s >= 86_400 && s.is_multiple_of(86_400) => format!("{}d", s / 86_400),
+        _ if s >= 3_600 && s.is_multiple_of(3_600) => format!("{}h", s / 3_600),
+        _ if s >= 60 && s.is_multiple_of(60) => format!("{}m", s / 60),
+        _ => format!("{s}s"),
+    }
+}
+
+/// Runs `endpoint`'s reconcile once, looking back `since` (its `window` unless given);
+/// `dry_run` asks the gateway for nothing but the lists.
+pub async fn run(
+    endpoint: &Endpoint,
+    reconcile: &Reconcile,
+    store: &Store,
+    since: Option<Duration>,
+    dry_run: bool,
+) -> Report {
+    let mut report = Report {
+        endpoint: endpoint.name.clone(),
+        provider: endpoint.verifier.provider().to_string(),
+        since: since.unwrap_or(reconcile.window),
+        dry_run,
+        ..Report::default()
+    };
+    let api = match api::Api::new(reconcile) {
+        Ok(api) => api,
+        Err(e) => {
+            report.errors.push(e.to_string());
+            return report;
+        }
+    };
+    let outcome = match report.provider.as_str() {
+        "pagarme-v5" => pagarme::run(&api, endpoint, store, &mut report).await,
+        "stripe" => stripe::run(&api, endpoint, store, &mut report).await,
+        other => Err(format!("provider `{other}` has no reconcile yet")),
+    };
+    if let Err(e) = outcome {
+        report.errors.insert(0, e);
+    }
+    report
+}
+
+/// The ids of `candidates` (id, dedup key) whose key `endpoint` never stored.
+async fn never_stored(
+    store: &Store,
+    endpoint: &str,
+    candidates: Vec<(String, String)>,
+) -> Result<Vec<String>, String> {
+    let keys = candidates.iter().map(|(_, key)| key.clone()).collect();
+    let missing = store
+        .never_stored(endpoint, keys)
+        .await
+        .map_err(|e| format!("cannot read the store: {e}"))?;
+    Ok(candidates
+        .into_iter()
+        .filter(|(_, key)| missing.contains(key))
+        .map(|(id, _)| id)
+        .collect())
+}
+
+/// An id that goes into a URL as it is (a path segment, a query value).
+fn plain_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 128
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_go_into_a_url_only_when_plain() {
+        assert!(plain_id("hook_4w1y0JVsPsn06EWx") && plain_id("evt_1NG8Du2eZvKYlo2CUI79vXWy"));
+        assert!(!plain_id("hook/../x") && !plain_id("") && !plain_id("a?b") && !plain_id("a&b=c"));
+    }
+
+    #[test]
+    fn a_report_is_ok_only_when_everything_missing_came_back() {
+        let mut r = Report {
+            endpoint: "pagarme".into(),
+            provider: "pagarme-v5".into(),
+            since: Duration::from_secs(3 * 86_400),
+            ..Report::default()
+        };
+        assert!(r.ok());
+        r.missing = vec!["hook_1".into(), "hook_2".into()];
+        r.recovered = vec!["hook_1".into()];
+        assert!(!r.ok());
+        assert!(r.line().contains("last 3d"), "{}", r.line());
+        r.recovered.push("hook_2".into());
+        assert!(r.ok());
+        r.errors.push("the API key was refused".into());
+        assert!(!r.ok());
+        assert_eq!(r.json()["ok"], false);
+        assert_eq!(human(Duration::from_secs(90)), "90s");
+        assert_eq!(human(Duration::from_secs(7200)), "2h");
+    }
+}

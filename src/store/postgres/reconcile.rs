@@ -1,0 +1,27 @@
+//! PostgreSQL's side of [`crate::store::Store::never_stored`]: the keys given, less those the
+//! dedup barrier holds for the endpoint (table `dedup`: a row per (endpoint, key) of any stored
+//! event, deleted with the key's last event), in one statement through its PRIMARY KEY
+//! (`unnest ... WITH ORDINALITY` keeps the order given).
+
+use super::{Pg, error};
+use crate::store::StoreError;
+
+const NEVER_STORED: &str = "SELECT k.key FROM unnest($2::text[]) WITH ORDINALITY AS k (key, n) \
+     WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.endpoint = $1 AND d.dedup_key = k.key) \
+     ORDER BY k.n";
+
+impl Pg {
+    pub(in crate::store) async fn never_stored(
+        &self,
+        endpoint: &str,
+        keys: Vec<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        let client = self.client().await?;
+        let statement = client.prepare_cached(NEVER_STORED).await.map_err(error)?;
+        let rows = client
+            .query(&statement, &[&endpoint, &keys])
+            .await
+            .map_err(error)?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+}
