@@ -40,6 +40,7 @@ mod scalar;
 pub use body::{BodyWatch, Budget, RATE_GRACE};
 pub use describe::{Described, Sources, describe, describe_with};
 pub use headers::REDACTED;
+pub use pointer::read as read_pointer;
 
 use body::BodyLimits;
 use headers::{header_text, headers_blob};

@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::database::{Access, Opened};
+use super::filters::{CONFIRM_ABOVE, confirmed};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
 use crate::store::{
@@ -40,32 +41,31 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
     let now = now_ms();
     let written = match command {
         EventsCommand::List(args) => {
-            if let Some(name) = &args.endpoint {
-                known_endpoint(config, db, name)?;
-            }
             let filter = ListFilter {
-                endpoint: args.endpoint,
-                status: args.status,
                 limit: args.limit,
-                ..ListFilter::default()
+                ..args.filters.checked(config, db)?
             };
             let events = db
                 .block_on(store.list_events(filter))
                 .map_err(|e| format!("cannot list events: {e}"))?;
+            // Paused routes: their events wait for that, not for a failing target.
+            let pauses = db
+                .block_on(store.route_pauses(now))
+                .map_err(|e| format!("cannot read paused routes: {e}"))?;
             closed_pipe_is_done(if args.json {
                 let routes = events
                     .iter()
                     .map(|e| db.block_on(store.event_routes(e.id)))
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| format!("cannot list events: {e}"))?;
-                write_json(&mut out, &events, &routes)
+                write_json(&mut out, &events, &routes, &pauses)
             } else {
-                // Paused routes first: their events wait for that, not for a failing target.
-                let pauses = db
-                    .block_on(store.route_pauses(now))
-                    .map_err(|e| format!("cannot read paused routes: {e}"))?;
                 write_pauses(&mut out, &pauses).and_then(|()| write_table(&mut out, &events))
             })
+        }
+        EventsCommand::Export(args) => {
+            let n = super::export::run(config, db, args);
+            return n.map(|_| ExitCode::SUCCESS);
         }
         EventsCommand::Show { id, raw, json } => match db
             .block_on(store.event_detail(id))
@@ -89,14 +89,14 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
         },
         EventsCommand::Replay(args) => {
             if let Some(id) = args.id {
-                if let Some(route) = &args.route {
+                if let Some(route) = &args.filters.route {
                     route_of_event(db, id, route)?;
                 }
                 if !db
-                    .block_on(store.replay_route(id, args.route.clone(), now))
+                    .block_on(store.replay_route(id, args.filters.route.clone(), now))
                     .map_err(|e| format!("cannot replay event {id}: {e}"))?
                 {
-                    let which = match &args.route {
+                    let which = match &args.filters.route {
                         Some(route) => format!(", it never went to route `{route}`"),
                         None => String::new(),
                     };
@@ -105,7 +105,7 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                          or no route took it"
                     ));
                 }
-                let to = match &args.route {
+                let to = match &args.filters.route {
                     Some(route) => format!(" for route `{route}`"),
                     None => String::new(),
                 };
@@ -114,64 +114,34 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                     "event {id} is pending again{to}; the running server delivers it within seconds"
                 )
             } else {
-                if let Some(name) = &args.endpoint {
-                    known_endpoint(config, db, name)?;
+                let mut filter = args.filters.checked(config, db)?;
+                if args.dead {
+                    filter.status = Some(Status::Dead);
                 }
-                if let Some(route) = &args.route {
-                    known_route(config, args.endpoint.as_deref(), route)?;
-                }
+                let dead = if filter.status == Some(Status::Dead) {
+                    "dead "
+                } else {
+                    ""
+                };
                 let n = db
-                    .block_on(store.replay_dead(args.endpoint, args.route, now))
-                    .map_err(|e| format!("cannot replay dead events: {e}"))?;
-                writeln!(out, "{n} dead event(s) pending again")
+                    .block_on(store.replay_matching(filter.clone(), None))
+                    .map_err(|e| format!("cannot count the events to replay: {e}"))?;
+                // Above the threshold, the count is said before anything changes.
+                if n > CONFIRM_ABOVE {
+                    writeln!(out, "{n} {dead}event(s) to replay")
+                        .and_then(|()| out.flush())
+                        .map_err(|e| format!("cannot write the output: {e}"))?;
+                }
+                confirmed(n, args.yes)?;
+                let n = db
+                    .block_on(store.replay_matching(filter, Some(now)))
+                    .map_err(|e| format!("cannot replay {dead}events: {e}"))?;
+                writeln!(out, "{n} {dead}event(s) pending again")
             }
         }
     };
     written.map_err(|e| format!("cannot write the output: {e}"))?;
     Ok(ExitCode::SUCCESS)
-}
-
-/// An endpoint name given to a filter: configured, or still holding stored events (an
-/// endpoint taken out of the config); else an error naming the configured ones and the
-/// closest. A mistyped name never reads as "nothing matched".
-fn known_endpoint(config: &Config, db: &Opened, name: &str) -> Result<(), String> {
-    if config.endpoint(name).is_some() {
-        return Ok(());
-    }
-    let filter = ListFilter {
-        endpoint: Some(name.to_string()),
-        limit: 1,
-        ..ListFilter::default()
-    };
-    let stored = db
-        .block_on(db.store.list_events(filter))
-        .map_err(|e| format!("cannot list events: {e}"))?;
-    if stored.is_empty() {
-        return Err(super::no_such_endpoint(config, name));
-    }
-    Ok(())
-}
-
-/// A route name given to `replay --dead`: one of the endpoint's routes (of any endpoint's,
-/// without `--endpoint`); else an error naming them and the closest.
-fn known_route(config: &Config, endpoint: Option<&str>, route: &str) -> Result<(), String> {
-    let mut routes: Vec<&str> = config
-        .endpoints
-        .iter()
-        .filter(|e| endpoint.is_none_or(|name| e.name == name))
-        .flat_map(|e| e.routes.iter().map(|r| r.name.as_str()))
-        .collect();
-    routes.sort_unstable();
-    routes.dedup();
-    if routes.contains(&route) {
-        return Ok(());
-    }
-    let of = endpoint.map_or_else(String::new, |name| format!(" in endpoint `{name}`"));
-    Err(format!(
-        "no route named `{route}`{of} (configured: {}){}",
-        crate::suggest::list(routes.iter().copied()),
-        crate::suggest::hint(route, routes.iter().copied())
-    ))
 }
 
 /// A route given to `replay ID --route`: one the event went to; else an error naming them.
@@ -243,13 +213,24 @@ fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result
     Ok(())
 }
 
+/// Each delivery says whether its route is `paused` (as the table's `paused:` lines do).
 fn write_json(
     out: &mut impl Write,
     events: &[EventSummary],
     routes: &[Vec<RouteState>],
+    pauses: &[RoutePause],
 ) -> std::io::Result<()> {
     for (e, routes) in events.iter().zip(routes) {
-        writeln!(out, "{}", summary_json(e, Some(routes)))?;
+        let mut v = summary_json(e, Some(routes));
+        if let Some(listed) = v["routes"].as_array_mut() {
+            for (json, r) in listed.iter_mut().zip(routes) {
+                let paused = pauses
+                    .iter()
+                    .any(|p| p.endpoint == e.endpoint && p.route == r.route);
+                json["paused"] = paused.into();
+            }
+        }
+        writeln!(out, "{v}")?;
     }
     Ok(())
 }

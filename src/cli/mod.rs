@@ -1,11 +1,12 @@
 //! The command line: parses arguments (the clap types, with clap's suggestions for a mistyped
 //! subcommand or flag), sets up logging, and runs the subcommands `serve`, `check`, `events
-//! list/show/replay`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup`, `store
-//! copy` and `reconcile`. The small ones live here (`serve`, `prune`, and the endpoint lookup,
-//! whose error names the configured endpoints and the closest); `check`, `init` (its next
-//! steps in `init/next`, its sentences in `init/text`), `events`, `archive`, [`send`],
-//! `verify`, `backup`, `store_copy` and `reconcile` have their own files, and `database` is
-//! the one place a command opens the configured store and so picks the engine.
+//! list/show/replay/export`, `prune`, `archive replay`, `send`, `verify`, `init`, `backup`,
+//! `store copy` and `reconcile`. The small ones live here (`serve`, `prune`, and the endpoint
+//! lookup, whose error names the configured endpoints and the closest); `check`, `init` (its
+//! next steps in `init/next`, its sentences in `init/text`), `events` (its filters in
+//! `filters`, its export in `export`), `archive`, [`send`], `verify`, `backup`, `store_copy`
+//! and `reconcile` have their own files, and `database` is the one place a command opens the
+//! configured store and so picks the engine.
 //! Errors go to stderr as `portaria: what was attempted: cause`, and `main` returns an exit
 //! code (0 fine, 1 failed, 2 bad usage).
 
@@ -14,6 +15,8 @@ mod backup;
 mod check;
 mod database;
 mod events;
+mod export;
+mod filters;
 mod init;
 mod reconcile;
 mod route;
@@ -27,7 +30,6 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::config::{Config, Endpoint, Source};
-use crate::store::Status;
 use crate::time::now_ms;
 
 #[derive(Parser, Debug)]
@@ -149,16 +151,15 @@ enum EventsCommand {
     },
     /// Put events back into pending, with a fresh retry schedule.
     Replay(ReplayArgs),
+    /// Write the events the filters pick, oldest first, as CSV or JSON lines: id, received
+    /// time (UTC and local), endpoint, type, object id, status, dedup key, `export_fields`.
+    Export(export::ExportArgs),
 }
 
 #[derive(Args, Debug)]
 struct ListArgs {
-    /// Only this endpoint's events (a name from the config).
-    #[arg(long)]
-    endpoint: Option<String>,
-    /// pending, delivering, delivered, dead or stored.
-    #[arg(long)]
-    status: Option<Status>,
+    #[command(flatten)]
+    filters: filters::Filters,
     /// At most this many, newest first.
     #[arg(long, default_value_t = 50)]
     limit: usize,
@@ -168,19 +169,20 @@ struct ListArgs {
 }
 
 #[derive(Args, Debug)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["id", "dead"]))]
+#[command(group = clap::ArgGroup::new("which").required(true).multiple(true)
+    .args(["id", "dead", "endpoint", "route", "status", "event_type", "since", "until"]))]
 struct ReplayArgs {
     /// The event to replay (every route it went to, or --route's only).
+    #[arg(conflicts_with_all = ["dead", "endpoint", "status", "event_type", "since", "until"])]
     id: Option<i64>,
-    /// Replay every dead delivery (of --endpoint and --route, if given).
-    #[arg(long)]
+    /// Replay every dead delivery (of the events the filters pick): `--status dead`.
+    #[arg(long, conflicts_with = "status")]
     dead: bool,
-    /// Only this endpoint's dead deliveries (with --dead).
-    #[arg(long, requires = "dead")]
-    endpoint: Option<String>,
-    /// Only the delivery to this route.
+    /// Replay more than 10 events without asking.
     #[arg(long)]
-    route: Option<String>,
+    yes: bool,
+    #[command(flatten)]
+    filters: filters::Filters,
 }
 
 /// The binary's entry point.

@@ -1,9 +1,22 @@
 //! An endpoint's `event_type` and `object_id`: where its event type and object id are read
 //! (`verify::Field`: `json:<pointer>`, `header:<name>`, `form:<field>`), set on its verifier
 //! over the preset's defaults, so that routes, `order_by`'s warning, the status page and the
-//! targets all see the same values (docs/forwarding.md, "The event type and object id").
+//! targets all see the same values (docs/forwarding.md, "The event type and object id"); and
+//! its `export_fields`, the columns `events export` reads from each event's body.
 
 use super::validator::Validator;
+
+/// The columns every line of `events export` has, before an endpoint's `export_fields`.
+pub const EXPORT_COLUMNS: [&str; 8] = [
+    "id",
+    "received_at",
+    "received_at_local",
+    "endpoint",
+    "event_type",
+    "object_id",
+    "status",
+    "dedup_key",
+];
 use crate::verify::{Field, Verifier};
 
 impl Validator<'_> {
@@ -20,6 +33,35 @@ impl Validator<'_> {
         let event_type = self.field(at, "event_type", event_type, verifier.as_ref());
         let object_id = self.field(at, "object_id", object_id, verifier.as_ref());
         Some(verifier?.with_fields(event_type, object_id))
+    }
+
+    /// `export_fields = { amount = "json:/data/amount" }`: each a name (not one of the
+    /// export's own columns) and a JSON pointer; a problem for each that is not.
+    pub(super) fn export_fields(
+        &mut self,
+        at: &str,
+        raw: Option<std::collections::BTreeMap<String, String>>,
+    ) -> Vec<(String, String)> {
+        let mut fields = Vec::new();
+        for (name, field) in raw.unwrap_or_default() {
+            let at = format!("{at}.export_fields.{name}");
+            if EXPORT_COLUMNS.contains(&name.as_str()) || !super::validate::valid_name(&name) {
+                self.problem(format!(
+                    "{at}: a column needs a name of letters, digits, `-`, `_` or `.`, other \
+                     than the export's own ({})",
+                    EXPORT_COLUMNS.join(", ")
+                ));
+                continue;
+            }
+            let pointer = field.strip_prefix("json:").ok_or_else(|| {
+                format!("`{field}`: give `json:<pointer>` into the body, like json:/data/amount")
+            });
+            match pointer.and_then(|p| crate::dedup::check_pointer(p).map(|()| p)) {
+                Ok(pointer) => fields.push((name, pointer.to_string())),
+                Err(why) => self.problem(format!("{at}: {why}")),
+            }
+        }
+        fields
     }
 
     fn field(
@@ -95,6 +137,40 @@ mod tests {
         assert!(of("mercadopago", "s", "header:x-request-id"));
         // A static credential signs nothing.
         assert!(!of("asaas", "t", "json:/event"));
+    }
+
+    #[test]
+    fn export_fields_are_json_pointers_under_names_of_their_own() {
+        let config = parse(&endpoint(
+            "export_fields = { customer = \"json:/data/customer/email\", amount = \"json:/data/amount\" }",
+        ))
+        .unwrap();
+        assert_eq!(
+            config.endpoints[0].export_fields,
+            [
+                ("amount".to_string(), "/data/amount".to_string()),
+                ("customer".to_string(), "/data/customer/email".to_string())
+            ]
+        );
+        let msg = problems(&endpoint(
+            "export_fields = { a = \"/data/a\", b = \"json:data\", status = \"json:/s\", \"x y\" = \"json:/x\" }",
+        ));
+        assert!(
+            msg.contains(".export_fields.a: `/data/a`: give `json:<pointer>`"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".export_fields.b: JSON pointer `data` must start"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".export_fields.status: a column needs a name"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains(".export_fields.x y: a column needs a name"),
+            "{msg}"
+        );
     }
 
     #[test]

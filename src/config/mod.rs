@@ -67,6 +67,7 @@ pub use database::DatabaseUrl;
 pub use database_tls::{DatabaseTls, SslMode};
 pub use dedup_window::default_dedup_window;
 pub use environment::EnvAtStart;
+pub use event_fields::EXPORT_COLUMNS;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
 pub use real_ip::{RealIp, RealIpHeader};
@@ -273,6 +274,9 @@ pub struct Endpoint {
     pub quiet_after: Option<Duration>,
     /// Only requests on a connection with a verified client certificate (403 otherwise).
     pub client_cert: Option<ClientCertRule>,
+    /// `events export`'s columns of its own (`export_fields`): each a name and a JSON pointer
+    /// into the body, by name.
+    pub export_fields: Vec<(String, String)>,
     /// `[endpoint.reconcile]`: the gateway's API asked for what never arrived; None: off.
     pub reconcile: Option<Reconcile>,
 }

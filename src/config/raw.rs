@@ -140,6 +140,8 @@ pub(super) struct RawEndpoint {
     /// Where the event type and the object id are (`verify::Field`), over the preset's.
     pub(super) event_type: Option<String>,
     pub(super) object_id: Option<String>,
+    /// `events export`'s columns of this endpoint: a name, and `json:<pointer>` into the body.
+    pub(super) export_fields: Option<std::collections::BTreeMap<String, String>>,
     /// `[endpoint.reconcile]`: asking the gateway's API what never arrived (`config::reconcile`).
     pub(super) reconcile: Option<RawReconcile>,
 }

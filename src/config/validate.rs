@@ -327,6 +327,7 @@ impl Validator<'_> {
             }
         };
         let verifier = self.event_fields(at, verifier, raw.event_type, raw.object_id);
+        let export_fields = self.export_fields(at, raw.export_fields);
         let routes = self.routes(at, raw.forward, raw.retry, raw.concurrency, raw.route);
         if let Some(v) = &verifier {
             self.unsigned_event_type(at, &name, v, &routes);
@@ -376,6 +377,7 @@ impl Validator<'_> {
             allow_ips,
             quiet_after,
             client_cert,
+            export_fields,
             reconcile,
         })
     }

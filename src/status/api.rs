@@ -9,7 +9,7 @@ use http::StatusCode;
 use serde_json::{Value, json};
 
 use super::public::PublicView;
-use super::{Answer, StatusPage, filter, respond};
+use super::{Answer, StatusPage, respond};
 use crate::store::{Overview, detail_json, summary_json};
 use crate::time::{now_ms, rfc3339};
 
@@ -100,7 +100,7 @@ pub async fn stats(page: &StatusPage) -> Answer {
 }
 
 pub async fn events(page: &StatusPage, query: &str) -> Answer {
-    let filter = filter(query);
+    let filter = super::filters::filter(form_urlencoded::parse(query.as_bytes()));
     let limit = filter.limit;
     match page.list(filter).await {
         Ok(events) => {

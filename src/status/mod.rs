@@ -13,7 +13,8 @@
 //!
 //! Everything shown comes from the store's handle, each call bounded by 5 s: `overview` (each
 //! endpoint now, from its events, the hourly counters and the queue figures; the chart's 48
-//! hours), `list_events`/`event_detail`, and `replay_event`/`replay_dead_of`, after which the
+//! hours), `list_events`/`event_detail`, and `replay_event`/`replay_dead_of`/`replay_matching`
+//! (`filters`: the list's filters and the "Replay these N" button), after which the
 //! worker is woken (`Notify`: it does not see its own connection's commits through
 //! `data_version`). The counters are never on the request path (`store::counters`).
 
@@ -21,6 +22,7 @@ mod api;
 mod auth;
 mod chart;
 mod event;
+mod filters;
 mod pages;
 mod public;
 mod routes;
@@ -40,7 +42,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 
 use crate::public_path::PublicPath;
-use crate::store::{ListFilter, Status, Store};
+use crate::store::{ListFilter, Store};
 use crate::time::now_ms;
 use crate::verify::{Patience, Secret};
 
@@ -215,6 +217,10 @@ impl StatusPage {
                 Ok(form) => self.replay_dead(field(&form, "endpoint")).await,
                 Err(refused) => refused,
             },
+            (["replay-matching"], false, _) => match self.form(req, visitor).await {
+                Ok(form) => self.replay_matching(&form).await,
+                Err(refused) => refused,
+            },
             (["routes", action @ ("pause" | "resume")], false, _) => {
                 match self.form(req, visitor).await {
                     Ok(form) => {
@@ -244,9 +250,14 @@ impl StatusPage {
                 Ok(id) => api::event(self, id).await,
                 Err(_) => not_found(true, t),
             },
-            (["events", _, "replay"] | ["replay-dead"] | ["logout"] | ["routes", _], true, _) => {
-                not_allowed("POST")
-            }
+            (
+                ["events", _, "replay"]
+                | ["replay-dead" | "replay-matching"]
+                | ["logout"]
+                | ["routes", _],
+                true,
+                _,
+            ) => not_allowed("POST"),
             (_, false, _) => not_allowed("GET, HEAD"),
             _ => not_found(api, t),
         }
@@ -350,7 +361,7 @@ impl StatusPage {
     }
 
     async fn events(&self, visitor: &Visitor, t: Lang, query: &str) -> Answer {
-        let filter = filter(query);
+        let filter = filters::filter(form_urlencoded::parse(query.as_bytes()));
         match self.list(filter.clone()).await {
             Ok(events) => html(
                 StatusCode::OK,
@@ -359,6 +370,7 @@ impl StatusPage {
                     &self.endpoints,
                     &filter,
                     &events,
+                    self.replayable(&filter).await,
                     now_ms(),
                 ),
                 t,
@@ -444,31 +456,6 @@ impl StatusPage {
             lang,
         }
     }
-}
-
-/// The list filter a query string asks for (`endpoint`, `status`, `type`, `q`, `before`,
-/// `limit`); empty values are no filter, an unknown status is ignored.
-fn filter(query: &str) -> ListFilter {
-    let mut f = ListFilter {
-        limit: PAGE,
-        ..ListFilter::default()
-    };
-    for (key, value) in form_urlencoded::parse(query.as_bytes()) {
-        let value = value.trim().to_string();
-        if value.is_empty() {
-            continue;
-        }
-        match key.as_ref() {
-            "endpoint" => f.endpoint = Some(value),
-            "status" => f.status = value.parse::<Status>().ok(),
-            "type" => f.event_type = Some(value),
-            "q" => f.text = Some(value),
-            "before" => f.before = value.parse().ok(),
-            "limit" => f.limit = value.parse().unwrap_or(PAGE).clamp(1, MAX_PAGE),
-            _ => {}
-        }
-    }
-    f
 }
 
 /// A POST's `application/x-www-form-urlencoded` fields; None if it is too large or slow.

@@ -207,27 +207,25 @@ pub fn events(
     endpoints: &[String],
     f: &ListFilter,
     events: &[EventSummary],
+    replayable: usize,
     now: i64,
 ) -> Markup {
+    let given = super::filters::pairs(f);
     let next = (events.len() == f.limit)
         .then(|| events.last().map(|e| e.id))
         .flatten()
         .map(|before| {
             let mut q = form_urlencoded::Serializer::new(String::new());
-            let pairs = [
-                ("endpoint", f.endpoint.clone()),
-                ("status", f.status.map(|s| s.as_str().to_string())),
-                ("type", f.event_type.clone()),
-                ("q", f.text.clone()),
-                ("before", Some(before.to_string())),
-            ];
-            for (k, v) in pairs {
-                if let Some(v) = v {
-                    q.append_pair(k, &v);
-                }
-            }
+            q.extend_pairs(&given)
+                .append_pair("before", &before.to_string());
             format!("/events?{}", q.finish())
         });
+    let value = |name: &str| {
+        given
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.clone())
+    };
     let t = chrome.lang;
     let body = html! {
         h1 { t { "Events" } }
@@ -252,7 +250,21 @@ pub fn events(
             }
             label { t { "Event type" } input type="text" name="type" value=[f.event_type.as_deref()]; }
             label { t { "Key or id contains" } input type="search" name="q" value=[f.text.as_deref()]; }
+            label { "Route" input type="text" name="route" value=[f.route.as_deref()]; }
+            label { t { "Since" } input type="text" name="since" placeholder="2h" value=[value("since")]; }
+            label { t { "Until" } input type="text" name="until" placeholder="2026-12-01T09:00:00Z" value=[value("until")]; }
             button type="submit" { t { "Show" } }
+        }
+        @if replayable > 0 && chrome.csrf.is_some() {
+            form method="post" action="/replay-matching" {
+                (csrf_field(chrome))
+                @for (name, v) in &given {
+                    input type="hidden" name=(name) value=(v);
+                }
+                button type="submit" {
+                    t { "Replay these " } (replayable) t { (plural(replayable as u64, " event", " events")) }
+                }
+            }
         }
         @if events.is_empty() {
             p { t { "No events match." } }

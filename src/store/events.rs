@@ -69,29 +69,36 @@ pub struct Attempt {
     pub route: String,
 }
 
-/// Filters for `events list` and the status page: each one given narrows the list, newest
-/// (highest id) first.
+/// Filters for `events list`, `events replay` and the status page: each one given narrows
+/// the list, newest (highest id) first.
 #[derive(Debug, Clone, Default)]
 pub struct ListFilter {
     pub endpoint: Option<String>,
+    /// Only events with a delivery to this route (with `status`, that delivery's status).
+    pub route: Option<String>,
     pub status: Option<Status>,
+    /// A glob on the event type: `*` any run of characters, `?` any one, the rest itself.
     pub event_type: Option<String>,
     /// Text anywhere in the dedup key (for most providers, the event's or object's id).
     pub text: Option<String>,
+    /// Only events received at or after this (unix milliseconds).
+    pub since: Option<i64>,
+    /// Only events received before this (unix milliseconds).
+    pub until: Option<i64>,
     /// Only events with a smaller id: the cursor of the next page.
     pub before: Option<i64>,
     /// 0: no limit.
     pub limit: usize,
 }
 
-/// Which deliveries a replay puts back.
-#[derive(Default)]
-pub(super) struct Replay<'a> {
+/// Which deliveries a replay puts back: one event's (`id`), or those of the events `filter`
+/// lists (its cursor and limit aside); to `filter.route` only, and in `filter.status` only
+/// (a delivery's own status: `dead` replays the dead ones), if given. Never one being
+/// delivered.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Replay {
     pub(super) id: Option<i64>,
-    /// Only dead deliveries.
-    pub(super) dead: bool,
-    pub(super) endpoint: Option<&'a str>,
-    pub(super) route: Option<&'a str>,
+    pub(super) filter: ListFilter,
 }
 
 /// An event's listed status: its roll-up; for a pending event, what its deliveries say now
@@ -130,24 +137,50 @@ macro_rules! summary_columns {
 }
 pub(super) const SUMMARY: &str = summary_columns!();
 /// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`), the
-/// test for text inside text, and the deliveries waiting or under way (SQLite's through its
-/// partial queue index, named: `INDEXED BY` is SQLite's alone). The rest of the statement is
-/// the same on both.
+/// test for text inside text, the deliveries waiting or under way (SQLite's through its
+/// partial queue index, named: `INDEXED BY` is SQLite's alone), and a glob (SQLite's `GLOB`,
+/// PostgreSQL's `LIKE` with the pattern translated). The rest of the statement is the same on
+/// both.
 pub(super) struct Dialect {
     param: &'static str,
     contains: &'static str,
     queued: &'static str,
+    glob: &'static str,
+    pattern: fn(&str) -> String,
+    /// The stored body's columns, for `events export` (SQLite's with its codec).
+    pub(super) body: &'static str,
 }
 
 pub(super) const SQLITE: Dialect = Dialect {
     param: "?",
     contains: "instr",
     queued: "deliveries INDEXED BY deliveries_queue WHERE next_attempt_at IS NOT NULL AND",
+    glob: "event_type GLOB ?",
+    // `*` and `?` are GLOB's own; a `[` would open a class, `[[]` is a `[`.
+    pattern: |glob| glob.replace('[', "[[]"),
+    body: "payloads.body, payloads.codec",
 };
 pub(super) const POSTGRES: Dialect = Dialect {
     param: "$",
     contains: "strpos",
     queued: "deliveries WHERE",
+    glob: "event_type LIKE ? ESCAPE '\\'",
+    pattern: |glob| {
+        let mut like = String::with_capacity(glob.len() + 8);
+        for c in glob.chars() {
+            match c {
+                '*' => like.push('%'),
+                '?' => like.push('_'),
+                '%' | '_' | '\\' => {
+                    like.push('\\');
+                    like.push(c);
+                }
+                c => like.push(c),
+            }
+        }
+        like
+    },
+    body: "payloads.body",
 };
 
 /// An argument of the list's statement.
@@ -157,53 +190,76 @@ pub(super) enum Arg {
     Int(i64),
 }
 
+/// A statement built a condition at a time, its `?`s numbered as its arguments.
+pub(super) struct Sql<'d> {
+    pub(super) sql: String,
+    pub(super) args: Vec<Arg>,
+    dialect: &'d Dialect,
+}
+
+impl<'d> Sql<'d> {
+    pub(super) fn new(sql: String, dialect: &'d Dialect) -> Self {
+        Sql {
+            sql,
+            args: Vec::new(),
+            dialect,
+        }
+    }
+
+    /// ` AND condition`, each `?` of it the next of `values`.
+    pub(super) fn and(&mut self, condition: &str, values: impl IntoIterator<Item = Arg>) {
+        self.sql.push_str(" AND ");
+        let mut values = values.into_iter();
+        for part in condition.split_inclusive('?') {
+            match part.strip_suffix('?').zip(values.next()) {
+                Some((text, value)) => {
+                    self.args.push(value);
+                    self.sql.push_str(text);
+                    self.sql.push_str(&self.param());
+                }
+                None => self.sql.push_str(part),
+            }
+        }
+    }
+
+    /// The placeholder of the last argument.
+    pub(super) fn param(&self) -> String {
+        format!("{}{}", self.dialect.param, self.args.len())
+    }
+
+    /// What `f` says of an event's own row: its type, text, and received time.
+    fn event_conditions(&mut self, f: &ListFilter) {
+        if let Some(glob) = &f.event_type {
+            let (condition, pattern) = (self.dialect.glob, (self.dialect.pattern)(glob));
+            self.and(condition, [Arg::Text(pattern)]);
+        }
+        if let Some(text) = &f.text {
+            let contains = self.dialect.contains;
+            self.and(
+                &format!(
+                    "({contains}(dedup_key, ?) > 0 OR {contains}(coalesce(object_id, ''), ?) > 0)"
+                ),
+                [Arg::Text(text.clone()), Arg::Text(text.clone())],
+            );
+        }
+        if let Some(since) = f.since {
+            self.and("received_at >= ?", [Arg::Int(since)]);
+        }
+        if let Some(until) = f.until {
+            self.and("received_at < ?", [Arg::Int(until)]);
+        }
+    }
+}
+
+fn text(s: &str) -> Arg {
+    Arg::Text(s.to_string())
+}
+
 /// The list's statement for `f` in `dialect`, and its arguments, on either backend: the
 /// same filters, cursor and order.
 pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>) {
-    let mut sql = format!("SELECT {SUMMARY} FROM events WHERE true");
-    let mut args: Vec<Arg> = Vec::new();
-    // `condition` with its `?` numbered as the next argument.
-    let mut when = |condition: &str, value: Arg| {
-        args.push(value);
-        let n = format!("{}{}", dialect.param, args.len());
-        sql.push_str(" AND ");
-        sql.push_str(&condition.replace('?', &n));
-    };
-    if let Some(endpoint) = &f.endpoint {
-        when("endpoint = ?", Arg::Text(endpoint.clone()));
-    }
-    // An event's status here is its deliveries' as much as its roll-up's: one with any delivery
-    // dead (or waiting, or under way) is listed under that status, found through the partial
-    // indexes of `deliveries` (`deliveries_dead`, `deliveries_queue`), so an event with one
-    // route dead and another still pending is among the dead an owner must look at. Delivered
-    // and stored are the roll-up (`events.status`).
-    match f.status {
-        Some(Status::Dead) => when(
-            "events.id IN (SELECT event_id FROM deliveries WHERE status = ?)",
-            Arg::Text(Status::Dead.as_str().to_string()),
-        ),
-        Some(status @ (Status::Pending | Status::Delivering)) => when(
-            &format!(
-                "events.id IN (SELECT event_id FROM {} status = ?)",
-                dialect.queued
-            ),
-            Arg::Text(status.as_str().to_string()),
-        ),
-        Some(status) => when("events.status = ?", Arg::Text(status.as_str().to_string())),
-        None => {}
-    }
-    if let Some(event_type) = &f.event_type {
-        when("event_type = ?", Arg::Text(event_type.clone()));
-    }
-    if let Some(text) = &f.text {
-        let contains = dialect.contains;
-        when(
-            &format!(
-                "({contains}(dedup_key, ?) > 0 OR {contains}(coalesce(object_id, ''), ?) > 0)"
-            ),
-            Arg::Text(text.clone()),
-        );
-    }
+    let mut q = Sql::new(format!("SELECT {SUMMARY} FROM events WHERE true"), dialect);
+    q.filter(f);
     let few = matches!(
         f.status,
         Some(Status::Dead | Status::Pending | Status::Delivering)
@@ -211,12 +267,12 @@ pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>
     let by_endpoint = f.endpoint.is_some() && !few;
     if let Some(before) = f.before {
         if by_endpoint {
-            when(
+            q.and(
                 "(received_at, id) < (SELECT received_at, id FROM events WHERE id = ?)",
-                Arg::Int(before),
+                [Arg::Int(before)],
             );
         } else {
-            when("id < ?", Arg::Int(before));
+            q.and("id < ?", [Arg::Int(before)]);
         }
     }
     let order = if by_endpoint {
@@ -224,12 +280,109 @@ pub(super) fn list_query(f: &ListFilter, dialect: &Dialect) -> (String, Vec<Arg>
     } else {
         "id DESC"
     };
-    sql.push_str(&format!(" ORDER BY {order}"));
-    if f.limit > 0 {
-        args.push(Arg::Int(i64::try_from(f.limit).unwrap_or(i64::MAX)));
-        sql.push_str(&format!(" LIMIT {}{}", dialect.param, args.len()));
+    q.sql.push_str(&format!(" ORDER BY {order}"));
+    q.limit(f.limit);
+    (q.sql, q.args)
+}
+
+impl Sql<'_> {
+    /// ` LIMIT n`, unless `n` is 0.
+    pub(super) fn limit(&mut self, n: usize) {
+        if n > 0 {
+            self.args
+                .push(Arg::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+            let limit = self.param();
+            self.sql.push_str(&format!(" LIMIT {limit}"));
+        }
     }
-    (sql, args)
+
+    /// Every condition of `f` but its cursor and limit.
+    pub(super) fn filter(&mut self, f: &ListFilter) {
+        let dialect = self.dialect;
+        let q = self;
+        if let Some(endpoint) = &f.endpoint {
+            q.and("endpoint = ?", [text(endpoint)]);
+        }
+        // An event's status here is its deliveries' as much as its roll-up's: one with any delivery
+        // dead (or waiting, or under way) is listed under that status, found through the partial
+        // indexes of `deliveries` (`deliveries_dead`, `deliveries_queue`), so an event with one
+        // route dead and another still pending is among the dead an owner must look at. Delivered
+        // and stored are the roll-up (`events.status`). With a route, it is that delivery's.
+        let route = f.route.as_deref().map(text);
+        let of_route = if route.is_some() {
+            " AND route = ?"
+        } else {
+            ""
+        };
+        match f.status {
+            Some(s @ Status::Dead) => q.and(
+                &format!(
+                    "events.id IN (SELECT event_id FROM deliveries WHERE status = ?{of_route})"
+                ),
+                [text(s.as_str())].into_iter().chain(route),
+            ),
+            Some(s @ (Status::Pending | Status::Delivering)) => q.and(
+                &format!(
+                    "events.id IN (SELECT event_id FROM {} status = ?{of_route})",
+                    dialect.queued
+                ),
+                [text(s.as_str())].into_iter().chain(route),
+            ),
+            Some(s) if route.is_none() => q.and("events.status = ?", [text(s.as_str())]),
+            status => {
+                if let Some(route) = route {
+                    let of_status = if status.is_some() {
+                        " AND d.status = ?"
+                    } else {
+                        ""
+                    };
+                    q.and(
+                        &format!(
+                            "EXISTS (SELECT 1 FROM deliveries d WHERE d.event_id = events.id \
+                         AND d.route = ?{of_status})"
+                        ),
+                        [route].into_iter().chain(status.map(|s| text(s.as_str()))),
+                    );
+                }
+            }
+        }
+        q.event_conditions(f);
+    }
+}
+
+/// The condition on `deliveries` that picks what `only` replays, and its arguments (from the
+/// first placeholder): on the delivery's own endpoint, route, status and event, and on its
+/// event's row through `events`' primary key.
+pub(super) fn replay_where(only: &Replay, dialect: &Dialect) -> (String, Vec<Arg>) {
+    let f = &only.filter;
+    let mut q = Sql::new("status <> 'delivering'".to_string(), dialect);
+    if let Some(id) = only.id {
+        q.and("event_id = ?", [Arg::Int(id)]);
+    }
+    if let Some(endpoint) = &f.endpoint {
+        q.and("endpoint = ?", [text(endpoint)]);
+    }
+    if let Some(route) = &f.route {
+        q.and("route = ?", [text(route)]);
+    }
+    if let Some(status) = f.status {
+        q.and("status = ?", [text(status.as_str())]);
+    }
+    let mut events = Sql {
+        sql: String::new(),
+        args: std::mem::take(&mut q.args),
+        dialect,
+    };
+    events.event_conditions(f);
+    q.args = events.args;
+    if !events.sql.is_empty() {
+        let of_event = format!(
+            " AND event_id IN (SELECT id FROM events WHERE true{})",
+            events.sql
+        );
+        q.sql.push_str(&of_event);
+    }
+    (q.sql, q.args)
 }
 
 impl Store {
@@ -283,8 +436,10 @@ impl Store {
     ) -> Result<bool, StoreError> {
         let only = Replay {
             id: Some(id),
-            route: route.as_deref(),
-            ..Replay::default()
+            filter: ListFilter {
+                route,
+                ..ListFilter::default()
+            },
         };
         Ok(self.replay(&only, now_ms).await? == 1)
     }
@@ -302,21 +457,38 @@ impl Store {
         route: Option<String>,
         now_ms: i64,
     ) -> Result<usize, StoreError> {
-        let only = Replay {
-            dead: true,
-            endpoint: endpoint.as_deref(),
-            route: route.as_deref(),
-            ..Replay::default()
+        let filter = ListFilter {
+            endpoint,
+            route,
+            status: Some(Status::Dead),
+            ..ListFilter::default()
         };
-        self.replay(&only, now_ms).await
+        self.replay_matching(filter, Some(now_ms)).await
+    }
+
+    /// `events replay` by filters: the deliveries of the events `filter` lists (its cursor
+    /// and limit aside) pending again, due at `now_ms`, to `filter.route` only and in
+    /// `filter.status` only (a delivery's own: `dead` replays the dead ones) if given, none
+    /// being delivered; how many events that touched. Without `now_ms`, nothing changes: how
+    /// many it would touch now (one method for both keeps the binary small).
+    pub async fn replay_matching(
+        &self,
+        filter: ListFilter,
+        now_ms: Option<i64>,
+    ) -> Result<usize, StoreError> {
+        let only = Replay { id: None, filter };
+        match self.engine() {
+            Engine::Sqlite(db) => db.replay(only, now_ms).await,
+            Engine::Postgres(pg) => pg.replay(&only, now_ms).await,
+        }
     }
 
     /// Puts the chosen deliveries back to pending, due at `now_ms`, and their events with
     /// them, in one transaction; returns how many events.
-    async fn replay(&self, only: &Replay<'_>, now_ms: i64) -> Result<usize, StoreError> {
+    async fn replay(&self, only: &Replay, now_ms: i64) -> Result<usize, StoreError> {
         match self.engine() {
-            Engine::Sqlite(db) => db.replay(only, now_ms).await,
-            Engine::Postgres(pg) => pg.replay(only, now_ms).await,
+            Engine::Sqlite(db) => db.replay(only.clone(), Some(now_ms)).await,
+            Engine::Postgres(pg) => pg.replay(only, Some(now_ms)).await,
         }
     }
 }

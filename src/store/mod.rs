@@ -12,9 +12,10 @@
 //! `Store` methods of `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives
 //! up at its deadline and the engine agree on whether its insert runs), `queue.rs` (the
 //! forwarding worker's claims and attempts), `events.rs` (what `portaria events` and the
-//! status page list, show and replay, and the list's one statement), `dashboard.rs` (the
-//! status page's overview, and its row shaping), `alerts.rs`, `pauses.rs` (paused routes),
-//! `reconcile.rs` (what a reconcile run never stored), `observe.rs` (`/readyz` and
+//! status page list, show and replay, and the list's one statement), `export.rs` (`events
+//! export`'s pages), `dashboard.rs` (the status page's overview, and its row shaping),
+//! `alerts.rs`, `pauses.rs` (paused routes), `reconcile.rs` (what a reconcile run never
+//! stored), `observe.rs` (`/readyz` and
 //! `/metrics`), `counters.rs` (the status page's hourly counters), `retention.rs` (what
 //! pruning may remove, defined once; archive restore), `pruning.rs` (a pruning pass's hold),
 //! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
@@ -38,6 +39,7 @@ mod copy;
 mod counters;
 mod dashboard;
 mod events;
+mod export;
 mod handle;
 mod handover;
 mod intake;
@@ -57,6 +59,7 @@ pub use copy::{CopyError, CopyReport};
 pub use counters::{Counted, Rejection};
 pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
+pub use export::{ExportCursor, Exported};
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use json::{detail_json, header_lines, summary_json};

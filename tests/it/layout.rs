@@ -569,6 +569,7 @@ const KNOWN_CIRCLES: &[&str] = &[
     "store: handle -> postgres -> copy -> handle",
     "store: handle -> postgres -> dashboard -> handle",
     "store: handle -> postgres -> events -> handle",
+    "store: handle -> postgres -> export -> handle",
     "store: handle -> postgres -> intake -> handle",
     "store: handle -> postgres -> pauses -> handle",
     "store: handle -> postgres -> queue -> handle",

@@ -18,6 +18,7 @@ mod compression;
 mod crowds;
 mod disk_full;
 mod event_fields;
+mod events_filters;
 mod fail_fast;
 mod forwarding;
 mod handover;

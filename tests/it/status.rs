@@ -565,6 +565,65 @@ async fn replay_all_dead_of_an_endpoint() {
     server.stop().await;
 }
 
+/// The events list takes `events list`'s filters (a window, a type glob, a route) and offers
+/// to replay what they pick: "Replay these N", a POST with the form token, as the others.
+#[tokio::test]
+async fn the_events_list_filters_by_window_and_replays_what_it_shows() {
+    let target = Target::start(vec![500, 500, 200]).await;
+    let server = TestServer::start("", &forward_to(target.addr)).await;
+    let admin = server.admin.unwrap();
+    let id = a_dead_event(&server).await;
+    let page = get(
+        admin,
+        "/events?status=dead&since=1h&type=*&route=default",
+        &[],
+    )
+    .await;
+    assert!(page.body.contains("Replay these 1 event<"), "{}", page.body);
+    assert!(page.body.contains(&format!("href=\"/events/{id}\"")));
+    let earlier = get(admin, "/events?status=dead&until=1h", &[]).await;
+    assert!(!earlier.body.contains(&format!("href=\"/events/{id}\"")));
+    assert!(!earlier.body.contains("Replay these"), "nothing to replay");
+    let unfiltered = get(admin, "/events", &[]).await;
+    assert!(
+        !unfiltered.body.contains("Replay these"),
+        "only for a filter"
+    );
+    let since = page
+        .body
+        .split("name=\"since\" value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the button's own since field")
+        .to_string();
+    assert!(since.ends_with('Z'), "the window as an instant: {since}");
+    let fields = format!("status=dead&since={since}&type=*&route=default");
+    let forged = form(admin, "/replay-matching", &[cookie_of(&page)], &fields).await;
+    assert_eq!(forged.status, 403, "no form token");
+    assert_eq!(status_and_attempts(&server, id).0, "dead");
+    let replayed = form(
+        admin,
+        "/replay-matching",
+        &[cookie_of(&page)],
+        &format!("csrf={}&{fields}", csrf(&page.body)),
+    )
+    .await;
+    assert_eq!(replayed.status, 303);
+    assert!(
+        replayed.headers["location"]
+            .to_str()
+            .unwrap()
+            .starts_with("/events?status=dead&type=*&route=default&since="),
+        "{:?}",
+        replayed.headers["location"]
+    );
+    eventually(WAIT, "delivered", || {
+        status_and_attempts(&server, id).0 == "delivered"
+    })
+    .await;
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn bodies_and_headers_are_shown_as_text_never_as_markup() {
     let server = TestServer::start("", "").await;

@@ -106,7 +106,10 @@ async fn with_the_target_down_events_go_dead_intake_stays_fast_and_replay_delive
 
     // The target is back: a replay of the dead events delivers each exactly once.
     let seen = target_on(closed.listen());
-    let out = run_cli(&["events", "replay", "--dead"], &dead.config_path());
+    let out = run_cli(
+        &["events", "replay", "--dead", "--yes"],
+        &dead.config_path(),
+    );
     let said = ok_stdout(&out);
     assert!(said.contains(&format!("{N} dead event")), "{said}");
     eventually(WAIT, "every event delivered after the replay", || {

@@ -3,7 +3,7 @@
 //! `counters.rs`; this instance's counts not yet folded in go in first), the events list (the
 //! same statement as SQLite's, `events::list_query`: same filters, cursor and order), one
 //! event in full, and replay. Every instance sees every event: the database is the one they
-//! share. A replay is one statement: the deliveries it puts back are locked, and one being
+//! share. A replay is one statement (`events::replay_where` picks its deliveries): the deliveries it puts back are locked, and one being
 //! delivered (by any instance) is left alone.
 
 use tokio_postgres::Row;
@@ -14,6 +14,7 @@ use crate::store::dashboard::{
     Chart, Counts, HOUR_MS, chart_sql, counted_since_sql, day_hours, shown,
 };
 use crate::store::events::{self, Arg, EventDetail, EventSummary, ListFilter, RouteState};
+use crate::store::export::{ExportCursor, Exported, export_query};
 use crate::store::{HourCounts, Overview, Status, StoreError};
 
 const RECEIVED_SINCE: &str =
@@ -25,26 +26,36 @@ const ROUTES: &str = "SELECT route, status, attempts, \
      CASE WHEN status = 'pending' THEN next_attempt_at END, last_error, finished_at, \
      order_key FROM deliveries WHERE event_id = $1 ORDER BY route";
 const CLIENT_CERT: &str = "SELECT client_cert FROM events WHERE id = $1";
-/// The chosen deliveries (not one being delivered) locked, a delivered attempt given a row of
-/// its own (its delivery row is reset), the deliveries pending again and due now (and not
-/// announced dead: if one dies again, the alerts task hears of it again), their events with
-/// them; answers each event once. $1 now, $2 an event, $3 dead only, $4 an endpoint,
-/// $5 a route.
-const REPLAY: &str = "WITH chosen AS (SELECT event_id, route, status, attempts, finished_at, \
-       delivered_ms FROM deliveries WHERE status <> 'delivering' \
-       AND ($2::bigint IS NULL OR event_id = $2) AND (NOT $3::boolean OR status = 'dead') \
-       AND ($4::text IS NULL OR endpoint = $4) AND ($5::text IS NULL OR route = $5) \
-       FOR UPDATE), \
-     kept AS (INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
-       SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, 'delivered' \
-       FROM chosen WHERE status = 'delivered' AND delivered_ms IS NOT NULL), \
-     reset AS (UPDATE deliveries AS d SET status = 'pending', attempts = 0, \
-       next_attempt_at = $1, last_error = NULL, finished_at = NULL, delivered_ms = NULL, \
-       claimed_by = NULL, lease_until = NULL, alerted = NULL \
-       FROM chosen WHERE d.event_id = chosen.event_id AND d.route = chosen.route \
-       RETURNING d.event_id) \
-     UPDATE events SET status = 'pending', finished_at = NULL \
-     WHERE id IN (SELECT event_id FROM reset) RETURNING id";
+/// The chosen deliveries (`events::replay_where`'s condition: not one being delivered)
+/// locked, a delivered attempt given a row of its own (its delivery row is reset), the
+/// deliveries pending again and due at `{now}` (and not announced dead: if one dies again, the
+/// alerts task hears of it again), their events with them; answers each event once.
+fn replay_sql(cond: &str, now: &str) -> String {
+    format!(
+        "WITH chosen AS (SELECT event_id, route, status, attempts, finished_at, \
+           delivered_ms FROM deliveries WHERE {cond} FOR UPDATE), \
+         kept AS (INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, \
+           outcome) SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, \
+           'delivered' FROM chosen WHERE status = 'delivered' AND delivered_ms IS NOT NULL), \
+         reset AS (UPDATE deliveries AS d SET status = 'pending', attempts = 0, \
+           next_attempt_at = {now}::bigint, last_error = NULL, finished_at = NULL, \
+           delivered_ms = NULL, claimed_by = NULL, lease_until = NULL, alerted = NULL \
+           FROM chosen WHERE d.event_id = chosen.event_id AND d.route = chosen.route \
+           RETURNING d.event_id) \
+         UPDATE events SET status = 'pending', finished_at = NULL \
+         WHERE id IN (SELECT event_id FROM reset) RETURNING id"
+    )
+}
+
+/// The list's or a replay's arguments, as the client takes them.
+fn params(args: &[Arg]) -> Vec<&(dyn ToSql + Sync)> {
+    args.iter()
+        .map(|a| match a {
+            Arg::Text(s) => s as &(dyn ToSql + Sync),
+            Arg::Int(i) => i as &(dyn ToSql + Sync),
+        })
+        .collect()
+}
 
 impl Pg {
     /// Each of `names`, and any other endpoint with events waiting, dead or counted in the
@@ -133,13 +144,7 @@ impl Pg {
         filter: &ListFilter,
     ) -> Result<Vec<EventSummary>, StoreError> {
         let (sql, args) = events::list_query(filter, &events::POSTGRES);
-        let params: Vec<&(dyn ToSql + Sync)> = args
-            .iter()
-            .map(|a| match a {
-                Arg::Text(s) => s as &(dyn ToSql + Sync),
-                Arg::Int(i) => i as &(dyn ToSql + Sync),
-            })
-            .collect();
+        let params = params(&args);
         let client = self.client().await?;
         let stmt = client.prepare_cached(&sql).await.map_err(error)?;
         client
@@ -211,20 +216,47 @@ impl Pg {
     }
 
     /// Puts the chosen deliveries back to pending, due at `now_ms`; returns how many events.
+    /// Without `now_ms`, how many it would put back.
     pub(in crate::store) async fn replay(
         &self,
-        only: &events::Replay<'_>,
-        now_ms: i64,
+        only: &events::Replay,
+        now_ms: Option<i64>,
     ) -> Result<usize, StoreError> {
+        let (cond, mut args) = events::replay_where(only, &events::POSTGRES);
         let client = self.client().await?;
-        let rows = client
-            .query(
-                REPLAY,
-                &[&now_ms, &only.id, &only.dead, &only.endpoint, &only.route],
-            )
-            .await
-            .map_err(error)?;
+        let Some(now_ms) = now_ms else {
+            let sql = format!("SELECT count(DISTINCT event_id) FROM deliveries WHERE {cond}");
+            let row = client
+                .query_one(&sql, &params(&args))
+                .await
+                .map_err(error)?;
+            return Ok(usize::try_from(row.get::<_, i64>(0)).unwrap_or(0));
+        };
+        args.push(Arg::Int(now_ms));
+        let sql = replay_sql(&cond, &format!("${}", args.len()));
+        let rows = client.query(&sql, &params(&args)).await.map_err(error)?;
         Ok(rows.len())
+    }
+
+    pub(in crate::store) async fn export_page(
+        &self,
+        filter: &ListFilter,
+        after: Option<ExportCursor>,
+        limit: usize,
+        bodies: bool,
+    ) -> Result<Vec<Exported>, StoreError> {
+        let (sql, args) = export_query(filter, after, limit, bodies, &events::POSTGRES);
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(&sql).await.map_err(error)?;
+        let rows = client.query(&stmt, &params(&args)).await.map_err(error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(Exported {
+                    summary: summary(r)?,
+                    body: bodies.then(|| r.get(10)),
+                })
+            })
+            .collect()
     }
 }
 

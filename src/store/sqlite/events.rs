@@ -3,11 +3,12 @@
 //! exactly what intake and the worker committed, or one read transaction on a read-only
 //! store).
 
-use rusqlite::{Connection, OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::payload::body_column;
 use super::{Sqlite, status_column};
-use crate::store::events::{Arg, Replay, SQLITE, SUMMARY, list_query};
+use crate::store::events::{Arg, Replay, SQLITE, SUMMARY, list_query, replay_where};
+use crate::store::export::{ExportCursor, Exported, export_query};
 use crate::store::{Attempt, EventDetail, EventSummary, ListFilter, RouteState, StoreError};
 
 impl Sqlite {
@@ -47,22 +48,44 @@ impl Sqlite {
         .await
     }
 
+    pub(in crate::store) async fn export_page(
+        &self,
+        filter: &ListFilter,
+        after: Option<ExportCursor>,
+        limit: usize,
+        bodies: bool,
+    ) -> Result<Vec<Exported>, StoreError> {
+        let (sql, args) = export_query(filter, after, limit, bodies, &SQLITE);
+        self.run(move |c| {
+            let mut stmt = c.prepare_cached(&sql)?;
+            stmt.query_map(rusqlite::params_from_iter(values(args)), |r| {
+                let summary = summary(r)?;
+                let body = match bodies {
+                    true => Some(body_column(r, summary.id, 11, 10)?),
+                    false => None,
+                };
+                Ok(Exported { summary, body })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    /// Without `now_ms`, how many events it would put back.
     pub(in crate::store) async fn replay(
         &self,
-        only: &Replay<'_>,
-        now_ms: i64,
+        only: Replay,
+        now_ms: Option<i64>,
     ) -> Result<usize, StoreError> {
-        let (id, dead) = (only.id, only.dead);
-        let endpoint = only.endpoint.map(str::to_string);
-        let route = only.route.map(str::to_string);
-        self.run(move |c| {
-            let only = Replay {
-                id,
-                dead,
-                endpoint: endpoint.as_deref(),
-                route: route.as_deref(),
-            };
-            replay(c, &only, now_ms)
+        self.run(move |c| match now_ms {
+            Some(now_ms) => replay(c, &only, now_ms),
+            None => {
+                let (cond, args) = replay_where(&only, &SQLITE);
+                let sql = format!("SELECT count(DISTINCT event_id) FROM deliveries WHERE {cond}");
+                let n: i64 =
+                    c.query_row(&sql, rusqlite::params_from_iter(values(args)), |r| r.get(0))?;
+                Ok(usize::try_from(n).unwrap_or(0))
+            }
         })
         .await
     }
@@ -148,28 +171,29 @@ pub(super) fn attempts(conn: &Connection, event_id: i64) -> rusqlite::Result<Vec
 
 /// Puts the chosen deliveries back to pending, due now, and their events with them; returns
 /// how many events.
-pub(super) fn replay(conn: &Connection, only: &Replay<'_>, now_ms: i64) -> rusqlite::Result<usize> {
-    let (id, route, endpoint) = (only.id, only.route, only.endpoint);
+pub(super) fn replay(conn: &Connection, only: &Replay, now_ms: i64) -> rusqlite::Result<usize> {
+    let (cond, args) = replay_where(only, &SQLITE);
+    let args = values(args);
     // A delivered attempt lives on its delivery row, which the replay resets: it gets a row of
     // its own first, so the history keeps it.
     conn.execute(
-        "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
-         SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, 'delivered' \
-         FROM deliveries WHERE status = 'delivered' AND delivered_ms IS NOT NULL \
-         AND ?1 = 0 AND (?2 IS NULL OR event_id = ?2) AND (?3 IS NULL OR endpoint = ?3) \
-         AND (?4 IS NULL OR route = ?4)",
-        params![only.dead, id, endpoint, route],
+        &format!(
+            "INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, outcome) \
+             SELECT event_id, route, attempts, finished_at - delivered_ms, delivered_ms, \
+             'delivered' FROM deliveries WHERE status = 'delivered' \
+             AND delivered_ms IS NOT NULL AND {cond}"
+        ),
+        rusqlite::params_from_iter(&args),
     )?;
+    let now = format!("?{}", args.len() + 1);
     let events: std::collections::BTreeSet<i64> = conn
-        .prepare(
-            "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = ?1, \
+        .prepare(&format!(
+            "UPDATE deliveries SET status = 'pending', attempts = 0, next_attempt_at = {now}, \
              last_error = NULL, finished_at = NULL, delivered_ms = NULL \
-             WHERE status != 'delivering' AND (?2 IS NULL OR event_id = ?2) \
-             AND (?3 = 0 OR status = 'dead') AND (?4 IS NULL OR endpoint = ?4) \
-             AND (?5 IS NULL OR route = ?5) RETURNING event_id",
-        )?
+             WHERE {cond} RETURNING event_id"
+        ))?
         .query_map(
-            params![now_ms, only.id, only.dead, only.endpoint, only.route],
+            rusqlite::params_from_iter(args.iter().chain([&now_ms.into()])),
             |r| r.get(0),
         )?
         .collect::<rusqlite::Result<_>>()?;
@@ -197,14 +221,16 @@ pub(super) fn list(conn: &Connection, f: &ListFilter) -> rusqlite::Result<Vec<Ev
 /// The statement [`list`] runs for `f`, and its arguments.
 pub(super) fn list_sql(f: &ListFilter) -> (String, Vec<rusqlite::types::Value>) {
     let (sql, args) = list_query(f, &SQLITE);
-    let args = args
-        .into_iter()
+    (sql, values(args))
+}
+
+fn values(args: Vec<Arg>) -> Vec<rusqlite::types::Value> {
+    args.into_iter()
         .map(|a| match a {
             Arg::Text(s) => s.into(),
             Arg::Int(i) => i.into(),
         })
-        .collect();
-    (sql, args)
+        .collect()
 }
 
 pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<EventDetail>> {

@@ -69,8 +69,10 @@ impl Db {
     ) -> Result<bool, StoreError> {
         let only = crate::store::events::Replay {
             id: Some(id),
-            route,
-            ..Default::default()
+            filter: crate::store::ListFilter {
+                route: route.map(str::to_string),
+                ..Default::default()
+            },
         };
         Ok(self.write(|c| events::replay(c, &only, now_ms))? == 1)
     }

@@ -70,6 +70,7 @@ mod queue;
 mod reconcile;
 mod retention;
 mod status;
+mod windows;
 
 pub const MINUTE: i64 = 60_000;
 pub const HOUR: i64 = 3_600_000;
