@@ -5,8 +5,7 @@
 
 use std::path::PathBuf;
 
-use super::handle::Engine;
-use super::{Store, StoreError};
+use super::StoreError;
 
 /// What a finished backup holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,15 +38,4 @@ pub enum BackupError {
          with PostgreSQL's own tools (pg_dump)"
     )]
     OnPostgres,
-}
-
-impl Store {
-    /// Writes a consistent copy of the SQLite database to `file`, checked and fsynced before
-    /// it is renamed into place. An existing `file` is replaced only with `replace`.
-    pub async fn backup_to(&self, file: PathBuf, replace: bool) -> Result<Copied, BackupError> {
-        match self.engine() {
-            Engine::Sqlite(db) => db.backup_to(file, replace).await,
-            Engine::Postgres(_) => Err(BackupError::OnPostgres),
-        }
-    }
 }

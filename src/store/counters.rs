@@ -13,8 +13,6 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use super::Store;
-
 pub(super) const HOUR_MS: i64 = 3_600_000;
 
 /// At most how often the writer folds the tally into `hourly`: how far behind the status
@@ -196,15 +194,5 @@ impl Tally {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .folded_at_ms = None;
-    }
-}
-
-impl Store {
-    /// Counts one request or delivery attempt of `endpoint` for the status page: in memory
-    /// now, in the database within [`FOLD_EVERY_MS`].
-    pub fn count(&self, endpoint: &str, what: Counted, now_ms: i64) {
-        // On PostgreSQL, a task of the backend folds the tally into the shared table
-        // (`postgres/counters.rs`).
-        self.tally().add(endpoint, what, now_ms);
     }
 }

@@ -4,10 +4,9 @@
 //! ([`Counts::shape`]), the chart's statement ([`chart_sql`]) and its empty hours ([`Chart`]).
 //! Each engine reads its figures in its `dashboard.rs`.
 
+use super::QueueStats;
 use super::counters::COLUMNS;
 pub(super) use super::counters::HOUR_MS;
-use super::handle::Engine;
-use super::{QueueStats, Store, StoreError};
 
 /// Rejected requests, by reason (the counters' columns).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -65,24 +64,6 @@ pub struct Overview {
     /// The last `hours` clock hours, oldest first, the current one last; hours without a row
     /// are zeros.
     pub hours: Vec<HourCounts>,
-}
-
-impl Store {
-    /// Each of `names` (the configured endpoints), and any other endpoint with events waiting,
-    /// dead or counted in the last day; and the chart's last `hours` hours. The counters not
-    /// yet folded into `hourly` are folded first, so the page shows every count made before
-    /// it was asked.
-    pub async fn overview(
-        &self,
-        names: Vec<String>,
-        hours: usize,
-        now_ms: i64,
-    ) -> Result<Overview, StoreError> {
-        match self.engine() {
-            Engine::Sqlite(db) => db.overview(names, hours, now_ms).await,
-            Engine::Postgres(pg) => pg.overview(names, hours, now_ms).await,
-        }
-    }
 }
 
 /// The first hour of the overview's day (the last 24 clock hours, the current one included)

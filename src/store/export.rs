@@ -4,9 +4,8 @@
 //! come along its `events_endpoint` index (received time, then id); any endpoint's by id
 //! (the two orders differ only for events put back by `archive replay`, which get new ids).
 
+use super::EventSummary;
 use super::events::{Arg, Dialect, ListFilter, SUMMARY, Sql};
-use super::handle::Engine;
-use super::{EventSummary, Store, StoreError};
 
 /// One exported event: its summary, and its body (decoded) when asked for.
 #[derive(Debug, Clone)]
@@ -67,21 +66,4 @@ pub(super) fn export_query(
     });
     q.limit(limit);
     (q.sql, q.args)
-}
-
-impl Store {
-    /// Up to `limit` of the events `filter` picks (its cursor and limit aside), oldest first,
-    /// after `after` (where the page before ended); with their bodies if `bodies`.
-    pub async fn export_page(
-        &self,
-        filter: &ListFilter,
-        after: Option<ExportCursor>,
-        limit: usize,
-        bodies: bool,
-    ) -> Result<Vec<Exported>, StoreError> {
-        match self.engine() {
-            Engine::Sqlite(db) => db.export_page(filter, after, limit, bodies).await,
-            Engine::Postgres(pg) => pg.export_page(filter, after, limit, bodies).await,
-        }
-    }
 }

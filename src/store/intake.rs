@@ -16,12 +16,8 @@
 //! an item, racing on any instances, are decided one after the other, each seeing the
 //! items of those before it. Every other event costs nothing more.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 
-use super::handle::Engine;
-use super::{Store, StoreError};
 use crate::verify::Verified;
 
 /// A verified webhook, ready to store. Building one takes the verifier's proof.
@@ -159,28 +155,6 @@ pub enum Inserted {
     /// The (endpoint, dedup key) was already there (within the window, if the endpoint has
     /// one): the id of the newest such row.
     Duplicate(i64),
-}
-
-impl Store {
-    /// Stores a verified event unless its (endpoint, dedup key) is already there (since the
-    /// window's start, if the endpoint has a window). The barrier is one statement of the
-    /// engine's, so concurrent copies cannot both get in.
-    ///
-    /// `deadline`: how long the request waits for the engine to take the insert for a
-    /// transaction. Not taken by then, it is given up and never runs
-    /// ([`StoreError::NotTaken`]: the caller answers 503 knowing that nothing will be
-    /// stored); taken, its real answer is awaited however long that takes (`handover.rs`
-    /// says what bounds it). Either way the outcome is recorded for `/readyz`.
-    pub async fn insert_event(
-        &self,
-        event: NewEvent,
-        deadline: Duration,
-    ) -> Result<Inserted, StoreError> {
-        match self.engine() {
-            Engine::Sqlite(db) => db.insert_event(event, deadline).await,
-            Engine::Postgres(pg) => pg.insert_event(event, deadline).await,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -2,24 +2,24 @@
 //! its folder: SQLite (`sqlite/`: one file, one writer thread, the default) and PostgreSQL
 //! (`postgres/`: a database many instances share, docs/postgres.md).
 //!
-//! [`Store`] (`handle.rs`) is the one handle every caller holds, the server and the commands
-//! alike. It holds an engine, chosen when it is opened ([`Store::open`],
-//! [`Store::open_for_command`], [`Store::open_read_only`], [`Store::open_postgres`]); its
-//! methods are named by intent and take and return plain Rust types, never an engine's. A
-//! caller's future resolves only once what it wrote is durable.
-//!
-//! The files here are what both engines share, one per consumer: the row types and the
-//! `Store` methods of `intake.rs` (the dedup barrier; `handover.rs`, how a request that gives
-//! up at its deadline and the engine agree on whether its insert runs), `queue.rs` (the
-//! forwarding worker's claims and attempts), `events.rs` (what `portaria events` and the
-//! status page list, show and replay, and the list's one statement), `export.rs` (`events
-//! export`'s pages), `dashboard.rs` (the status page's overview, and its row shaping),
-//! `alerts.rs`, `pauses.rs` (paused routes), `reconcile.rs` (what a reconcile run never
-//! stored), `observe.rs` (`/readyz` and
-//! `/metrics`), `counters.rs` (the status page's hourly counters), `retention.rs` (what
-//! pruning may remove, defined once; archive restore), `pruning.rs` (a pruning pass's hold),
+//! Three layers, each naming only those below it. [`Store`] (`handle/`) is the one handle
+//! every caller holds, the server and the commands alike. It holds an engine, chosen when it
+//! is opened ([`Store::open`], [`Store::open_for_command`], [`Store::open_read_only`],
+//! [`Store::open_postgres`]); its methods are named by intent and take and return plain Rust
+//! types, never an engine's, one file of them per consumer. A caller's future resolves only
+//! once what it wrote is durable. Under it, the engines (`sqlite/`, `postgres/`), each with a
+//! file of queries per consumer. Under both, the files here: what both engines share, one per
+//! consumer, the row types, the SQL both accept and the pure rules: `intake.rs` (the dedup
+//! barrier; `handover.rs`, how a request that gives up at its deadline and the engine agree on
+//! whether its insert runs), `queue.rs` (the forwarding worker's claims and attempts),
+//! `events.rs` (what `portaria events` and the status page list, show and replay, and the
+//! list's one statement), `export.rs` (`events export`'s pages), `dashboard.rs` (the status
+//! page's overview, and its row shaping), `alerts.rs`, `pauses.rs` (paused routes),
+//! `observe.rs` (`/readyz` and `/metrics`), `counters.rs` (the status page's hourly
+//! counters), `retention.rs` (what pruning may remove, defined once; archive restore),
 //! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
-//! JSON). Each engine has a file of the same name with its queries.
+//! JSON). The handle's `pruning.rs` is a pruning pass's hold; its `reconcile.rs`, what a
+//! reconcile run never stored.
 //!
 //! Every public method of [`Store`] is one `match` over the engine, handing the call to the
 //! engine's method of the same name: an engine that lacks a method is a compile error, not
@@ -47,9 +47,7 @@ mod json;
 mod observe;
 mod pauses;
 mod postgres;
-mod pruning;
 mod queue;
-mod reconcile;
 mod retention;
 mod sqlite;
 
@@ -60,12 +58,12 @@ pub use counters::{Counted, Rejection};
 pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use export::{ExportCursor, Exported};
+pub use handle::Pruning;
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use json::{detail_json, header_lines, summary_json};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
 pub use pauses::RoutePause;
-pub use pruning::Pruning;
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 

@@ -10,8 +10,7 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::handle::Engine;
-use super::{Store, StoreError};
+use super::StoreError;
 
 /// How long a failed intake commit keeps `/readyz` at 503 when no later one has succeeded.
 /// Past it, the probe and the free space decide alone, so readiness comes back by itself even
@@ -47,7 +46,7 @@ impl IntakeHealth {
     }
 
     /// The error of the latest intake commit, if it failed less than `hold` ago.
-    fn recent_failure(&self, hold: Duration) -> Option<(Duration, String)> {
+    pub(super) fn recent_failure(&self, hold: Duration) -> Option<(Duration, String)> {
         let last = self.last.lock().ok()?;
         let last = last.as_ref()?;
         let error = last.error.as_ref()?;
@@ -93,41 +92,6 @@ impl QueueStats {
                 oldest_pending_ms: None,
                 dead,
             }),
-        }
-    }
-}
-
-impl Store {
-    /// Rewrites one row of `meta` and waits for the COMMIT: proof that the database takes a
-    /// durable write now (the write lock is free, the disk has room, the file is writable).
-    pub async fn probe_write(&self, now_ms: i64) -> Result<(), StoreError> {
-        match self.engine() {
-            Engine::Sqlite(db) => db.probe_write(now_ms).await,
-            Engine::Postgres(pg) => pg.probe_write(now_ms).await,
-        }
-    }
-
-    /// Whether a webhook arriving now would be stored: the latest intake commit did not fail
-    /// recently (or one succeeded since), and the engine's own checks pass (SQLite: the file
-    /// system has `needed_free` bytes available; both: the write probe commits).
-    pub async fn readiness(&self, needed_free: u64, now_ms: i64) -> Result<(), NotReady> {
-        if let Some((ago, error)) = self.intake_health().recent_failure(INTAKE_FAILURE_HOLD) {
-            return Err(NotReady::IntakeFailed {
-                ago_ms: ago.as_millis() as u64,
-                error,
-            });
-        }
-        match self.engine() {
-            Engine::Sqlite(db) => db.readiness(needed_free, now_ms).await,
-            Engine::Postgres(pg) => pg.readiness(needed_free, now_ms).await,
-        }
-    }
-
-    /// Pending and dead counts and the oldest pending event, per endpoint that has any.
-    pub async fn queue_stats(&self) -> Result<Vec<QueueStats>, StoreError> {
-        match self.engine() {
-            Engine::Sqlite(db) => db.queue_stats().await,
-            Engine::Postgres(pg) => pg.queue_stats().await,
         }
     }
 }

@@ -226,10 +226,11 @@ fn no_production_file_is_over_the_size_a_reader_can_hold() {
 }
 
 /// The store's two engines are peers behind one handle (ARCHITECTURE.md, "Dependency
-/// rules"): the files at `store/` are what both share and name neither engine's client
-/// library; an engine names the other nowhere but in `store copy` (a SQLite file into
-/// PostgreSQL); and `Store`'s methods live only in the shared files, each one `match` over
-/// the engine, so an engine that lacks one is a compile error.
+/// rules"): the files at `store/` are what both share (row types, shared SQL, pure rules) and
+/// name neither engine nor `Store`; an engine names the other nowhere but in `store copy` (a
+/// SQLite file into PostgreSQL); and `Store`'s methods live only in `store/handle/`, the
+/// layer above both, each one `match` over the engine, so an engine that lacks one is a
+/// compile error.
 #[test]
 fn the_store_engines_are_peers_behind_one_handle() {
     let store = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/store");
@@ -260,9 +261,12 @@ fn the_store_engines_are_peers_behind_one_handle() {
                     "store/{rel} names an engine's client"
                 );
                 // Opening PostgreSQL takes its connection settings; nothing else names them.
+                assert!(!names("tokio_postgres"), "store/{rel} names tokio_postgres");
+                // `mod.rs` is the door: it re-exports `Store` from `handle/`.
                 assert!(
-                    rel == "handle.rs" || !names("tokio_postgres"),
-                    "store/{rel} names tokio_postgres"
+                    !names("impl Store {")
+                        && (rel == "mod.rs" || !names("Store;") && !names("Store,")),
+                    "store/{rel}: Store and its methods live in store/handle/"
                 );
                 assert!(
                     !names("postgres()"),
@@ -276,7 +280,7 @@ fn the_store_engines_are_peers_behind_one_handle() {
                 );
                 assert!(
                     !names("impl Store {"),
-                    "store/{rel}: Store's methods live in the shared files"
+                    "store/{rel}: Store's methods live in store/handle/"
                 );
             }
             Some("postgres") => {
@@ -286,7 +290,23 @@ fn the_store_engines_are_peers_behind_one_handle() {
                 );
                 assert!(
                     !names("impl Store {"),
-                    "store/{rel}: Store's methods live in the shared files"
+                    "store/{rel}: Store's methods live in store/handle/"
+                );
+            }
+            Some("handle") => {
+                // The layer above both engines: it opens them (PostgreSQL by its connection
+                // settings) and hands each call to one, never speaking SQL itself.
+                assert!(
+                    !names("rusqlite") && !names("deadpool"),
+                    "store/{rel} names an engine's client"
+                );
+                assert!(
+                    rel == "handle/mod.rs" || !names("tokio_postgres"),
+                    "store/{rel} names tokio_postgres"
+                );
+                assert!(
+                    !names("postgres()"),
+                    "store/{rel}: a run-time test of the engine"
                 );
             }
             Some(other) => panic!("store/{other}/: a third engine? add its rules here"),
@@ -456,6 +476,9 @@ fn folder_imports(src: &Path, dir: &Path) -> BTreeMap<String, BTreeSet<String>> 
     for (kid, files) in &kids {
         let mut deps = BTreeSet::new();
         for file in files {
+            if file.ends_with("fixtures.rs") {
+                continue; // a test-only module (`#[cfg(test)] mod fixtures`), as above
+            }
             // How many `super::` from this file reach the folder.
             let depth = file
                 .parent()
@@ -546,39 +569,11 @@ fn no_import_circle_between_the_files_of_a_folder() {
             ));
         }
     }
-    // A ratchet: the circles still to untie (issue 25), each listed exactly, so the list only
-    // shrinks: a new circle fails, and so does one untied but still listed. The store's: its
-    // shared files carry both the row types the engines read and the `impl Store` methods that
-    // match on the engines.
-    let known: BTreeSet<&str> = KNOWN_CIRCLES.iter().copied().collect();
-    let now: BTreeSet<&str> = found.iter().map(String::as_str).collect();
-    let new: Vec<&&str> = now.difference(&known).collect();
-    let untied: Vec<&&str> = known.difference(&now).collect();
-    assert!(new.is_empty(), "import circles inside folders:\n{new:#?}");
     assert!(
-        untied.is_empty(),
-        "untied, so take them off KNOWN_CIRCLES:\n{untied:#?}"
+        found.is_empty(),
+        "import circles inside folders:\n{found:#?}"
     );
 }
-
-/// The circles inside folders not untied yet (see the test above).
-const KNOWN_CIRCLES: &[&str] = &[
-    "store: handle -> counters -> handle",
-    "store: handle -> observe -> handle",
-    "store: alerts -> handle -> postgres -> alerts",
-    "store: handle -> postgres -> copy -> handle",
-    "store: handle -> postgres -> dashboard -> handle",
-    "store: handle -> postgres -> events -> handle",
-    "store: handle -> postgres -> export -> handle",
-    "store: handle -> postgres -> intake -> handle",
-    "store: handle -> postgres -> pauses -> handle",
-    "store: handle -> postgres -> queue -> handle",
-    "store: handle -> postgres -> retention -> handle",
-    "store: alerts -> handle -> postgres -> sqlite -> alerts",
-    "store: handle -> postgres -> sqlite -> backup -> handle",
-    "store: handle -> postgres -> sqlite -> handle",
-    "store/postgres: dashboard -> retention -> dashboard",
-];
 
 /// The checker finds what it is for: a circle through `super::`, through a name the folder's
 /// own file re-exports, and through a `crate::` path, and nothing in a folder without one.

@@ -9,13 +9,14 @@
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+use super::rows::{status, summary};
 use super::{Pg, error};
 use crate::store::dashboard::{
     Chart, Counts, HOUR_MS, chart_sql, counted_since_sql, day_hours, shown,
 };
 use crate::store::events::{self, Arg, EventDetail, EventSummary, ListFilter, RouteState};
 use crate::store::export::{ExportCursor, Exported, export_query};
-use crate::store::{HourCounts, Overview, Status, StoreError};
+use crate::store::{HourCounts, Overview, StoreError};
 
 const RECEIVED_SINCE: &str =
     "SELECT count(*) FROM events WHERE endpoint = $1 AND received_at >= $2";
@@ -164,13 +165,13 @@ impl Pg {
         let sql = format!(
             "SELECT {}, {} FROM events JOIN payloads ON event_id = id WHERE id = $1",
             events::SUMMARY,
-            super::retention::DETAIL
+            super::rows::DETAIL
         );
         let Some(row) = client.query_opt(&sql, &[&id]).await.map_err(error)? else {
             return Ok(None);
         };
-        let mut detail = super::retention::detail(&row)?;
-        detail.attempts = super::retention::attempts_of(&client, &[id])
+        let mut detail = super::rows::detail(&row)?;
+        detail.attempts = super::rows::attempts_of(&client, &[id])
             .await?
             .remove(&id)
             .unwrap_or_default();
@@ -258,29 +259,6 @@ impl Pg {
             })
             .collect()
     }
-}
-
-/// A row of `events::SUMMARY`'s columns (also the first columns of the prune pass's batch rows,
-/// `retention.rs`).
-pub(super) fn summary(row: &Row) -> Result<EventSummary, StoreError> {
-    Ok(EventSummary {
-        id: row.get(0),
-        endpoint: row.get(1),
-        dedup_key: row.get(2),
-        event_type: row.get(3),
-        received_at_ms: row.get(4),
-        status: status(row, 5)?,
-        attempts: u32::try_from(row.get::<_, i64>(6)).unwrap_or(u32::MAX),
-        next_attempt_at_ms: row.get(7),
-        last_error: row.get(8),
-        object_id: row.get(9),
-    })
-}
-
-pub(super) fn status(row: &Row, idx: usize) -> Result<Status, StoreError> {
-    row.get::<_, String>(idx)
-        .parse()
-        .map_err(StoreError::Postgres)
 }
 
 fn count_u32(n: i32) -> u32 {

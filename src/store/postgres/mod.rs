@@ -29,6 +29,7 @@ mod queue;
 mod reconcile;
 mod restore;
 mod retention;
+mod rows;
 mod schema;
 mod tls;
 

@@ -13,12 +13,11 @@
 //! no other instance reads a batch meanwhile, so none archives an event twice. Space is
 //! PostgreSQL's autovacuum's to reclaim.
 
-use std::collections::HashMap;
-
 use deadpool_postgres::{ClientWrapper, Object};
 
+use super::rows::{DETAIL, attempts_of, detail};
 use super::{Pg, error};
-use crate::store::events::{self, Attempt, EventDetail};
+use crate::store::events::{self, EventDetail};
 use crate::store::retention::prunable;
 use crate::store::{Cutoffs, PrunableGroup, Removed, StoreError};
 
@@ -56,15 +55,6 @@ fn prunable_batch() -> String {
         DETAIL
     )
 }
-
-/// The attempts of these events: the failed and interrupted ones have rows, a delivered one
-/// is its delivery row.
-const ATTEMPTS_OF: &str = "SELECT event_id, attempt, started_at, duration_ms, outcome, error, \
-       route, id FROM attempts WHERE event_id = ANY($1) \
-     UNION ALL SELECT event_id, attempts, finished_at - delivered_ms, delivered_ms, \
-       'delivered', NULL, route, NULL FROM deliveries \
-     WHERE event_id = ANY($1) AND status = 'delivered' AND delivered_ms IS NOT NULL \
-     ORDER BY 1, 3, 8";
 
 /// These events deleted ($3), each only if it is still prunable (a replay since it was read
 /// wins).
@@ -125,7 +115,7 @@ impl Pg {
             .map(|row| {
                 Ok(PrunableGroup {
                     endpoint: row.get(0),
-                    status: super::dashboard::status(&row, 1)?,
+                    status: super::rows::status(&row, 1)?,
                     events: row.get::<_, i64>(2) as u64,
                     bytes: row.get::<_, i64>(3) as u64,
                 })
@@ -204,49 +194,11 @@ impl RetentionLock {
     }
 }
 
-/// The attempts of the events `ids`, by event, each event's in the order they started.
-pub(super) async fn attempts_of(
-    client: &tokio_postgres::Client,
-    ids: &[i64],
-) -> Result<HashMap<i64, Vec<Attempt>>, StoreError> {
-    let mut attempts: HashMap<i64, Vec<Attempt>> = HashMap::new();
-    for r in client.query(ATTEMPTS_OF, &[&ids]).await.map_err(error)? {
-        attempts.entry(r.get(0)).or_default().push(Attempt {
-            attempt: u32::try_from(r.get::<_, i32>(1)).unwrap_or(0),
-            started_at_ms: r.get(2),
-            duration_ms: r.get(3),
-            outcome: r.get(4),
-            error: r.get(5),
-            route: r.get(6),
-        });
-    }
-    Ok(attempts)
-}
-
-/// The columns of an event's detail after `events::SUMMARY`'s (PostgreSQL's; its payload
-/// joined), read by [`detail`].
-pub(super) const DETAIL: &str = "content_type, headers, body, signed_id, event_type_signed";
-
-/// A row of `events::SUMMARY`'s columns, then [`DETAIL`]'s (the body kept raw on
-/// PostgreSQL), without routes or attempts ([`prunable_batch`], one event's detail).
-pub(super) fn detail(row: &tokio_postgres::Row) -> Result<EventDetail, StoreError> {
-    Ok(EventDetail {
-        summary: super::dashboard::summary(row)?,
-        content_type: row.get(10),
-        headers: row.get(11),
-        body: row.get(12),
-        signed_id: row.get(13),
-        event_type_signed: row.get(14),
-        routes: Vec::new(),
-        attempts: Vec::new(),
-    })
-}
-
 /// A row of `endpoint, status, payload_bytes`.
 fn removed(row: &tokio_postgres::Row) -> Result<Removed, StoreError> {
     Ok(Removed {
         endpoint: row.get(0),
-        status: super::dashboard::status(row, 1)?,
+        status: super::rows::status(row, 1)?,
         bytes: row.get::<_, i64>(2) as u64,
     })
 }

@@ -1,12 +1,29 @@
 //! [`Store`], the handle every caller holds: cheap to clone, async. It holds one [`Engine`],
 //! SQLite (`sqlite/`) or PostgreSQL (`postgres/`), chosen when it is opened, and what both
 //! share: the status page's [`Tally`] and intake's [`IntakeHealth`]. This file owns opening
-//! and closing; each public method sits in the shared file of its consumer (`intake.rs`,
-//! `queue.rs`, ...), one `match` over [`Engine`] handing the call to the engine's method of
-//! the same name.
+//! and closing; the other public methods sit in a file per consumer (`intake.rs`,
+//! `queue.rs`, ...), each one `match` over [`Engine`] handing the call to the engine's method
+//! of the same name. This folder names the engines and the shared files; neither names it.
 
 use std::path::Path;
 use std::sync::Arc;
+
+mod alerts;
+mod backup;
+mod copy;
+mod counters;
+mod dashboard;
+mod events;
+mod export;
+mod intake;
+mod observe;
+mod pauses;
+mod pruning;
+mod queue;
+mod reconcile;
+mod retention;
+
+pub use pruning::Pruning;
 
 use super::StoreError;
 use super::counters::Tally;

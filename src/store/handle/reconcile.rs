@@ -3,8 +3,9 @@
 //! Any row of the (endpoint, key) counts, whatever its age or status: an event stored once was
 //! received, even if the window of its dedup has passed since.
 
-use super::handle::Engine;
-use super::{Store, StoreError};
+use super::Engine;
+use super::Store;
+use crate::store::StoreError;
 
 impl Store {
     /// Those of `keys` that no stored event of `endpoint` has as its dedup key, in the order

@@ -4,10 +4,11 @@
 //! instances never archive or delete the same batch. On SQLite it is the engine itself (one
 //! file, one writer: its batches are writer jobs, serialized by the file's write lock).
 
-use super::handle::Engine;
-use super::postgres::RetentionLock;
-use super::sqlite::Sqlite;
-use super::{Cutoffs, EventDetail, Removed, Store, StoreError};
+use super::Engine;
+use super::Store;
+use crate::store::postgres::RetentionLock;
+use crate::store::sqlite::Sqlite;
+use crate::store::{Cutoffs, EventDetail, Removed, StoreError};
 
 /// The pass's hold on the store: its batches go through here. Dropping it ends the hold.
 pub struct Pruning<'a> {

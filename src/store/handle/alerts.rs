@@ -1,0 +1,49 @@
+//! The alerts task's calls: its saved state (`meta` rows under `alerts:`) and the events gone
+//! dead since its cursor.
+//! Each method is one `match` over [`Engine`](super::Engine).
+
+use super::Engine;
+use super::Store;
+use crate::store::StoreError;
+use crate::store::alerts::DeadBatch;
+
+impl Store {
+    /// Events that went dead with an attempt recorded after `cursor` (0: ever), and the new
+    /// cursor (the newest attempt id now).
+    pub async fn dead_after(&self, cursor: i64) -> Result<DeadBatch, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.dead_after(cursor).await,
+            Engine::Postgres(pg) => pg.dead_after(cursor).await,
+        }
+    }
+
+    /// Those of `names` that have a stored event: the ones that "usually receive events" when
+    /// the server starts. One step into `events_endpoint` each, however large `events` is.
+    pub async fn endpoints_with_events(
+        &self,
+        names: Vec<String>,
+    ) -> Result<Vec<String>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.endpoints_with_events(names).await,
+            Engine::Postgres(pg) => pg.endpoints_with_events(names).await,
+        }
+    }
+
+    /// The alerts task's saved state: every `meta` row under [`ALERT_KEY_PREFIX`](crate::store::ALERT_KEY_PREFIX).
+    pub async fn alert_state(&self) -> Result<Vec<(String, String)>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.alert_state().await,
+            Engine::Postgres(pg) => pg.alert_state().await,
+        }
+    }
+
+    /// Saves these rows of the alerts task's state (keys under [`ALERT_KEY_PREFIX`](crate::store::ALERT_KEY_PREFIX)), all in
+    /// one transaction, committed like delivery bookkeeping: without an fsync of its own when
+    /// nothing else in the batch needs one.
+    pub async fn save_alert_state(&self, rows: Vec<(String, String)>) -> Result<(), StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.save_alert_state(rows).await,
+            Engine::Postgres(pg) => pg.save_alert_state(rows).await,
+        }
+    }
+}
