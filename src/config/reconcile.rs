@@ -37,7 +37,8 @@ const MIN_EVERY: Duration = Duration::from_millis(100);
 const PLACEHOLDER_KEY: &[u8] = b"portaria: reconcile key not loaded";
 
 /// The providers a run is built for: their API's address and how long it keeps what a run
-/// lists (Pagar.me's hooks and Stripe's events: 30 days, docs/reconcile.md).
+/// lists (Pagar.me's hooks and Stripe's events: 30 days; Paddle's notifications: 90 days;
+/// docs/reconcile.md).
 const PROVIDERS: &[(&str, &str, Duration)] = &[
     (
         "pagarme-v5",
@@ -48,6 +49,11 @@ const PROVIDERS: &[(&str, &str, Duration)] = &[
         "stripe",
         "https://api.stripe.com",
         Duration::from_secs(30 * 86_400),
+    ),
+    (
+        "paddle",
+        "https://api.paddle.com",
+        Duration::from_secs(90 * 86_400),
     ),
 ];
 
@@ -374,7 +380,9 @@ mod tests {
                       [endpoint.reconcile]\napi_key_env = \"GITHUB_TOKEN\"\n";
         let p = problems(github);
         assert!(
-            p.contains("provider `github` has no reconcile yet (built for: pagarme-v5, stripe;"),
+            p.contains(
+                "provider `github` has no reconcile yet (built for: pagarme-v5, stripe, paddle;"
+            ),
             "{p}"
         );
     }

@@ -1,6 +1,6 @@
 //! One gateway API as a run calls it: the base URL, the key in the `Authorization` header
-//! (HTTP Basic with the key as the user, which Pagar.me and Stripe both take), and what an
-//! answer's status means. A 429 or a 5xx is tried again after the `Retry-After` the API sent
+//! ([`Auth`]: HTTP Basic with the key as the user, which Pagar.me and Stripe take, or a
+//! Bearer token, Paddle's), and what an answer's status means. A 429 or a 5xx is tried again after the `Retry-After` the API sent
 //! (else 1 s, then 2 s), up to [`TRIES`] times and never waiting more than [`MAX_WAIT`] at
 //! once: a run is bounded, and an API that asks for longer is told about, not waited for.
 //! A failure is said in the owner's words ([`ApiError`]), never with the key, a header or the
@@ -43,6 +43,15 @@ pub enum ApiError {
     Shape(String),
 }
 
+/// How the key goes into the `Authorization` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Auth {
+    /// `Basic base64(key + ":")`: the key as the user, no password (Pagar.me, Stripe).
+    Basic,
+    /// `Bearer key` (Paddle).
+    Bearer,
+}
+
 /// A gateway's API, for one run.
 pub struct Api {
     client: Client,
@@ -51,18 +60,25 @@ pub struct Api {
 }
 
 impl Api {
-    /// The API `reconcile` names, trusting the system's roots and its `ca_file`.
-    pub fn new(reconcile: &Reconcile) -> Result<Api, ApiError> {
+    /// The API `reconcile` names, trusting the system's roots and its `ca_file`, the key sent
+    /// as `scheme` says.
+    pub fn new(reconcile: &Reconcile, scheme: Auth) -> Result<Api, ApiError> {
         let roots = Roots::system().with(&reconcile.extra_roots);
         let client = Client::new(&roots, Limits::default())
             .map_err(|e| ApiError::Unreachable(e.to_string()))?;
-        let mut user = reconcile.api_key.expose().to_vec();
-        user.push(b':');
-        let basic = format!(
-            "Basic {}",
-            base64::engine::general_purpose::STANDARD.encode(user)
-        );
-        let mut auth = HeaderValue::from_str(&basic)
+        let key = reconcile.api_key.expose();
+        let value = match scheme {
+            Auth::Basic => {
+                let mut user = key.to_vec();
+                user.push(b':');
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(user)
+                )
+            }
+            Auth::Bearer => format!("Bearer {}", String::from_utf8_lossy(key)),
+        };
+        let mut auth = HeaderValue::from_str(&value)
             .map_err(|_| ApiError::Unreachable("the API key cannot be sent in a header".into()))?;
         auth.set_sensitive(true);
         Ok(Api {

@@ -9,6 +9,9 @@
 //! - `stripe` (`stripe`): the events whose delivery has not succeeded, in the window; those
 //!   portaria never stored are named (Stripe cannot be asked to resend; storing them from the
 //!   API's answer is not built yet), with a [`Report::note`] saying what to do.
+//! - `paddle` (`paddle`): the notifications Paddle gave up on (`failed`) in the window; for
+//!   each event portaria never stored, Paddle is asked to replay its notification, which
+//!   arrives signed as a new notification of the same `event_id`.
 //!
 //! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
 //!
@@ -19,6 +22,7 @@
 //! `Authorization` header and nowhere else (docs/reconcile.md).
 
 mod api;
+mod paddle;
 mod pagarme;
 mod schedule;
 mod stripe;
@@ -137,7 +141,11 @@ pub async fn run(
         dry_run,
         ..Report::default()
     };
-    let api = match api::Api::new(reconcile) {
+    let scheme = match report.provider.as_str() {
+        "paddle" => api::Auth::Bearer,
+        _ => api::Auth::Basic,
+    };
+    let api = match api::Api::new(reconcile, scheme) {
         Ok(api) => api,
         Err(e) => {
             report.errors.push(e.to_string());
@@ -147,6 +155,7 @@ pub async fn run(
     let outcome = match report.provider.as_str() {
         "pagarme-v5" => pagarme::run(&api, endpoint, store, &mut report).await,
         "stripe" => stripe::run(&api, endpoint, store, &mut report).await,
+        "paddle" => paddle::run(&api, endpoint, store, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {
@@ -173,6 +182,23 @@ async fn never_stored(
         .collect())
 }
 
+/// The path of an absolute URL (`https://host/a/b?q` is `/a/b`); "" if there is none.
+fn url_path(url: &str) -> &str {
+    let rest = url.split_once("://").map_or("", |(_, rest)| rest);
+    let path = rest.find('/').map_or("", |at| &rest[at..]);
+    path.split(['?', '#']).next().unwrap_or("")
+}
+
+/// The value of `name` in a URL's query, as it is (not decoded): `after` of
+/// `https://api.example/x?per_page=2&after=ntf_1` is `ntf_1`.
+fn query_value<'a>(url: &'a str, name: &str) -> Option<&'a str> {
+    let (_, query) = url.split_once('?')?;
+    let query = query.split('#').next().unwrap_or("");
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix(name)?.strip_prefix('='))
+}
+
 /// An id that goes into a URL as it is (a path segment, a query value).
 fn plain_id(id: &str) -> bool {
     !id.is_empty()
@@ -185,6 +211,24 @@ fn plain_id(id: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_url_s_path_and_query_are_read_strictly() {
+        assert_eq!(
+            url_path("https://shop.example/webhooks/pagarme?x=1"),
+            "/webhooks/pagarme"
+        );
+        assert_eq!(url_path("https://shop.example"), "");
+        assert_eq!(url_path("not a url"), "");
+        let next = "https://api.paddle.com/notifications?per_page=2&xafter=no&after=ntf_2#x";
+        assert_eq!(query_value(next, "after"), Some("ntf_2"));
+        assert_eq!(query_value(next, "per_page"), Some("2"));
+        assert_eq!(query_value(next, "before"), None);
+        assert_eq!(
+            query_value("https://api.paddle.com/notifications", "after"),
+            None
+        );
+    }
 
     #[test]
     fn ids_go_into_a_url_only_when_plain() {

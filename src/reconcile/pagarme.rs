@@ -43,7 +43,7 @@ pub(super) async fn run(
         for hook in hooks {
             // The account's other webhooks (another shop, another portaria) are not ours.
             let url = hook["url"].as_str().unwrap_or("");
-            if !paths.iter().any(|p| url_path(url) == p) {
+            if !paths.iter().any(|p| super::url_path(url) == p) {
                 continue;
             }
             report.checked += 1;
@@ -91,26 +91,4 @@ pub(super) async fn run(
         }
     }
     Ok(())
-}
-
-/// The path of an absolute URL (`https://host/a/b?q` is `/a/b`); "" if there is none.
-fn url_path(url: &str) -> &str {
-    let rest = url.split_once("://").map_or("", |(_, rest)| rest);
-    let path = rest.find('/').map_or("", |at| &rest[at..]);
-    path.split(['?', '#']).next().unwrap_or("")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_hook_url_s_path_is_read_strictly() {
-        assert_eq!(
-            url_path("https://shop.example/webhooks/pagarme?x=1"),
-            "/webhooks/pagarme"
-        );
-        assert_eq!(url_path("https://shop.example"), "");
-        assert_eq!(url_path("not a url"), "");
-    }
 }

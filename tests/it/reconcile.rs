@@ -13,10 +13,9 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
-use bytes::Bytes;
-use http_body_util::Full;
 use serde_json::{Value, json};
 
+use crate::support::gateway::{answer, query, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -120,25 +119,6 @@ struct FakePagarme {
     hooks: Arc<Mutex<Vec<Value>>>,
     script: Script,
     portaria: Arc<Mutex<Option<SocketAddr>>>,
-}
-
-fn answer(status: u16, body: Value, retry_after: Option<&str>) -> ::http::Response<Full<Bytes>> {
-    let mut reply = ::http::Response::builder()
-        .status(status)
-        .header("content-type", "application/json");
-    if let Some(wait) = retry_after {
-        reply = reply.header("retry-after", wait);
-    }
-    reply
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap()
-}
-
-fn query<'a>(target: &'a str, name: &str) -> Option<&'a str> {
-    let (_, query) = target.split_once('?')?;
-    query
-        .split('&')
-        .find_map(|pair| pair.strip_prefix(&format!("{name}=")))
 }
 
 impl FakePagarme {
@@ -255,39 +235,6 @@ async fn start(hooks: Vec<Value>, extra: &str) -> (TestServer, FakePagarme) {
     let server = TestServer::start_with(dir, db, &text).await;
     *fake.portaria.lock().unwrap() = Some(server.addr);
     (server, fake)
-}
-
-/// `portaria reconcile ARGS`, the real binary, off the runtime's threads.
-async fn reconcile(server: &TestServer, args: &[&str]) -> std::process::Output {
-    let config = server.config_path();
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let mut all = vec!["reconcile".to_string()];
-        all.extend(args);
-        let all: Vec<&str> = all.iter().map(String::as_str).collect();
-        portaria()
-            .args(&all)
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "trace")
-            .output()
-            .unwrap()
-    })
-    .await
-    .unwrap()
-}
-
-/// The one JSON object of a `--json` run, and its exit code.
-fn report(out: &std::process::Output) -> (Value, Option<i32>) {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().next().unwrap_or_else(|| {
-        panic!(
-            "no output; stderr: {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    let value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"));
-    (value, out.status.code())
 }
 
 fn stored(server: &TestServer, key: &str) -> i64 {

@@ -16,6 +16,7 @@
 
 pub mod config_text;
 pub mod faults;
+pub mod gateway;
 pub mod http;
 pub mod oracle;
 pub mod pg_cluster;
