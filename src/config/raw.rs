@@ -156,6 +156,7 @@ pub(super) struct RawReconcile {
     pub(super) window: Option<String>,
     pub(super) api_base: Option<String>,
     pub(super) ca_file: Option<String>,
+    pub(super) reactivate: Option<bool>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -38,7 +38,7 @@ const PLACEHOLDER_KEY: &[u8] = b"portaria: reconcile key not loaded";
 
 /// The providers a run is built for: their API's address and how long it keeps what a run
 /// lists (Pagar.me's hooks and Stripe's events: 30 days; Paddle's notifications: 90 days;
-/// docs/reconcile.md).
+/// a paused Asaas queue's events: 14 days; docs/reconcile.md).
 const PROVIDERS: &[(&str, &str, Duration)] = &[
     (
         "pagarme-v5",
@@ -54,6 +54,11 @@ const PROVIDERS: &[(&str, &str, Duration)] = &[
         "paddle",
         "https://api.paddle.com",
         Duration::from_secs(90 * 86_400),
+    ),
+    (
+        "asaas",
+        "https://api.asaas.com",
+        Duration::from_secs(14 * 86_400),
     ),
 ];
 
@@ -71,6 +76,8 @@ pub struct Reconcile {
     /// `ca_file`, absolute, and its certificates (read at validation).
     pub ca_file: Option<PathBuf>,
     pub extra_roots: Vec<CertificateDer<'static>>,
+    /// Asaas only: a run resumes a paused webhook queue and drops its penalty.
+    pub reactivate: bool,
 }
 
 impl Validator<'_> {
@@ -98,6 +105,11 @@ impl Validator<'_> {
                 "{at}: a run finds what portaria never stored by the dedup key read from the \
                  event's JSON, and this endpoint's dedup rule is `{rule}`; use a `json:` rule \
                  (the preset's default is json:/id)"
+            ));
+        }
+        if raw.reactivate.is_some() && provider != "asaas" {
+            self.problem(format!(
+                "{at}.reactivate: only an Asaas webhook queue is paused and resumed; remove it"
             ));
         }
         let api_key = self.reconcile_key(&at, raw.api_key_env, raw.api_key_file);
@@ -148,6 +160,7 @@ impl Validator<'_> {
             api_base,
             ca_file,
             extra_roots,
+            reactivate: raw.reactivate.unwrap_or(false),
         })
     }
 
@@ -370,6 +383,10 @@ mod tests {
                 with("apikey = \"x\""),
                 "(`apikey`): unknown key in endpoint[0].reconcile",
             ),
+            (
+                with("reactivate = true"),
+                "reactivate: only an Asaas webhook queue is paused and resumed",
+            ),
         ] {
             let p = problems(&text);
             assert!(p.contains(why), "{why}: {p}");
@@ -381,7 +398,7 @@ mod tests {
         let p = problems(github);
         assert!(
             p.contains(
-                "provider `github` has no reconcile yet (built for: pagarme-v5, stripe, paddle;"
+                "provider `github` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas;"
             ),
             "{p}"
         );

@@ -1,6 +1,7 @@
 //! One gateway API as a run calls it: the base URL, the key in the `Authorization` header
 //! ([`Auth`]: HTTP Basic with the key as the user, which Pagar.me and Stripe take, or a
-//! Bearer token, Paddle's), and what an answer's status means. A 429 or a 5xx is tried again after the `Retry-After` the API sent
+//! Bearer token, Paddle's), or in Asaas's own `access_token` header, and what an answer's
+//! status means. A 429 or a 5xx is tried again after the `Retry-After` the API sent
 //! (else 1 s, then 2 s), up to [`TRIES`] times and never waiting more than [`MAX_WAIT`] at
 //! once: a run is bounded, and an API that asks for longer is told about, not waited for.
 //! A failure is said in the owner's words ([`ApiError`]), never with the key, a header or the
@@ -9,8 +10,8 @@
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use http::header::{ACCEPT, AUTHORIZATION};
-use http::{HeaderValue, StatusCode, Uri};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderName, HeaderValue, StatusCode, Uri};
 
 use crate::config::Reconcile;
 use crate::outbound::{Answer, Client, Error, Limits, Request, Roots};
@@ -50,13 +51,15 @@ pub enum Auth {
     Basic,
     /// `Bearer key` (Paddle).
     Bearer,
+    /// `access_token: key`, not in `Authorization` (Asaas).
+    AccessToken,
 }
 
 /// A gateway's API, for one run.
 pub struct Api {
     client: Client,
     base: String,
-    auth: HeaderValue,
+    auth: (HeaderName, HeaderValue),
 }
 
 impl Api {
@@ -77,6 +80,11 @@ impl Api {
                 )
             }
             Auth::Bearer => format!("Bearer {}", String::from_utf8_lossy(key)),
+            Auth::AccessToken => String::from_utf8_lossy(key).into_owned(),
+        };
+        let name = match scheme {
+            Auth::AccessToken => HeaderName::from_static("access_token"),
+            Auth::Basic | Auth::Bearer => AUTHORIZATION,
         };
         let mut auth = HeaderValue::from_str(&value)
             .map_err(|_| ApiError::Unreachable("the API key cannot be sent in a header".into()))?;
@@ -84,7 +92,7 @@ impl Api {
         Ok(Api {
             client,
             base: reconcile.api_base.clone(),
-            auth,
+            auth: (name, auth),
         })
     }
 
@@ -98,16 +106,35 @@ impl Api {
         self.call(http::Method::POST, path).await
     }
 
+    /// PUTs `body` as JSON to `path`, answered 2xx.
+    pub async fn put_json(&self, path: &str, body: &serde_json::Value) -> Result<Answer, ApiError> {
+        self.call_with(http::Method::PUT, path, Some(body)).await
+    }
+
     async fn call(&self, method: http::Method, path: &str) -> Result<Answer, ApiError> {
+        self.call_with(method, path, None).await
+    }
+
+    async fn call_with(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<Answer, ApiError> {
         let url: Uri = format!("{}{path}", self.base)
             .parse()
             .map_err(|_| ApiError::Shape(format!("cannot make a URL of an id in {path:?}")))?;
         let mut tried = 0;
         loop {
             tried += 1;
-            let request = Request::new(method.clone(), url.clone())
-                .header(AUTHORIZATION, self.auth.clone())
+            let mut request = Request::new(method.clone(), url.clone())
+                .header(self.auth.0.clone(), self.auth.1.clone())
                 .header(ACCEPT, HeaderValue::from_static("application/json"));
+            if let Some(body) = body {
+                request = request
+                    .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                    .body(body.to_string());
+            }
             let answer = match self.client.send(request).await {
                 Ok(answer) => answer,
                 // A DNS, connect or TLS failure, a timeout: the network's, tried again.

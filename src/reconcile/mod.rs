@@ -12,6 +12,9 @@
 //! - `paddle` (`paddle`): the notifications Paddle gave up on (`failed`) in the window; for
 //!   each event portaria never stored, Paddle is asked to replay its notification, which
 //!   arrives signed as a new notification of the same `event_id`.
+//! - `asaas` (`asaas`): Asaas keeps the events of a webhook it paused (`interrupted`) for 14
+//!   days; a run finds this endpoint's paused queue and, with `reactivate`, resumes it and
+//!   drops its penalty, so Asaas sends what it held, in order.
 //!
 //! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
 //!
@@ -22,6 +25,7 @@
 //! `Authorization` header and nowhere else (docs/reconcile.md).
 
 mod api;
+mod asaas;
 mod paddle;
 mod pagarme;
 mod schedule;
@@ -143,6 +147,7 @@ pub async fn run(
     };
     let scheme = match report.provider.as_str() {
         "paddle" => api::Auth::Bearer,
+        "asaas" => api::Auth::AccessToken,
         _ => api::Auth::Basic,
     };
     let api = match api::Api::new(reconcile, scheme) {
@@ -156,6 +161,7 @@ pub async fn run(
         "pagarme-v5" => pagarme::run(&api, endpoint, store, &mut report).await,
         "stripe" => stripe::run(&api, endpoint, store, &mut report).await,
         "paddle" => paddle::run(&api, endpoint, store, &mut report).await,
+        "asaas" => asaas::run(&api, endpoint, reconcile, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {

@@ -52,6 +52,7 @@ mod read_only;
 mod realip;
 mod receiver;
 mod reconcile;
+mod reconcile_asaas;
 mod reconcile_paddle;
 mod reload;
 mod replay;
