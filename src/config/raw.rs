@@ -157,6 +157,7 @@ pub(super) struct RawReconcile {
     pub(super) api_base: Option<String>,
     pub(super) ca_file: Option<String>,
     pub(super) reactivate: Option<bool>,
+    pub(super) hook: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -38,7 +38,7 @@ const PLACEHOLDER_KEY: &[u8] = b"portaria: reconcile key not loaded";
 
 /// The providers a run is built for: their API's address and how long it keeps what a run
 /// lists (Pagar.me's hooks and Stripe's events: 30 days; Paddle's notifications: 90 days;
-/// a paused Asaas queue's events: 14 days; docs/reconcile.md).
+/// a paused Asaas queue's events: 14 days; GitHub redelivers 3 days back; docs/reconcile.md).
 const PROVIDERS: &[(&str, &str, Duration)] = &[
     (
         "pagarme-v5",
@@ -60,6 +60,11 @@ const PROVIDERS: &[(&str, &str, Duration)] = &[
         "https://api.asaas.com",
         Duration::from_secs(14 * 86_400),
     ),
+    (
+        "github",
+        "https://api.github.com",
+        Duration::from_secs(3 * 86_400),
+    ),
 ];
 
 /// An endpoint's reconcile, as validated.
@@ -78,6 +83,8 @@ pub struct Reconcile {
     pub extra_roots: Vec<CertificateDer<'static>>,
     /// Asaas only: a run resumes a paused webhook queue and drops its penalty.
     pub reactivate: bool,
+    /// GitHub only: the hook, `repos/OWNER/REPO/hooks/ID` or `orgs/ORG/hooks/ID`.
+    pub hook: Option<String>,
 }
 
 impl Validator<'_> {
@@ -100,7 +107,11 @@ impl Validator<'_> {
             ));
             return None;
         };
-        if let Some(rule) = dedup.filter(|r| !matches!(r, DedupRule::JsonPointer(_))) {
+        // GitHub's list names deliveries by their GUID, not by what portaria keys on: a run
+        // asks GitHub again for every event it never delivered (reconcile/github.rs).
+        let keyed = provider != "github";
+        let hook = self.github_hook(&at, provider, raw.hook);
+        if let Some(rule) = dedup.filter(|r| keyed && !matches!(r, DedupRule::JsonPointer(_))) {
             self.problem(format!(
                 "{at}: a run finds what portaria never stored by the dedup key read from the \
                  event's JSON, and this endpoint's dedup rule is `{rule}`; use a `json:` rule \
@@ -161,7 +172,59 @@ impl Validator<'_> {
             ca_file,
             extra_roots,
             reactivate: raw.reactivate.unwrap_or(false),
+            hook: hook?,
         })
+    }
+
+    /// `hook`: required for GitHub, refused elsewhere. Some(the hook) or Some(None) when
+    /// right, None after a problem.
+    fn github_hook(
+        &mut self,
+        at: &str,
+        provider: &str,
+        hook: Option<String>,
+    ) -> Option<Option<String>> {
+        let plain = |s: &str| {
+            !s.is_empty()
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && !s.starts_with('.')
+        };
+        match (provider, hook) {
+            ("github", Some(hook)) => {
+                let parts: Vec<&str> = hook.trim_matches('/').split('/').collect();
+                let right = match parts.as_slice() {
+                    ["repos", owner, repo, "hooks", id] => {
+                        plain(owner) && plain(repo) && id.bytes().all(|b| b.is_ascii_digit())
+                    }
+                    ["orgs", org, "hooks", id] => {
+                        plain(org) && id.bytes().all(|b| b.is_ascii_digit())
+                    }
+                    _ => false,
+                };
+                if right {
+                    Some(Some(parts.join("/")))
+                } else {
+                    self.problem(format!(
+                        "{at}.hook: `{hook}` is not `repos/OWNER/REPO/hooks/ID` or \
+                         `orgs/ORG/hooks/ID` (the hook's ID is in its settings page's URL)"
+                    ));
+                    None
+                }
+            }
+            ("github", None) => {
+                self.problem(format!(
+                    "{at}: GitHub needs the hook: hook = \"repos/OWNER/REPO/hooks/ID\" (or \
+                     \"orgs/ORG/hooks/ID\")"
+                ));
+                None
+            }
+            (_, Some(_)) => {
+                self.problem(format!("{at}.hook: only a GitHub reconcile names a hook"));
+                None
+            }
+            (_, None) => Some(None),
+        }
     }
 
     /// The API key: exactly one of `api_key_env`, `api_key_file`.
@@ -392,13 +455,34 @@ mod tests {
             assert!(p.contains(why), "{why}: {p}");
             assert!(!p.contains("sk_s3cret"), "{p}");
         }
-        let github = "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/g\"\n\
-                      provider = \"github\"\nsecret = \"s3cret-s3cret\"\n\
-                      [endpoint.reconcile]\napi_key_env = \"GITHUB_TOKEN\"\n";
-        let p = problems(github);
+        let github = |hook: &str| {
+            format!(
+                "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/g\"\n\
+                 provider = \"github\"\nsecret = \"s3cret-s3cret\"\n{}{hook}",
+                key_file(dir.path(), "ghp_t0ken")
+            )
+        };
+        let p = problems(&github(""));
+        assert!(p.contains("GitHub needs the hook"), "{p}");
+        let p = problems(&github("hook = \"repos/shop/site/hooks/abc\""));
+        assert!(p.contains("is not `repos/OWNER/REPO/hooks/ID`"), "{p}");
+        let p = problems(&github("hook = \"repos/../x/hooks/1\""));
+        assert!(p.contains("is not `repos/OWNER/REPO/hooks/ID`"), "{p}");
+        let config = parse(&github("hook = \"/orgs/shop/hooks/42/\"")).unwrap();
+        let r = config.endpoints[0].reconcile.clone().unwrap();
+        assert_eq!(r.hook.as_deref(), Some("orgs/shop/hooks/42"));
+        assert_eq!(r.window, Duration::from_secs(3 * 86_400));
+        let p = problems(&with("hook = \"repos/a/b/hooks/1\""));
+        assert!(p.contains("only a GitHub reconcile names a hook"), "{p}");
+        let mercadopago = format!(
+            "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/m\"\n\
+             provider = \"mercadopago\"\nsecret = \"s3cret-s3cret\"\n{}",
+            key_file(dir.path(), "APP_USR-1")
+        );
+        let p = problems(&mercadopago);
         assert!(
             p.contains(
-                "provider `github` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas;"
+                "provider `mercadopago` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github;"
             ),
             "{p}"
         );

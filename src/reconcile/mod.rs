@@ -15,6 +15,9 @@
 //! - `asaas` (`asaas`): Asaas keeps the events of a webhook it paused (`interrupted`) for 14
 //!   days; a run finds this endpoint's paused queue and, with `reactivate`, resumes it and
 //!   drops its penalty, so Asaas sends what it held, in order.
+//! - `github` (`github`): a hook's deliveries in the window, by GUID; each event none of
+//!   whose deliveries is `OK` is redelivered (the list does not carry portaria's key, so a
+//!   stored one comes back as a duplicate).
 //!
 //! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
 //!
@@ -26,6 +29,7 @@
 
 mod api;
 mod asaas;
+mod github;
 mod paddle;
 mod pagarme;
 mod schedule;
@@ -146,7 +150,7 @@ pub async fn run(
         ..Report::default()
     };
     let scheme = match report.provider.as_str() {
-        "paddle" => api::Auth::Bearer,
+        "paddle" | "github" => api::Auth::Bearer,
         "asaas" => api::Auth::AccessToken,
         _ => api::Auth::Basic,
     };
@@ -162,6 +166,7 @@ pub async fn run(
         "stripe" => stripe::run(&api, endpoint, store, &mut report).await,
         "paddle" => paddle::run(&api, endpoint, store, &mut report).await,
         "asaas" => asaas::run(&api, endpoint, reconcile, &mut report).await,
+        "github" => github::run(&api, endpoint, reconcile, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {

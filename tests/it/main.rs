@@ -53,6 +53,7 @@ mod realip;
 mod receiver;
 mod reconcile;
 mod reconcile_asaas;
+mod reconcile_github;
 mod reconcile_paddle;
 mod reload;
 mod replay;
