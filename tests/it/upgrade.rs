@@ -9,7 +9,8 @@
 //! told to trust): what it held goes out marked "type not known to be signed", a new event
 //! with what was signed. A file of version 10 (`tests/fixtures/schema_v10.sql`) gains version
 //! 11's `event_items`: an Adyen batch stored after the upgrade makes a batch of its known
-//! items a duplicate; one stored before is known by its own key only.
+//! items a duplicate; one stored before is known by its own key only. Each also gains version
+//! 12's `deliveries_head` (a strict lane's head in arrival order).
 
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 11, "upgraded to the current schema");
+    assert_eq!(version, 12, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -116,12 +117,18 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
 
 /// Every schema object's (type, name, text), or its root page for the text.
 /// The upgraded file's tables and indexes with their root pages, but for those a later
-/// version added (version 10's `route_pauses`, version 11's `event_items` and its index):
-/// what must stay on the pages it had.
+/// version added (version 10's `route_pauses`, version 11's `event_items` and its index,
+/// version 12's `deliveries_head`): what must stay on the pages it had.
 fn kept_in_place(db: &rusqlite::Connection) -> Vec<(String, String, Option<String>)> {
     let mut all = schema(db, "rootpage");
     all.retain(|(_, name, _)| {
-        !["route_pauses", "event_items", "event_items_hash"].contains(&&**name)
+        ![
+            "route_pauses",
+            "event_items",
+            "event_items_hash",
+            "deliveries_head",
+        ]
+        .contains(&&**name)
     });
     all
 }
@@ -179,7 +186,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -273,7 +280,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     // In place, and a new file's schema exactly.
     assert_eq!(kept_in_place(&server.db()), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
@@ -348,10 +355,10 @@ async fn a_version_10_file_gains_the_items_of_batches_and_keeps_what_it_held() {
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 11);
+    assert_eq!(version, 12);
     // Every table and index of version 10 on the pages it had.
     let mut upgraded = schema(&server.db(), "rootpage");
-    upgraded.retain(|(_, name, _)| !name.starts_with("event_items"));
+    upgraded.retain(|(_, name, _)| !name.starts_with("event_items") && name != "deliveries_head");
     assert_eq!(upgraded, roots);
     let fresh_dir = tempfile::tempdir().unwrap();
     let fresh = fresh_dir.path().join("fresh.db");

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 11;
+pub(super) const SCHEMA_VERSION: i64 = 12;
 
 /// The schema of a new file.
 ///
@@ -406,7 +406,7 @@ fn migrate(conn: &Connection, upgrade: Upgrade) -> rusqlite::Result<()> {
     }
     let started = std::time::Instant::now();
     if version >= 6 {
-        // Versions 7, 8 and 9 change definitions only: no row is read or written.
+        // Versions 7 to 11 change definitions; 12 reads `deliveries` once, for an index.
         tracing::info!(
             from = version,
             to = SCHEMA_VERSION,
@@ -467,16 +467,15 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
             tx.execute_batch(V3_TO_V4)?;
         }
     }
+    // A new file too, from here on: 5 the status page's counters, 6 the queue indexes, 7 the
+    // body's codec, 9, 10, 11, 12: `V8_TO_V9`, paused routes, `items.rs`, `queue.rs`'s head.
     if version < 5 {
-        // A new file too: the status page's counters and index.
         tx.execute_batch(V4_TO_V5)?;
     }
     if version < 6 {
-        // A new file too: the queue indexes.
         tx.execute_batch(V5_TO_V6)?;
     }
     if version < 7 {
-        // A new file too: the body's codec.
         tx.execute_batch(V6_TO_V7)?;
     }
     if (1..8).contains(&version) {
@@ -485,16 +484,16 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         respell_checks(&tx)?;
     }
     if version < 9 {
-        // A new file too: what targets are told to trust.
         tx.execute_batch(V8_TO_V9)?;
     }
     if version < 10 {
-        // A new file too: paused routes.
         tx.execute_batch(V9_TO_V10)?;
     }
     if version < 11 {
-        // A new file too: the items of batches (`items.rs`).
         tx.execute_batch(super::items::V10_TO_V11)?;
+    }
+    if version < 12 {
+        tx.execute_batch(super::queue::V11_TO_V12)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -1136,7 +1135,8 @@ mod tests {
             v5.execute_batch(
                 "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
                  signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
-                 DROP TABLE route_pauses; DROP TABLE event_items; PRAGMA user_version = 6;",
+                 DROP TABLE route_pauses; DROP TABLE event_items; DROP INDEX deliveries_head; \
+                 PRAGMA user_version = 6;",
             )
             .unwrap();
             v5.execute(
@@ -1491,9 +1491,13 @@ mod status_checks {
             .unwrap();
         assert_eq!(ok, "ok");
         // Nothing rebuilt: every table and index is where it was, every row as it was (a table
-        // of a later version, version 10's `route_pauses` or 11's `event_items`, is new).
+        // of a later version, version 10's `route_pauses`, 11's `event_items` or 12's
+        // `deliveries_head`, is new).
         let mut kept = schema(&db.conn, "rootpage");
-        kept.retain(|(_, name, _)| name != "route_pauses" && !name.starts_with("event_items"));
+        kept.retain(|(_, name, _)| {
+            !["route_pauses", "deliveries_head"].contains(&&**name)
+                && !name.starts_with("event_items")
+        });
         assert_eq!(kept, roots);
         assert_eq!(rows(&db.conn), before);
         // The schema is a new file's, word for word.
