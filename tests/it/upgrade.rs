@@ -11,7 +11,7 @@
 //! 11's `event_items`: an Adyen batch stored after the upgrade makes a batch of its known
 //! items a duplicate; one stored before is known by its own key only. A file of version 11
 //! (`tests/fixtures/schema_v11.sql`) gains version 12's `rejected` in place: its tables stay
-//! on their pages, and its events stay.
+//! on their pages, its events stay, and a forged request is kept there, never an event.
 
 use std::time::Duration;
 
@@ -434,6 +434,23 @@ async fn a_version_11_file_gains_the_rejected_requests_kept_and_keeps_what_it_he
     portaria::store::Store::open(&fresh).unwrap().close();
     assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
     assert_eq!(server.events_of("pagarme"), 1, "what it held stays");
+
+    let forged = post(
+        server.addr,
+        "/webhooks/pagarme",
+        &[
+            h("content-type", "application/json"),
+            h("x-hub-signature", format!("sha256={}", "0".repeat(64))),
+        ],
+        &payment_body(2),
+    )
+    .await;
+    assert_eq!(forged.status, 401);
+    eventually(WAIT, "the forged request kept", || {
+        server.one::<i64>("SELECT count(*) FROM rejected") == 1
+    })
+    .await;
+    assert_eq!(server.events_of("pagarme"), 1, "never an event");
 
     server.stop().await;
 }
