@@ -12,7 +12,8 @@
 //! Every way a request can end is an [`Outcome`]; [`Outcome::response`] is the one place that
 //! turns outcomes into HTTP answers. The handler never forwards: it wakes the worker. Each
 //! request logs one line (`flood` sums up what anyone can cause) and is counted in `Metrics`
-//! (and the duplicate window). Credential headers are stored as `[redacted]` (`headers`).
+//! (and the duplicate window). Credential headers are stored as `[redacted]` (`headers`). A
+//! rejection after the body (401, 400, 413) is kept a while, never an event (`quarantine`).
 //!
 //! The endpoint table and the body limits are one `Routes` behind a lock that a reload swaps
 //! whole ([`Intake::replace`]); each request reads it once, at its start, and keeps that `Arc`
@@ -34,7 +35,9 @@ mod canary;
 mod describe;
 mod flood;
 mod headers;
+mod line;
 mod pointer;
+mod quarantine;
 mod scalar;
 
 pub use body::{BodyWatch, Budget, RATE_GRACE};
@@ -44,6 +47,7 @@ pub use pointer::read as read_pointer;
 
 use body::BodyLimits;
 use headers::{header_text, headers_blob};
+use line::{EventMeta, log};
 
 use crate::canary::ProbeKey;
 use crate::client_ip::{ConnectionInfo, client_ip};
@@ -76,6 +80,8 @@ pub struct Intake {
     budget: Budget,
     /// The canary's key, when it runs: its probes are answered at `CANARY_PATH` (`canary`).
     canary: Option<Arc<ProbeKey>>,
+    /// Rejected requests on their way to the store (`quarantine`).
+    keeper: quarantine::Keeper,
 }
 
 /// How a request ended. Each maps to exactly one HTTP answer.
@@ -282,6 +288,7 @@ impl Intake {
             ),
             budget: Budget::new(server.body_budget_bytes),
             canary: None,
+            keeper: quarantine::Keeper::default(),
         }
     }
 
@@ -402,7 +409,19 @@ impl Intake {
         //    in the budget (`_held`) until the request ends.
         let (body, _held) = match body::read(body, routes.body, &self.budget, watch).await {
             Ok(read) => read,
-            Err(outcome) => return (outcome, meta),
+            Err(outcome) => {
+                let why = format!("body larger than {} bytes", routes.body.max_bytes);
+                self.keeper.keep(
+                    &self.store,
+                    endpoint,
+                    &outcome,
+                    why,
+                    &parts.headers,
+                    &[],
+                    now_ms(),
+                );
+                return (outcome, meta);
+            }
         };
 
         // 2. The signature, on the raw bytes, before anything parses them. A provider checking
@@ -410,18 +429,34 @@ impl Intake {
         let received_at = SystemTime::now();
         let request = verify::Request::new(&parts.headers, &body).with_query(parts.uri.query());
         let verifier = &endpoint.verifier;
+        // A rejection from here on is kept (`quarantine`), with what was said of it.
+        let at_ms = unix_millis(received_at);
+        let keep = |outcome: Outcome, why: String, body: &[u8]| {
+            let store = &self.store;
+            self.keeper
+                .keep(store, endpoint, &outcome, why, &parts.headers, body, at_ms);
+            outcome
+        };
         let proof = match verifier.verify_request(&request, unix_secs(received_at)) {
             Ok(proof) => proof,
             Err(e) => match verifier.unsigned_handshake(&request) {
                 Some(reply) => return (Outcome::Handshake(reply), meta),
                 None if matches!(e, VerifyError::StaleTimestamp { .. }) => {
-                    return (Outcome::StaleTimestamp, meta);
+                    return (keep(Outcome::StaleTimestamp, e.to_string(), &body), meta);
                 }
                 // Signed, but the body says otherwise: the request's own fault, said in the 400.
                 None if matches!(e, VerifyError::Contradicts(_)) => {
-                    return (Outcome::BadRequest(e.to_string()), meta);
+                    return (
+                        keep(Outcome::BadRequest(e.to_string()), e.to_string(), &body),
+                        meta,
+                    );
                 }
-                None => return (Outcome::BadSignature(e.to_string()), meta),
+                None => {
+                    return (
+                        keep(Outcome::BadSignature(e.to_string()), e.to_string(), &body),
+                        meta,
+                    );
+                }
             },
         };
         // Which of the rotated secrets matched (its position, never its value): once the old
@@ -435,7 +470,12 @@ impl Intake {
         let signed = proof.signed_key();
         let dedup_key = match endpoint.dedup.extract_signed(signed, &parts.headers, &body) {
             Ok(key) => key,
-            Err(e) => return (Outcome::BadRequest(e.to_string()), meta),
+            Err(e) => {
+                return (
+                    keep(Outcome::BadRequest(e.to_string()), e.to_string(), &body),
+                    meta,
+                );
+            }
         };
         meta.dedup_key = Some(dedup_key.clone());
         let described = describe_with(Sources::of(verifier), &parts.headers, &body);
@@ -446,7 +486,6 @@ impl Intake {
         meta.object_id = described.object_id;
 
         // 4. Store durably; only a committed row earns a 2xx.
-        let at_ms = unix_millis(received_at);
         let received = Received {
             event_type: meta.event_type.clone(),
             content_type: header_text(&parts.headers, header::CONTENT_TYPE.as_str()),
@@ -494,90 +533,6 @@ impl Intake {
 /// than the clock's past starts before every event.
 fn window_start(at_ms: i64, window: Duration) -> i64 {
     at_ms.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// What the log line says about the event, once it is known.
-#[derive(Debug, Default)]
-struct EventMeta {
-    dedup_key: Option<String>,
-    event_type: Option<String>,
-    object_id: Option<String>,
-}
-
-/// The line of one request. `client`: the address it came from (the tunnel's header when
-/// believed), for reading only: never a metrics label.
-fn log(
-    endpoint: Option<&Endpoint>,
-    client: IpAddr,
-    outcome: &Outcome,
-    meta: &EventMeta,
-    elapsed: Duration,
-) {
-    let endpoint = endpoint.map_or("-", |e| e.name.as_str());
-    let status = outcome.status().as_u16();
-    let latency_ms = elapsed.as_secs_f64() * 1000.0;
-    let dedup_key = meta.dedup_key.as_deref().unwrap_or("-");
-    let event_type = meta.event_type.as_deref().unwrap_or("-");
-    let object_id = meta.object_id.as_deref().unwrap_or("-");
-    match outcome {
-        Outcome::Accepted(id) | Outcome::Duplicate(id) => tracing::info!(
-            endpoint,
-            outcome = outcome.label(),
-            %client,
-            event_id = id,
-            dedup_key,
-            event_type,
-            object_id,
-            status,
-            latency_ms,
-            duplicate = matches!(outcome, Outcome::Duplicate(_)),
-            "webhook"
-        ),
-        Outcome::StorageError(cause) => tracing::error!(
-            endpoint,
-            outcome = outcome.label(),
-            %client,
-            dedup_key,
-            status,
-            latency_ms,
-            cause,
-            "webhook"
-        ),
-        Outcome::BadSignature(cause) | Outcome::BadRequest(cause) => tracing::warn!(
-            endpoint,
-            outcome = outcome.label(),
-            %client,
-            status,
-            latency_ms,
-            cause,
-            "webhook rejected"
-        ),
-        Outcome::Handshake(_) => tracing::info!(
-            endpoint,
-            outcome = outcome.label(),
-            %client,
-            status,
-            latency_ms,
-            "provider check answered (not an event: nothing stored)"
-        ),
-        // Internet scanners reach every tunnel: wrong paths and methods are not news.
-        Outcome::NotFound | Outcome::MethodNotAllowed => tracing::debug!(
-            endpoint,
-            outcome = outcome.label(),
-            %client,
-            status,
-            latency_ms,
-            "request rejected"
-        ),
-        _ => tracing::warn!(
-            endpoint,
-            outcome = outcome.label(),
-            %client,
-            status,
-            latency_ms,
-            "webhook rejected"
-        ),
-    }
 }
 
 /// The routing rule: the request target's path exactly as sent (no percent-decoding, no `..`

@@ -1,4 +1,4 @@
-//! `portaria events list/show/replay`: looks at the stored events (read-only) and puts them
+//! `portaria events list/show/replay` (`rejected`: `rejected.rs`): looks at the stored events (read-only) and puts them
 //! back into the queue, and owns their output: the table, one JSON object per line (the
 //! store's one shape, `store::summary_json`/`detail_json`, as the status page's API), the
 //! detail view of one event and its raw request. It speaks to the configured
@@ -63,6 +63,11 @@ fn run_on(config: &Config, db: &Opened, command: EventsCommand) -> Result<ExitCo
                 write_pauses(&mut out, &pauses).and_then(|()| write_table(&mut out, &events))
             })
         }
+        EventsCommand::Rejected {
+            endpoint,
+            limit,
+            json,
+        } => return super::rejected::list(config, db, endpoint.as_deref(), limit, json),
         EventsCommand::Export(args) => {
             let n = super::export::run(config, db, args);
             return n.map(|_| ExitCode::SUCCESS);

@@ -19,6 +19,7 @@ mod export;
 mod filters;
 mod init;
 mod reconcile;
+mod rejected;
 mod route;
 pub mod send;
 mod store_copy;
@@ -118,14 +119,19 @@ struct SendArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("what").required(true).args(["request", "rejected"]))]
 struct VerifyArgs {
-    /// The endpoint's name, as in the config.
-    #[arg(long)]
-    endpoint: String,
+    /// The endpoint's name, as in the config (with --request).
+    #[arg(long, requires = "request")]
+    endpoint: Option<String>,
     /// A captured raw HTTP/1.1 request: request line, headers, blank line, body (`-` for
     /// stdin), e.g. from `portaria events show --raw ID`.
-    #[arg(long, value_name = "FILE")]
-    request: PathBuf,
+    #[arg(long, value_name = "FILE", requires = "endpoint")]
+    request: Option<PathBuf>,
+    /// A rejected request kept (its id in `portaria events rejected`), checked on its stored
+    /// headers and body, at the time it was received unless --at says otherwise.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["request", "endpoint"])]
+    rejected: Option<i64>,
     /// Check at this unix time (seconds) instead of now, to replay an old capture within its
     /// window.
     #[arg(long, value_name = "UNIX")]
@@ -154,6 +160,18 @@ enum EventsCommand {
     /// Write the events the filters pick, oldest first, as CSV or JSON lines: id, received
     /// time (UTC and local), endpoint, type, object id, status, dedup key, `export_fields`.
     Export(export::ExportArgs),
+    /// The rejected requests kept (`quarantine_keep`), newest first, with why: never events.
+    Rejected {
+        /// Only this endpoint's.
+        #[arg(long)]
+        endpoint: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -207,7 +225,10 @@ pub fn main() -> ExitCode {
         }
         Command::Verify(args) => {
             let _log = init_logging(format, "warn");
-            verify::run(cli.config.as_deref(), args)
+            match args.rejected {
+                Some(id) => rejected::verify(cli.config.as_deref(), id, args.at),
+                None => verify::run(cli.config.as_deref(), args),
+            }
         }
         Command::Init(args) => init::run(cli.config.as_deref(), args),
         Command::Check(args) => {

@@ -36,6 +36,21 @@ pub struct Capture {
     unbounded: bool,
 }
 
+impl Capture {
+    /// A request as stored (a rejected one kept): a POST to `path`, no query string (none is
+    /// stored), its body whole.
+    pub fn stored(path: &str, headers: HeaderMap, body: Vec<u8>) -> Capture {
+        Capture {
+            method: Method::POST,
+            path: path.to_string(),
+            query: None,
+            headers,
+            body,
+            unbounded: false,
+        }
+    }
+}
+
 /// Parses a raw HTTP/1.1 request.
 pub fn parse(raw: &[u8]) -> Result<Capture, String> {
     if raw.starts_with(b"id:") && raw.windows(15).any(|w| w == b"--- headers ---") {
@@ -378,18 +393,20 @@ fn hints(endpoint: &Endpoint, capture: &Capture, error: &VerifyError) -> Vec<Str
 /// not.
 pub(super) fn run(config: Option<&Path>, args: VerifyArgs) -> Result<ExitCode, String> {
     // Only this endpoint's secrets, as `send`.
-    let config = crate::config::Config::load_for_endpoint(config, &args.endpoint)
+    let (Some(name), Some(file)) = (args.endpoint, args.request) else {
+        return Err("--request FILE needs --endpoint NAME".into());
+    };
+    let config = crate::config::Config::load_for_endpoint(config, &name)
         .map_err(|e| format!("invalid configuration\n{e}"))?;
-    let endpoint = super::find_endpoint(&config, &args.endpoint)?;
-    let raw = if args.request.as_os_str() == "-" {
+    let endpoint = super::find_endpoint(&config, &name)?;
+    let raw = if file.as_os_str() == "-" {
         let mut raw = Vec::new();
         std::io::stdin()
             .read_to_end(&mut raw)
             .map_err(|e| format!("cannot read the request from stdin: {e}"))?;
         raw
     } else {
-        std::fs::read(&args.request)
-            .map_err(|e| format!("cannot read {}: {e}", args.request.display()))?
+        std::fs::read(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?
     };
     let capture = parse(&raw).map_err(|e| format!("cannot read the captured request: {e}"))?;
     let at = args.at.unwrap_or_else(|| unix_secs(SystemTime::now()));

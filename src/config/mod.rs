@@ -37,6 +37,7 @@ mod ip_range;
 mod keys;
 mod memory;
 mod public_keys;
+mod quarantine;
 mod raw;
 mod readiness;
 mod real_ip;
@@ -70,6 +71,7 @@ pub use environment::EnvAtStart;
 pub use event_fields::EXPORT_COLUMNS;
 pub use ip_range::IpRange;
 pub use memory::{Limits, Memory, MemorySource};
+pub use quarantine::{DEFAULT_QUARANTINE_FOR, DEFAULT_QUARANTINE_KEEP, Quarantine};
 pub use real_ip::{RealIp, RealIpHeader};
 pub use reconcile::{DEFAULT_RECONCILE_WINDOW, Reconcile};
 pub use route::{EventGlob, OrderBy, Route, SHORTHAND_ROUTE, headers_from_blob};
@@ -279,6 +281,9 @@ pub struct Endpoint {
     pub export_fields: Vec<(String, String)>,
     /// `[endpoint.reconcile]`: the gateway's API asked for what never arrived; None: off.
     pub reconcile: Option<Reconcile>,
+    /// How many of its rejected requests are kept, and for how long (`quarantine_keep`,
+    /// `quarantine_for`).
+    pub quarantine: Quarantine,
 }
 
 impl Endpoint {

@@ -133,6 +133,9 @@ pub(super) struct RawEndpoint {
     pub(super) allow_ips: Option<Vec<String>>,
     /// Alert when no webhook came for this long (`[alerts]`).
     pub(super) quiet_after: Option<String>,
+    /// Its rejected requests kept (`config::quarantine`).
+    pub(super) quarantine_keep: Option<u32>,
+    pub(super) quarantine_for: Option<String>,
     /// Only requests over a connection with a verified client certificate (mutual TLS).
     pub(super) require_client_cert: Option<bool>,
     /// The certificate's subject CN or a DNS SAN must be this.

@@ -48,6 +48,7 @@ mod provider_checklist;
 mod providers_asym;
 mod providers_br;
 mod providers_saas;
+mod quarantine;
 mod read_only;
 mod realip;
 mod receiver;

@@ -10,7 +10,10 @@
 //! with what was signed. A file of version 10 (`tests/fixtures/schema_v10.sql`) gains version
 //! 11's `event_items`: an Adyen batch stored after the upgrade makes a batch of its known
 //! items a duplicate; one stored before is known by its own key only. Each also gains version
-//! 12's `deliveries_head` (a strict lane's head in arrival order).
+//! 12's `deliveries_head` (a strict lane's head in arrival order). A file of version 11
+//! (`tests/fixtures/schema_v11.sql`) gains version 12's index and version 13's `rejected` in
+//! place: its tables stay on their pages, its events stay, and a forged request is kept there,
+//! never an event.
 
 use std::time::Duration;
 
@@ -22,6 +25,7 @@ const SCHEMA_V5: &str = include_str!("../fixtures/schema_v5.sql");
 const SCHEMA_V7: &str = include_str!("../fixtures/schema_v7.sql");
 const SCHEMA_V8: &str = include_str!("../fixtures/schema_v8.sql");
 const SCHEMA_V10: &str = include_str!("../fixtures/schema_v10.sql");
+const SCHEMA_V11: &str = include_str!("../fixtures/schema_v11.sql");
 
 /// (event id, delivery status, attempts) in the v5 file: waiting, cut off mid-attempt, done.
 const ROWS: [(i64, &str, u32); 3] = [(1, "pending", 0), (2, "delivering", 1), (3, "delivered", 1)];
@@ -66,7 +70,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 12, "upgraded to the current schema");
+    assert_eq!(version, 13, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -118,7 +122,8 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
 /// Every schema object's (type, name, text), or its root page for the text.
 /// The upgraded file's tables and indexes with their root pages, but for those a later
 /// version added (version 10's `route_pauses`, version 11's `event_items` and its index,
-/// version 12's `deliveries_head`): what must stay on the pages it had.
+/// version 12's `deliveries_head`, version 13's `rejected` and its index): what must stay on
+/// the pages it had.
 fn kept_in_place(db: &rusqlite::Connection) -> Vec<(String, String, Option<String>)> {
     let mut all = schema(db, "rootpage");
     all.retain(|(_, name, _)| {
@@ -127,6 +132,8 @@ fn kept_in_place(db: &rusqlite::Connection) -> Vec<(String, String, Option<Strin
             "event_items",
             "event_items_hash",
             "deliveries_head",
+            "rejected",
+            "rejected_endpoint",
         ]
         .contains(&&**name)
     });
@@ -186,7 +193,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 12);
+    assert_eq!(version, 13);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -280,7 +287,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 12);
+    assert_eq!(version, 13);
     // In place, and a new file's schema exactly.
     assert_eq!(kept_in_place(&server.db()), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
@@ -355,10 +362,14 @@ async fn a_version_10_file_gains_the_items_of_batches_and_keeps_what_it_held() {
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 12);
+    assert_eq!(version, 13);
     // Every table and index of version 10 on the pages it had.
     let mut upgraded = schema(&server.db(), "rootpage");
-    upgraded.retain(|(_, name, _)| !name.starts_with("event_items") && name != "deliveries_head");
+    upgraded.retain(|(_, name, _)| {
+        !name.starts_with("event_items")
+            && name != "deliveries_head"
+            && !name.starts_with("rejected")
+    });
     assert_eq!(upgraded, roots);
     let fresh_dir = tempfile::tempdir().unwrap();
     let fresh = fresh_dir.path().join("fresh.db");
@@ -387,5 +398,66 @@ async fn a_version_10_file_gains_the_items_of_batches_and_keeps_what_it_held() {
         3,
         "[B] and [C, A] are known items"
     );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_version_11_file_gains_the_rejected_requests_kept_and_keeps_what_it_held() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let v11 = rusqlite::Connection::open(&db).unwrap();
+    v11.execute_batch(
+        "PRAGMA page_size = 1024; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;",
+    )
+    .unwrap();
+    v11.execute_batch(SCHEMA_V11).unwrap();
+    v11.execute_batch("PRAGMA user_version = 11").unwrap();
+    v11.execute(
+        "INSERT INTO events (id, endpoint, dedup_key, dedup_hash, payload_bytes, received_at, \
+         status) VALUES (1, 'pagarme', 'old-1', 1, 2, ?1, 'stored')",
+        [now_secs() * 1000],
+    )
+    .unwrap();
+    v11.execute(
+        "INSERT INTO payloads (event_id, headers, body, codec) VALUES (1, x'', x'7b7d', 0)",
+        [],
+    )
+    .unwrap();
+    let roots = schema(&v11, "rootpage");
+    drop(v11);
+
+    let text = base_config(&db, "", "");
+    let server = TestServer::start_with(dir, db, &text).await;
+    let version: i64 = server.one("PRAGMA user_version");
+    assert_eq!(version, 13);
+    let mut upgraded = schema(&server.db(), "rootpage");
+    upgraded.retain(|(_, name, _)| name != "deliveries_head" && !name.starts_with("rejected"));
+    assert_eq!(
+        upgraded, roots,
+        "every table and index of version 11 in place"
+    );
+    let fresh_dir = tempfile::tempdir().unwrap();
+    let fresh = fresh_dir.path().join("fresh.db");
+    portaria::store::Store::open(&fresh).unwrap().close();
+    assert_eq!(schema(&server.db(), "sql"), schema(&open_db(&fresh), "sql"));
+    assert_eq!(server.events_of("pagarme"), 1, "what it held stays");
+
+    let forged = post(
+        server.addr,
+        "/webhooks/pagarme",
+        &[
+            h("content-type", "application/json"),
+            h("x-hub-signature", format!("sha256={}", "0".repeat(64))),
+        ],
+        &payment_body(2),
+    )
+    .await;
+    assert_eq!(forged.status, 401);
+    eventually(WAIT, "the forged request kept", || {
+        server.one::<i64>("SELECT count(*) FROM rejected") == 1
+    })
+    .await;
+    assert_eq!(server.events_of("pagarme"), 1, "never an event");
+
     server.stop().await;
 }

@@ -19,6 +19,7 @@ mod intake;
 mod observe;
 mod pauses;
 mod pruning;
+mod quarantine;
 mod queue;
 mod reconcile;
 mod retention;

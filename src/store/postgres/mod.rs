@@ -25,6 +25,7 @@ mod intake;
 mod listen;
 mod observe;
 mod pauses;
+mod quarantine;
 mod queue;
 mod reconcile;
 mod restore;

@@ -13,7 +13,7 @@ use super::error;
 use crate::store::StoreError;
 
 /// The schema this binary writes.
-pub(super) const VERSION: i64 = 4;
+pub(super) const VERSION: i64 = 5;
 /// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
 
@@ -165,6 +165,23 @@ CREATE TABLE event_items (
 CREATE INDEX event_items_key ON event_items (endpoint, item_key, received_at);
 ";
 
+/// Version 5: the rejected requests kept, as SQLite's version 12 keeps them
+/// (`store/quarantine.rs`): the newest `quarantine_keep` per endpoint, for `quarantine_for`.
+const V5: &str = "
+CREATE TABLE rejected (
+    id           BIGSERIAL PRIMARY KEY,
+    endpoint     TEXT    NOT NULL,
+    received_at  BIGINT  NOT NULL,
+    reason       TEXT    NOT NULL,
+    detail       TEXT    NOT NULL,
+    content_type TEXT,
+    headers      BYTEA   NOT NULL,
+    body         BYTEA   NOT NULL,
+    truncated    BOOLEAN NOT NULL
+);
+CREATE INDEX rejected_endpoint ON rejected (endpoint, id);
+";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -218,6 +235,9 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     }
     if found < 4 {
         tx.batch_execute(V4).await.map_err(error)?;
+    }
+    if found < 5 {
+        tx.batch_execute(V5).await.map_err(error)?;
     }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \

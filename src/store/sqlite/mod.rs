@@ -24,8 +24,9 @@
 //! (one row per (event, route); partial indexes `deliveries_queue`, `deliveries_dead`,
 //! `deliveries_order`), `payloads` (headers and body as received, one row per event,
 //! `payload.rs`), `attempts` (failed and interrupted ones: a delivered attempt is recorded on
-//! its delivery's row), `event_items` (the items of Adyen's batches, `items.rs`), `hourly`
-//! (the status page's counters) and `meta` (facts about the
+//! its delivery's row), `event_items` (the items of Adyen's batches, `items.rs`), `rejected`
+//! (rejected requests kept a while, `quarantine.rs`), `hourly` (the status page's counters)
+//! and `meta` (facts about the
 //! file: the readiness probe's row, the alerts task's `alerts:` keys). The version is `PRAGMA
 //! user_version`, each upgrade described at its statements in `schema.rs`: only the server
 //! upgrades, in one transaction at its start (an older server still running on the file
@@ -52,6 +53,7 @@ pub(super) mod items;
 pub(super) mod observe;
 pub(super) mod pauses;
 pub(super) mod payload;
+pub(super) mod quarantine;
 pub(super) mod queue;
 mod reconcile;
 pub(super) mod retention;

@@ -1,9 +1,25 @@
-//! SQLite's side of paused routes ([`crate::store::RoutePause`]): table `route_pauses`.
+//! SQLite's side of paused routes ([`crate::store::RoutePause`]): table `route_pauses` (version 10).
 
 use rusqlite::{Connection, params};
 
 use super::Sqlite;
 use crate::store::{RoutePause, StoreError};
+
+/// Version 10: paused routes (`portaria route pause`), one row per paused (endpoint, route),
+/// read by the worker each round ([`crate::store::RoutePause`]). A pause past its `until`
+/// holds nothing; `resume` deletes the row. A table of its own, not a column of
+/// `deliveries`: pausing writes one row whatever the backlog, and nothing in the queue's
+/// index changes. A new file gets it too.
+pub(super) const V9_TO_V10: &str = "
+CREATE TABLE route_pauses (
+    endpoint  TEXT    NOT NULL,
+    route     TEXT    NOT NULL,
+    paused_at INTEGER NOT NULL,         -- unix milliseconds
+    until     INTEGER,                  -- unix milliseconds; NULL: until resumed
+    reason    TEXT,
+    PRIMARY KEY (endpoint, route)
+) WITHOUT ROWID;
+";
 
 impl Sqlite {
     pub(in crate::store) async fn pause_route(&self, p: RoutePause) -> Result<(), StoreError> {

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 12;
+pub(super) const SCHEMA_VERSION: i64 = 13;
 
 /// The schema of a new file.
 ///
@@ -270,22 +270,6 @@ ALTER TABLE events ADD COLUMN signed_id TEXT;
 ALTER TABLE events ADD COLUMN event_type_signed INTEGER;
 ";
 
-/// Version 10: paused routes (`portaria route pause`), one row per paused (endpoint, route),
-/// read by the worker each round ([`crate::store::RoutePause`]). A pause past its `until`
-/// holds nothing; `resume` deletes the row. A table of its own, not a column of
-/// `deliveries`: pausing writes one row whatever the backlog, and nothing in the queue's
-/// index changes. A new file gets it too.
-const V9_TO_V10: &str = "
-CREATE TABLE route_pauses (
-    endpoint  TEXT    NOT NULL,
-    route     TEXT    NOT NULL,
-    paused_at INTEGER NOT NULL,         -- unix milliseconds
-    until     INTEGER,                  -- unix milliseconds; NULL: until resumed
-    reason    TEXT,
-    PRIMARY KEY (endpoint, route)
-) WITHOUT ROWID;
-";
-
 /// Opens the file (creating it and its directory if needed) with WAL, `synchronous=FULL`
 /// and a busy timeout, and brings the schema up to date: for tests (the store opens with
 /// [`open_with`]).
@@ -487,13 +471,18 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
         tx.execute_batch(V8_TO_V9)?;
     }
     if version < 10 {
-        tx.execute_batch(V9_TO_V10)?;
+        // A new file too: paused routes.
+        tx.execute_batch(super::pauses::V9_TO_V10)?;
     }
     if version < 11 {
         tx.execute_batch(super::items::V10_TO_V11)?;
     }
     if version < 12 {
         tx.execute_batch(super::queue::V11_TO_V12)?;
+    }
+    if version < 13 {
+        // A new file too: the rejected requests kept (`quarantine.rs`).
+        tx.execute_batch(super::quarantine::V12_TO_V13)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -1135,7 +1124,7 @@ mod tests {
             v5.execute_batch(
                 "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
                  signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
-                 DROP TABLE route_pauses; DROP TABLE event_items; DROP INDEX deliveries_head; \
+                 DROP TABLE route_pauses; DROP TABLE event_items; DROP INDEX deliveries_head; DROP TABLE rejected; \
                  PRAGMA user_version = 6;",
             )
             .unwrap();
@@ -1491,12 +1480,13 @@ mod status_checks {
             .unwrap();
         assert_eq!(ok, "ok");
         // Nothing rebuilt: every table and index is where it was, every row as it was (a table
-        // of a later version, version 10's `route_pauses`, 11's `event_items` or 12's
-        // `deliveries_head`, is new).
+        // of a later version, version 10's `route_pauses`, 11's `event_items`, 12's
+        // `deliveries_head` or 13's `rejected`, is new).
         let mut kept = schema(&db.conn, "rootpage");
         kept.retain(|(_, name, _)| {
             !["route_pauses", "deliveries_head"].contains(&&**name)
                 && !name.starts_with("event_items")
+                && !name.starts_with("rejected")
         });
         assert_eq!(kept, roots);
         assert_eq!(rows(&db.conn), before);

@@ -15,7 +15,7 @@
 //! The files, by concern: `intake` (the barrier and the dedup window), `queue` (claims and
 //! ordering: `Any`, strict, `order_by`), `attempts` (attempts, the roll-up, the replay race),
 //! `retention` (the prunable rule, batches, archive restore), `status` (the status page's
-//! queries and counters), `copy` (`store copy`, SQLite into PostgreSQL), `reconcile` (what a run never stored), `engines` (where the
+//! queries and counters), `quarantine` (the rejected requests kept), `copy` (`store copy`, SQLite into PostgreSQL), `reconcile` (what a run never stored), `engines` (where the
 //! engines differ on purpose, each difference asserted as each engine documents it).
 //!
 //! Opening a store is per engine by nature ([`Subject::open`], [`Subject::another`]), and so
@@ -66,6 +66,7 @@ mod copy;
 mod engines;
 mod intake;
 mod pauses;
+mod quarantine;
 mod queue;
 mod reconcile;
 mod retention;
@@ -120,7 +121,7 @@ async fn checkout(pg: &crate::support::pg_cluster::Cluster) -> String {
         .await
         .batch_execute(
             "TRUNCATE events, payloads, deliveries, attempts, dedup, hourly, route_pauses, \
-             event_items \
+             event_items, rejected \
              RESTART IDENTITY; \
              DELETE FROM meta WHERE key <> 'schema_version'",
         )
