@@ -188,7 +188,8 @@ check_one() {
     fi
     dpkg --compare-versions "$glibc" le "$OLDEST_GLIBC" ||
         fail "the binary needs glibc $glibc, newer than $OLDEST_GLIBC (the oldest supported Raspberry Pi OS)"
-    declared=$(sed -n 's/.*\blibc6 (>= \([0-9.]*\)).*/\1/p' <<<"$depends")
+    # The highest of its libc6 (>= X): dpkg needs every one satisfied.
+    declared=$(grep -o -E '\blibc6 \(>= [0-9.]+\)' <<<"$depends" | sed -E 's/.*>= ([0-9.]+)\)/\1/' | sort -V | tail -n 1 || true)
     [[ -n $declared ]] || fail "Depends does not say libc6 (>= ...): '$depends'"
     dpkg --compare-versions "$declared" ge "$glibc" ||
         fail "Depends says libc6 (>= $declared), but the binary needs glibc $glibc"
