@@ -42,10 +42,13 @@ pub enum Kind {
     /// A route has been paused (`portaria route pause`) for over a day, and deliveries wait on
     /// it: a pause for maintenance that nobody ended.
     PausedLong,
+    /// A burst of requests refused for their signature or timestamp on an endpoint that had
+    /// none for an hour: the typical sign of a secret rotated at the gateway (or a clock off).
+    Rejected,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Dead,
         Kind::Quiet,
         Kind::Duplicates,
@@ -54,6 +57,7 @@ impl Kind {
         Kind::Unreachable,
         Kind::Reachable,
         Kind::PausedLong,
+        Kind::Rejected,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -66,6 +70,7 @@ impl Kind {
             Kind::Unreachable => "unreachable",
             Kind::Reachable => "reachable",
             Kind::PausedLong => "paused_long",
+            Kind::Rejected => "rejected",
         }
     }
 
@@ -204,6 +209,14 @@ fn sentence(
             "the public URL {endpoint} reaches portaria again (it failed since {}): the \
              gateways' retries get through now; what a gateway gave up on meanwhile must be \
              resent from its side.",
+            rfc3339(p.since_ms)
+        ),
+        Kind::Rejected => format!(
+            "{n} {} to endpoint {endpoint} refused for a bad signature or timestamp since {}, \
+             after an hour with none: was the secret rotated at the gateway, or is a clock off? \
+             See `portaria events rejected --endpoint {endpoint}`; `portaria verify --rejected \
+             ID` explains one.",
+            plural("request", "requests"),
             rfc3339(p.since_ms)
         ),
         Kind::PausedLong => {

@@ -12,6 +12,11 @@
 //! with none beside it in the tick; its start and count say how much of a gateway's patience
 //! is used ([`Watch::storage_run`]).
 //!
+//! `rejected`: a burst is [`REJECTED_BURST`] requests refused for their signature or
+//! timestamp within [`REJECTED_WITHIN`] of the first, on an endpoint that had none for
+//! [`REJECTED_CALM`] (or since the start). One burst is announced once; a trickle that never
+//! reaches the count in the window is not a burst, and the next burst needs an hour of calm.
+//!
 //! `unreachable`: every failed canary probe is an occurrence, since the run of failures began;
 //! a probe that comes back ends it, drops what was not yet sent, and, if an `unreachable` went
 //! out after the last `reachable` (the book's clocks, saved across restarts), notes one
@@ -24,6 +29,13 @@ use super::kinds::Kind;
 use super::rules::Book;
 use crate::metrics::{DUPLICATE_MIN_SAMPLE, DUPLICATE_WARN_PERCENT, EndpointFacts};
 use crate::public_path::Seen as PathSeen;
+
+/// How many refused requests make a burst (`rejected`)...
+pub const REJECTED_BURST: u64 = 5;
+/// ... within this much of the first ...
+pub const REJECTED_WITHIN: Duration = Duration::from_secs(10 * 60);
+/// ... after this long with none.
+pub const REJECTED_CALM: Duration = Duration::from_secs(3600);
 
 /// What the last tick saw of each endpoint.
 #[derive(Debug)]
@@ -51,6 +63,11 @@ struct Seen {
     announced: bool,
     /// The run of storage errors going on: since when, and how many.
     storage_run: Option<(i64, u64)>,
+    rejected: u64,
+    /// The last tick that saw a refused request.
+    last_rejected_ms: Option<i64>,
+    /// The burst of refusals not yet announced: since when, and how many.
+    rejected_burst: Option<(i64, u64)>,
 }
 
 impl Watch {
@@ -135,6 +152,8 @@ impl Watch {
                 None,
                 now_ms,
             );
+            let rejected = growth(&mut seen.rejected, f.rejected);
+            fold_rejected(seen, name, rejected, book, now_ms);
             if f.window_received >= DUPLICATE_MIN_SAMPLE
                 && f.window_duplicates * 100 > f.window_received * DUPLICATE_WARN_PERCENT
             {
@@ -165,6 +184,34 @@ impl Watch {
     }
 }
 
+/// `rejected` refusals this tick: a burst after a calm is announced once it is big enough.
+fn fold_rejected(seen: &mut Seen, name: &str, rejected: u64, book: &mut Book, now_ms: i64) {
+    if rejected == 0 {
+        return;
+    }
+    let calm_ms = REJECTED_CALM.as_millis() as i64;
+    if seen
+        .last_rejected_ms
+        .is_none_or(|at| now_ms.saturating_sub(at) >= calm_ms)
+    {
+        seen.rejected_burst = Some((now_ms, 0));
+    }
+    seen.last_rejected_ms = Some(now_ms);
+    let Some((since, count)) = seen.rejected_burst.as_mut() else {
+        return;
+    };
+    if now_ms.saturating_sub(*since) > REJECTED_WITHIN.as_millis() as i64 {
+        // A trickle, not a burst: wait for the next calm.
+        seen.rejected_burst = None;
+        return;
+    }
+    *count += rejected;
+    if *count >= REJECTED_BURST {
+        book.note(Kind::Rejected, name, *count, None, *since);
+        seen.rejected_burst = None;
+    }
+}
+
 /// How much a running count grew since `last` (all of it if it started again, as a reload
 /// that re-creates an endpoint's series does), remembering the new value.
 fn growth(last: &mut u64, now: u64) -> u64 {
@@ -185,6 +232,7 @@ mod tests {
             accepted: 0,
             storage_errors: 0,
             slow_deliveries: 0,
+            rejected: 0,
             window_duplicates: 0,
             window_received: 0,
         }
@@ -195,6 +243,47 @@ mod tests {
             .into_iter()
             .map(|d| (d.kind, d.endpoint, d.pending.count))
             .collect()
+    }
+
+    #[test]
+    fn a_burst_of_refusals_after_a_calm_is_announced_once_and_a_trickle_never() {
+        const MIN: i64 = 60 * S;
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut book = Book::new(Duration::from_secs(60));
+        let mut f = facts("a");
+        let mut at = |n: u64, now: i64, book: &mut Book| {
+            f.rejected += n;
+            watch.fold(std::slice::from_ref(&f), book, now);
+            let due = pending(book, now);
+            for (kind, endpoint, _) in &due {
+                book.sent(*kind, endpoint, now);
+            }
+            due
+        };
+        // Four, then a fifth within ten minutes: one alert, counting all five.
+        assert!(at(4, MIN, &mut book).is_empty());
+        assert_eq!(at(1, 5 * MIN, &mut book), [(Kind::Rejected, "a".into(), 5)]);
+        // More of the same burst: nothing new, however many.
+        assert!(at(50, 6 * MIN, &mut book).is_empty());
+        // A trickle that never calms: one every 20 minutes for hours, never announced.
+        for n in 1..10 {
+            assert!(at(1, 6 * MIN + n * 20 * MIN, &mut book).is_empty());
+        }
+        // An hour with none, then a burst again: announced again.
+        let later = 6 * MIN + 9 * 20 * MIN + 61 * MIN;
+        assert!(at(3, later, &mut book).is_empty());
+        assert_eq!(
+            at(2, later + MIN, &mut book),
+            [(Kind::Rejected, "a".into(), 5)]
+        );
+        // A slow start is not a burst: 4 now, 1 eleven minutes later.
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut f = facts("b");
+        f.rejected = 4;
+        watch.fold(std::slice::from_ref(&f), &mut book, MIN);
+        f.rejected = 5;
+        watch.fold(std::slice::from_ref(&f), &mut book, 12 * MIN);
+        assert!(pending(&mut book, 12 * MIN).is_empty());
     }
 
     #[test]

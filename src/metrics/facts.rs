@@ -17,6 +17,8 @@ pub struct EndpointFacts {
     /// Requests answered 503 because the store failed or was too slow.
     pub storage_errors: u64,
     pub slow_deliveries: u64,
+    /// Requests refused for their signature or timestamp (`bad_signature`, `stale_timestamp`).
+    pub rejected: u64,
     /// Duplicates and verified webhooks over the last 15 minutes.
     pub window_duplicates: u64,
     pub window_received: u64,
@@ -46,6 +48,7 @@ impl Metrics {
                     accepted: count(s, ACCEPTED),
                     storage_errors: count(s, "storage_error"),
                     slow_deliveries: s.slow.load(Ordering::Relaxed),
+                    rejected: count(s, "bad_signature") + count(s, "stale_timestamp"),
                     window_duplicates,
                     window_received,
                 }

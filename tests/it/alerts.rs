@@ -335,6 +335,36 @@ async fn duplicates_over_five_percent_alert() {
 }
 
 #[tokio::test]
+async fn a_burst_of_refused_signatures_alerts_as_a_secret_rotated() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "1h"), "").await;
+    // Signed with the right secret, but over another body: what a gateway sends once its
+    // secret was rotated and portaria still has the old one.
+    for n in 0..5 {
+        let body = payment_body(n);
+        let forged = pagarme_headers(b"another body");
+        let reply = post(server.addr, "/webhooks/pagarme", &forged, &body).await;
+        assert_eq!(reply.status, 401);
+    }
+    let limit = Duration::from_secs(20);
+    eventually(limit, "the rejected alert", || {
+        of_kind(w, "rejected").len() == 1
+    })
+    .await;
+    let alert = &of_kind(w, "rejected")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 5);
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("was the secret rotated")
+            && message.contains("portaria events rejected --endpoint pagarme"),
+        "{message}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
 async fn storage_errors_answered_503_alert() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
