@@ -24,6 +24,10 @@
 //!    (SQLite refuses it inside a transaction) with no busy wait: a reader in the way makes it
 //!    give up at once rather than hold intake up. On PostgreSQL both are the server's own.
 //!
+//! After each of its passes the server's pruner also drops each endpoint's rejected
+//! requests kept longer than its `quarantine_for` ([`KeptFor`]; intake trims them too, but
+//! only when the same endpoint refuses another request).
+//!
 //! Cut-offs are by `received_at`; an archive batch is also cut at [`BATCH_BYTES`], written on
 //! a blocking thread. A failed pass is retried [`RETRY_FIRST`] later, doubling up to the
 //! hourly pass. `portaria prune` opens a store of its own (upgrades refused, like every
@@ -38,7 +42,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::archive;
-use crate::config::Storage;
+use crate::config::{Endpoint, Storage};
 use crate::shutdown::Shutdown;
 use crate::store::{Cutoffs, EventDetail, Reclaimed, Removed, Store, StoreError};
 use crate::time::now_ms;
@@ -167,20 +171,40 @@ impl Report {
     }
 }
 
+/// Each endpoint's name and how long it keeps its rejected requests (`quarantine_for`).
+pub type KeptFor = Vec<(String, Duration)>;
+
+/// [`KeptFor`] of `endpoints`.
+pub fn kept_for<E: std::ops::Deref<Target = Endpoint>>(endpoints: &[E]) -> KeptFor {
+    endpoints
+        .iter()
+        .map(|e| (e.name.clone(), e.quarantine.keep_for))
+        .collect()
+}
+
 /// The background task. It owns its state; [`Pruner::stop`] waits for it after the shutdown
 /// signal fired (it stops between batches).
 pub struct Pruner {
     task: JoinHandle<()>,
     storage: watch::Sender<Storage>,
+    kept_for: watch::Sender<KeptFor>,
 }
 
 impl Pruner {
-    pub fn start(storage: Storage, store: Store, shutdown: Shutdown) -> Pruner {
+    pub fn start(storage: Storage, kept_for: KeptFor, store: Store, shutdown: Shutdown) -> Pruner {
         let (tx, rx) = watch::channel(storage);
+        let (kept_tx, kept_rx) = watch::channel(kept_for);
+        let task = run(rx, kept_rx, store, shutdown);
         Pruner {
-            task: tokio::spawn(crate::panics::named("pruner", run(rx, store, shutdown))),
+            task: tokio::spawn(crate::panics::named("pruner", task)),
             storage: tx,
+            kept_for: kept_tx,
         }
+    }
+
+    /// Reloaded endpoints' `quarantine_for`, for the next pass.
+    pub fn set_kept_for(&self, kept_for: KeptFor) {
+        self.kept_for.send_replace(kept_for);
     }
 
     /// Reloaded retention settings (`retention_days`, `dead_retention_days`, `archive_dir`):
@@ -201,7 +225,12 @@ impl Pruner {
     }
 }
 
-async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown: Shutdown) {
+async fn run(
+    mut settings: watch::Receiver<Storage>,
+    kept_for: watch::Receiver<KeptFor>,
+    store: Store,
+    mut shutdown: Shutdown,
+) {
     let every = crate::fault::prune_every().unwrap_or(EVERY);
     let mut retry = RETRY_FIRST;
     loop {
@@ -209,6 +238,8 @@ async fn run(mut settings: watch::Receiver<Storage>, store: Store, mut shutdown:
         let storage = settings.borrow_and_update().clone();
         crate::fault::panic_if("panic-pruner");
         let passed = pass(&storage, &store, now_ms(), &shutdown).await;
+        let kept = kept_for.borrow().clone();
+        prune_rejected(&store, &kept, now_ms()).await;
         if passed.is_ok() {
             retry = RETRY_FIRST;
         }
@@ -296,6 +327,24 @@ pub async fn pass(
     }
     store.checkpoint().await?;
     Ok(report)
+}
+
+/// Drops each endpoint's rejected requests kept longer than its `quarantine_for`. A failure
+/// is logged: the next pass tries again, and intake's own trim bounds them meanwhile.
+async fn prune_rejected(store: &Store, kept_for: &KeptFor, now_ms: i64) {
+    for (endpoint, keep_for) in kept_for {
+        let before = now_ms.saturating_sub(keep_for.as_millis() as i64);
+        match store.prune_rejected(endpoint, before).await {
+            Ok(0) => {}
+            Ok(n) => {
+                tracing::info!(endpoint = %endpoint, removed = n, "pruned old rejected requests")
+            }
+            Err(StoreError::Closed) => return,
+            Err(e) => {
+                tracing::warn!(endpoint = %endpoint, error = %e, "cannot prune rejected requests")
+            }
+        }
+    }
 }
 
 /// `portaria prune`: the same [`pass`], on a store the command opened for itself (a writer

@@ -265,7 +265,13 @@ pub async fn serve_with(
         signal.clone(),
     )
     .await?;
-    let pruner = Pruner::start(config.storage.clone(), store.clone(), signal.clone());
+    let kept_for = crate::prune::kept_for(&endpoints);
+    let pruner = Pruner::start(
+        config.storage.clone(),
+        kept_for,
+        store.clone(),
+        signal.clone(),
+    );
     let alert_settings = crate::alerts::settings_at_start(config.alerts.as_ref(), &endpoints);
     let alerts = config.alerts.as_ref().map(|settings| {
         Alerts::start(

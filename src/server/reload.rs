@@ -267,6 +267,7 @@ impl Reloader {
         self.http
             .send_replace(super::connection_settings(&config.server));
         self.pruner.set_storage(config.storage.clone());
+        self.pruner.set_kept_for(crate::prune::kept_for(&endpoints));
         if config.log.level != self.log_level
             && let Some(set) = &self.set_log_level
         {

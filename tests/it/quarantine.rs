@@ -175,3 +175,47 @@ async fn an_endpoint_keeps_its_newest_quarantine_keep_and_zero_keeps_none() {
     assert!(rejected(&server, "github").is_empty());
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_pruner_drops_rejected_requests_older_than_quarantine_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let text = base_config(&db, "", "").replace(
+        "provider = \"github\"\n",
+        "provider = \"github\"\nquarantine_for = \"2s\"\n",
+    );
+    assert!(text.contains("quarantine_for = \"2s\""));
+    let config = dir.path().join("portaria.toml");
+    std::fs::write(&config, &text).unwrap();
+    // The real binary, pruning every 100 ms.
+    let mut serve = portaria();
+    serve
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("PORTARIA_TEST_PRUNE_EVERY_MS", "100");
+    let process = Process::spawn_command(serve).await;
+    for path in ["/webhooks/pagarme", "/webhooks/github"] {
+        let reply = post(process.addr, path, &forged_headers(), &payment_body(1)).await;
+        assert_eq!(reply.status, 401);
+    }
+    let count = |endpoint: &str| -> i64 {
+        open_db(&db)
+            .query_row(
+                "SELECT count(*) FROM rejected WHERE endpoint = ?1",
+                [endpoint],
+                |r| r.get(0),
+            )
+            .unwrap()
+    };
+    eventually(WAIT, "both kept", || {
+        count("pagarme") == 1 && count("github") == 1
+    })
+    .await;
+    // No other rejection comes: only the pruner can drop github's, past its 2 s; pagarme's
+    // 48 h stay.
+    eventually(WAIT, "github's pruned", || count("github") == 0).await;
+    assert_eq!(count("pagarme"), 1);
+    let log = process.log.lock().unwrap().clone();
+    assert!(log.contains("pruned old rejected requests"), "{log}");
+    drop(process);
+}
