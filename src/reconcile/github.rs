@@ -107,16 +107,9 @@ pub(super) async fn run(
     if report.dry_run {
         return Ok(());
     }
-    for id in failed {
-        match api.post(&format!("/{hook}/deliveries/{id}/attempts")).await {
-            Ok(_) => {
-                let name = &endpoint.name;
-                tracing::info!(endpoint = %name, delivery = id, "reconcile: GitHub asked to redeliver");
-                report.recovered.push(id.to_string());
-            }
-            Err(e) => report.errors.push(format!("{id}: {e}")),
-        }
-    }
+    let ids = report.missing.clone();
+    let path = |id: &str| format!("/{hook}/deliveries/{id}/attempts");
+    super::ask_again(api, endpoint, ids, path, report).await;
     Ok(())
 }
 

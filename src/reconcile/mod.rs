@@ -175,6 +175,28 @@ pub async fn run(
     report
 }
 
+/// Asks the gateway to send each of `ids` again (a `POST` to `path(id)`, nothing in the
+/// body): each one it takes is recovered, each refusal an error of the report. Pagar.me's
+/// retry, Paddle's replay and GitHub's redelivery.
+async fn ask_again(
+    api: &api::Api,
+    endpoint: &Endpoint,
+    ids: Vec<String>,
+    path: impl Fn(&str) -> String,
+    report: &mut Report,
+) {
+    for id in ids {
+        match api.post(&path(&id)).await {
+            Ok(_) => {
+                let (name, provider) = (&endpoint.name, &report.provider);
+                tracing::info!(endpoint = %name, %provider, id = %id, "reconcile: asked the gateway to send it again");
+                report.recovered.push(id);
+            }
+            Err(e) => report.errors.push(format!("{id}: {e}")),
+        }
+    }
+}
+
 /// The ids of `candidates` (id, dedup key) whose key `endpoint` never stored.
 async fn never_stored(
     store: &Store,

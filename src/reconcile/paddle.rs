@@ -84,29 +84,23 @@ pub(super) async fn run(
     }
     // A failed replay of an event whose original failed too is that original's to replay.
     replays.retain(|(_, key)| !originals.iter().any(|(_, k)| k == key));
-    let orphans = super::never_stored(store, &endpoint.name, replays).await?;
-    for id in orphans {
+    let replay_ids: Vec<String> = replays.iter().map(|(id, _)| id.clone()).collect();
+    let candidates = originals.into_iter().chain(replays).collect();
+    let never = super::never_stored(store, &endpoint.name, candidates).await?;
+    let (orphans, missing): (Vec<String>, Vec<String>) =
+        never.into_iter().partition(|id| replay_ids.contains(id));
+    for id in &orphans {
         report.errors.push(format!(
             "{id}: a failed replay whose original is outside the window; Paddle replays only \
              originals: replay it from Paddle's dashboard"
         ));
-        report.missing.push(id);
     }
-    let missing = super::never_stored(store, &endpoint.name, originals).await?;
-    report.missing.extend(missing.iter().cloned());
+    report.missing = missing.iter().chain(&orphans).cloned().collect();
     if report.dry_run {
         return Ok(());
     }
-    for id in missing {
-        match api.post(&format!("/notifications/{id}/replay")).await {
-            Ok(_) => {
-                let name = &endpoint.name;
-                tracing::info!(endpoint = %name, notification = %id, "reconcile: Paddle asked to replay");
-                report.recovered.push(id);
-            }
-            Err(e) => report.errors.push(format!("{id}: {e}")),
-        }
-    }
+    let path = |id: &str| format!("/notifications/{id}/replay");
+    super::ask_again(api, endpoint, missing, path, report).await;
     Ok(())
 }
 

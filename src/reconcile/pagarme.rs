@@ -80,15 +80,14 @@ pub(super) async fn run(
     if report.dry_run {
         return Ok(());
     }
-    for id in report.missing.clone() {
-        match api.post(&format!("/core/v5/hooks/{id}/retry")).await {
-            Ok(_) => {
-                let name = &endpoint.name;
-                tracing::info!(endpoint = %name, hook = %id, "reconcile: Pagar.me asked to resend");
-                report.recovered.push(id);
-            }
-            Err(e) => report.errors.push(format!("{id}: {e}")),
-        }
-    }
+    let missing = report.missing.clone();
+    super::ask_again(
+        api,
+        endpoint,
+        missing,
+        |id| format!("/core/v5/hooks/{id}/retry"),
+        report,
+    )
+    .await;
     Ok(())
 }

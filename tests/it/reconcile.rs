@@ -15,7 +15,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde_json::{Value, json};
 
-use crate::support::gateway::{answer, query, reconcile, report};
+use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -237,13 +237,6 @@ async fn start(hooks: Vec<Value>, extra: &str) -> (TestServer, FakePagarme) {
     (server, fake)
 }
 
-fn stored(server: &TestServer, key: &str) -> i64 {
-    count(
-        &server.db(),
-        &format!("SELECT COUNT(*) FROM events WHERE dedup_key = '{key}'"),
-    )
-}
-
 /// Neither the key nor its Basic form in what the command said.
 fn assert_no_key(out: &std::process::Output) {
     let basic = STANDARD.encode(format!("{API_KEY}:"));
@@ -310,7 +303,7 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
 
     // Resent by Pagar.me, signed: it arrives through intake.
     eventually(WAIT, "the resent delivery stored", || {
-        stored(&server, "hook_missing") == 1
+        stored_with_key(&server, "hook_missing") == 1
     })
     .await;
 
@@ -322,10 +315,10 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
         "{text}"
     );
     assert_eq!(fake.retries().len(), 1);
-    assert_eq!(stored(&server, "hook_missing"), 1);
+    assert_eq!(stored_with_key(&server, "hook_missing"), 1);
     // A late genuine delivery is a duplicate.
     assert_eq!(deliver(server.addr, &hooks[101]).await.status, 200);
-    assert_eq!(stored(&server, "hook_missing"), 1);
+    assert_eq!(stored_with_key(&server, "hook_missing"), 1);
     drop(fake.hooks);
 }
 
@@ -346,7 +339,7 @@ async fn a_dry_run_asks_for_nothing_and_exits_1_when_something_is_missing() {
         "{text}"
     );
     assert!(fake.retries().is_empty());
-    assert_eq!(stored(&server, "hook_gone"), 0);
+    assert_eq!(stored_with_key(&server, "hook_gone"), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,7 +357,7 @@ async fn rate_limits_are_waited_out_and_errors_said_in_plain_words() {
     );
     assert_eq!(fake.seen().iter().filter(|s| s.method == "GET").count(), 3);
     eventually(WAIT, "the resent delivery stored", || {
-        stored(&server, "hook_late") == 1
+        stored_with_key(&server, "hook_late") == 1
     })
     .await;
 
@@ -525,7 +518,7 @@ async fn serve_runs_the_reconcile_on_its_every_and_stops_cleanly() {
     let (server, fake) = start(vec![hook("hook_lost", "failed", ours)], "every = \"200ms\"").await;
     // No command: the server's own schedule asks Pagar.me, whose resend comes through intake.
     eventually(WAIT, "the resent delivery stored", || {
-        stored(&server, "hook_lost") == 1
+        stored_with_key(&server, "hook_lost") == 1
     })
     .await;
     let lists = || fake.seen().iter().filter(|s| s.method == "GET").count();

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::{answer, query, reconcile, report};
+use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -167,13 +167,6 @@ async fn start(fake: &FakeAsaas, ca_file: &std::path::Path, extra: &str) -> Test
     server
 }
 
-fn stored(server: &TestServer, key: &str) -> i64 {
-    count(
-        &server.db(),
-        &format!("SELECT COUNT(*) FROM events WHERE dedup_key = '{key}'"),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_events_arrive_once() {
     let dir = tempfile::tempdir().unwrap();
@@ -237,7 +230,7 @@ async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_even
         ]
     );
     eventually(WAIT, "the held events stored", || {
-        stored(&server, "evt_asaas_1") == 1 && stored(&server, "evt_asaas_2") == 1
+        stored_with_key(&server, "evt_asaas_1") == 1 && stored_with_key(&server, "evt_asaas_2") == 1
     })
     .await;
 

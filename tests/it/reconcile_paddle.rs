@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::{answer, query, reconcile, report};
+use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -166,13 +166,6 @@ impl FakePaddle {
     }
 }
 
-fn stored(server: &TestServer, event: &str) -> i64 {
-    count(
-        &server.db(),
-        &format!("SELECT COUNT(*) FROM events WHERE dedup_key = '{event}'"),
-    )
-}
-
 /// Neither the key nor its Bearer form in what the command said.
 fn assert_no_key(out: &std::process::Output) {
     for text in [&out.stdout, &out.stderr] {
@@ -259,7 +252,7 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
 
     // Replayed by Paddle, signed: it arrives through intake.
     eventually(WAIT, "the replayed notification stored", || {
-        stored(&server, "evt_missing") == 1
+        stored_with_key(&server, "evt_missing") == 1
     })
     .await;
 
@@ -272,7 +265,7 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
     // A late genuine delivery is a duplicate.
     let late = deliver(server.addr, &list[5]["payload"]).await;
     assert_eq!(late.status, 200);
-    assert_eq!(stored(&server, "evt_missing"), 1);
+    assert_eq!(stored_with_key(&server, "evt_missing"), 1);
 
     // A failed replay whose original is not listed: Paddle would refuse to replay it, so the
     // run names it, asks for nothing and exits 1.
@@ -285,5 +278,5 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
     let errors = run["errors"].to_string();
     assert!(errors.contains("Paddle replays only"), "{errors}");
     assert_eq!(fake.replays().len(), 1);
-    assert_eq!(stored(&server, "evt_gone"), 0);
+    assert_eq!(stored_with_key(&server, "evt_gone"), 0);
 }
