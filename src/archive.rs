@@ -32,7 +32,9 @@ use flate2::write::GzEncoder;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
-use crate::store::{Attempt, EventDetail, EventSummary, NewDelivery, Restored, Status, StoreError};
+use crate::store::{
+    Attempt, EventDetail, EventSummary, NewDelivery, Origin, Restored, Status, StoreError,
+};
 use crate::time::rfc3339;
 
 /// The `v` of every line this version writes.
@@ -67,6 +69,10 @@ pub struct Line {
     /// written before it was stored (a replayed event's targets then hear 0).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub event_type_signed: Option<bool>,
+    /// `reconcile` for an event a reconcile run took from the gateway's API; absent for a
+    /// webhook (and in lines written before it was stored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
     pub attempt_log: Vec<AttemptLine>,
     /// When it was pruned (RFC 3339, UTC).
     pub pruned_at: String,
@@ -142,6 +148,7 @@ impl Line {
             object_id: s.object_id.clone(),
             signed_id: event.signed_id.clone(),
             event_type_signed: event.event_type_signed,
+            origin: s.origin.column().map(str::to_string),
             attempt_log: event
                 .attempts
                 .iter()
@@ -184,6 +191,7 @@ impl Line {
                 next_attempt_at_ms: None,
                 last_error: self.last_error,
                 object_id: self.object_id,
+                origin: Origin::from_column(self.origin.as_deref()),
             },
             content_type: self.content_type,
             headers: decode(self.headers, self.headers_encoding)
@@ -408,6 +416,7 @@ mod tests {
     fn event(id: i64, body: &[u8]) -> EventDetail {
         EventDetail {
             summary: EventSummary {
+                origin: crate::store::Origin::Webhook,
                 id,
                 endpoint: "pagarme".into(),
                 dedup_key: format!("key-{id}"),

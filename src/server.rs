@@ -288,7 +288,12 @@ pub async fn serve_with(
         Some((settings, key, path)) => Some(start_canary(&settings, key, path, &metrics, &signal)?),
         None => None,
     };
-    let reconciling = crate::reconcile::Schedule::start(&endpoints, store.clone(), signal.clone());
+    let reconciling = crate::reconcile::Schedule::start(
+        &endpoints,
+        store.clone(),
+        new_event.clone(),
+        signal.clone(),
+    );
     let intake = Arc::new(intake);
     // `/readyz` asks for room for one body of the limit in force; a reload changes it.
     let max_body_bytes = Arc::new(AtomicUsize::new(config.server.max_body_bytes));

@@ -15,7 +15,7 @@ use super::filters::{CONFIRM_ABOVE, confirmed};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
 use crate::store::{
-    EventDetail, EventSummary, ListFilter, RoutePause, RouteState, Status, detail_json,
+    EventDetail, EventSummary, ListFilter, Origin, RoutePause, RouteState, Status, detail_json,
     summary_json,
 };
 use crate::time::{now_ms, rfc3339};
@@ -203,9 +203,14 @@ fn write_table(out: &mut impl Write, events: &[EventSummary]) -> std::io::Result
         "ID", "RECEIVED (UTC)", "ENDPOINT", "STATUS", "TRY", "TYPE"
     )?;
     for e in events {
+        // Last, so the columns a script cuts stay where they were.
+        let origin = match e.origin {
+            Origin::Webhook => "",
+            Origin::Reconcile => "  (reconcile)",
+        };
         writeln!(
             out,
-            "{:>7}  {:<24}  {:<14}  {:<10}  {:>3}  {:<24}  {}",
+            "{:>7}  {:<24}  {:<14}  {:<10}  {:>3}  {:<24}  {}{origin}",
             e.id,
             rfc3339(e.received_at_ms),
             e.endpoint,
@@ -255,10 +260,12 @@ fn write_detail(
         writeln!(out, "object id:   {object}")?;
     }
     // A type read from an unsigned header or body (or stored before portaria kept where it
-    // came from) is said to be one.
-    let unsigned = match (&e.event_type, event.event_type_signed) {
-        (Some(_), Some(true)) | (None, _) => "",
-        (Some(_), _) => " (not covered by the signature)",
+    // came from) is said to be one; a reconciled event's came from the gateway's API.
+    let unsigned = match (&e.event_type, event.event_type_signed, e.origin) {
+        (None, ..) => "",
+        (Some(_), _, Origin::Reconcile) => " (from the gateway's API)",
+        (Some(_), Some(true), _) => "",
+        (Some(_), ..) => " (not covered by the signature)",
     };
     writeln!(
         out,
@@ -267,6 +274,12 @@ fn write_detail(
     )?;
     if let Some(id) = &event.signed_id {
         writeln!(out, "signed id:   {id}")?;
+    }
+    if e.origin == Origin::Reconcile {
+        writeln!(
+            out,
+            "origin:      reconcile (its webhook never arrived; taken from the gateway's API)"
+        )?;
     }
     writeln!(out, "received at: {}", rfc3339(e.received_at_ms))?;
     writeln!(out, "status:      {}", e.status)?;
@@ -356,6 +369,7 @@ mod tests {
     fn event(headers: &[u8], body: &[u8]) -> EventDetail {
         EventDetail {
             summary: EventSummary {
+                origin: crate::store::Origin::Webhook,
                 id: 1,
                 endpoint: "x".to_string(),
                 dedup_key: "k".to_string(),

@@ -208,6 +208,7 @@ mod tests {
     fn event(id: i64) -> Exported {
         Exported {
             summary: EventSummary {
+                origin: crate::store::Origin::Webhook,
                 id,
                 endpoint: "shop".into(),
                 dedup_key: format!("k{id}"),

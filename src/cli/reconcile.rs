@@ -19,7 +19,7 @@ pub(super) struct ReconcileArgs {
     /// Look back this far (like `3d`, `12h`) instead of the endpoint's `window`.
     #[arg(long, value_name = "DURATION", value_parser = since)]
     since: Option<Duration>,
-    /// List and compare, but ask the gateway to resend nothing.
+    /// List and compare, but ask the gateway to resend nothing and store nothing.
     #[arg(long)]
     dry_run: bool,
     /// One JSON object per endpoint, one a line.
@@ -58,8 +58,13 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
             config.source
         ));
     }
-    // Finding what is missing only reads; what comes back arrives through intake.
-    let opened = Opened::open(&config, Access::Read)?;
+    // Finding what is missing only reads, and what a gateway resends arrives through intake;
+    // what a run takes from the gateway's API (Stripe) it stores itself.
+    let access = match args.dry_run || !endpoints.iter().any(|e| crate::reconcile::stores(e)) {
+        true => Access::Read,
+        false => Access::Write,
+    };
+    let opened = Opened::open(&config, access)?;
     let mut ok = true;
     for endpoint in endpoints {
         let Some(reconcile) = &endpoint.reconcile else {
@@ -71,6 +76,7 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
             &opened.store,
             args.since,
             args.dry_run,
+            None,
         ));
         ok &= report.ok();
         if args.json {

@@ -38,7 +38,8 @@ const PLACEHOLDER_KEY: &[u8] = b"portaria: reconcile key not loaded";
 
 /// The providers a run is built for: their API's address and how long it keeps what a run
 /// lists (Pagar.me's hooks and Stripe's events: 30 days; Paddle's notifications: 90 days;
-/// a paused Asaas queue's events: 14 days; GitHub redelivers 3 days back; docs/reconcile.md).
+/// a paused Asaas queue's events: 14 days; GitHub redelivers 3 days back; Mercado Pago's
+/// payments are searchable for a year, a run looks at most 30 days back; docs/reconcile.md).
 const PROVIDERS: &[(&str, &str, Duration)] = &[
     (
         "pagarme-v5",
@@ -64,6 +65,11 @@ const PROVIDERS: &[(&str, &str, Duration)] = &[
         "github",
         "https://api.github.com",
         Duration::from_secs(3 * 86_400),
+    ),
+    (
+        "mercadopago",
+        "https://api.mercadopago.com",
+        Duration::from_secs(30 * 86_400),
     ),
 ];
 
@@ -108,8 +114,10 @@ impl Validator<'_> {
             return None;
         };
         // GitHub's list names deliveries by their GUID, not by what portaria keys on: a run
-        // asks GitHub again for every event it never delivered (reconcile/github.rs).
-        let keyed = provider != "github";
+        // asks GitHub again for every event it never delivered (reconcile/github.rs). Mercado
+        // Pago's run keys the states it stores in a namespace of its own
+        // (reconcile/mercadopago.rs).
+        let keyed = !matches!(provider, "github" | "mercadopago");
         let hook = self.github_hook(&at, provider, raw.hook);
         if let Some(rule) = dedup.filter(|r| keyed && !matches!(r, DedupRule::JsonPointer(_))) {
             self.problem(format!(
@@ -474,15 +482,15 @@ mod tests {
         assert_eq!(r.window, Duration::from_secs(3 * 86_400));
         let p = problems(&with("hook = \"repos/a/b/hooks/1\""));
         assert!(p.contains("only a GitHub reconcile names a hook"), "{p}");
-        let mercadopago = format!(
+        let shopify = format!(
             "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/m\"\n\
-             provider = \"mercadopago\"\nsecret = \"s3cret-s3cret\"\n{}",
-            key_file(dir.path(), "APP_USR-1")
+             provider = \"shopify\"\nsecret = \"s3cret-s3cret\"\n{}",
+            key_file(dir.path(), "shpat-1")
         );
-        let p = problems(&mercadopago);
+        let p = problems(&shopify);
         assert!(
             p.contains(
-                "provider `mercadopago` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github;"
+                "provider `shopify` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github, mercadopago;"
             ),
             "{p}"
         );

@@ -209,6 +209,7 @@ mod tests {
 
     fn delivery() -> Delivery {
         Delivery {
+            origin: crate::store::Origin::Webhook,
             event_id: 7,
             endpoint: "pagarme".into(),
             route: "default".into(),

@@ -356,13 +356,15 @@ fn set_delivery_env(command: &mut Command, d: &Delivery) {
 
 /// `PORTARIA_*` variables every event has. `PORTARIA_EVENT_TYPE_SIGNED` is `1` only when
 /// there is an event type and the signature covers what it was read from.
-fn delivery_env(d: &Delivery) -> [(&'static str, String); 9] {
+fn delivery_env(d: &Delivery) -> [(&'static str, String); 10] {
     let type_signed = d.event_type_signed && d.event_type.is_some();
     [
         ("PORTARIA_EVENT_ID", d.event_id.to_string()),
         ("PORTARIA_ENDPOINT", env_value(&d.endpoint)),
         ("PORTARIA_ROUTE", env_value(&d.route)),
         ("PORTARIA_DEDUP_KEY", env_value(&d.dedup_key)),
+        // `webhook`, or `reconcile` for an event taken from the gateway's API.
+        ("PORTARIA_ORIGIN", d.origin.as_str().to_string()),
         (
             "PORTARIA_EVENT_TYPE",
             env_value(d.event_type.as_deref().unwrap_or("")),
@@ -475,6 +477,7 @@ mod tests {
 
     fn delivery(body: impl Into<Bytes>) -> Delivery {
         Delivery {
+            origin: crate::store::Origin::Webhook,
             event_id: 42,
             endpoint: "github".to_string(),
             route: "default".to_string(),
@@ -601,6 +604,7 @@ cat > "$out/body"
   printf 'type_signed=%s\n' "$PORTARIA_EVENT_TYPE_SIGNED"
   printf 'signed_id=%s|%s\n' "${PORTARIA_SIGNED_ID+set}" "$PORTARIA_SIGNED_ID"
   printf 'attempt=%s\n' "$PORTARIA_ATTEMPT"
+  printf 'origin=%s\n' "$PORTARIA_ORIGIN"
   printf 'received=%s\n' "$PORTARIA_RECEIVED_AT"
   printf 'ctype=%s|%s\n' "${PORTARIA_CONTENT_TYPE+set}" "$PORTARIA_CONTENT_TYPE"
   printf 'path=%s\n' "$PATH"
@@ -621,7 +625,7 @@ cat > "$out/body"
             env,
             format!(
                 "id=42\nendpoint=github\ndedup=gh:72d3162e-cc78-11e3-81ab-4c9367dc0958\n\
-                 type=set|push\ntype_signed=0\nsigned_id=|\nattempt=3\n\
+                 type=set|push\ntype_signed=0\nsigned_id=|\nattempt=3\norigin=webhook\n\
                  received=2026-11-30T08:15:24.123Z\n\
                  ctype=set|application/json\npath={path}\n"
             )
@@ -651,6 +655,11 @@ cat > "$out/body"
         assert_eq!(target.deliver(&signed).await, Outcome::Delivered);
         let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
         assert!(env.contains("type=set|\ntype_signed=0\n"), "{env}");
+        // An event a reconcile run took from the gateway's API says so.
+        signed.origin = crate::store::Origin::Reconcile;
+        assert_eq!(target.deliver(&signed).await, Outcome::Delivered);
+        let env = std::fs::read_to_string(dir.path().join("env")).expect("env");
+        assert!(env.contains("origin=reconcile\n"), "{env}");
     }
 
     #[tokio::test]

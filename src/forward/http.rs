@@ -58,6 +58,7 @@ static EVENT_TYPE: HeaderName = HeaderName::from_static("portaria-event-type");
 static EVENT_TYPE_SIGNED: HeaderName = HeaderName::from_static("portaria-event-type-signed");
 static SIGNED_ID: HeaderName = HeaderName::from_static("portaria-signed-id");
 static ATTEMPT: HeaderName = HeaderName::from_static("portaria-attempt");
+static ORIGIN: HeaderName = HeaderName::from_static("portaria-origin");
 static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
 static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
@@ -165,6 +166,7 @@ impl HttpTarget {
             insert_encoded(&mut headers, &SIGNED_ID, id);
         }
         headers.insert(ATTEMPT.clone(), HeaderValue::from(d.attempt));
+        headers.insert(ORIGIN.clone(), HeaderValue::from_static(d.origin.as_str()));
 
         if let Some(key) = &self.signing_key {
             let id = d.event_id.to_string();
@@ -344,6 +346,7 @@ mod tests {
 
     fn delivery() -> Delivery {
         Delivery {
+            origin: crate::store::Origin::Webhook,
             event_id: 7,
             endpoint: "stripe".to_string(),
             route: "default".to_string(),
@@ -453,6 +456,7 @@ mod tests {
         assert_eq!(header(req, "portaria-event-type-signed"), Some("1"));
         assert_eq!(header(req, "portaria-signed-id"), None);
         assert_eq!(header(req, "portaria-attempt"), Some("2"));
+        assert_eq!(header(req, "portaria-origin"), Some("webhook"));
         let ua = format!("portaria/{}", env!("CARGO_PKG_VERSION"));
         assert_eq!(header(req, "user-agent"), Some(ua.as_str()));
 

@@ -7,8 +7,8 @@
 //!   Pagar.me marks `failed` whose event portaria never stored, Pagar.me is asked to send it
 //!   again; the copy arrives signed and goes through intake like any webhook.
 //! - `stripe` (`stripe`): the events whose delivery has not succeeded, in the window; those
-//!   portaria never stored are named (Stripe cannot be asked to resend; storing them from the
-//!   API's answer is not built yet), with a [`Report::note`] saying what to do.
+//!   portaria never stored are stored from the API's answer (Stripe cannot be asked to
+//!   resend), marked `origin = reconcile` (`taken`).
 //! - `paddle` (`paddle`): the notifications Paddle gave up on (`failed`) in the window; for
 //!   each event portaria never stored, Paddle is asked to replay its notification, which
 //!   arrives signed as a new notification of the same `event_id`.
@@ -18,6 +18,9 @@
 //! - `github` (`github`): a hook's deliveries in the window, by GUID; each event none of
 //!   whose deliveries is `OK` is redelivered (the list does not carry portaria's key, so a
 //!   stored one comes back as a duplicate).
+//! - `mercadopago` (`mercadopago`): the payments updated in the window; each one whose last
+//!   update portaria never heard of (no notification of it since) is stored as a state
+//!   event (`taken`), keyed by (payment, status).
 //!
 //! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
 //!
@@ -30,14 +33,17 @@
 mod api;
 mod asaas;
 mod github;
+mod mercadopago;
 mod paddle;
 mod pagarme;
 mod schedule;
 mod stripe;
+mod taken;
 
 use std::time::Duration;
 
 use serde_json::json;
+use tokio::sync::Notify;
 
 use crate::config::{Endpoint, Reconcile};
 use crate::store::Store;
@@ -59,8 +65,11 @@ pub struct Report {
     pub failed_at_gateway: usize,
     /// The ids of those portaria never stored.
     pub missing: Vec<String>,
-    /// The ids got back (resent by the gateway).
+    /// The ids got back (resent by the gateway, or stored from its API: [`Report::stored`]).
     pub recovered: Vec<String>,
+    /// Whether what was got back was stored from the gateway's API (`origin = reconcile`)
+    /// rather than resent by the gateway.
+    pub stored: bool,
     /// What went wrong: the run's own error, or one id's (`hook_x: why`).
     pub errors: Vec<String>,
     /// What the owner can do about what is missing, when the run could not get it back.
@@ -88,6 +97,11 @@ impl Report {
             line.push_str(&format!(" ({})", self.missing.join(", ")));
             if self.dry_run {
                 line.push_str("; dry run: nothing asked");
+            } else if self.stored {
+                line.push_str(&format!(
+                    "; stored {} from the gateway's API",
+                    self.recovered.len()
+                ));
             } else if self.note.is_none() {
                 line.push_str(&format!(
                     "; asked the gateway to resend {}",
@@ -115,6 +129,11 @@ impl Report {
             "failed_at_gateway": self.failed_at_gateway,
             "missing": self.missing,
             "recovered": self.recovered,
+            "recovered_by": match (self.recovered.is_empty(), self.stored) {
+                (true, _) => None,
+                (false, true) => Some("stored from the API"),
+                (false, false) => Some("resent by the gateway"),
+            },
             "errors": self.errors,
             "note": self.note,
             "ok": self.ok(),
@@ -134,13 +153,16 @@ fn human(d: Duration) -> String {
 }
 
 /// Runs `endpoint`'s reconcile once, looking back `since` (its `window` unless given);
-/// `dry_run` asks the gateway for nothing but the lists.
+/// `dry_run` asks the gateway for nothing but the lists, and stores nothing. `wake` is the
+/// forwarding worker's, inside `serve`, for an event a run stores itself (a command's run
+/// is seen by the server's worker at its next look at the store).
 pub async fn run(
     endpoint: &Endpoint,
     reconcile: &Reconcile,
     store: &Store,
     since: Option<Duration>,
     dry_run: bool,
+    wake: Option<&Notify>,
 ) -> Report {
     let mut report = Report {
         endpoint: endpoint.name.clone(),
@@ -150,7 +172,7 @@ pub async fn run(
         ..Report::default()
     };
     let scheme = match report.provider.as_str() {
-        "paddle" | "github" => api::Auth::Bearer,
+        "paddle" | "github" | "mercadopago" => api::Auth::Bearer,
         "asaas" => api::Auth::AccessToken,
         _ => api::Auth::Basic,
     };
@@ -163,16 +185,23 @@ pub async fn run(
     };
     let outcome = match report.provider.as_str() {
         "pagarme-v5" => pagarme::run(&api, endpoint, store, &mut report).await,
-        "stripe" => stripe::run(&api, endpoint, store, &mut report).await,
+        "stripe" => stripe::run(&api, endpoint, store, wake, &mut report).await,
         "paddle" => paddle::run(&api, endpoint, store, &mut report).await,
         "asaas" => asaas::run(&api, endpoint, reconcile, &mut report).await,
         "github" => github::run(&api, endpoint, reconcile, &mut report).await,
+        "mercadopago" => mercadopago::run(&api, endpoint, store, wake, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {
         report.errors.insert(0, e);
     }
     report
+}
+
+/// Whether a run of `endpoint` may write to the store (it takes events from the gateway's
+/// API where the gateway cannot resend them: Stripe, Mercado Pago); the others only read it.
+pub fn stores(endpoint: &Endpoint) -> bool {
+    matches!(endpoint.verifier.provider(), "stripe" | "mercadopago")
 }
 
 /// Asks the gateway to send each of `ids` again (a `POST` to `path(id)`, nothing in the

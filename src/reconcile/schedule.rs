@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::{Duration, Instant};
 
@@ -21,10 +22,12 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// Starts the schedule of `endpoints` that have an `every`; None when none has.
+    /// Starts the schedule of `endpoints` that have an `every`; None when none has. `wake`
+    /// is the forwarding worker's, for the events a run stores itself.
     pub fn start(
         endpoints: &[Arc<Endpoint>],
         store: Store,
+        wake: Arc<Notify>,
         shutdown: Shutdown,
     ) -> Option<Schedule> {
         let now = Instant::now();
@@ -36,7 +39,10 @@ impl Schedule {
         if due.is_empty() {
             return None;
         }
-        let task = tokio::spawn(crate::panics::named("reconcile", run(due, store, shutdown)));
+        let task = tokio::spawn(crate::panics::named(
+            "reconcile",
+            run(due, store, wake, shutdown),
+        ));
         Some(Schedule { task })
     }
 
@@ -46,7 +52,12 @@ impl Schedule {
     }
 }
 
-async fn run(mut due: Vec<(Instant, Arc<Endpoint>)>, store: Store, mut shutdown: Shutdown) {
+async fn run(
+    mut due: Vec<(Instant, Arc<Endpoint>)>,
+    store: Store,
+    wake: Arc<Notify>,
+    mut shutdown: Shutdown,
+) {
     loop {
         let Some(next) = due
             .iter()
@@ -66,7 +77,7 @@ async fn run(mut due: Vec<(Instant, Arc<Endpoint>)>, store: Store, mut shutdown:
         };
         let report = tokio::select! {
             _ = shutdown.fired() => return,
-            report = super::run(&endpoint, reconcile, &store, None, false) => report,
+            report = super::run(&endpoint, reconcile, &store, None, false, Some(&wake)) => report,
         };
         log(&report);
         let every = reconcile.every.unwrap_or(Duration::from_secs(3600));

@@ -3,15 +3,18 @@
 //! `GET /v1/events?delivery_success=false&created[gte]=...&limit=100`, page after page with
 //! `starting_after` (the last id of a page) while `has_more`; then those portaria never stored,
 //! by the dedup key a real delivery has, read from the event as the API gives it (Stripe posts
-//! the event object itself). Stripe has no API call that resends an event: storing the event
-//! from the API's answer (`origin = reconcile`) is not built yet, so a run names them, for
-//! the Dashboard's resend. Sources: docs/reconcile.md.
+//! the event object itself). Stripe has no API call that resends an event: each one missing
+//! is stored from the API's answer (`taken.rs`: `origin = reconcile`), read over TLS with the
+//! account's key. Sources: docs/reconcile.md.
 
 use http::HeaderMap;
 use serde_json::Value;
 
+use tokio::sync::Notify;
+
 use super::Report;
 use super::api::Api;
+use super::taken::{Taken, store_taken};
 use crate::config::Endpoint;
 use crate::store::Store;
 
@@ -20,19 +23,17 @@ const PAGE_SIZE: usize = 100;
 /// The most pages a run reads (10,000 events): a run is bounded.
 const MAX_PAGES: usize = 100;
 
-/// What a run says of the events it found missing.
-pub(super) const NOTE: &str = "Stripe has no API call to resend an event, and storing it from \
-     the API is not built yet: resend these from the Stripe Dashboard (Workbench, Events)";
-
 pub(super) async fn run(
     api: &Api,
     endpoint: &Endpoint,
     store: &Store,
+    wake: Option<&Notify>,
     report: &mut Report,
 ) -> Result<(), String> {
     let now = crate::time::now_ms() / 1000;
     let since = now.saturating_sub(report.since.as_secs() as i64);
     let mut candidates = Vec::new();
+    let mut events_of = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..MAX_PAGES {
         let mut query =
@@ -55,11 +56,19 @@ pub(super) async fn run(
                 continue;
             };
             after = Some(id.to_string());
-            match endpoint
-                .dedup
-                .extract(&HeaderMap::new(), event.to_string().as_bytes())
-            {
-                Ok(key) => candidates.push((id.to_string(), key)),
+            let body = event.to_string().into_bytes();
+            match endpoint.dedup.extract(&HeaderMap::new(), &body) {
+                Ok(key) => {
+                    candidates.push((id.to_string(), key.clone()));
+                    events_of.push(Taken {
+                        id: id.to_string(),
+                        dedup_key: key,
+                        event_type: event["type"].as_str().map(str::to_string),
+                        object_id: event["data"]["object"]["id"].as_str().map(str::to_string),
+                        signed_id: None,
+                        body,
+                    });
+                }
                 Err(e) => report.errors.push(format!("{id}: no dedup key ({e})")),
             }
         }
@@ -68,8 +77,13 @@ pub(super) async fn run(
         }
     }
     report.missing = super::never_stored(store, &endpoint.name, candidates).await?;
-    if !report.missing.is_empty() {
-        report.note = Some(NOTE);
+    if report.dry_run || report.missing.is_empty() {
+        return Ok(());
     }
+    let missing: Vec<Taken> = events_of
+        .into_iter()
+        .filter(|t| report.missing.contains(&t.id))
+        .collect();
+    store_taken(store, endpoint, missing, wake, report).await;
     Ok(())
 }

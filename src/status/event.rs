@@ -10,7 +10,7 @@ use maud::{Markup, html};
 use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge};
 use super::text::{Lang, when};
 use super::{Answer, respond};
-use crate::store::{EventDetail, Status, Store, header_lines};
+use crate::store::{EventDetail, Origin, Status, Store, header_lines};
 
 /// How much of a body the page shows; the rest is a download.
 pub const SHOWN_BYTES: usize = 64 * 1024;
@@ -34,9 +34,15 @@ pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
             dt { t { "Received" } } dd { (when(e.received_at_ms, now, t)) }
             dt { t { "Event type" } } dd {
                 (e.event_type.as_deref().unwrap_or("—"))
-                @if e.event_type.is_some() && d.event_type_signed != Some(true) {
+                @if e.event_type.is_some() && e.origin == Origin::Reconcile {
+                    span.small { t { " (from the gateway's API)" } }
+                } @else if e.event_type.is_some() && d.event_type_signed != Some(true) {
                     span.small { t { " (not covered by the signature)" } }
                 }
+            }
+            @if e.origin == Origin::Reconcile {
+                dt { t { "Origin" } }
+                dd { t { "reconcile: its webhook never arrived; taken from the gateway's API" } }
             }
             @if let Some(id) = &d.signed_id { dt { t { "Signed id" } } dd { code { (id) } } }
             dt { t { "Dedup key" } } dd { code { (e.dedup_key) } }

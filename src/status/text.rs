@@ -156,6 +156,12 @@ const PT_BR: &[(&str, &str)] = &[
         " (not covered by the signature)",
         " (não coberto pela assinatura)",
     ),
+    (" (from the gateway's API)", " (da API do gateway)"),
+    ("Origin", "Origem"),
+    (
+        "reconcile: its webhook never arrived; taken from the gateway's API",
+        "reconcile: o webhook nunca chegou; obtido da API do gateway",
+    ),
     ("Signed id", "ID assinado"),
     ("Dedup key", "Chave de deduplicação"),
     ("Object", "Objeto"),
@@ -455,6 +461,7 @@ mod tests {
 
     fn summary(id: i64, status: Status) -> EventSummary {
         EventSummary {
+            origin: crate::store::Origin::Webhook,
             id,
             endpoint: "pagarme".into(),
             dedup_key: format!("hook_{id}"),
@@ -487,6 +494,14 @@ mod tests {
             signed_id: Some("43".into()),
             event_type_signed: Some(false),
         }
+    }
+
+    /// An event a reconcile run took from the gateway's API.
+    fn reconciled() -> EventDetail {
+        let mut d = detail(Status::Delivered, &["delivered"], b"{}".to_vec());
+        d.summary.origin = crate::store::Origin::Reconcile;
+        d.event_type_signed = Some(true);
+        d
     }
 
     /// Every page in every state that shows a phrase of its own, as maud renders it (with
@@ -557,6 +572,7 @@ mod tests {
             pages::events(&c, &endpoints, &ListFilter::default(), &[], 1, NOW),
             event::page(&c, &detail(Status::Dead, &outcomes, big), NOW),
             event::page(&c, &detail(Status::Pending, &[], b"{}".to_vec()), NOW),
+            event::page(&c, &reconciled(), NOW),
             pages::login(lang, Some("That is not the admin token.")),
             pages::not_found(&c),
         ]

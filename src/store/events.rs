@@ -4,7 +4,7 @@
 //! statement for both engines ([`list_query`], spelled by a [`Dialect`]), and replay per
 //! event, route or dead delivery. Each engine runs them in its `events.rs`.
 
-use super::Status;
+use super::{Origin, Status};
 
 /// An event as listed: everything but the body and headers. `status` is the roll-up of its
 /// deliveries (`delivering` while one of them is); `attempts` counts every route's,
@@ -22,6 +22,8 @@ pub struct EventSummary {
     pub last_error: Option<String>,
     /// The object it is about (the payment, the order), if its body named one.
     pub object_id: Option<String>,
+    /// A webhook, or taken from the gateway's API by `portaria reconcile`.
+    pub origin: Origin,
 }
 
 /// One event in full, with its delivery attempts.
@@ -130,11 +132,13 @@ macro_rules! summary_columns {
                WHERE d.event_id = events.id AND d.status = 'pending'), \
              (SELECT d.last_error FROM deliveries d WHERE d.event_id = events.id \
                AND d.last_error IS NOT NULL ORDER BY d.route LIMIT 1), \
-             events.object_id"
+             events.object_id, events.origin"
         )
     };
 }
 pub(super) const SUMMARY: &str = summary_columns!();
+/// How many columns [`SUMMARY`] has: the columns an engine selects after it start here.
+pub(super) const SUMMARY_LEN: usize = 11;
 /// How a backend spells what the list's statement needs: its placeholders (`?1` or `$1`), the
 /// test for text inside text, the deliveries waiting or under way (SQLite's through its
 /// partial queue index, named: `INDEXED BY` is SQLite's alone), and a glob (SQLite's `GLOB`,

@@ -18,6 +18,7 @@
 
 use bytes::Bytes;
 
+use super::Origin;
 use crate::verify::Verified;
 
 /// A verified webhook, ready to store. Building one takes the verifier's proof.
@@ -48,6 +49,9 @@ pub struct NewEvent {
     /// Its items' own keys with their [`dedup_hash`], for a batch of separately signed
     /// items (see the module doc); empty for every other event.
     pub(super) items: Vec<(String, i64)>,
+    /// A webhook ([`NewEvent::new`]), or taken from the gateway's API by `portaria reconcile`
+    /// ([`NewEvent::reconciled`]).
+    pub(super) origin: Origin,
 }
 
 /// One route an event goes to, with its ordering key on that route (if the route orders by
@@ -112,6 +116,41 @@ impl NewEvent {
             signed_id: proof.signed_id().map(str::to_string),
             event_type_signed,
             items: Vec::new(),
+            origin: Origin::Webhook,
+        }
+    }
+
+    /// An event `portaria reconcile` read from the gateway's own API (over TLS, with the
+    /// account's key) because its webhook never reached portaria: no signature to prove it,
+    /// the API's answer is the proof. Its dedup key is the one a real delivery of it would
+    /// have (Stripe's), or one of its own namespace (Mercado Pago's payment states); its type
+    /// counts as signed, and so does `signed_id`, the object id the API answered for (where
+    /// the provider's webhooks sign one: Mercado Pago's `data.id`); targets are told its
+    /// origin (`reconcile`).
+    pub fn reconciled(
+        endpoint: &str,
+        dedup_key: String,
+        received: Received,
+        routes: Vec<NewDelivery>,
+        signed_id: Option<String>,
+    ) -> Self {
+        NewEvent {
+            endpoint: endpoint.to_string(),
+            dedup_hash: dedup_hash(endpoint, &dedup_key),
+            dedup_key,
+            event_type_signed: received.event_type.is_some().then_some(true),
+            event_type: received.event_type,
+            content_type: received.content_type,
+            headers: received.headers,
+            body: received.body,
+            received_at_ms: received.at_ms,
+            dedup_since_ms: received.dedup_since_ms,
+            routes,
+            client_cert: None,
+            object_id: received.object_id,
+            signed_id,
+            items: Vec::new(),
+            origin: Origin::Reconcile,
         }
     }
 

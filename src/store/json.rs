@@ -26,6 +26,7 @@ pub fn summary_json(e: &EventSummary, routes: Option<&[RouteState]>) -> Value {
         "next_attempt_at": e.next_attempt_at_ms.map(rfc3339),
         "next_attempt_at_ms": e.next_attempt_at_ms,
         "last_error": e.last_error,
+        "origin": e.origin.as_str(),
     });
     if let Some(routes) = routes {
         v["routes"] = routes.iter().map(route_json).collect();
@@ -113,6 +114,7 @@ mod tests {
     fn detail() -> EventDetail {
         EventDetail {
             summary: EventSummary {
+                origin: crate::store::Origin::Webhook,
                 id: 7,
                 endpoint: "shop".into(),
                 dedup_key: "k".into(),

@@ -86,6 +86,41 @@ pub enum StoreError {
     NotTaken(std::time::Duration),
 }
 
+/// Where an event came from. Stored as NULL for a webhook (intake writes nothing more) and as
+/// its name otherwise; told to targets (`PORTARIA_ORIGIN`, `Portaria-Origin`, the pipe line).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// A webhook the provider delivered, verified by its signature.
+    #[default]
+    Webhook,
+    /// An event `portaria reconcile` took from the gateway's API (read over TLS with the
+    /// account's key: as authoritative as a signature), because its webhook never arrived.
+    Reconcile,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Webhook => "webhook",
+            Origin::Reconcile => "reconcile",
+        }
+    }
+
+    /// The column's value: NULL for a webhook.
+    pub(crate) fn column(self) -> Option<&'static str> {
+        (self != Origin::Webhook).then_some(self.as_str())
+    }
+
+    /// What the column holds, read back; a value this binary does not know (written by a
+    /// newer one) reads as a webhook's.
+    pub(crate) fn from_column(value: Option<&str>) -> Origin {
+        match value {
+            Some("reconcile") => Origin::Reconcile,
+            _ => Origin::Webhook,
+        }
+    }
+}
+
 /// Where an event is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

@@ -18,6 +18,8 @@
 
 use bytes::Bytes;
 
+use super::Origin;
+
 /// A delivery claimed for one attempt (its status is now `delivering`): everything the
 /// attempt hands to the target.
 #[derive(Debug, Clone)]
@@ -34,6 +36,8 @@ pub struct Delivery {
     /// The id the provider signed apart from the body (Mercado Pago's query `data.id`): what
     /// a target should trust where the body proves nothing.
     pub signed_id: Option<String>,
+    /// A webhook, or taken from the gateway's API by `portaria reconcile`.
+    pub origin: Origin,
     pub content_type: Option<String>,
     pub received_at_ms: i64,
     /// 1-based number of this attempt (of this route).

@@ -55,6 +55,7 @@ mod receiver;
 mod reconcile;
 mod reconcile_asaas;
 mod reconcile_github;
+mod reconcile_mercadopago;
 mod reconcile_paddle;
 mod reload;
 mod replay;

@@ -430,7 +430,7 @@ async fn fake_stripe(tls: Arc<rustls::ServerConfig>, events: Vec<Value>) -> Http
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resend() {
+async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconciled() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("portaria.db");
     let ca = ca("fake Stripe CA");
@@ -439,9 +439,14 @@ async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resen
     // portaria has all but the last, which is on the second page.
     let events: Vec<Value> = (0..101).map(stripe_event).collect();
     let fake = fake_stripe(server_tls(&ca), events.clone()).await;
+    let target = Target::start(vec![200]).await;
     std::fs::write(dir.path().join("stripe.key"), format!("{API_KEY}\n")).unwrap();
+    let keys = format!(
+        "secret = \"{STRIPE_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}",
+        target.addr
+    );
     let text = sqlite_config(&db)
-        .endpoint("/webhooks/stripe", "stripe", &format!("secret = \"{STRIPE_SECRET}\""))
+        .endpoint("/webhooks/stripe", "stripe", &keys)
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"stripe.key\"\napi_base = \"https://localhost:{}\"\n\
              ca_file = \"{}\"\n",
@@ -461,21 +466,25 @@ async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resen
         .await;
         assert_eq!(reply.status, 200, "{}", reply.body);
     }
+    eventually(WAIT, "the 100 webhooks forwarded", || target.count() == 100).await;
+
+    // A dry run names it and stores nothing.
+    let out = reconcile(&server, &["--json", "--dry-run"]).await;
+    let (dry, code) = report(&out);
+    assert_eq!(code, Some(1), "missing and not got back: {dry}");
+    assert_eq!(dry["missing"], json!(["evt_0100"]));
+    assert_eq!(dry["recovered"], json!([]));
+    assert_eq!(stored_with_key(&server, "evt_0100"), 0);
 
     let out = reconcile(&server, &["--json"]).await;
     assert_no_key(&out);
     let (report, code) = report(&out);
-    assert_eq!(code, Some(1), "missing and not got back: {report}");
+    assert_eq!(code, Some(0), "stored from the API: {report}");
     assert_eq!(report["checked"], 101, "{report}");
     assert_eq!(report["missing"], json!(["evt_0100"]));
-    assert_eq!(report["recovered"], json!([]));
-    assert!(
-        report["note"]
-            .as_str()
-            .unwrap()
-            .contains("Stripe Dashboard"),
-        "{report}"
-    );
+    assert_eq!(report["recovered"], json!(["evt_0100"]));
+    assert_eq!(report["recovered_by"], "stored from the API", "{report}");
+    assert!(report["note"].is_null(), "{report}");
     let lists: Vec<String> = fake
         .seen
         .lock()
@@ -483,9 +492,9 @@ async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resen
         .iter()
         .map(|s| s.target.clone())
         .collect();
-    assert_eq!(lists.len(), 2, "{lists:?}");
-    assert_eq!(query(&lists[0], "delivery_success"), Some("false"));
-    let since: i64 = query(&lists[0], "created%5Bgte%5D")
+    assert_eq!(lists.len(), 4, "two pages per run: {lists:?}");
+    assert_eq!(query(&lists[2], "delivery_success"), Some("false"));
+    let since: i64 = query(&lists[2], "created%5Bgte%5D")
         .unwrap()
         .parse()
         .unwrap();
@@ -493,17 +502,73 @@ async fn stripe_events_portaria_never_stored_are_named_for_the_dashboard_s_resen
         (now_secs() - 3 * 86_400 - since).abs() < 60,
         "the 3-day window: {since}"
     );
-    assert_eq!(query(&lists[1], "starting_after"), Some("evt_0099"));
+    assert_eq!(query(&lists[3], "starting_after"), Some("evt_0099"));
 
-    // Once it arrives (a Dashboard resend), the next run has nothing missing.
+    // Stored once, marked, with the API's copy of the event as its body and its type.
+    assert_eq!(stored_with_key(&server, "evt_0100"), 1);
+    let marked = count(
+        &server.db(),
+        "SELECT COUNT(*) FROM events WHERE origin = 'reconcile' AND dedup_key = 'evt_0100' \
+         AND event_type = 'payment_intent.succeeded' AND object_id = 'pi_100'",
+    );
+    assert_eq!(marked, 1);
+    assert_eq!(
+        count(
+            &server.db(),
+            "SELECT COUNT(*) FROM events WHERE origin IS NOT NULL"
+        ),
+        1,
+        "webhooks keep no origin"
+    );
+    // The running server's worker sees the command's commit and forwards it, saying where
+    // it came from.
+    eventually(WAIT, "the stored event forwarded", || target.count() == 101).await;
+    let seen = target.seen.lock().unwrap().clone();
+    let origins: Vec<&str> = seen
+        .iter()
+        .map(|r| r.headers["portaria-origin"].to_str().unwrap())
+        .collect();
+    assert_eq!(origins.iter().filter(|o| **o == "webhook").count(), 100);
+    let reconciled = seen
+        .iter()
+        .find(|r| r.headers["portaria-origin"] == "reconcile")
+        .unwrap();
+    let body: Value = serde_json::from_slice(&reconciled.body).unwrap();
+    assert_eq!(body, events[100]);
+    assert_eq!(reconciled.headers["idempotency-key"], "evt_0100");
+    assert_eq!(reconciled.headers["portaria-event-type-signed"], "1");
+
+    // `events list` and `events show` say so.
+    let list = ok_stdout(&run_cli(&["events", "list"], &server.config_path()));
+    let marked: Vec<&str> = list
+        .lines()
+        .filter(|l| l.ends_with("(reconcile)"))
+        .collect();
+    assert_eq!(marked.len(), 1, "{list}");
+    assert!(marked[0].contains("evt_0100"), "{list}");
+    let id = marked[0].split_whitespace().next().unwrap();
+    let show = ok_stdout(&run_cli(&["events", "show", id], &server.config_path()));
+    assert!(show.contains("origin:      reconcile"), "{show}");
+    let json_line = ok_stdout(&run_cli(
+        &["events", "show", id, "--json"],
+        &server.config_path(),
+    ));
+    assert_eq!(
+        serde_json::from_str::<Value>(&json_line).unwrap()["origin"],
+        "reconcile"
+    );
+
+    // The late real delivery is a duplicate; the next run has nothing missing.
     let body = events[100].to_string().into_bytes();
-    post(
+    let reply = post(
         server.addr,
         "/webhooks/stripe",
         &stripe_headers(now_secs(), &body),
         &body,
     )
     .await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(stored_with_key(&server, "evt_0100"), 1);
     let out = reconcile(&server, &["--endpoint", "stripe"]).await;
     let text = ok_stdout(&out);
     assert!(

@@ -11,7 +11,8 @@
 //! 11's `event_items`: an Adyen batch stored after the upgrade makes a batch of its known
 //! items a duplicate; one stored before is known by its own key only. Each also gains version
 //! 12's `deliveries_head` (a strict lane's head in arrival order). A file of version 11
-//! (`tests/fixtures/schema_v11.sql`) gains version 12's index and version 13's `rejected` in
+//! (`tests/fixtures/schema_v11.sql`) gains version 12's index, version 13's `rejected` and
+//! version 14's `origin` in
 //! place: its tables stay on their pages, its events stay, and a forged request is kept there,
 //! never an event.
 
@@ -70,7 +71,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 13, "upgraded to the current schema");
+    assert_eq!(version, 14, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -193,7 +194,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -287,7 +288,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
     // In place, and a new file's schema exactly.
     assert_eq!(kept_in_place(&server.db()), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
@@ -362,7 +363,7 @@ async fn a_version_10_file_gains_the_items_of_batches_and_keeps_what_it_held() {
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
     // Every table and index of version 10 on the pages it had.
     let mut upgraded = schema(&server.db(), "rootpage");
     upgraded.retain(|(_, name, _)| {
@@ -429,7 +430,10 @@ async fn a_version_11_file_gains_the_rejected_requests_kept_and_keeps_what_it_he
     let text = base_config(&db, "", "");
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 13);
+    assert_eq!(version, 14);
+    // Version 14's column: what it held came as webhooks.
+    let origin: Option<String> = server.one("SELECT origin FROM events WHERE id = 1");
+    assert_eq!(origin, None);
     let mut upgraded = schema(&server.db(), "rootpage");
     upgraded.retain(|(_, name, _)| name != "deliveries_head" && !name.starts_with("rejected"));
     assert_eq!(

@@ -134,6 +134,7 @@ mod tests {
 
     fn delivery(id: i64) -> Delivery {
         Delivery {
+            origin: crate::store::Origin::Webhook,
             event_id: id,
             endpoint: "pagarme".into(),
             route: "default".into(),

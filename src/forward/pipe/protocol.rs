@@ -26,6 +26,8 @@ struct EventLine<'a> {
     event_type_signed: bool,
     /// The id the provider signed apart from the body, or null.
     signed_id: Option<&'a str>,
+    /// `webhook`, or `reconcile` for an event taken from the gateway's API.
+    origin: &'static str,
     received_at: String,
     attempt: u32,
     headers: BTreeMap<String, String>,
@@ -53,6 +55,7 @@ pub fn event_line(d: &Delivery, route: &str) -> Result<Vec<u8>, String> {
         event_type: d.event_type.as_deref(),
         event_type_signed: d.event_type_signed && d.event_type.is_some(),
         signed_id: d.signed_id.as_deref(),
+        origin: d.origin.as_str(),
         received_at: crate::time::rfc3339(d.received_at_ms),
         attempt: d.attempt,
         headers: headers(&d.headers),
@@ -173,6 +176,7 @@ mod tests {
 
     fn delivery(body: &'static [u8]) -> Delivery {
         Delivery {
+            origin: crate::store::Origin::Webhook,
             event_id: 42,
             endpoint: "pagarme".into(),
             route: "default".into(),
@@ -209,6 +213,7 @@ mod tests {
                 "event_type": "charge.paid",
                 "event_type_signed": true,
                 "signed_id": null,
+                "origin": "webhook",
                 "received_at": "2026-11-30T08:15:24.123Z",
                 "attempt": 2,
                 "headers": {
@@ -242,6 +247,10 @@ mod tests {
         let line = parsed(&event_line(&d, "default").unwrap());
         assert_eq!(line["signed_id"], "123456");
         assert_eq!(line["event_type_signed"], false);
+        // An event a reconcile run took from the gateway's API says so.
+        d.origin = crate::store::Origin::Reconcile;
+        let line = parsed(&event_line(&d, "default").unwrap());
+        assert_eq!(line["origin"], "reconcile");
         // An empty body is text.
         let line = parsed(&event_line(&delivery(b""), "default").unwrap());
         assert_eq!(line["body"], "");

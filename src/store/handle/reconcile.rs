@@ -1,7 +1,11 @@
 //! What `portaria reconcile` asks of the store: which of the gateway's events portaria never
 //! stored ([`Store::never_stored`]), by the dedup key a real delivery of each would have had.
 //! Any row of the (endpoint, key) counts, whatever its age or status: an event stored once was
-//! received, even if the window of its dedup has passed since.
+//! received, even if the window of its dedup has passed since. And, for a gateway whose
+//! webhooks name an object but carry no state (Mercado Pago), when portaria last heard of each
+//! object ([`Store::signed_ids_since`]).
+
+use std::collections::HashMap;
 
 use super::Engine;
 use super::Store;
@@ -18,6 +22,20 @@ impl Store {
         match self.engine() {
             Engine::Sqlite(db) => db.never_stored(endpoint, keys).await,
             Engine::Postgres(pg) => pg.never_stored(endpoint, keys).await,
+        }
+    }
+
+    /// The signed ids ([`crate::verify::Verified::signed_id`]: Mercado Pago's `data.id`) of
+    /// the events of `endpoint` received at or after `since_ms`, each with the newest time one
+    /// of them was received: the objects the gateway notified, and when it last did.
+    pub async fn signed_ids_since(
+        &self,
+        endpoint: &str,
+        since_ms: i64,
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.signed_ids_since(endpoint, since_ms).await,
+            Engine::Postgres(pg) => pg.signed_ids_since(endpoint, since_ms).await,
         }
     }
 }

@@ -13,7 +13,7 @@ use crate::store::{CopyReport, StoreError};
 
 const EVENTS: &str = "SELECT e.id, e.endpoint, e.dedup_key, e.event_type, e.content_type, \
      e.payload_bytes, e.received_at, e.status, e.finished_at, e.client_cert, p.headers, p.body, \
-     p.codec, e.object_id, e.signed_id, e.event_type_signed FROM events e \
+     p.codec, e.object_id, e.signed_id, e.event_type_signed, e.origin FROM events e \
      JOIN payloads p ON p.event_id = e.id ORDER BY e.id";
 const DELIVERIES: &str = "SELECT event_id, route, endpoint, status, attempts, next_attempt_at, \
      last_error, finished_at, delivered_ms, order_key FROM deliveries";
@@ -22,8 +22,8 @@ const ATTEMPTS: &str = "SELECT id, event_id, route, attempt, started_at, duratio
 
 const INSERT_EVENT: &str = "INSERT INTO events (id, endpoint, dedup_key, event_type, \
      content_type, payload_bytes, received_at, status, finished_at, client_cert, object_id, \
-     signed_id, event_type_signed) \
-     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+     signed_id, event_type_signed, origin) \
+     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 const INSERT_PAYLOAD: &str = "INSERT INTO payloads (event_id, headers, body) VALUES ($1, $2, $3)";
 const INSERT_DELIVERY: &str = "INSERT INTO deliveries (event_id, route, endpoint, status, \
      attempts, next_attempt_at, last_error, finished_at, delivered_ms, order_key) \
@@ -92,6 +92,7 @@ impl Pg {
             let object_id: Option<String> = r.get(13).map_err(read)?;
             let (signed_id, type_signed): (Option<String>, Option<bool>) =
                 (r.get(14).map_err(read)?, r.get(15).map_err(read)?);
+            let origin: Option<String> = r.get(16).map_err(read)?;
             tx.execute(
                 &event,
                 &[
@@ -108,6 +109,7 @@ impl Pg {
                     &object_id,
                     &signed_id,
                     &type_signed,
+                    &origin,
                 ],
             )
             .await

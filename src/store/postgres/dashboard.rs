@@ -254,7 +254,7 @@ impl Pg {
             .map(|r| {
                 Ok(Exported {
                     summary: summary(r)?,
-                    body: bodies.then(|| r.get(10)),
+                    body: bodies.then(|| r.get(events::SUMMARY_LEN)),
                 })
             })
             .collect()

@@ -39,8 +39,8 @@ pub(super) const INSERT: &str = "WITH k AS (INSERT INTO dedup (endpoint, dedup_k
      WHERE dedup.received_at < $4 RETURNING event_id), \
      e AS (INSERT INTO events (id, endpoint, dedup_key, event_type, content_type, \
        payload_bytes, received_at, status, client_cert, object_id, signed_id, \
-       event_type_signed) \
-       SELECT event_id, $1, $2, $5, $6, $7, $3, $8, $9, $14, $15, $16 FROM k RETURNING id), \
+       event_type_signed, origin) \
+       SELECT event_id, $1, $2, $5, $6, $7, $3, $8, $9, $14, $15, $16, $17 FROM k RETURNING id), \
      p AS (INSERT INTO payloads (event_id, headers, body) SELECT id, $10, $11 FROM e), \
      d AS (INSERT INTO deliveries (event_id, route, endpoint, status, next_attempt_at, \
        order_key) SELECT e.id, r.route, $1, 'pending', $3, r.order_key \
@@ -121,6 +121,7 @@ pub(super) async fn try_insert(
                 &e.object_id,
                 &e.signed_id,
                 &e.event_type_signed,
+                &e.origin.column(),
             ],
         )
         .await?;

@@ -23,7 +23,7 @@ use deadpool_postgres::Pool;
 
 use super::{Pg, error};
 use crate::store::{
-    AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Status, StoreError, Tried,
+    AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Origin, Status, StoreError, Tried,
 };
 
 const PAUSED: &str = "SELECT EXISTS (SELECT 1 FROM route_pauses WHERE endpoint = $1 \
@@ -106,7 +106,7 @@ const NEXT_DUE_BY_KEY: &str = concat!(
     key_head!()
 );
 const EVENTS: &str = "SELECT e.id, e.dedup_key, e.event_type, e.content_type, e.received_at, \
-     p.headers, p.body, e.signed_id, e.event_type_signed FROM events e \
+     p.headers, p.body, e.signed_id, e.event_type_signed, e.origin FROM events e \
      JOIN payloads p ON p.event_id = e.id WHERE e.id = ANY($1)";
 const INSERT_ATTEMPT: &str = "INSERT INTO attempts (event_id, route, attempt, started_at, \
      duration_ms, outcome, error) VALUES ($1, $2, $3, $4, $5, $6, $7)";
@@ -419,6 +419,7 @@ impl Pg {
                 event_type: r.get(2),
                 event_type_signed: r.get::<_, Option<bool>>(8).unwrap_or(false),
                 signed_id: r.get(7),
+                origin: Origin::from_column(r.get::<_, Option<&str>>(9)),
                 content_type: r.get(3),
                 received_at_ms: r.get(4),
                 attempt: u32::try_from(attempt).unwrap_or(0),

@@ -3,8 +3,14 @@
 //! event, deleted with the key's last event), in one statement through its PRIMARY KEY
 //! (`unnest ... WITH ORDINALITY` keeps the order given).
 
+use std::collections::HashMap;
+
 use super::{Pg, error};
 use crate::store::StoreError;
+
+/// Through `events_endpoint` (endpoint, received_at): the endpoint's events of the window.
+const SIGNED_IDS_SINCE: &str = "SELECT signed_id, max(received_at) FROM events \
+     WHERE endpoint = $1 AND received_at >= $2 AND signed_id IS NOT NULL GROUP BY signed_id";
 
 const NEVER_STORED: &str = "SELECT k.key FROM unnest($2::text[]) WITH ORDINALITY AS k (key, n) \
      WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.endpoint = $1 AND d.dedup_key = k.key) \
@@ -23,5 +29,18 @@ impl Pg {
             .await
             .map_err(error)?;
         Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub(in crate::store) async fn signed_ids_since(
+        &self,
+        endpoint: &str,
+        since_ms: i64,
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(SIGNED_IDS_SINCE, &[&endpoint, &since_ms])
+            .await
+            .map_err(error)?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 }

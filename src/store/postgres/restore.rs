@@ -22,8 +22,8 @@ const INSERT_UNLESS_KNOWN: &str = "WITH k AS (INSERT INTO dedup (endpoint, dedup
        event_id, received_at) VALUES ($1, $2, nextval('events_id_seq'), $3) \
        ON CONFLICT (endpoint, dedup_key) DO NOTHING RETURNING event_id), \
      e AS (INSERT INTO events (id, endpoint, dedup_key, event_type, content_type, \
-       payload_bytes, received_at, status, object_id, signed_id, event_type_signed) \
-       SELECT event_id, $1, $2, $4, $5, $6, $3, $7, $8, $14, $15 FROM k RETURNING id), \
+       payload_bytes, received_at, status, object_id, signed_id, event_type_signed, origin) \
+       SELECT event_id, $1, $2, $4, $5, $6, $3, $7, $8, $14, $15, $16 FROM k RETURNING id), \
      p AS (INSERT INTO payloads (event_id, headers, body) SELECT id, $9, $10 FROM e), \
      d AS (INSERT INTO deliveries (event_id, route, endpoint, status, next_attempt_at, \
        order_key) SELECT e.id, r.route, $1, 'pending', $11, r.order_key \
@@ -90,7 +90,7 @@ impl Pg {
             let routes: Vec<&str> = plan.iter().map(|d| d.route.as_str()).collect();
             let keys: Vec<Option<&str>> = plan.iter().map(|d| d.order_key.as_deref()).collect();
             let bytes = (e.headers.len() + e.body.len()) as i64;
-            let params: [&(dyn ToSql + Sync); 15] = [
+            let params: [&(dyn ToSql + Sync); 16] = [
                 &s.endpoint,
                 &s.dedup_key,
                 &s.received_at_ms,
@@ -106,6 +106,7 @@ impl Pg {
                 &keys,
                 &e.signed_id,
                 &e.event_type_signed,
+                &s.origin.column(),
             ];
             if tx
                 .query_opt(&insert, &params)

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 use tokio_postgres::Row;
 
 use super::error;
-use crate::store::events::{Attempt, EventDetail, EventSummary};
-use crate::store::{Status, StoreError};
+use crate::store::events::{Attempt, EventDetail, EventSummary, SUMMARY_LEN};
+use crate::store::{Origin, Status, StoreError};
 
 /// A row of `events::SUMMARY`'s columns (also the first columns of the prune pass's batch rows,
 /// `retention.rs`).
@@ -24,6 +24,7 @@ pub(super) fn summary(row: &Row) -> Result<EventSummary, StoreError> {
         next_attempt_at_ms: row.get(7),
         last_error: row.get(8),
         object_id: row.get(9),
+        origin: Origin::from_column(row.get::<_, Option<&str>>(10)),
     })
 }
 
@@ -42,11 +43,11 @@ pub(super) const DETAIL: &str = "content_type, headers, body, signed_id, event_t
 pub(super) fn detail(row: &Row) -> Result<EventDetail, StoreError> {
     Ok(EventDetail {
         summary: summary(row)?,
-        content_type: row.get(10),
-        headers: row.get(11),
-        body: row.get(12),
-        signed_id: row.get(13),
-        event_type_signed: row.get(14),
+        content_type: row.get(SUMMARY_LEN),
+        headers: row.get(SUMMARY_LEN + 1),
+        body: row.get(SUMMARY_LEN + 2),
+        signed_id: row.get(SUMMARY_LEN + 3),
+        event_type_signed: row.get(SUMMARY_LEN + 4),
         routes: Vec::new(),
         attempts: Vec::new(),
     })

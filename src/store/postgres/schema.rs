@@ -13,7 +13,7 @@ use super::error;
 use crate::store::StoreError;
 
 /// The schema this binary writes.
-pub(super) const VERSION: i64 = 5;
+pub(super) const VERSION: i64 = 6;
 /// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
 
@@ -182,6 +182,10 @@ CREATE TABLE rejected (
 CREATE INDEX rejected_endpoint ON rejected (endpoint, id);
 ";
 
+/// Version 6: where an event came from (`store::Origin`), as SQLite's version 14 keeps it:
+/// NULL for a webhook, `reconcile` for one a reconcile run took from the gateway's API.
+const V6: &str = "ALTER TABLE events ADD COLUMN origin TEXT;";
+
 /// Brings the database to [`VERSION`], or refuses one newer than this binary.
 pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     let tx = client.transaction().await.map_err(error)?;
@@ -238,6 +242,9 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     }
     if found < 5 {
         tx.batch_execute(V5).await.map_err(error)?;
+    }
+    if found < 6 {
+        tx.batch_execute(V6).await.map_err(error)?;
     }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \

@@ -7,9 +7,11 @@ use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::payload::body_column;
 use super::{Sqlite, status_column};
-use crate::store::events::{Arg, Replay, SQLITE, SUMMARY, list_query, replay_where};
+use crate::store::events::{Arg, Replay, SQLITE, SUMMARY, SUMMARY_LEN, list_query, replay_where};
 use crate::store::export::{ExportCursor, Exported, export_query};
-use crate::store::{Attempt, EventDetail, EventSummary, ListFilter, RouteState, StoreError};
+use crate::store::{
+    Attempt, EventDetail, EventSummary, ListFilter, Origin, RouteState, StoreError,
+};
 
 impl Sqlite {
     pub(in crate::store) async fn list_events(
@@ -61,7 +63,7 @@ impl Sqlite {
             stmt.query_map(rusqlite::params_from_iter(values(args)), |r| {
                 let summary = summary(r)?;
                 let body = match bodies {
-                    true => Some(body_column(r, summary.id, 11, 10)?),
+                    true => Some(body_column(r, summary.id, SUMMARY_LEN + 1, SUMMARY_LEN)?),
                     false => None,
                 };
                 Ok(Exported { summary, body })
@@ -106,6 +108,7 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
         next_attempt_at_ms: row.get(7)?,
         last_error: row.get(8)?,
         object_id: row.get(9)?,
+        origin: Origin::from_column(row.get::<_, Option<String>>(10)?.as_deref()),
     })
 }
 
@@ -114,11 +117,11 @@ pub(super) fn summary(row: &Row<'_>) -> rusqlite::Result<EventSummary> {
 pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
     let summary = summary(r)?;
     Ok(EventDetail {
-        content_type: r.get(10)?,
-        headers: r.get(11)?,
-        body: body_column(r, summary.id, 13, 12)?,
-        signed_id: r.get(14)?,
-        event_type_signed: r.get(15)?,
+        content_type: r.get(SUMMARY_LEN)?,
+        headers: r.get(SUMMARY_LEN + 1)?,
+        body: body_column(r, summary.id, SUMMARY_LEN + 3, SUMMARY_LEN + 2)?,
+        signed_id: r.get(SUMMARY_LEN + 4)?,
+        event_type_signed: r.get(SUMMARY_LEN + 5)?,
         summary,
         routes: Vec::new(),
         attempts: Vec::new(),

@@ -179,6 +179,7 @@ pub(super) const CUTOFFS: Cutoffs = Cutoffs {
 
 pub(super) fn new_event(endpoint: &str, key: &str) -> NewEvent {
     NewEvent {
+        origin: crate::store::Origin::Webhook,
         endpoint: endpoint.into(),
         dedup_key: key.into(),
         dedup_hash: dedup_hash(endpoint, key),

@@ -19,7 +19,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Sqlite;
 use crate::store::{
-    AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Status, StoreError, Tried,
+    AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Origin, Status, StoreError, Tried,
 };
 
 /// SQLite's side of [`crate::store::Store`]'s queue methods: each one job for the writer, committed as
@@ -293,7 +293,8 @@ pub(super) fn claim_due(
     let mut attempts = conn.prepare_cached(ATTEMPTS)?;
     let mut event = conn.prepare_cached(
         "SELECT dedup_key, event_type, content_type, received_at, headers, body, codec, \
-         signed_id, event_type_signed FROM events JOIN payloads ON event_id = id WHERE id = ?1",
+         signed_id, event_type_signed, origin FROM events JOIN payloads ON event_id = id \
+         WHERE id = ?1",
     )?;
     let mut out = Vec::with_capacity(ids.len());
     for id in ids {
@@ -308,6 +309,7 @@ pub(super) fn claim_due(
                 event_type: r.get(1)?,
                 event_type_signed: r.get::<_, Option<bool>>(8)?.unwrap_or(false),
                 signed_id: r.get(7)?,
+                origin: Origin::from_column(r.get::<_, Option<String>>(9)?.as_deref()),
                 content_type: r.get(2)?,
                 received_at_ms: r.get(3)?,
                 attempt,

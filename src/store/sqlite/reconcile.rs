@@ -1,10 +1,21 @@
 //! SQLite's side of [`crate::store::Store::never_stored`]: one look per key through the narrow
 //! `events_dedup` index (the dedup hash), then the full key compared, as the barrier does.
 
+use std::collections::HashMap;
+
 use rusqlite::params;
 
 use super::Sqlite;
 use crate::store::{StoreError, dedup_hash};
+
+/// Version 14: where an event came from (`store::Origin`): NULL for a webhook, so intake
+/// writes no byte more than one header byte (SQLite's serial type 0), `reconcile` for one a
+/// reconcile run took from the gateway's API. Rows from before keep NULL: webhooks all.
+pub(super) const V13_TO_V14: &str = "ALTER TABLE events ADD COLUMN origin TEXT;";
+
+/// Through `events_endpoint` (endpoint, received_at): the endpoint's events of the window.
+const SIGNED_IDS_SINCE: &str = "SELECT signed_id, max(received_at) FROM events \
+     WHERE endpoint = ?1 AND received_at >= ?2 AND signed_id IS NOT NULL GROUP BY signed_id";
 
 /// Whether a row of the endpoint has the key. `+endpoint`: as in the barrier
 /// (`intake.rs`), so the dedup index is the one chosen.
@@ -29,6 +40,22 @@ impl Sqlite {
                 }
             }
             Ok(missing)
+        })
+        .await
+    }
+
+    pub(in crate::store) async fn signed_ids_since(
+        &self,
+        endpoint: &str,
+        since_ms: i64,
+    ) -> Result<HashMap<String, i64>, StoreError> {
+        let endpoint = endpoint.to_string();
+        self.run(move |c| {
+            let mut rows = c.prepare_cached(SIGNED_IDS_SINCE)?;
+            let found = rows
+                .query_map(params![endpoint, since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
+                .collect::<rusqlite::Result<HashMap<String, i64>>>()?;
+            Ok(found)
         })
         .await
     }

@@ -293,6 +293,7 @@ pub(super) fn restore(
             None::<String>,
             e.signed_id,
             e.event_type_signed,
+            s.origin.column(),
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
@@ -416,6 +417,7 @@ mod tests {
         let pending = row(&db, "a", "pending", Status::Pending, 1);
         let archived = |key: &str| EventDetail {
             summary: EventSummary {
+                origin: crate::store::Origin::Webhook,
                 id: 999,
                 endpoint: "a".into(),
                 dedup_key: key.into(),
@@ -483,6 +485,7 @@ mod tests {
         let newer = row(&db, "a", "k", Status::Dead, 2);
         let archived = EventDetail {
             summary: EventSummary {
+                origin: crate::store::Origin::Webhook,
                 id: 999,
                 endpoint: "a".into(),
                 dedup_key: "k".into(),

@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 13;
+pub(super) const SCHEMA_VERSION: i64 = 14;
 
 /// The schema of a new file.
 ///
@@ -483,6 +483,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     if version < 13 {
         // A new file too: the rejected requests kept (`quarantine.rs`).
         tx.execute_batch(super::quarantine::V12_TO_V13)?;
+    }
+    if version < 14 {
+        // A new file too: where an event came from (`reconcile.rs`).
+        tx.execute_batch(super::reconcile::V13_TO_V14)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -1124,6 +1128,7 @@ mod tests {
             v5.execute_batch(
                 "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
                  signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
+                 ALTER TABLE events DROP COLUMN origin; \
                  DROP TABLE route_pauses; DROP TABLE event_items; DROP INDEX deliveries_head; DROP TABLE rejected; \
                  PRAGMA user_version = 6;",
             )
@@ -1360,7 +1365,8 @@ mod status_checks {
                     None::<String>,
                     None::<String>,
                     None::<String>,
-                    None::<bool>
+                    None::<bool>,
+                    None::<String>
                 ],
             )
             .unwrap()
@@ -1455,10 +1461,10 @@ mod status_checks {
         let path = dir.path().join("p.db");
         let v7 = version_7_file(&path);
         // The cost this version removes: the old CHECK's list, built per insert (the
-        // barrier's statement as version 8 spelled it, before version 9's columns).
+        // barrier's statement as version 8 spelled it, before version 9's and 14's columns).
         let v8_barrier = INSERT_UNLESS_KNOWN
-            .replace(", signed_id, event_type_signed", "")
-            .replace(", ?12, ?13", "");
+            .replace(", signed_id, event_type_signed, origin", "")
+            .replace(", ?12, ?13, ?14", "");
         assert!(temporary_b_trees(&v7, &v8_barrier) > 0);
         let before = rows(&v7);
         assert_eq!(before.len(), 9);

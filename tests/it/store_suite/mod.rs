@@ -351,6 +351,8 @@ pub struct Webhook {
     pub signed_id: Option<String>,
     /// Its items' own keys, for a batch of items signed one by one (Adyen's).
     pub items: Vec<String>,
+    /// Taken from the gateway's API by a reconcile run, not delivered ([`Webhook::reconciled`]).
+    pub reconciled: bool,
 }
 
 impl Webhook {
@@ -370,7 +372,14 @@ impl Webhook {
             client_cert: None,
             signed_id: None,
             items: Vec::new(),
+            reconciled: false,
         }
+    }
+
+    /// Taken from the gateway's API by a reconcile run (`NewEvent::reconciled`).
+    pub fn reconciled(mut self) -> Webhook {
+        self.reconciled = true;
+        self
     }
 
     /// A batch of these items, each known by its own key.
@@ -407,6 +416,15 @@ impl Webhook {
             object_id: self.object_id,
             event_type_signed: true,
         };
+        if self.reconciled {
+            return NewEvent::reconciled(
+                &self.endpoint,
+                self.key,
+                received,
+                self.routes,
+                self.signed_id,
+            );
+        }
         NewEvent::new(
             proof(self.signed_id.as_deref()),
             &self.endpoint,
