@@ -143,6 +143,7 @@ try {
   // shows the command that explains it and nothing to press.
   await page.getByRole("link", { name: "Rejected", exact: true }).click();
   await page.waitForURL(/\/rejected$/);
+  await page.screenshot({ path: join(shots, "rejected-list-desktop.png"), fullPage: true });
   const row = page.locator("tbody tr").first();
   check((await row.innerText()).includes("bad signature"), "the rejected list says why");
   await row.getByRole("link").first().click();
