@@ -8,12 +8,10 @@ use std::io::Write;
 use std::path::Path;
 use std::process::ExitCode;
 
-use serde_json::json;
-
 use super::database::{Access, Opened};
 use super::existing_store;
 use crate::config::Config;
-use crate::store::Quarantined;
+use crate::store::{Quarantined, rejected_json};
 use crate::time::rfc3339;
 
 /// `events rejected [--endpoint NAME] [--limit N] [--json]`.
@@ -36,7 +34,7 @@ pub(super) fn list(
     let mut out = out.lock();
     let written = if json {
         rows.iter()
-            .try_for_each(|r| writeln!(out, "{}", summary_json(r)))
+            .try_for_each(|r| writeln!(out, "{}", rejected_json(&r.into())))
     } else {
         write_table(&mut out, &rows)
     };
@@ -44,20 +42,6 @@ pub(super) fn list(
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(format!("stdout: {e}")),
         _ => Ok(ExitCode::SUCCESS),
     }
-}
-
-/// One kept request as a JSON object (no headers nor body: `verify --rejected` reads those).
-fn summary_json(r: &Quarantined) -> serde_json::Value {
-    json!({
-        "id": r.id,
-        "endpoint": r.endpoint,
-        "received_at": rfc3339(r.received_at_ms),
-        "reason": r.reason,
-        "detail": r.detail,
-        "content_type": r.content_type,
-        "body_bytes": r.body.len(),
-        "truncated": r.truncated,
-    })
 }
 
 fn write_table(out: &mut impl Write, rows: &[Quarantined]) -> std::io::Result<()> {

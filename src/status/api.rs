@@ -1,8 +1,8 @@
 //! The status page's data as JSON, for scripts (documented in `docs/status-page.md`):
 //! `/api/stats` (the overview and the chart's hours), `/api/events` (the list, with the same
 //! filters and cursor as the page) and `/api/events/ID` (one event with its routes and
-//! attempts), each event in the store's one JSON shape (`store::summary_json`,
-//! `store::detail_json`, which `portaria events` prints too). Times are unix milliseconds
+//! attempts; `/api/rejected` is `rejected.rs`'s), each event in the store's one JSON shape
+//! (`store::summary_json`, `store::detail_json`, which `portaria events` prints too). Times are unix milliseconds
 //! (`*_ms`) and RFC 3339 text beside them.
 
 use http::StatusCode;
@@ -54,11 +54,15 @@ impl Alert {
 
 pub async fn stats(page: &StatusPage) -> Answer {
     let now = now_ms();
-    let asked = page
-        .store
-        .overview(page.endpoints.clone(), super::CHART_HOURS, now);
-    let overview = match tokio::time::timeout(super::STORE_DEADLINE, asked).await {
-        Ok(Ok(overview)) => overview,
+    let asked = async {
+        let overview = page
+            .store
+            .overview(page.endpoints.clone(), super::CHART_HOURS, now)
+            .await?;
+        Ok::<_, crate::store::StoreError>((overview, page.store.rejected_kept().await?))
+    };
+    let (overview, kept) = match tokio::time::timeout(super::STORE_DEADLINE, asked).await {
+        Ok(Ok(asked)) => asked,
         Ok(Err(e)) => return super::unavailable(&e.to_string()),
         Err(_) => return super::unavailable("the database did not answer within 5 s"),
     };
@@ -78,6 +82,8 @@ pub async fn stats(page: &StatusPage) -> Answer {
         .map(|e| {
             let mut v = json!(e);
             v["rejected_last_day"]["total"] = json!(e.rejected_last_day.total());
+            let kept = kept.iter().find(|(name, _)| *name == e.endpoint);
+            v["rejected_kept"] = json!(kept.map_or(0, |(_, n)| *n));
             v["oldest_pending_at"] = json!(e.oldest_pending_ms.map(rfc3339));
             v["last_received_at"] = json!(e.last_received_ms.map(rfc3339));
             v
@@ -124,7 +130,7 @@ pub async fn event(page: &StatusPage, id: i64) -> Answer {
     }
 }
 
-fn ok(value: Value) -> Answer {
+pub(super) fn ok(value: Value) -> Answer {
     respond(StatusCode::OK, "application/json", format!("{value:#}\n"))
 }
 

@@ -6,17 +6,19 @@
 //!
 //! This file owns routing and the shape of answers; `auth` who may look and press
 //! (`sessions` the logins, `throttle` the pace and the log of wrong tokens), `api` the JSON,
-//! `pages` and `event` the HTML, `chart` the SVG, `public` the public path (the canary's
-//! probes), `text` what the HTML says (English or Brazilian Portuguese, by
-//! `Accept-Language`), `style.css` the looks. Which `Host` is
-//! answered at all is the admin listener's rule (`admin`), the same for every path.
+//! `pages` and `event` the HTML, `rejected` the rejected requests kept (their pages and JSON;
+//! never a replay), `chart` the SVG, `public` the public path (the canary's probes), `text`
+//! what the HTML says (English or Brazilian Portuguese, by `Accept-Language`), `style.css` the
+//! looks. Which `Host` is answered at all is the admin listener's rule (`admin`), the same for
+//! every path.
 //!
 //! Everything shown comes from the store's handle, each call bounded by 5 s: `overview` (each
 //! endpoint now, from its events, the hourly counters and the queue figures; the chart's 48
-//! hours), `list_events`/`event_detail`, and `replay_event`/`replay_dead_of`/`replay_matching`
-//! (`filters`: the list's filters and the "Replay these N" button), after which the
-//! worker is woken (`Notify`: it does not see its own connection's commits through
-//! `data_version`). The counters are never on the request path (`store::counters`).
+//! hours) and `rejected_kept`, `list_events`/`event_detail`, `rejected_page`/`rejected_get`,
+//! and `replay_event`/`replay_dead_of`/`replay_matching` (`filters`: the list's filters and
+//! the "Replay these N" button), after which the worker is woken (`Notify`: it does not see
+//! its own connection's commits through `data_version`). The counters are never on the
+//! request path (`store::counters`).
 
 mod api;
 mod auth;
@@ -25,6 +27,7 @@ mod event;
 mod filters;
 mod pages;
 mod public;
+mod rejected;
 mod routes;
 mod sessions;
 mod text;
@@ -209,6 +212,10 @@ impl StatusPage {
             (["events"], true, _) => self.events(visitor, t, query).await,
             (["events", _], true, Some(id)) => self.event(visitor, t, id).await,
             (["events", _, "body"], true, Some(id)) => event::download(&self.store, id, t).await,
+            (["rejected"], true, _) => self.rejected_list(self.chrome(visitor, t), query).await,
+            (["rejected", _], true, Some(id)) => {
+                self.rejected_one(self.chrome(visitor, t), id).await
+            }
             (["events", _, "replay"], false, Some(id)) => match self.form(req, visitor).await {
                 Ok(_) => self.replay(id).await,
                 Err(refused) => refused,
@@ -248,6 +255,11 @@ impl StatusPage {
             (["api", "events"], true, _) => api::events(self, query).await,
             (["api", "events", n], true, _) => match n.parse::<i64>() {
                 Ok(id) => api::event(self, id).await,
+                Err(_) => not_found(true, t),
+            },
+            (["api", "rejected"], true, _) => self.api_rejected_list(query).await,
+            (["api", "rejected", n], true, _) => match n.parse::<i64>() {
+                Ok(id) => self.api_rejected_one(id).await,
                 Err(_) => not_found(true, t),
             },
             (
@@ -343,17 +355,19 @@ impl StatusPage {
                 .store
                 .overview(self.endpoints.clone(), CHART_HOURS, now)
                 .await?;
-            Ok::<_, crate::store::StoreError>((overview, self.store.route_pauses(now).await?))
+            let (pauses, kept) = (
+                self.store.route_pauses(now).await?,
+                self.store.rejected_kept(),
+            );
+            Ok::<_, crate::store::StoreError>((overview, pauses, kept.await?))
         };
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
-            Ok(Ok((overview, pauses))) => {
+            Ok(Ok((overview, pauses, kept))) => {
                 let chrome = self.chrome(visitor, t);
                 let routes = routes::panel(&chrome, &self.routes, &pauses, now);
-                html(
-                    StatusCode::OK,
-                    pages::overview(&chrome, &overview, self.public.as_ref(), routes, now),
-                    t,
-                )
+                let public = self.public.as_ref();
+                let page = pages::overview(&chrome, &overview, public, routes, &kept, now);
+                html(StatusCode::OK, page, t)
             }
             Ok(Err(e)) => unavailable(&e.to_string()),
             Err(_) => unavailable("the database did not answer within 5 s"),

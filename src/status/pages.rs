@@ -1,6 +1,7 @@
-//! The status page's HTML frame and its pages but one event's (`event.rs`): the overview
-//! ("Now" per endpoint, the banner, the chart), the events list with its filters, the login
-//! form. maud escapes every value put in; nothing here builds markup from strings. Each phrase
+//! The status page's HTML frame and its pages but one event's (`event.rs`) and the rejected
+//! requests' (`rejected.rs`): the overview ("Now" per endpoint, the banner, the chart, how many
+//! rejected requests each endpoint keeps), the events list with its filters, the login form.
+//! maud escapes every value put in; nothing here builds markup from strings. Each phrase
 //! in `t { }` is said in the visitor's language (`text.rs`).
 
 use std::net::SocketAddr;
@@ -43,6 +44,7 @@ pub fn frame(chrome: &Chrome, title: Markup, body: Markup) -> Markup {
                         a href="/" { t { "Now" } }
                         a href="/events" { t { "Events" } }
                         a href="/events?status=dead" { t { "Dead" } }
+                        a href="/rejected" { t { "Rejected" } }
                         @if chrome.logged_in {
                             form.inline method="post" action="/logout" {
                                 (csrf_field(chrome))
@@ -77,6 +79,7 @@ pub fn overview(
     o: &Overview,
     public: Option<&PublicView>,
     routes: Markup,
+    kept: &[(String, u64)],
     now: i64,
 ) -> Markup {
     let alert = Alert::of(o, now).with(public);
@@ -93,7 +96,10 @@ pub fn overview(
             p { t { "No endpoint yet." } }
         }
         div.cards {
-            @for e in &o.endpoints { (endpoint_card(chrome, e, now)) }
+            @for e in &o.endpoints {
+                @let kept = kept.iter().find(|(name, _)| *name == e.endpoint).map_or(0, |(_, n)| *n);
+                (endpoint_card(chrome, e, kept, now))
+            }
         }
         (routes)
         p.small { t { "Updated " } (when(now, now, t)) t { ". Received counts are exact; duplicates \
@@ -129,7 +135,8 @@ fn banner(alert: &Alert, public: Option<&PublicView>, now: i64, t: Lang) -> Mark
     }
 }
 
-fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
+/// `kept`: the rejected requests the endpoint keeps now (`/rejected?endpoint=`).
+fn endpoint_card(chrome: &Chrome, e: &EndpointNow, kept: u64, now: i64) -> Markup {
     let t = chrome.lang;
     let r = &e.rejected_last_day;
     let events = |status: &str| {
@@ -144,7 +151,7 @@ fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
         .is_some_and(|t| now - t > super::PENDING_ALERT_MS);
     html! {
         section.card.red[e.dead > 0 || oldest_late] aria-label=(format!("Endpoint {}", e.endpoint)) {
-            h3 { a href=(format!("/events?{}", form_urlencoded::Serializer::new(String::new()).append_pair("endpoint", &e.endpoint).finish())) { (e.endpoint) } }
+            h3 { a href=(format!("/events?{}", endpoint_query(&e.endpoint))) { (e.endpoint) } }
             dl {
                 dt { t { "Received, last hour" } } dd { (e.received_last_hour) }
                 dt { t { "Received, last 24 h" } } dd { (e.received_last_day) }
@@ -171,6 +178,8 @@ fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
                         }
                     }
                 }
+                dt { t { "Rejected, kept" } }
+                dd { a href=(format!("/rejected?{}", endpoint_query(&e.endpoint))) { (kept) } }
                 dt { t { "Pending" } } dd { a href=(events("pending")) { (e.pending) } }
                 dt { t { "Dead" } } dd.bad[e.dead > 0] { a href=(events("dead")) { (e.dead) } }
                 dt { t { "Oldest pending" } }
@@ -200,6 +209,13 @@ fn endpoint_card(chrome: &Chrome, e: &EndpointNow, now: i64) -> Markup {
             }
         }
     }
+}
+
+/// `endpoint=NAME`, for a link.
+fn endpoint_query(endpoint: &str) -> String {
+    form_urlencoded::Serializer::new(String::new())
+        .append_pair("endpoint", endpoint)
+        .finish()
 }
 
 pub fn events(

@@ -47,6 +47,7 @@ const PT_BR: &[(&str, &str)] = &[
     ("Now", "Agora"),
     ("Events", "Eventos"),
     ("Dead", "Mortos"),
+    ("Rejected", "Recusados"),
     ("Log out", "Sair"),
     (
         "This page asks for no password because it listens on loopback only (",
@@ -102,6 +103,7 @@ const PT_BR: &[(&str, &str)] = &[
     ("too large", "grande demais"),
     ("bad request", "requisição inválida"),
     ("storage error", "erro de armazenamento"),
+    ("Rejected, kept", "Recusados, guardados"),
     ("Pending", "Pendentes"),
     ("Oldest pending", "Pendente mais antigo"),
     ("waiting ", "esperando há "),
@@ -209,6 +211,57 @@ const PT_BR: &[(&str, &str)] = &[
         "Este evento não existe (pode ter sido apagado pela retenção). ",
     ),
     ("All events", "Todos os eventos"),
+    // The rejected requests.
+    ("Rejected requests", "Requisições recusadas"),
+    (
+        "Requests portaria refused (bad signature, stale timestamp, no dedup key, too large), \
+         kept to see why: the newest quarantine_keep of each endpoint, for quarantine_for. \
+         They are not events and are never forwarded.",
+        "Requisições que o portaria recusou (assinatura inválida, horário fora da janela, sem \
+         chave de deduplicação, grande demais), guardadas para ver o motivo: as \
+         quarantine_keep mais recentes de cada endpoint, por quarantine_for. Não são eventos \
+         e nunca são encaminhadas.",
+    ),
+    (
+        "No rejected requests kept.",
+        "Nenhuma requisição recusada guardada.",
+    ),
+    ("Reason", "Motivo"),
+    ("Detail", "Detalhe"),
+    ("truncated", "cortado"),
+    (
+        "Older rejected requests →",
+        "Requisições recusadas mais antigas →",
+    ),
+    ("Rejected request ", "Requisição recusada "),
+    ("Why it was refused", "Por que foi recusada"),
+    (
+        "On the machine portaria runs on, this checks it again with the endpoint's current \
+         configuration and secrets, and says what does not match:",
+        "Na máquina onde o portaria roda, este comando a verifica de novo com a configuração \
+         e os segredos atuais do endpoint, e diz o que não confere:",
+    ),
+    (
+        "A rejected request is never forwarded, so it has no replay button. Once the cause is \
+         put right (a rotated secret, a clock), the gateway's own retries bring it again.",
+        "Uma requisição recusada nunca é encaminhada, por isso não tem botão de reenvio. \
+         Corrigida a causa (um segredo trocado, um relógio), as novas tentativas do próprio \
+         gateway a trazem de novo.",
+    ),
+    (
+        "Larger than max_body_bytes: not kept whole.",
+        "Maior que max_body_bytes: não foi guardada inteira.",
+    ),
+    ("No body was kept.", "Nenhum corpo foi guardado."),
+    (
+        "Not UTF-8 text: shown as hex.",
+        "Não é texto UTF-8: mostrado em hexadecimal.",
+    ),
+    (
+        "No such rejected request (it may have been pruned). ",
+        "Esta requisição recusada não existe (pode ter sido apagada pela retenção). ",
+    ),
+    ("All rejected requests", "Todas as requisições recusadas"),
     // Times: `{}` is how long (`5 min`).
     ("({} ago)", "(há {})"),
     ("(in {})", "(daqui a {})"),
@@ -435,12 +488,12 @@ mod tests {
 
     use super::super::pages::{self, Chrome};
     use super::super::public::PublicView;
-    use super::super::{PENDING_ALERT_MS, event, routes};
+    use super::super::{PENDING_ALERT_MS, event, rejected, routes};
     use super::*;
     use crate::public_path::PublicPath;
     use crate::store::{
         Attempt, EndpointNow, EventDetail, EventSummary, HourCounts, ListFilter, Overview,
-        Rejected, RoutePause, Status,
+        Quarantined, Rejected, RejectedSummary, RoutePause, Status,
     };
 
     const NOW: i64 = 1_800_000_000_000;
@@ -564,10 +617,30 @@ mod tests {
         };
         let pauses = [pause("default", Some(NOW + 60_000)), pause("erp", None)];
         let panel = routes::panel(&c, &routes, &pauses, NOW);
+        let kept = [("pagarme".to_string(), 3)];
+        // Every reason, one truncated, and a full page (so the next page's link).
+        let kept_rows: Vec<RejectedSummary> = [
+            "bad_signature",
+            "stale_timestamp",
+            "too_large",
+            "bad_request",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(n, why)| {
+            let mut r = RejectedSummary::from(&quarantined(b"{}".to_vec(), n == 2));
+            (r.id, r.reason) = (10 - n as i64, why.to_string());
+            r
+        })
+        .collect();
+        let asked = rejected::Query {
+            limit: kept_rows.len(),
+            ..rejected::query("")
+        };
         [
-            pages::overview(&c, &red, Some(&unreachable(1)), panel, NOW),
-            pages::overview(&c, &one, Some(&unreachable(2)), html! {}, NOW),
-            pages::overview(&c, &calm, None, html! {}, NOW),
+            pages::overview(&c, &red, Some(&unreachable(1)), panel, &kept, NOW),
+            pages::overview(&c, &one, Some(&unreachable(2)), html! {}, &[], NOW),
+            pages::overview(&c, &calm, None, html! {}, &[], NOW),
             pages::events(&c, &endpoints, &full, &listed, 3, NOW),
             pages::events(&c, &endpoints, &ListFilter::default(), &[], 1, NOW),
             event::page(&c, &detail(Status::Dead, &outcomes, big), NOW),
@@ -575,10 +648,39 @@ mod tests {
             event::page(&c, &reconciled(), NOW),
             pages::login(lang, Some("That is not the admin token.")),
             pages::not_found(&c),
+            rejected::list(&c, &endpoints, &asked, &kept_rows, NOW),
+            rejected::list(&c, &endpoints, &rejected::query(""), &[], NOW),
+            rejected::one(&c, &quarantined(b"{}".to_vec(), false), NOW),
+            rejected::one(
+                &c,
+                &quarantined(vec![b'x'; event::SHOWN_BYTES + 1], false),
+                NOW,
+            ),
+            rejected::one(
+                &c,
+                &quarantined(vec![0xff; rejected::SHOWN_HEX + 1], false),
+                NOW,
+            ),
+            rejected::one(&c, &quarantined(Vec::new(), true), NOW),
+            rejected::not_found(&c),
         ]
         .into_iter()
         .map(|page| page.into_string())
         .collect()
+    }
+
+    fn quarantined(body: Vec<u8>, truncated: bool) -> Quarantined {
+        Quarantined {
+            id: 9,
+            endpoint: "pagarme".into(),
+            received_at_ms: NOW - 60_000,
+            reason: "bad_signature".into(),
+            detail: "signature mismatch".into(),
+            content_type: Some("application/json".into()),
+            headers: b"x-hub-signature: sha256=00\r\nauthorization: [redacted]\r\n".to_vec(),
+            body,
+            truncated,
+        }
     }
 
     /// A public path whose canary has failed `probes` times.

@@ -1,13 +1,14 @@
 //! One event as JSON: the one shape that `portaria events list --json` and `events show
 //! --json` print and the status page's `/api/events` and `/api/events/ID` answer
-//! (docs/status-page.md lists the fields). Times are RFC 3339 text with unix milliseconds
+//! (docs/status-page.md lists the fields); and a kept rejected request's, which `events
+//! rejected --json` prints and `/api/rejected` answers. Times are RFC 3339 text with unix milliseconds
 //! beside them (`*_ms`). Here, beside the row types, so the command line and the status page
 //! serialize an event through the same code whatever engine read it.
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::{Attempt, EventDetail, EventSummary, RouteState};
+use super::{Attempt, EventDetail, EventSummary, Quarantined, RejectedSummary, RouteState};
 use crate::time::rfc3339;
 
 /// An event as listed; with `routes` (its delivery to each route it matched), a `routes`
@@ -50,6 +51,37 @@ pub fn detail_json(d: &EventDetail) -> Value {
     v["body_text"] = json!(std::str::from_utf8(&d.body).ok());
     v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&d.body));
     v["delivery_attempts"] = d.attempts.iter().map(attempt_json).collect();
+    v
+}
+
+/// A kept rejected request as listed (`events rejected --json`, `/api/rejected`): never an
+/// event, so none of an event's fields but its endpoint and time.
+pub fn rejected_json(r: &RejectedSummary) -> Value {
+    json!({
+        "id": r.id,
+        "endpoint": r.endpoint,
+        "received_at": rfc3339(r.received_at_ms),
+        "received_at_ms": r.received_at_ms,
+        "reason": r.reason,
+        "detail": r.detail,
+        "content_type": r.content_type,
+        "body_bytes": r.body_bytes,
+        "truncated": r.truncated,
+    })
+}
+
+/// One kept rejected request whole (`/api/rejected/ID`): as listed, with its headers as
+/// stored (credentials `[redacted]`), its body as an event's is given, and the command that
+/// explains it.
+pub fn rejected_detail_json(r: &Quarantined) -> Value {
+    let headers: Vec<Value> = header_lines(&r.headers)
+        .map(|(name, value)| json!([name, value]))
+        .collect();
+    let mut v = rejected_json(&RejectedSummary::from(r));
+    v["headers"] = json!(headers);
+    v["body_text"] = json!(std::str::from_utf8(&r.body).ok());
+    v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&r.body));
+    v["explain"] = json!(format!("portaria verify --rejected {}", r.id));
     v
 }
 

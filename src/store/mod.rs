@@ -62,10 +62,10 @@ pub use export::{ExportCursor, Exported};
 pub use handle::Pruning;
 pub use handle::Store;
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
-pub use json::{detail_json, header_lines, summary_json};
+pub use json::{detail_json, header_lines, rejected_detail_json, rejected_json, summary_json};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
 pub use pauses::RoutePause;
-pub use quarantine::{QuarantineKeep, Quarantined, ToQuarantine};
+pub use quarantine::{QuarantineKeep, Quarantined, RejectedSummary, ToQuarantine};
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 

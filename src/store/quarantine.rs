@@ -6,6 +6,9 @@
 //! table holds at most `keep` rows of at most `max_body_bytes` (plus headers) per endpoint,
 //! whatever an attacker sends. Headers are stored redacted as an event's are (intake's
 //! `headers_blob`); the body as received, cut at the endpoint's `max_body_bytes`.
+//! Read back whole by id (`verify --rejected`, the status page's one request), or listed
+//! without headers nor bodies ([`RejectedSummary`]: the status page's list, a page at a time,
+//! and how many each endpoint keeps).
 
 /// A rejected request to keep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +51,36 @@ pub struct Quarantined {
     pub headers: Vec<u8>,
     pub body: Vec<u8>,
     pub truncated: bool,
+}
+
+/// A kept rejected request as a list shows it: no headers nor body, the body's size
+/// (the status page's list reads these, never the bodies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectedSummary {
+    pub id: i64,
+    pub endpoint: String,
+    pub received_at_ms: i64,
+    pub reason: String,
+    pub detail: String,
+    pub content_type: Option<String>,
+    /// The bytes of the body kept (a truncated one: what was kept, not what was sent).
+    pub body_bytes: u64,
+    pub truncated: bool,
+}
+
+impl From<&Quarantined> for RejectedSummary {
+    fn from(r: &Quarantined) -> RejectedSummary {
+        RejectedSummary {
+            id: r.id,
+            endpoint: r.endpoint.clone(),
+            received_at_ms: r.received_at_ms,
+            reason: r.reason.clone(),
+            detail: r.detail.clone(),
+            content_type: r.content_type.clone(),
+            body_bytes: r.body.len() as u64,
+            truncated: r.truncated,
+        }
+    }
 }
 
 /// The columns every read of `rejected` names, in [`Quarantined`]'s order.

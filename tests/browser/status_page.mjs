@@ -1,8 +1,8 @@
 // The status page in a real Chromium (Debian's), driven by playwright-core: run by
 // tests/it/browser.rs, which has started portaria with a forward target that fails and made
 // one event dead. Here: the overview shows the red banner; the dead event's page shows its
-// error; the target is fixed; "Replay this event" is clicked; the event ends delivered.
-// Screenshots (desktop and phone width) go to $SCREENSHOTS.
+// error; the target is fixed; "Replay this event" is clicked; the event ends delivered; the
+// rejected request is listed with its reason, and its page has no button. Screenshots (desktop and phone width) go to $SCREENSHOTS.
 //
 // Environment: ADMIN_URL (http://127.0.0.1:PORT), TARGET_URL (the forward target; POST /fix
 // makes it answer 200), EVENT_ID, SCREENSHOTS (a directory), CHROMIUM (default
@@ -139,6 +139,21 @@ try {
   }
   check(await page.locator(".banner.ok").isVisible(), "the banner is no longer red");
   await page.screenshot({ path: join(shots, "overview-after-replay-desktop.png"), fullPage: true });
+  // The rejected request (a bad signature): listed from the nav with its reason, its page
+  // shows the command that explains it and nothing to press.
+  await page.getByRole("link", { name: "Rejected", exact: true }).click();
+  await page.waitForURL(/\/rejected$/);
+  await page.screenshot({ path: join(shots, "rejected-list-desktop.png"), fullPage: true });
+  const row = page.locator("tbody tr").first();
+  check((await row.innerText()).includes("bad signature"), "the rejected list says why");
+  await row.getByRole("link").first().click();
+  await page.waitForURL(/\/rejected\/\d+$/);
+  const command = await page.locator("pre code").first().innerText();
+  check(/^portaria verify --rejected \d+$/.test(command), `the command to explain it (${command})`);
+  check((await page.getByRole("button").count()) === 0, "no button on a rejected request");
+  await page.screenshot({ path: join(shots, "rejected-desktop.png"), fullPage: true });
+  await phone.goto(`${admin}/rejected`);
+  await fitsWidth(phone, PHONE.width);
   check(errors.length === 0, `no console errors (${errors.join("; ")})`);
   check(elsewhere.length === 0, `no request off loopback (${elsewhere.join(", ")})`);
 } catch (e) {

@@ -1,7 +1,8 @@
 //! End to end in a real browser (issue 14's "done when"): portaria with a forward target that
 //! fails, a webhook retried until dead, then Debian's Chromium, driven by playwright-core
 //! (`tests/browser/status_page.mjs`), sees the red banner and the dead event with its error,
-//! the target is fixed, replay is clicked, and the event ends delivered. Screenshots (desktop
+//! the target is fixed, replay is clicked, and the event ends delivered; the rejected request
+//! is listed with its reason and its page has no button. Screenshots (desktop
 //! and phone width) land in `target/screenshots/`. And the login with a `[status]` token
 //! (`tests/browser/login.mjs`): the form, a wrong token, the HttpOnly session cookie, log out.
 //! And the language (`tests/browser/language.mjs`): a Chromium whose language is `pt-BR` gets
@@ -190,6 +191,10 @@ async fn three_dead_and_a_rejection(target: &FixableTarget) -> (TestServer, i64)
     )
     .await;
     assert_eq!(bad.status, 401);
+    eventually(WAIT, "the rejected request kept", || {
+        server.one::<i64>("SELECT count(*) FROM rejected") == 1
+    })
+    .await;
     let id: i64 = server.one("SELECT max(id) FROM events");
     (server, id)
 }
@@ -227,6 +232,7 @@ async fn the_owner_sees_the_dead_event_replays_it_and_sees_it_delivered() {
         "overview-desktop.png",
         "overview-phone.png",
         "event-dead-desktop.png",
+        "rejected-desktop.png",
     ] {
         let len = std::fs::metadata(screenshots().join(shot)).map_or(0, |m| m.len());
         assert!(len > 10_000, "{shot}: {len} bytes");

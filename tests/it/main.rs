@@ -68,6 +68,7 @@ mod signed;
 mod signed_dedup;
 mod status;
 mod status_lang;
+mod status_rejected;
 mod store_suite;
 mod support;
 mod target_down;

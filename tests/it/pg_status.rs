@@ -1,5 +1,6 @@
 //! The read side on PostgreSQL, against a real PostgreSQL (`pg_cluster`): counts kept while
-//! PostgreSQL is down, the status API answering the same as on SQLite for every filter,
+//! PostgreSQL is down, the status API answering the same as on SQLite for every filter (and
+//! for the rejected requests kept),
 //! `portaria events list/show/replay` and `portaria prune` with the real binary. What the
 //! store reads and counts (the overview, the hourly counters every instance adds to, the list,
 //! replay) is the store's behaviour suite's, on both engines (`store_suite::status`,
@@ -139,8 +140,68 @@ async fn the_status_api_answers_the_same_on_both_backends() {
         assert!(Instant::now() < deadline, "{got:#} != {want:#}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // The rejected request (the bad signature): listed and shown the same, its id, time and
+    // `Host` aside; counted on the card's `rejected_kept`.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (want, got) = loop {
+        let (want, got) = (rejected(sqlite).await, rejected(postgres).await);
+        if let (Some(want), Some(got)) = (want, got) {
+            break (want, got);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rejected request kept on both"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(got, want);
+    assert_eq!(want[0], "bad_signature");
+    for admin in [sqlite, postgres] {
+        let stats = json(&get(admin, "/api/stats", &[]).await);
+        let kept: Vec<_> = stats["endpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| (e["endpoint"].clone(), e["rejected_kept"].clone()))
+            .filter(|(_, n)| n != 0)
+            .collect();
+        assert_eq!(kept, [("pagarme".into(), 1.into())]);
+    }
     on_sqlite.stop().await;
     on_pg.stop().await;
+}
+
+/// The one rejected request `/api/rejected` lists, as `/api/rejected/ID` shows it (None until
+/// there is one): what does not depend on the backend.
+async fn rejected(admin: std::net::SocketAddr) -> Option<serde_json::Value> {
+    let listed = json(&get(admin, "/api/rejected", &[]).await);
+    let [one] = listed["rejected"].as_array().unwrap().as_slice() else {
+        return None;
+    };
+    let id = one["id"].as_i64().unwrap();
+    let r = json(&get(admin, &format!("/api/rejected/{id}"), &[]).await);
+    assert_eq!(r["explain"], format!("portaria verify --rejected {id}"));
+    assert_eq!(
+        (&r["reason"], &r["body_bytes"]),
+        (&one["reason"], &one["body_bytes"])
+    );
+    let headers: Vec<_> = r["headers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|h| h[0] != "host")
+        .cloned()
+        .collect();
+    Some(serde_json::json!([
+        r["reason"],
+        r["detail"],
+        r["endpoint"],
+        r["body_bytes"],
+        r["truncated"],
+        r["body_text"],
+        r["body_base64"],
+        headers,
+    ]))
 }
 
 /// `portaria events list/show/replay` on PostgreSQL with the real binary, next to a running

@@ -1,11 +1,11 @@
-//! Rejected requests kept for a while ([`crate::store::Quarantined`]): keep one, list them,
-//! read one, drop those past their time. Each method is one `match` over
-//! [`Engine`](super::Engine).
+//! Rejected requests kept for a while ([`crate::store::Quarantined`]): keep one, list them
+//! (whole, or a page of summaries), count them per endpoint, read one, drop those past their
+//! time. Each method is one `match` over [`Engine`](super::Engine).
 
 use super::Engine;
 use super::Store;
 use crate::store::StoreError;
-use crate::store::quarantine::{QuarantineKeep, Quarantined, ToQuarantine};
+use crate::store::quarantine::{QuarantineKeep, Quarantined, RejectedSummary, ToQuarantine};
 
 impl Store {
     /// Keeps a rejected request, then trims its endpoint to the newest `keep.keep` rows and
@@ -39,6 +39,33 @@ impl Store {
         match self.engine() {
             Engine::Sqlite(db) => db.rejected_list(endpoint, limit).await,
             Engine::Postgres(pg) => pg.rejected_list(endpoint, limit).await,
+        }
+    }
+
+    /// A page of the kept rejected requests without their headers nor bodies, newest first,
+    /// of one endpoint or all, with an id below `before` when given (the next page's cursor:
+    /// the last id of this one), at most `limit` (and
+    /// [`crate::store::quarantine::LIST_MAX`]).
+    pub async fn rejected_page(
+        &self,
+        endpoint: Option<&str>,
+        before: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<RejectedSummary>, StoreError> {
+        let endpoint = endpoint.map(str::to_string);
+        let limit = limit.min(crate::store::quarantine::LIST_MAX) as i64;
+        match self.engine() {
+            Engine::Sqlite(db) => db.rejected_page(endpoint, before, limit).await,
+            Engine::Postgres(pg) => pg.rejected_page(endpoint, before, limit).await,
+        }
+    }
+
+    /// How many rejected requests each endpoint keeps now, by endpoint name (an endpoint
+    /// keeping none is not there).
+    pub async fn rejected_kept(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.rejected_kept().await,
+            Engine::Postgres(pg) => pg.rejected_kept().await,
         }
     }
 

@@ -9,7 +9,9 @@ use tokio_postgres::Row;
 
 use super::{Pg, error};
 use crate::store::StoreError;
-use crate::store::quarantine::{COLUMNS, QuarantineKeep, Quarantined, ToQuarantine};
+use crate::store::quarantine::{
+    COLUMNS, QuarantineKeep, Quarantined, RejectedSummary, ToQuarantine,
+};
 
 impl Pg {
     pub(in crate::store) async fn quarantine(
@@ -69,6 +71,53 @@ impl Pg {
             .await
             .map_err(error)?;
         Ok(rows.iter().map(row).collect())
+    }
+
+    pub(in crate::store) async fn rejected_page(
+        &self,
+        endpoint: Option<String>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RejectedSummary>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT id, endpoint, received_at, reason, detail, content_type, \
+                 octet_length(body)::BIGINT, truncated FROM rejected \
+                 WHERE ($1::TEXT IS NULL OR endpoint = $1) AND ($2::BIGINT IS NULL OR id < $2) \
+                 ORDER BY id DESC LIMIT $3",
+                &[&endpoint, &before, &limit],
+            )
+            .await
+            .map_err(error)?;
+        Ok(rows
+            .iter()
+            .map(|r| RejectedSummary {
+                id: r.get(0),
+                endpoint: r.get(1),
+                received_at_ms: r.get(2),
+                reason: r.get(3),
+                detail: r.get(4),
+                content_type: r.get(5),
+                body_bytes: r.get::<_, i64>(6).max(0) as u64,
+                truncated: r.get(7),
+            })
+            .collect())
+    }
+
+    pub(in crate::store) async fn rejected_kept(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query(
+                "SELECT endpoint, count(*) FROM rejected GROUP BY endpoint ORDER BY endpoint",
+                &[],
+            )
+            .await
+            .map_err(error)?;
+        Ok(rows
+            .iter()
+            .map(|r| (r.get(0), r.get::<_, i64>(1).max(0) as u64))
+            .collect())
     }
 
     pub(in crate::store) async fn rejected_get(

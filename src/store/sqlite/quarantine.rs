@@ -9,7 +9,9 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::Sqlite;
 use crate::store::StoreError;
-use crate::store::quarantine::{COLUMNS, QuarantineKeep, Quarantined, ToQuarantine};
+use crate::store::quarantine::{
+    COLUMNS, QuarantineKeep, Quarantined, RejectedSummary, ToQuarantine,
+};
 
 /// Version 12: the rejected requests kept, newest `quarantine_keep` per endpoint. The index
 /// serves the trim (an endpoint's rows by id), the list of one endpoint and the age drop.
@@ -72,6 +74,48 @@ impl Sqlite {
     ) -> Result<Vec<Quarantined>, StoreError> {
         self.run_bookkeeping(move |c| list(c, endpoint.as_deref(), limit))
             .await
+    }
+
+    /// The table holds at most `keep` rows per endpoint, so a page walks few rows whatever
+    /// the filters.
+    pub(in crate::store) async fn rejected_page(
+        &self,
+        endpoint: Option<String>,
+        before: Option<i64>,
+        limit: i64,
+    ) -> Result<Vec<RejectedSummary>, StoreError> {
+        self.run_bookkeeping(move |c| {
+            c.prepare_cached(
+                "SELECT id, endpoint, received_at, reason, detail, content_type, length(body), \
+                 truncated FROM rejected WHERE (?1 IS NULL OR endpoint = ?1) \
+                 AND (?2 IS NULL OR id < ?2) ORDER BY id DESC LIMIT ?3",
+            )?
+            .query_map(params![endpoint, before, limit], |r| {
+                Ok(RejectedSummary {
+                    id: r.get(0)?,
+                    endpoint: r.get(1)?,
+                    received_at_ms: r.get(2)?,
+                    reason: r.get(3)?,
+                    detail: r.get(4)?,
+                    content_type: r.get(5)?,
+                    body_bytes: r.get::<_, i64>(6)?.max(0) as u64,
+                    truncated: r.get(7)?,
+                })
+            })?
+            .collect()
+        })
+        .await
+    }
+
+    pub(in crate::store) async fn rejected_kept(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        self.run_bookkeeping(|c| {
+            c.prepare_cached(
+                "SELECT endpoint, count(*) FROM rejected GROUP BY endpoint ORDER BY endpoint",
+            )?
+            .query_map([], |r| Ok((r.get(0)?, r.get::<_, i64>(1)?.max(0) as u64)))?
+            .collect()
+        })
+        .await
     }
 
     pub(in crate::store) async fn rejected_get(

@@ -1,9 +1,10 @@
 //! Rejected requests kept (`quarantine`): the newest `keep` per endpoint, each endpoint on its
 //! own; rows past `for` dropped by the next insert and by the prune pass; listed newest
-//! first, of one endpoint or all; read back whole by id; `keep = 0` writes nothing. Never an
+//! first, of one endpoint or all, whole or as a page of summaries below a cursor; counted per
+//! endpoint; read back whole by id; `keep = 0` writes nothing. Never an
 //! event: `events list` stays empty.
 
-use portaria::store::{ListFilter, QuarantineKeep, ToQuarantine};
+use portaria::store::{ListFilter, QuarantineKeep, RejectedSummary, ToQuarantine};
 
 use super::{HOUR, MINUTE, Subject};
 
@@ -143,6 +144,79 @@ async fn rows_past_their_time_are_dropped_by_an_insert_and_by_pruning(s: &Subjec
     assert!(s.store.rejected_get(new).await.unwrap().is_some());
 }
 
+async fn a_page_lists_summaries_with_a_cursor_and_each_endpoint_counts_its_own(s: &Subject) {
+    let now = s.now;
+    assert!(s.store.rejected_kept().await.unwrap().is_empty());
+    assert!(
+        s.store
+            .rejected_page(None, None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut ids = Vec::new();
+    for n in 0..4 {
+        let mut r = forged("pagarme", now + n as i64, n);
+        if n == 2 {
+            // Not UTF-8, and cut: the size is the bytes kept.
+            r.body = vec![0xff, 0xfe, 0x00];
+            r.truncated = true;
+            r.reason = "too_large".into();
+        }
+        ids.push(s.store.quarantine(r, KEEP).await.unwrap().unwrap());
+    }
+    let stripe = s
+        .store
+        .quarantine(forged("stripe", now, 9), KEEP)
+        .await
+        .unwrap()
+        .unwrap();
+    // pagarme keeps its newest 3 (KEEP), stripe its one.
+    assert_eq!(
+        s.store.rejected_kept().await.unwrap(),
+        [("pagarme".to_string(), 3), ("stripe".to_string(), 1)]
+    );
+    let page = s
+        .store
+        .rejected_page(Some("pagarme"), None, 2)
+        .await
+        .unwrap();
+    let got: Vec<i64> = page.iter().map(|r| r.id).collect();
+    assert_eq!(got, [ids[3], ids[2]], "newest first, two of three");
+    let whole = s.store.rejected_get(ids[3]).await.unwrap().unwrap();
+    assert_eq!(page[0], RejectedSummary::from(&whole));
+    assert_eq!(page[0].body_bytes, b"{\"n\":3}".len() as u64);
+    assert_eq!(
+        (
+            page[1].body_bytes,
+            page[1].truncated,
+            page[1].reason.as_str()
+        ),
+        (3, true, "too_large")
+    );
+    // The next page: below the last id shown.
+    let next = s
+        .store
+        .rejected_page(Some("pagarme"), Some(ids[2]), 2)
+        .await
+        .unwrap();
+    assert_eq!(next.iter().map(|r| r.id).collect::<Vec<_>>(), [ids[1]]);
+    // Every endpoint: stripe's came last, so first.
+    let all = s.store.rejected_page(None, None, 10).await.unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [stripe, ids[3], ids[2], ids[1]]
+    );
+    assert_eq!(all[0].endpoint, "stripe");
+    assert!(
+        s.store
+            .rejected_page(Some("github"), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 async fn keep_zero_keeps_nothing(s: &Subject) {
     let none = QuarantineKeep {
         keep: 0,
@@ -161,5 +235,6 @@ async fn keep_zero_keeps_nothing(s: &Subject) {
 engines!(
     the_newest_keep_of_each_endpoint_are_kept,
     rows_past_their_time_are_dropped_by_an_insert_and_by_pruning,
+    a_page_lists_summaries_with_a_cursor_and_each_endpoint_counts_its_own,
     keep_zero_keeps_nothing,
 );
