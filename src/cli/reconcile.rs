@@ -58,9 +58,10 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
             config.source
         ));
     }
-    // Finding what is missing only reads, and what a gateway resends arrives through intake;
-    // what a run takes from the gateway's API (Stripe) it stores itself.
-    let access = match args.dry_run || !endpoints.iter().any(|e| crate::reconcile::stores(e)) {
+    // A dry run only reads. Any other keeps its result in the store (the next run's cursor,
+    // the status page's view), and what a gateway resends arrives through intake; what a run
+    // takes from the gateway's API (Stripe, Mercado Pago) it stores itself.
+    let access = match args.dry_run {
         true => Access::Read,
         false => Access::Write,
     };

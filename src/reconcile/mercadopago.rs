@@ -46,8 +46,14 @@ pub(super) async fn run(
     report: &mut Report,
 ) -> Result<(), String> {
     let now = now_ms();
-    let since = now.saturating_sub(report.since.as_millis() as i64);
-    let payments = search(api, since, now, report).await?;
+    let window = now.saturating_sub(report.since.as_millis() as i64);
+    // From where the last run got to (less an overlap), within the window.
+    let since = match report.resume_ms {
+        Some(at) => window.max(at.saturating_sub(super::RESUME_OVERLAP.as_millis() as i64)),
+        None => window,
+    };
+    let (payments, cursor) = search(api, since, now, report).await?;
+    report.cursor_ms = Some(cursor);
     // When portaria last heard of each payment (a notification's signed `data.id`).
     let heard: HashMap<String, i64> = store
         .signed_ids_since(&endpoint.name, since)
@@ -89,13 +95,15 @@ pub(super) async fn run(
     Ok(())
 }
 
-/// The payments updated between `since` and `now`, oldest update first.
+/// The payments updated between `since` and `now`, oldest update first, and where the next
+/// run may resume: `now` when every page was read, else the last update read (the search is
+/// in update order, so the next run goes on from there).
 async fn search(
     api: &Api,
     since: i64,
     now: i64,
     report: &mut Report,
-) -> Result<Vec<Payment>, String> {
+) -> Result<(Vec<Payment>, i64), String> {
     let mut payments = Vec::new();
     let mut offset = 0;
     for _ in 0..MAX_PAGES {
@@ -122,10 +130,11 @@ async fn search(
         offset += results.len();
         let total = page["paging"]["total"].as_u64().unwrap_or(0) as usize;
         if results.is_empty() || offset >= total {
-            break;
+            return Ok((payments, now));
         }
     }
-    Ok(payments)
+    let reached = payments.last().map_or(since, |p| p.updated_ms);
+    Ok((payments, reached))
 }
 
 fn payment(object: &Value) -> Result<Payment, String> {

@@ -74,6 +74,14 @@ pub struct Report {
     pub errors: Vec<String>,
     /// What the owner can do about what is missing, when the run could not get it back.
     pub note: Option<&'static str>,
+    /// When the run started (unix milliseconds).
+    pub at_ms: i64,
+    /// Where the last run got to, for a provider that resumes from it (Mercado Pago's
+    /// search by update time): this run starts there (less [`RESUME_OVERLAP`]) unless told
+    /// `--since`; None: the whole window.
+    pub resume_ms: Option<i64>,
+    /// Where this run got to, for the next one to resume from.
+    pub cursor_ms: Option<i64>,
 }
 
 impl Report {
@@ -137,6 +145,8 @@ impl Report {
             "errors": self.errors,
             "note": self.note,
             "ok": self.ok(),
+            "at_ms": self.at_ms,
+            "cursor_ms": self.cursor_ms,
         })
     }
 }
@@ -152,10 +162,16 @@ fn human(d: Duration) -> String {
     }
 }
 
+/// How far before the last run's cursor a run resumes: an update that raced the last run's
+/// search is looked at again (a state already stored is not stored twice).
+pub const RESUME_OVERLAP: Duration = Duration::from_secs(3600);
+
 /// Runs `endpoint`'s reconcile once, looking back `since` (its `window` unless given);
 /// `dry_run` asks the gateway for nothing but the lists, and stores nothing. `wake` is the
 /// forwarding worker's, inside `serve`, for an event a run stores itself (a command's run
-/// is seen by the server's worker at its next look at the store).
+/// is seen by the server's worker at its next look at the store). A run that is not dry is
+/// kept in the store as the endpoint's last ([`Store::save_reconcile_run`]): the next run's
+/// cursor, the status page's and the alerts task's view of it.
 pub async fn run(
     endpoint: &Endpoint,
     reconcile: &Reconcile,
@@ -169,8 +185,12 @@ pub async fn run(
         provider: endpoint.verifier.provider().to_string(),
         since: since.unwrap_or(reconcile.window),
         dry_run,
+        at_ms: crate::time::now_ms(),
         ..Report::default()
     };
+    if since.is_none() {
+        report.resume_ms = last_cursor(store, &endpoint.name).await;
+    }
     let scheme = match report.provider.as_str() {
         "paddle" | "github" | "mercadopago" => api::Auth::Bearer,
         "asaas" => api::Auth::AccessToken,
@@ -195,13 +215,23 @@ pub async fn run(
     if let Err(e) = outcome {
         report.errors.insert(0, e);
     }
+    if !dry_run
+        && let Err(e) = store
+            .save_reconcile_run(&endpoint.name, report.json().to_string())
+            .await
+    {
+        report
+            .errors
+            .push(format!("cannot keep this run in the store: {e}"));
+    }
     report
 }
 
-/// Whether a run of `endpoint` may write to the store (it takes events from the gateway's
-/// API where the gateway cannot resend them: Stripe, Mercado Pago); the others only read it.
-pub fn stores(endpoint: &Endpoint) -> bool {
-    matches!(endpoint.verifier.provider(), "stripe" | "mercadopago")
+/// The cursor the endpoint's last run left, if it left one.
+async fn last_cursor(store: &Store, endpoint: &str) -> Option<i64> {
+    let runs = store.reconcile_runs().await.ok()?;
+    let (_, run) = runs.into_iter().find(|(name, _)| name == endpoint)?;
+    serde_json::from_str::<serde_json::Value>(&run).ok()?["cursor_ms"].as_i64()
 }
 
 /// Asks the gateway to send each of `ids` again (a `POST` to `path(id)`, nothing in the

@@ -27,6 +27,7 @@ mod event;
 mod filters;
 mod pages;
 mod public;
+mod reconcile;
 mod rejected;
 mod routes;
 mod sessions;
@@ -357,14 +358,16 @@ impl StatusPage {
                 .await?;
             let (pauses, kept) = (
                 self.store.route_pauses(now).await?,
-                self.store.rejected_kept(),
+                self.store.rejected_kept().await?,
             );
-            Ok::<_, crate::store::StoreError>((overview, pauses, kept.await?))
+            let runs = self.store.reconcile_runs().await?;
+            Ok::<_, crate::store::StoreError>((overview, pauses, kept, runs))
         };
         match tokio::time::timeout(STORE_DEADLINE, asked).await {
-            Ok(Ok((overview, pauses, kept))) => {
+            Ok(Ok((overview, pauses, kept, runs))) => {
                 let chrome = self.chrome(visitor, t);
                 let routes = routes::panel(&chrome, &self.routes, &pauses, now);
+                let routes = maud::html! { (routes) (reconcile::panel(&chrome, &runs, now)) };
                 let public = self.public.as_ref();
                 let page = pages::overview(&chrome, &overview, public, routes, &kept, now);
                 html(StatusCode::OK, page, t)

@@ -68,6 +68,15 @@ const PT_BR: &[(&str, &str)] = &[
          contados por hora cheia (as últimas 24).",
     ),
     ("Needs you: ", "Precisa da sua atenção: "),
+    ("Reconcile", "Reconciliação"),
+    (" checked, ", " verificados, "),
+    (" never received, ", " nunca recebidos, "),
+    (" got back", " recuperados"),
+    ("ok: nothing left missing", "ok: nada ficou faltando"),
+    (
+        "The last run of each endpoint's reconcile (portaria reconcile, or its every).",
+        "A última execução do reconcile de cada endpoint (portaria reconcile, ou o seu every).",
+    ),
     ("The public URL ", "O endereço público "),
     (" does not reach portaria", " não chega ao portaria"),
     (" (since ", " (desde "),
@@ -488,7 +497,7 @@ mod tests {
 
     use super::super::pages::{self, Chrome};
     use super::super::public::PublicView;
-    use super::super::{PENDING_ALERT_MS, event, rejected, routes};
+    use super::super::{PENDING_ALERT_MS, event, reconcile, rejected, routes};
     use super::*;
     use crate::public_path::PublicPath;
     use crate::store::{
@@ -616,7 +625,22 @@ mod tests {
             reason: Some("maintenance".into()),
         };
         let pauses = [pause("default", Some(NOW + 60_000)), pause("erp", None)];
-        let panel = routes::panel(&c, &routes, &pauses, NOW);
+        // A reconcile run that got everything back, and one that did not.
+        let runs = [
+            (
+                "paddle",
+                r#"{"ok":true,"at_ms":1,"checked":4,"missing":[],"recovered":[]}"#,
+            ),
+            (
+                "stripe",
+                r#"{"ok":false,"checked":9,"missing":["evt_1"],"errors":["x"]}"#,
+            ),
+        ]
+        .map(|(e, j)| (e.to_string(), j.to_string()));
+        let panel = html! {
+            (routes::panel(&c, &routes, &pauses, NOW))
+            (reconcile::panel(&c, &runs, NOW))
+        };
         let kept = [("pagarme".to_string(), 3)];
         // Every reason, one truncated, and a full page (so the next page's link).
         let kept_rows: Vec<RejectedSummary> = [

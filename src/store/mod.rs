@@ -18,8 +18,8 @@
 //! `observe.rs` (`/readyz` and `/metrics`), `counters.rs` (the status page's hourly
 //! counters), `retention.rs` (what pruning may remove, defined once; archive restore),
 //! `backup.rs` and `copy.rs` (the two commands of one engine), and `json.rs` (one event as
-//! JSON). The handle's `pruning.rs` is a pruning pass's hold; its `reconcile.rs`, what a
-//! reconcile run never stored.
+//! JSON), `reconcile.rs` (each endpoint's last reconcile run, in `meta`). The handle's
+//! `pruning.rs` is a pruning pass's hold; its `reconcile.rs`, what a reconcile run asks.
 //!
 //! Every public method of [`Store`] is one `match` over the engine, handing the call to the
 //! engine's method of the same name: an engine that lacks a method is a compile error, not
@@ -49,6 +49,7 @@ mod pauses;
 mod postgres;
 mod quarantine;
 mod queue;
+mod reconcile;
 mod retention;
 mod sqlite;
 

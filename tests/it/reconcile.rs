@@ -538,6 +538,16 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
     assert_eq!(reconciled.headers["idempotency-key"], "evt_0100");
     assert_eq!(reconciled.headers["portaria-event-type-signed"], "1");
 
+    // The status page shows the run, as the command kept it in the store.
+    let page = get(server.admin.unwrap(), "/", &[]).await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body
+            .contains("101 checked, 1 never received, 1 got back"),
+        "{}",
+        page.body
+    );
+
     // `events list` and `events show` say so.
     let list = ok_stdout(&run_cli(&["events", "list"], &server.config_path()));
     let marked: Vec<&str> = list

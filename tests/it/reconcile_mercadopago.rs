@@ -185,12 +185,20 @@ async fn payment_states_portaria_never_heard_of_are_stored_and_forwarded() {
     assert_eq!(signed, "59");
     assert_eq!(key, "mercadopago:payment:59:refunded");
 
-    // A second run has heard of everything: nothing stored twice.
+    // A second run has heard of everything: nothing stored twice. It resumes where the last
+    // run got to (its cursor, kept in the store), less an hour, not three days back.
     let out = reconcile(&server, &["--endpoint", "mercadopago"]).await;
     let text = ok_stdout(&out);
     assert!(
         text.contains("60 checked, 0 failed at the gateway, 0 never stored"),
         "{text}"
+    );
+    let resumed = fake.seen.lock().unwrap()[4].target.clone();
+    let begin = portaria::time::parse_rfc3339(query(&resumed, "begin_date").unwrap()).unwrap();
+    let hour_ago = portaria::time::now_ms() - 3_600_000;
+    assert!(
+        (hour_ago - begin).abs() < 60_000,
+        "resumed at {begin}, not {hour_ago}"
     );
     assert_eq!(
         count(

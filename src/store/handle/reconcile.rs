@@ -3,7 +3,10 @@
 //! Any row of the (endpoint, key) counts, whatever its age or status: an event stored once was
 //! received, even if the window of its dedup has passed since. And, for a gateway whose
 //! webhooks name an object but carry no state (Mercado Pago), when portaria last heard of each
-//! object ([`Store::signed_ids_since`]).
+//! object ([`Store::signed_ids_since`]). And what each endpoint's last run found, kept for the
+//! next run (its cursor), the status page and the alerts task: a `meta` row per endpoint under
+//! `reconcile:` holding the run's JSON, written by whoever ran it (`serve`'s schedule or the
+//! command), read by any instance ([`Store::reconcile_runs`]).
 
 use std::collections::HashMap;
 
@@ -22,6 +25,23 @@ impl Store {
         match self.engine() {
             Engine::Sqlite(db) => db.never_stored(endpoint, keys).await,
             Engine::Postgres(pg) => pg.never_stored(endpoint, keys).await,
+        }
+    }
+
+    /// Every endpoint's last reconcile run: (endpoint, the run's JSON), by endpoint.
+    pub async fn reconcile_runs(&self) -> Result<Vec<(String, String)>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.reconcile_runs().await,
+            Engine::Postgres(pg) => pg.reconcile_runs().await,
+        }
+    }
+
+    /// Keeps `run` (its JSON) as `endpoint`'s last reconcile run, replacing the one before;
+    /// committed like delivery bookkeeping on SQLite (no fsync of its own).
+    pub async fn save_reconcile_run(&self, endpoint: &str, run: String) -> Result<(), StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.save_reconcile_run(endpoint, run).await,
+            Engine::Postgres(pg) => pg.save_reconcile_run(endpoint, run).await,
         }
     }
 

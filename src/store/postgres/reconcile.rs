@@ -7,6 +7,13 @@ use std::collections::HashMap;
 
 use super::{Pg, error};
 use crate::store::StoreError;
+use crate::store::reconcile::RUN_KEY_PREFIX;
+
+/// The runs' rows: `reconcile:<endpoint>` (`;` sorts right after `:`).
+const RUNS: &str =
+    "SELECT key, value FROM meta WHERE key >= 'reconcile:' AND key < 'reconcile;' ORDER BY key";
+const SAVE_RUN: &str = "INSERT INTO meta (key, value) VALUES ($1, $2) \
+     ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value";
 
 /// Through `events_endpoint` (endpoint, received_at): the endpoint's events of the window.
 const SIGNED_IDS_SINCE: &str = "SELECT signed_id, max(received_at) FROM events \
@@ -42,5 +49,33 @@ impl Pg {
             .await
             .map_err(error)?;
         Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+    }
+
+    pub(in crate::store) async fn reconcile_runs(
+        &self,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        let client = self.client().await?;
+        let rows = client.query(RUNS, &[]).await.map_err(error)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                let key: String = r.get(0);
+                Some((key.strip_prefix(RUN_KEY_PREFIX)?.to_string(), r.get(1)))
+            })
+            .collect())
+    }
+
+    pub(in crate::store) async fn save_reconcile_run(
+        &self,
+        endpoint: &str,
+        run: String,
+    ) -> Result<(), StoreError> {
+        let client = self.client().await?;
+        let key = format!("{RUN_KEY_PREFIX}{endpoint}");
+        client
+            .execute(SAVE_RUN, &[&key, &run])
+            .await
+            .map_err(error)?;
+        Ok(())
     }
 }

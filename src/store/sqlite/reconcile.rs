@@ -6,12 +6,19 @@ use std::collections::HashMap;
 use rusqlite::params;
 
 use super::Sqlite;
+use crate::store::reconcile::RUN_KEY_PREFIX;
 use crate::store::{StoreError, dedup_hash};
 
 /// Version 14: where an event came from (`store::Origin`): NULL for a webhook, so intake
 /// writes no byte more than one header byte (SQLite's serial type 0), `reconcile` for one a
 /// reconcile run took from the gateway's API. Rows from before keep NULL: webhooks all.
 pub(super) const V13_TO_V14: &str = "ALTER TABLE events ADD COLUMN origin TEXT;";
+
+/// The runs' rows: `reconcile:<endpoint>` (`;` sorts right after `:`).
+const RUNS: &str =
+    "SELECT key, value FROM meta WHERE key >= 'reconcile:' AND key < 'reconcile;' ORDER BY key";
+const SAVE_RUN: &str = "INSERT INTO meta (key, value) VALUES (?1, ?2) \
+     ON CONFLICT (key) DO UPDATE SET value = excluded.value";
 
 /// Through `events_endpoint` (endpoint, received_at): the endpoint's events of the window.
 const SIGNED_IDS_SINCE: &str = "SELECT signed_id, max(received_at) FROM events \
@@ -56,6 +63,35 @@ impl Sqlite {
                 .query_map(params![endpoint, since_ms], |r| Ok((r.get(0)?, r.get(1)?)))?
                 .collect::<rusqlite::Result<HashMap<String, i64>>>()?;
             Ok(found)
+        })
+        .await
+    }
+
+    pub(in crate::store) async fn reconcile_runs(
+        &self,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        self.run(|c| {
+            let mut rows = c.prepare_cached(RUNS)?;
+            let runs = rows
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(runs
+                .into_iter()
+                .filter_map(|(key, run)| Some((key.strip_prefix(RUN_KEY_PREFIX)?.to_string(), run)))
+                .collect())
+        })
+        .await
+    }
+
+    pub(in crate::store) async fn save_reconcile_run(
+        &self,
+        endpoint: &str,
+        run: String,
+    ) -> Result<(), StoreError> {
+        let key = format!("{RUN_KEY_PREFIX}{endpoint}");
+        self.run_bookkeeping(move |c| {
+            c.prepare_cached(SAVE_RUN)?.execute(params![key, run])?;
+            Ok(())
         })
         .await
     }

@@ -154,8 +154,41 @@ async fn the_signed_ids_of_a_window_come_with_their_newest_time(s: &Subject) {
     );
 }
 
+/// Each endpoint's last run is kept as the run wrote it, the newest replacing the one
+/// before, seen by another handle (the server beside a command), apart from the alerts
+/// task's state in the same `meta`.
+async fn the_last_run_of_each_endpoint_is_kept(s: &Subject) {
+    assert!(s.store.reconcile_runs().await.unwrap().is_empty());
+    s.store
+        .save_reconcile_run("stripe", r#"{"n":1}"#.into())
+        .await
+        .unwrap();
+    s.store
+        .save_reconcile_run("asaas", r#"{"n":2}"#.into())
+        .await
+        .unwrap();
+    s.store
+        .save_reconcile_run("stripe", r#"{"n":3}"#.into())
+        .await
+        .unwrap();
+    s.store
+        .save_alert_state(vec![("alerts:x".into(), "y".into())])
+        .await
+        .unwrap();
+    let other = s.another().await;
+    assert_eq!(
+        other.reconcile_runs().await.unwrap(),
+        [
+            ("asaas".to_string(), r#"{"n":2}"#.to_string()),
+            ("stripe".to_string(), r#"{"n":3}"#.to_string())
+        ]
+    );
+    super::close(other).await;
+}
+
 engines!(
     never_stored_names_the_keys_no_event_of_the_endpoint_has,
+    the_last_run_of_each_endpoint_is_kept,
     the_signed_ids_of_a_window_come_with_their_newest_time,
     an_event_taken_from_the_api_is_read_back_as_reconciled,
 );
