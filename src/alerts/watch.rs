@@ -233,6 +233,8 @@ mod tests {
             storage_errors: 0,
             slow_deliveries: 0,
             rejected: 0,
+            drifted: 0,
+            last_drifted_id: None,
             window_duplicates: 0,
             window_received: 0,
         }

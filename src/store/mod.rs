@@ -52,7 +52,9 @@ mod queue;
 mod retention;
 mod sqlite;
 
-pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
+pub use alerts::{
+    ALERT_KEY_PREFIX, DeadBatch, DeadEvent, TYPES_SETTLE_MS, TypeSeen, TypesBatch, Unrouted,
+};
 pub use backup::{BackupError, Copied};
 pub use copy::{CopyError, CopyReport};
 pub use counters::{Counted, Rejection};
