@@ -118,7 +118,11 @@ pub async fn events(page: &StatusPage, query: &str) -> Answer {
 
 pub async fn event(page: &StatusPage, id: i64) -> Answer {
     match page.detail(id).await {
-        Ok(Some(detail)) => ok(detail_json(&detail)),
+        Ok(Some(detail)) => {
+            let mut value = detail_json(&detail);
+            value["missing_fields"] = json!(page.missing(&detail));
+            ok(value)
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, "no such event"),
         Err(e) => super::unavailable(&e),
     }

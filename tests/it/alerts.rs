@@ -676,3 +676,190 @@ async fn a_route_paused_over_a_day_with_deliveries_waiting_alerts_until_resumed(
     );
     server.stop().await;
 }
+
+/// The id of the first event of type `event_type`.
+fn first_of_type(db: &Path, event_type: &str) -> i64 {
+    open_db(db)
+        .query_row(
+            "SELECT min(id) FROM events WHERE event_type = ?1",
+            [event_type],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// The saved known event types of pagarme (`alerts:types:pagarme`), if saved.
+fn known_types(db: &Path) -> Option<Value> {
+    let text: String = open_db(db)
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'alerts:types:pagarme'",
+            [],
+            |r| r.get(0),
+        )
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+#[tokio::test]
+async fn an_event_type_never_stored_alerts_once_by_name_after_the_learning_day() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let limit = Duration::from_secs(20);
+    let server = TestServer::start(&alerts_table(w, "1s"), "").await;
+    let (db, text) = (
+        server.db.clone(),
+        std::fs::read_to_string(server.config_path()).unwrap(),
+    );
+    // The task's first look starts from the newest event: let it look before the first one.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let kind = |n: usize, t: &str| payment(n, t, Some("pay_1"));
+    let sent = |n| async move { post_pagarme(server.addr, &kind(n, "charge.paid")).await };
+    assert_eq!(sent(1).await.status, 200);
+    // The endpoint's first day: its types are learned, not announced.
+    eventually(limit, "charge.paid learned", || {
+        known_types(&db).is_some_and(|k| k["types"] == serde_json::json!(["charge.paid"]))
+    })
+    .await;
+    let refunded = post_pagarme(server.addr, &kind(2, "charge.refunded")).await;
+    assert_eq!(refunded.status, 200);
+    eventually(limit, "charge.refunded learned", || {
+        known_types(&db).is_some_and(|k| k["types"].as_array().unwrap().len() == 2)
+    })
+    .await;
+    assert!(of_kind(w, "new_type").is_empty(), "{:?}", alerts(w));
+    let dir = server.stop().await;
+
+    // A day later (the endpoint's first event, as the task saved it, 25 hours ago).
+    let mut known = known_types(&db).unwrap();
+    known["since_ms"] = (known["since_ms"].as_i64().unwrap() - 25 * 3_600_000).into();
+    open_db(&db)
+        .execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'alerts:types:pagarme'",
+            [known.to_string()],
+        )
+        .unwrap();
+    let server = TestServer::start_with(dir, db.clone(), &text).await;
+    for (n, t) in [(3, "charge.paid"), (4, "subscription.renewed")] {
+        assert_eq!(post_pagarme(server.addr, &kind(n, t)).await.status, 200);
+    }
+    eventually(limit, "the new_type alert", || {
+        !of_kind(w, "new_type").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "new_type")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 1);
+    assert_eq!(
+        alert["event_types"],
+        serde_json::json!(["subscription.renewed"])
+    );
+    assert_eq!(
+        alert["first_event_id"],
+        first_of_type(&db, "subscription.renewed")
+    );
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("never stored: `subscription.renewed`")
+            && message.contains("--type subscription.renewed"),
+        "{message}"
+    );
+    // Once: the same type again, and known ones, say nothing more (several ticks, past
+    // alert_every).
+    for (n, t) in [(5, "subscription.renewed"), (6, "charge.refunded")] {
+        assert_eq!(post_pagarme(server.addr, &kind(n, t)).await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(of_kind(w, "new_type").len(), 1, "{:?}", alerts(w));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let target = w.join("target.sh");
+    write_executable(&target, "#!/bin/sh\ncat > /dev/null\n");
+    let route = format!(
+        "unrouted_after = \"1s\"\n[[endpoint.route]]\nname = \"erp\"\n\
+         events = [\"charge.*\"]\nforward = {{ command = [\"{}\"] }}\n",
+        target.display()
+    );
+    let server = TestServer::start(&alerts_table(w, "1h"), &route).await;
+    // Let the task take its first look (it starts the spans).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let body = |n: usize, t: &str| payment(n, t, None);
+    for (n, t) in [(1, "charge.paid"), (2, "order.created"), (3, "order.paid")] {
+        assert_eq!(post_pagarme(server.addr, &body(n, t)).await.status, 200);
+    }
+    eventually(Duration::from_secs(20), "the unrouted alert", || {
+        !of_kind(w, "unrouted").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "unrouted")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 2, "{alert}");
+    assert_eq!(
+        alert["first_event_id"],
+        first_of_type(&server.db, "order.created")
+    );
+    assert_eq!(
+        alert["last_event_id"],
+        first_of_type(&server.db, "order.paid")
+    );
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("matched no route and are still stored only after 1s")
+            && message.contains("portaria events replay --endpoint pagarme --status stored"),
+        "{message}"
+    );
+    // Announced once: the next ticks find nothing new.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(of_kind(w, "unrouted").len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_lacking_a_field_its_provider_always_sends_is_kept_flagged_and_alerts_drift() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "1h"), "").await;
+    let stripe = |t: &str, data: &str| {
+        format!(r#"{{"id":"evt_{t}","type":"{t}","data":{data}}}"#).into_bytes()
+    };
+    let post_stripe = |body: Vec<u8>| async move {
+        let headers = stripe_headers(now_secs(), &body);
+        post(server.addr, "/webhooks/stripe", &headers, &body).await
+    };
+    let fine = post_stripe(stripe("charge.succeeded", r#"{"object":{"id":"ch_1"}}"#)).await;
+    assert_eq!(fine.status, 200);
+    // Never refused: stored like any other.
+    let drifted = post_stripe(stripe("charge.failed", r#"{"obj":{"id":"ch_2"}}"#)).await;
+    assert_eq!(drifted.status, 200, "{}", drifted.body);
+    let id = first_of_type(&server.db, "charge.failed");
+    eventually(Duration::from_secs(20), "the drift alert", || {
+        !of_kind(w, "drift").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "drift")[0];
+    assert_eq!(alert["endpoint"], "stripe");
+    assert_eq!(alert["count"], 1);
+    assert_eq!(alert["last_event_id"], id);
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("lacked a field") && message.contains("always carry `data.object`"),
+        "{message}"
+    );
+    // The status page flags it, and only it.
+    let admin = server.admin.unwrap();
+    let page = get(admin, &format!("/events/{id}"), &[]).await;
+    assert!(page.body.contains("Drift: "), "{}", page.body);
+    assert!(page.body.contains("<code>data.object</code>"));
+    let api = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(api["missing_fields"], serde_json::json!(["data.object"]));
+    let ok_id = first_of_type(&server.db, "charge.succeeded");
+    let page = get(admin, &format!("/events/{ok_id}"), &[]).await;
+    assert!(!page.body.contains("Drift: "));
+    let api = json(&get(admin, &format!("/api/events/{ok_id}"), &[]).await);
+    assert_eq!(api["missing_fields"], serde_json::json!([]));
+    server.stop().await;
+}

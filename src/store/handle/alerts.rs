@@ -19,8 +19,9 @@ impl Store {
 
     /// The event types stored after `cursor` (0: ever), each with its first event there, and
     /// the new cursor (`store::alerts`: on PostgreSQL it trails the newest event a minute).
+    /// None: from now on (no types, the cursor at the newest event), without reading the past.
     /// On PostgreSQL, none unless this instance announces alerts.
-    pub async fn event_types_after(&self, cursor: i64) -> Result<TypesBatch, StoreError> {
+    pub async fn event_types_after(&self, cursor: Option<i64>) -> Result<TypesBatch, StoreError> {
         match self.engine() {
             Engine::Sqlite(db) => db.event_types_after(cursor).await,
             Engine::Postgres(pg) => pg.event_types_after(cursor).await,

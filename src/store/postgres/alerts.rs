@@ -104,8 +104,9 @@ impl Pg {
     /// over [`TYPES_SETTLE_MS`] ago, if this instance holds the alerts lock (none otherwise).
     pub(in crate::store) async fn event_types_after(
         &self,
-        cursor: i64,
+        asked: Option<i64>,
     ) -> Result<TypesBatch, StoreError> {
+        let cursor = asked.unwrap_or(0);
         if !self.wakeups.leads_alerts() {
             return Ok(TypesBatch {
                 types: Vec::new(),
@@ -114,12 +115,18 @@ impl Pg {
         }
         let settled_at = crate::time::now_ms() - TYPES_SETTLE_MS;
         let client = self.client().await?;
-        // The cursor first: what commits after it is read is above the cursor, or read now.
+        // The cursor first: an event committed after this read is above it, or read below.
         let settled: i64 = client
             .query_one(SETTLED, &[&cursor, &settled_at])
             .await
             .map_err(error)?
             .get(0);
+        if asked.is_none() {
+            return Ok(TypesBatch {
+                types: Vec::new(),
+                cursor: settled,
+            });
+        }
         let stmt = client.prepare_cached(TYPES_AFTER).await.map_err(error)?;
         let rows = client.query(&stmt, &[&cursor]).await.map_err(error)?;
         let types = rows

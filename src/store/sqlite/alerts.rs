@@ -16,10 +16,11 @@ impl Sqlite {
         self.run(move |conn| dead_after(conn, cursor)).await
     }
 
-    /// The event types stored after `cursor`, and the newest event id (the new cursor).
+    /// The event types stored after `cursor` (None: none, from now on), and the newest event
+    /// id (the new cursor).
     pub(in crate::store) async fn event_types_after(
         &self,
-        cursor: i64,
+        cursor: Option<i64>,
     ) -> Result<TypesBatch, StoreError> {
         self.run(move |conn| event_types_after(conn, cursor)).await
     }
@@ -99,8 +100,14 @@ const TYPES_AFTER: &str = "SELECT endpoint, event_type, min(id), min(received_at
      WHERE id > ?1 AND id <= ?2 AND event_type IS NOT NULL \
      GROUP BY endpoint, event_type ORDER BY 3";
 
-fn event_types_after(conn: &Connection, cursor: i64) -> rusqlite::Result<TypesBatch> {
+fn event_types_after(conn: &Connection, cursor: Option<i64>) -> rusqlite::Result<TypesBatch> {
     let newest: i64 = conn.query_row(NEWEST_EVENT, [], |r| r.get(0))?;
+    let Some(cursor) = cursor else {
+        return Ok(TypesBatch {
+            types: Vec::new(),
+            cursor: newest,
+        });
+    };
     // Pruned below the cursor, ids are handed out again under it: read from the start (the
     // task knows the types already seen) and let the cursor come down.
     let from = if newest < cursor { 0 } else { cursor };

@@ -15,7 +15,7 @@ use super::{Engine, MINUTE, Subject, Webhook};
 async fn types_after(s: &Subject, cursor: i64) -> TypesBatch {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let batch = s.store.event_types_after(cursor).await.unwrap();
+        let batch = s.store.event_types_after(Some(cursor)).await.unwrap();
         if s.engine == Engine::Sqlite || !batch.types.is_empty() {
             return batch;
         }
@@ -57,22 +57,30 @@ async fn the_types_after_a_cursor_name_each_first_event_once(s: &Subject) {
     assert_eq!(first.types[0].first_ms, at(1));
     // Past the cursor: nothing already told, on both engines (these are settled).
     assert!(old < s.now - TYPES_SETTLE_MS);
-    let again = s.store.event_types_after(first.cursor).await.unwrap();
+    let again = s.store.event_types_after(Some(first.cursor)).await.unwrap();
     assert_eq!(seen(&again), []);
 
     // A young event: found; SQLite's cursor passes it, PostgreSQL's waits for it to settle.
     let young = s
         .new_event(Webhook::new("a", "6", s.now).typed(Some("pix.sent")))
         .await;
-    let next = s.store.event_types_after(again.cursor).await.unwrap();
+    let next = s.store.event_types_after(Some(again.cursor)).await.unwrap();
     assert_eq!(
         seen(&next),
         [("a".to_string(), "pix.sent".to_string(), young)]
     );
-    let later = s.store.event_types_after(next.cursor).await.unwrap();
+    let later = s.store.event_types_after(Some(next.cursor)).await.unwrap();
     match s.engine {
         Engine::Sqlite => assert_eq!(seen(&later), [], "the cursor is the newest id"),
         Engine::Postgres => assert_eq!(seen(&later), seen(&next), "read again until settled"),
+    }
+    // From now on: nothing of the past is read, the cursor is where the next look starts.
+    let start = s.store.event_types_after(None).await.unwrap();
+    assert_eq!(seen(&start), []);
+    let after = s.store.event_types_after(Some(start.cursor)).await.unwrap();
+    match s.engine {
+        Engine::Sqlite => assert_eq!((start.cursor, seen(&after)), (young, vec![])),
+        Engine::Postgres => assert_eq!(seen(&after), seen(&next), "not settled yet"),
     }
 }
 
