@@ -258,14 +258,15 @@ fn sentence(
         }
         Kind::Unrouted => format!(
             "{n} {} of endpoint {endpoint}{} matched no route and {} still stored only after \
-             {} (since {}): delivered nowhere. Add a route (or widen a route's `events`), \
-             then replay {}: `portaria events replay --endpoint {endpoint} --status stored`.",
+             {} (since {}): delivered nowhere. If {} should have gone somewhere, add a route \
+             (or widen a route's `events`): it applies to events received after it. See \
+             `portaria events list --endpoint {endpoint} --status stored`.",
             plural("event", "events"),
             ids(p),
             plural("is", "are"),
             after.map_or_else(|| "a while".to_string(), human),
             rfc3339(p.since_ms),
-            plural("it", "them")
+            plural("it", "they")
         ),
         Kind::Drift => format!(
             "{n} {} of endpoint {endpoint}{} lacked a field its provider's events always carry \

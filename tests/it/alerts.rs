@@ -809,7 +809,7 @@ async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
     let message = alert["message"].as_str().unwrap();
     assert!(
         message.contains("matched no route and are still stored only after 1s")
-            && message.contains("portaria events replay --endpoint pagarme --status stored"),
+            && message.contains("portaria events list --endpoint pagarme --status stored"),
         "{message}"
     );
     // Announced once: the next ticks find nothing new.
