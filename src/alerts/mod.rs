@@ -156,9 +156,9 @@ impl Alerts {
     }
 }
 
-/// What the alerts task takes at start (`[alerts]`, each endpoint's `quiet_after`, and each
-/// forwarding endpoint's `unrouted_after`), as a text to compare a reloaded file's with: a
-/// change needs a restart. Never logged (a command's arguments may hold a token).
+/// What the alerts task takes at start (`[alerts]`, each endpoint's `quiet_after`, and, with
+/// `[alerts]`, each forwarding endpoint's `unrouted_after`), as a text to compare a reloaded
+/// file's with: a change needs a restart. Never logged (a command's arguments may hold a token).
 pub fn settings_at_start(alerts: Option<&config::Alerts>, endpoints: &[Arc<Endpoint>]) -> String {
     let quiet: Vec<_> = endpoints
         .iter()
@@ -166,7 +166,7 @@ pub fn settings_at_start(alerts: Option<&config::Alerts>, endpoints: &[Arc<Endpo
         .collect();
     let unrouted: Vec<_> = endpoints
         .iter()
-        .filter(|e| e.forwards())
+        .filter(|e| alerts.is_some() && e.forwards())
         .map(|e| (e.name.as_str(), e.unrouted_after))
         .collect();
     format!("{alerts:?} {quiet:?} {unrouted:?}")

@@ -860,6 +860,6 @@ async fn an_event_lacking_a_field_its_provider_always_sends_is_kept_flagged_and_
     let page = get(admin, &format!("/events/{ok_id}"), &[]).await;
     assert!(!page.body.contains("Drift: "));
     let api = json(&get(admin, &format!("/api/events/{ok_id}"), &[]).await);
-    assert_eq!(api["missing_fields"], serde_json::json!([]));
+    assert!(api.get("missing_fields").is_none(), "{api:#}");
     server.stop().await;
 }
