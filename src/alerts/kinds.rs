@@ -242,7 +242,12 @@ fn sentence(
             rfc3339(p.since_ms)
         ),
         Kind::NewType => {
-            let names: Vec<String> = p.names.iter().map(|t| format!("`{t}`")).collect();
+            // The sentence names the first ten; `event_types` has them all.
+            let mut names: Vec<String> =
+                p.names.iter().take(10).map(|t| format!("`{t}`")).collect();
+            if p.names.len() > 10 {
+                names.push(format!("and {} more", p.names.len() - 10));
+            }
             let first = p.names.first().map_or("TYPE", String::as_str);
             format!(
                 "endpoint {endpoint} received {n} event {} it had never stored: {}{}. Has the \
@@ -417,6 +422,32 @@ mod tests {
         for kind in Kind::ALL {
             assert_eq!(Kind::parse(kind.as_str()), Some(kind));
         }
+        let mut types = pending(12, Some(3), Some(40));
+        types.names = (0..12).map(|n| format!("t{n}")).collect();
+        let new_type = Alert::new(Kind::NewType, "a", None, &types, None, 0);
+        assert!(
+            new_type.message.starts_with(
+                "endpoint a received 12 event types it had never stored: `t0`, `t1`, "
+            ) && new_type.message.contains("`t9`, and 2 more (ids 3 to 40)."),
+            "{}",
+            new_type.message
+        );
+        assert_eq!(new_type.event_types.len(), 12, "the JSON names them all");
+        let unrouted = Alert::new(
+            Kind::Unrouted,
+            "a",
+            None,
+            &pending(1, Some(7), Some(7)),
+            Some(Duration::from_secs(3600)),
+            0,
+        );
+        assert!(
+            unrouted.message.starts_with(
+                "1 event of endpoint a (id 7) matched no route and is still stored only after 1h"
+            ),
+            "{}",
+            unrouted.message
+        );
         assert_eq!(human(Duration::from_millis(1500)), "1500ms");
         assert_eq!(human(Duration::from_secs(120)), "2m");
     }

@@ -101,18 +101,15 @@ impl Pg {
     }
 
     /// The event types stored after `cursor`, and the cursor moved past the events received
-    /// over [`TYPES_SETTLE_MS`] ago, if this instance holds the alerts lock (none otherwise).
+    /// over [`TYPES_SETTLE_MS`] ago. Types only for the instance holding the alerts lock; the
+    /// others' cursor moves along all the same, so that one taking the lock over reads on from
+    /// about where the last holder was, not from its own start.
     pub(in crate::store) async fn event_types_after(
         &self,
         asked: Option<i64>,
     ) -> Result<TypesBatch, StoreError> {
         let cursor = asked.unwrap_or(0);
-        if !self.wakeups.leads_alerts() {
-            return Ok(TypesBatch {
-                types: Vec::new(),
-                cursor,
-            });
-        }
+        let leads = self.wakeups.leads_alerts();
         let settled_at = crate::time::now_ms() - TYPES_SETTLE_MS;
         let client = self.client().await?;
         // The cursor first: an event committed after this read is above it, or read below.
@@ -121,7 +118,7 @@ impl Pg {
             .await
             .map_err(error)?
             .get(0);
-        if asked.is_none() {
+        if asked.is_none() || !leads {
             return Ok(TypesBatch {
                 types: Vec::new(),
                 cursor: settled,

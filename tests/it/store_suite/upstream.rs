@@ -82,6 +82,19 @@ async fn the_types_after_a_cursor_name_each_first_event_once(s: &Subject) {
         Engine::Sqlite => assert_eq!((start.cursor, seen(&after)), (young, vec![])),
         Engine::Postgres => assert_eq!(seen(&after), seen(&next), "not settled yet"),
     }
+    // Another instance, while this one holds the alerts lock: on PostgreSQL no types, but its
+    // cursor moves along (to the settled events), so that taking the lock over reads on from
+    // there; SQLite has no lock.
+    let other = s.another().await;
+    let elsewhere = other.event_types_after(Some(0)).await.unwrap();
+    match s.engine {
+        Engine::Sqlite => assert_eq!(seen(&elsewhere).len(), 4),
+        Engine::Postgres => {
+            assert_eq!(seen(&elsewhere), []);
+            assert_eq!(elsewhere.cursor, first.cursor, "past the settled ones");
+        }
+    }
+    super::close(other).await;
 }
 
 async fn unrouted_events_are_counted_in_their_span_while_still_stored_only(s: &Subject) {
