@@ -773,18 +773,21 @@ async fn an_event_type_never_stored_alerts_once_by_name_after_the_learning_day()
     server.stop().await;
 }
 
-#[tokio::test]
-async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
-    let work = tempfile::tempdir().unwrap();
-    let w = work.path();
+/// pagarme's keys for the unrouted tests: one route taking `charge.*` only, `unrouted_after`
+/// of 1 s.
+fn charges_only(w: &Path) -> String {
     let target = w.join("target.sh");
     write_executable(&target, "#!/bin/sh\ncat > /dev/null\n");
-    let route = format!(
+    format!(
         "unrouted_after = \"1s\"\n[[endpoint.route]]\nname = \"erp\"\n\
          events = [\"charge.*\"]\nforward = {{ command = [\"{}\"] }}\n",
         target.display()
-    );
-    let server = TestServer::start(&alerts_table(w, "1h"), &route).await;
+    )
+}
+
+/// Posts a routed event and two no route takes, waits for the alert, checks what it says and
+/// that it is sent once; returns it (its ids are checked by the caller, engine by engine).
+async fn unrouted_alert(server: &TestServer, w: &Path) -> Value {
     // Let the task take its first look (it starts the spans).
     tokio::time::sleep(Duration::from_millis(600)).await;
     let body = |n: usize, t: &str| payment(n, t, None);
@@ -795,17 +798,9 @@ async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
         !of_kind(w, "unrouted").is_empty()
     })
     .await;
-    let alert = &of_kind(w, "unrouted")[0];
+    let alert = of_kind(w, "unrouted")[0].clone();
     assert_eq!(alert["endpoint"], "pagarme");
     assert_eq!(alert["count"], 2, "{alert}");
-    assert_eq!(
-        alert["first_event_id"],
-        first_of_type(&server.db, "order.created")
-    );
-    assert_eq!(
-        alert["last_event_id"],
-        first_of_type(&server.db, "order.paid")
-    );
     let message = alert["message"].as_str().unwrap();
     assert!(
         message.contains("matched no route and are still stored only after 1s")
@@ -815,6 +810,46 @@ async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
     // Announced once: the next ticks find nothing new.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(of_kind(w, "unrouted").len(), 1);
+    alert
+}
+
+#[tokio::test]
+async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "1h"), &charges_only(w)).await;
+    let alert = unrouted_alert(&server, w).await;
+    let of = |t| first_of_type(&server.db, t);
+    assert_eq!(alert["first_event_id"], of("order.created"));
+    assert_eq!(alert["last_event_id"], of("order.paid"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_no_route_took_alert_on_postgres_too() {
+    let Some(pg) = crate::support::pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let database = pg.database().await;
+    let text = storage_config(&format!("url = \"{}\"", pg.url(&database)))
+        .pagarme(&charges_only(w))
+        .then(&alerts_table(w, "1h"))
+        .text();
+    let dir = tempfile::tempdir().unwrap();
+    let unused = dir.path().join("unused.db");
+    let server = TestServer::start_with(dir, unused, &text).await;
+    let alert = unrouted_alert(&server, w).await;
+    let client = pg.connect(&database).await;
+    for (field, t) in [
+        ("first_event_id", "order.created"),
+        ("last_event_id", "order.paid"),
+    ] {
+        let sql = format!("SELECT min(id) FROM events WHERE event_type = '{t}'");
+        let id: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+        assert_eq!(alert[field], id, "{alert}");
+    }
     server.stop().await;
 }
 
