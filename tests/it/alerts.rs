@@ -773,6 +773,76 @@ async fn an_event_type_never_stored_alerts_once_by_name_after_the_learning_day()
     server.stop().await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_type_never_stored_alerts_on_postgres_too() {
+    let Some(pg) = crate::support::pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let database = pg.database().await;
+    let text = storage_config(&format!("url = \"{}\"", pg.url(&database)))
+        .pagarme("")
+        .then(&alerts_table(w, "1s"))
+        .text();
+    let start = || async {
+        let dir = tempfile::tempdir().unwrap();
+        let unused = dir.path().join("unused.db");
+        TestServer::start_with(dir, unused, &text).await
+    };
+    let client = pg.connect(&database).await;
+    const KNOWN: &str = "SELECT value FROM meta WHERE key = 'alerts:types:pagarme'";
+    let server = start().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let kind = |n: usize, t: &str| payment(n, t, None);
+    assert_eq!(
+        post_pagarme(server.addr, &kind(1, "charge.paid"))
+            .await
+            .status,
+        200
+    );
+    // Learned by the instance holding the alerts lock, not announced (its first day).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut known: Value = loop {
+        if let Ok(row) = client.query_one(KNOWN, &[]).await {
+            break serde_json::from_str(row.get::<_, &str>(0)).unwrap();
+        }
+        assert!(Instant::now() < deadline, "charge.paid never learned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(known["types"], serde_json::json!(["charge.paid"]));
+    server.stop().await;
+    assert!(of_kind(w, "new_type").is_empty());
+
+    known["since_ms"] = (known["since_ms"].as_i64().unwrap() - 25 * 3_600_000).into();
+    client
+        .execute(
+            "UPDATE meta SET value = $1 WHERE key = 'alerts:types:pagarme'",
+            &[&known.to_string()],
+        )
+        .await
+        .unwrap();
+    let server = start().await;
+    let renewed = post_pagarme(server.addr, &kind(2, "subscription.renewed")).await;
+    assert_eq!(renewed.status, 200);
+    eventually(Duration::from_secs(20), "the new_type alert", || {
+        !of_kind(w, "new_type").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "new_type")[0];
+    assert_eq!(
+        alert["event_types"],
+        serde_json::json!(["subscription.renewed"])
+    );
+    let id: i64 = client
+        .query_one("SELECT max(id) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(alert["first_event_id"], id);
+    server.stop().await;
+}
+
 /// pagarme's keys for the unrouted tests: one route taking `charge.*` only, `unrouted_after`
 /// of 1 s.
 fn charges_only(w: &Path) -> String {
