@@ -32,6 +32,7 @@ pub const CARRIES: &[Carried] = &[Carried {
     pointer: "/payment/id",
     name: "payment.id",
     types: Some("PAYMENT_"),
+    except: &[],
 }];
 
 pub(super) fn preset() -> Preset {

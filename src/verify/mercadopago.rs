@@ -273,6 +273,7 @@ pub const CARRIES: &[Carried] = &[Carried {
     pointer: "/data/id",
     name: "data.id",
     types: None,
+    except: &[],
 }];
 
 pub(super) fn preset() -> Preset {

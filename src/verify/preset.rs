@@ -405,6 +405,8 @@ pub struct Carried {
     pub name: &'static str,
     /// Only events whose type starts with this carry it (Asaas's `PAYMENT_`); None: every one.
     pub types: Option<&'static str>,
+    /// ... but those whose type starts with one of these (Stripe's thin events, `v1.`, `v2.`).
+    pub except: &'static [&'static str],
 }
 
 /// A header-based dedup rule for a preset.

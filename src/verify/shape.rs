@@ -109,6 +109,10 @@ impl Carried {
                 c.types
                     .is_none_or(|p| event_type.is_some_and(|t| t.starts_with(p)))
             })
+            .filter(|c| {
+                let except = |t: &str| c.except.iter().any(|p| t.starts_with(p));
+                !event_type.is_some_and(except)
+            })
             .filter(|c| !has(c.pointer, body))
             .map(|c| c.name)
             .collect()
@@ -294,6 +298,9 @@ mod tests {
         assert!(Carried::missing(stripe, Some("charge.succeeded"), ok).is_empty());
         let drifted = br#"{"id":"evt_1","type":"charge.succeeded","data":{"obj":{}}}"#;
         assert_eq!(Carried::missing(stripe, None, drifted), ["data.object"]);
+        // A thin event (an event destination's) carries a related object only.
+        let thin = br#"{"id":"evt_1","object":"v2.core.event","type":"v1.billing.meter.no_meter_found","related_object":{"id":"mtr_1"}}"#;
+        assert!(Carried::missing(stripe, Some("v1.billing.meter.no_meter_found"), thin).is_empty());
         let mp = carries("mercadopago");
         assert!(Carried::missing(mp, None, br#"{"data":{"id":"123"}}"#).is_empty());
         assert_eq!(Carried::missing(mp, None, br#"{"data":{}}"#), ["data.id"]);

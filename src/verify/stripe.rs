@@ -71,11 +71,13 @@ pub(super) fn sign(key: &Secret, body: &[u8], now: i64) -> Vec<(String, String)>
 }
 
 /// Every event object carries the object it is about in `data.object` (docs.stripe.com,
-/// "The Event object"): one without it is `drift`.
+/// "The Event object"): one without it is `drift`. Not the thin events of event destinations
+/// (`v1.billing.meter...`, `v2.core...`: "Thin events"), which carry a `related_object` only.
 pub const CARRIES: &[Carried] = &[Carried {
     pointer: "/data/object",
     name: "data.object",
     types: None,
+    except: &["v1.", "v2."],
 }];
 
 /// The event's `id` (`evt_...`) is the same on every redelivery.
