@@ -5,7 +5,8 @@
 //! (`body`: 413, 408, 503), the signature on the raw bytes (`verify`: 401; 400 for a body that
 //! contradicts what is signed; a provider's URL check answered, nothing stored), the dedup key
 //! (400), the event type and object id (`describe`, or the endpoint's fields through `pointer`;
-//! never a reason to refuse, a field's miss counted), the routes that take the type
+//! never a reason to refuse, a field's miss counted; nor is a field the provider's events always
+//! carry, missing: counted for the alert `drift`), the routes that take the type
 //! (`Endpoint::deliveries_for`), the insert (503 past [`STORE_DEADLINE`] or on a failed
 //! commit), and only then 200.
 //!
@@ -55,7 +56,7 @@ use crate::config::{Endpoint, RealIp, Server};
 use crate::metrics::{self, Metrics};
 use crate::store::{Counted, Inserted, NewDelivery, NewEvent, Received, Rejection, Store};
 use crate::time::{now_ms, unix_millis, unix_secs};
-use crate::verify::{self, Ack, Reply, VerifyError};
+use crate::verify::{self, Ack, Carried, Reply, VerifyError};
 
 /// How long a request waits for the store to take its insert for a commit before the gateway
 /// is told 503 (and the insert is given up, never to run). Gateways give up after 10-30 s; a
@@ -484,6 +485,11 @@ impl Intake {
         tracing::trace!(endpoint = %endpoint.name, body = %String::from_utf8_lossy(&body), "webhook body");
         meta.event_type = described.event_type;
         meta.object_id = described.object_id;
+        // A field its provider's events always carry, missing: stored all the same, and counted
+        // (`drift`). No work for a provider without such fields.
+        let carries = verifier.carries();
+        let drifted = !carries.is_empty()
+            && !Carried::missing(carries, meta.event_type.as_deref(), &body).is_empty();
 
         // 4. Store durably; only a committed row earns a 2xx.
         let received = Received {
@@ -518,6 +524,9 @@ impl Intake {
                 }
                 if untyped {
                     self.metrics.untyped(&endpoint.name);
+                }
+                if drifted {
+                    self.metrics.drifted(&endpoint.name, id);
                 }
                 Outcome::Accepted(id)
             }

@@ -334,6 +334,12 @@ pub async fn serve_with(
             )
             .map_err(ServeError::NoRandom)?
             .with_public_path(public_path.clone(), patience_of(&endpoints))
+            .with_carries(
+                endpoints
+                    .iter()
+                    .map(|e| (e.name.clone(), e.verifier.carries()))
+                    .collect(),
+            )
             .with_routes(
                 endpoints
                     .iter()

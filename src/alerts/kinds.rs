@@ -19,6 +19,9 @@ pub struct Pending {
     pub since_ms: i64,
     /// For `duplicates`: the verified webhooks of the window the count is out of.
     pub out_of: Option<u64>,
+    /// For `new_type`: the event types announced, each once.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
 }
 
 /// What an alert is about. Each (kind, endpoint) is rate-limited on its own.
@@ -45,10 +48,19 @@ pub enum Kind {
     /// A burst of requests refused for their signature or timestamp on an endpoint that had
     /// none for an hour: the typical sign of a secret rotated at the gateway (or a clock off).
     Rejected,
+    /// An event type the endpoint had never stored (past its first day): the gateway added or
+    /// renamed one.
+    NewType,
+    /// Events that matched no route of a forwarding endpoint, still stored only after its
+    /// `unrouted_after`: delivered nowhere.
+    Unrouted,
+    /// Events without a field their provider's events always carry (`verify::Carried`): the
+    /// gateway changed its payload. Stored all the same.
+    Drift,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 12] = [
         Kind::Dead,
         Kind::Quiet,
         Kind::Duplicates,
@@ -58,6 +70,9 @@ impl Kind {
         Kind::Reachable,
         Kind::PausedLong,
         Kind::Rejected,
+        Kind::NewType,
+        Kind::Unrouted,
+        Kind::Drift,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -71,6 +86,9 @@ impl Kind {
             Kind::Reachable => "reachable",
             Kind::PausedLong => "paused_long",
             Kind::Rejected => "rejected",
+            Kind::NewType => "new_type",
+            Kind::Unrouted => "unrouted",
+            Kind::Drift => "drift",
         }
     }
 
@@ -104,17 +122,20 @@ pub struct Alert {
     /// `unreachable`: the last failed probe's cause (`dns`, `tls`, `not_portaria`, ...).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cause: Option<&'static str>,
+    /// `new_type`: the event types never stored before.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub event_types: Vec<String>,
 }
 
 impl Alert {
     /// The alert summarising `pending`, of one route of the endpoint when `route` says.
-    /// `quiet_after` is the endpoint's, for a quiet alert.
+    /// `after` is the endpoint's duration of the kind: `quiet_after`, `unrouted_after`.
     pub fn new(
         kind: Kind,
         endpoint: &str,
         route: Option<&str>,
         pending: &Pending,
-        quiet_after: Option<Duration>,
+        after: Option<Duration>,
         now_ms: i64,
     ) -> Alert {
         Alert {
@@ -124,9 +145,10 @@ impl Alert {
             count: pending.count,
             first_event_id: pending.first,
             last_event_id: pending.last,
-            message: sentence(kind, endpoint, route, pending, quiet_after),
+            message: sentence(kind, endpoint, route, pending, after),
             time: rfc3339(now_ms),
             cause: None,
+            event_types: pending.names.clone(),
         }
     }
 
@@ -151,7 +173,7 @@ fn sentence(
     endpoint: &str,
     route: Option<&str>,
     p: &Pending,
-    quiet_after: Option<Duration>,
+    after: Option<Duration>,
 ) -> String {
     let n = p.count;
     let plural = |one: &'static str, many: &'static str| if n == 1 { one } else { many };
@@ -177,7 +199,7 @@ fn sentence(
         Kind::Quiet => format!(
             "endpoint {endpoint} has received no webhook for {} (since {}): is the gateway \
              still sending, the tunnel up, the URL registered?",
-            quiet_after.map_or_else(|| "a while".to_string(), human),
+            after.map_or_else(|| "a while".to_string(), human),
             rfc3339(p.since_ms)
         ),
         Kind::Duplicates => format!(
@@ -219,6 +241,46 @@ fn sentence(
             plural("request", "requests"),
             rfc3339(p.since_ms)
         ),
+        Kind::NewType => {
+            // The sentence names the first ten; `event_types` has them all.
+            let mut names: Vec<String> =
+                p.names.iter().take(10).map(|t| format!("`{t}`")).collect();
+            if p.names.len() > 10 {
+                names.push(format!("and {} more", p.names.len() - 10));
+            }
+            let first = p.names.first().map_or("TYPE", String::as_str);
+            format!(
+                "endpoint {endpoint} received {n} event {} it had never stored: {}{}. Has the \
+                 gateway added or renamed {}? Check that your routes' `events` filters and \
+                 your handler know {}: `portaria events list --endpoint {endpoint} --type \
+                 {first}`.",
+                plural("type", "types"),
+                names.join(", "),
+                ids(p),
+                plural("one", "types"),
+                plural("it", "them")
+            )
+        }
+        Kind::Unrouted => format!(
+            "{n} {} of endpoint {endpoint}{} matched no route and {} still stored only after \
+             {} (since {}): delivered nowhere. If {} should have gone somewhere, add a route \
+             (or widen a route's `events`): it applies to events received after it. See \
+             `portaria events list --endpoint {endpoint} --status stored`.",
+            plural("event", "events"),
+            ids(p),
+            plural("is", "are"),
+            after.map_or_else(|| "a while".to_string(), human),
+            rfc3339(p.since_ms),
+            plural("it", "they")
+        ),
+        Kind::Drift => format!(
+            "{n} {} of endpoint {endpoint}{} lacked a field its provider's events always carry \
+             (the status page names it on each event): has the gateway changed its payload? \
+             {} stored and forwarded as usual; check your handler.",
+            plural("event", "events"),
+            ids(p),
+            plural("It was", "They were")
+        ),
         Kind::PausedLong => {
             let (on, only) = match route.filter(|r| *r != SHORTHAND_ROUTE) {
                 Some(r) => (format!("route {r} of endpoint {endpoint}"), r),
@@ -232,6 +294,15 @@ fn sentence(
                 plural("delivery waits", "deliveries wait")
             )
         }
+    }
+}
+
+/// ` (id 3)`, ` (ids 3 to 9)`: the events a summary is about, when it knows them.
+fn ids(p: &Pending) -> String {
+    match (p.first, p.last) {
+        (Some(a), Some(b)) if a != b => format!(" (ids {a} to {b})"),
+        (Some(a), _) | (None, Some(a)) => format!(" (id {a})"),
+        _ => String::new(),
     }
 }
 
@@ -259,6 +330,7 @@ mod tests {
             last,
             since_ms: 0,
             out_of: None,
+            names: Vec::new(),
         }
     }
 
@@ -350,6 +422,32 @@ mod tests {
         for kind in Kind::ALL {
             assert_eq!(Kind::parse(kind.as_str()), Some(kind));
         }
+        let mut types = pending(12, Some(3), Some(40));
+        types.names = (0..12).map(|n| format!("t{n}")).collect();
+        let new_type = Alert::new(Kind::NewType, "a", None, &types, None, 0);
+        assert!(
+            new_type.message.starts_with(
+                "endpoint a received 12 event types it had never stored: `t0`, `t1`, "
+            ) && new_type.message.contains("`t9`, and 2 more (ids 3 to 40)."),
+            "{}",
+            new_type.message
+        );
+        assert_eq!(new_type.event_types.len(), 12, "the JSON names them all");
+        let unrouted = Alert::new(
+            Kind::Unrouted,
+            "a",
+            None,
+            &pending(1, Some(7), Some(7)),
+            Some(Duration::from_secs(3600)),
+            0,
+        );
+        assert!(
+            unrouted.message.starts_with(
+                "1 event of endpoint a (id 7) matched no route and is still stored only after 1h"
+            ),
+            "{}",
+            unrouted.message
+        );
         assert_eq!(human(Duration::from_millis(1500)), "1500ms");
         assert_eq!(human(Duration::from_secs(120)), "2m");
     }

@@ -32,11 +32,17 @@
 //! a pause exists: the pauses each tick, the waiting deliveries then), repeated every
 //! `alert_every` until it is resumed.
 //!
+//! What changed upstream: event types never stored and unrouted events are read from the
+//! store each tick (`upstream`, its cursors and known types saved with the rest); events
+//! lacking a field their provider's events always carry are counted at intake (`drift`, in
+//! the facts), and a `drift` alert names the fields.
+//!
 //! The kinds and what one alert says: `kinds`.
 
 mod kinds;
 mod rules;
 mod sink;
+mod upstream;
 mod watch;
 
 use std::collections::{BTreeSet, HashMap};
@@ -56,6 +62,7 @@ use crate::time::now_ms;
 pub use kinds::{Alert, Kind};
 use rules::Book;
 use sink::Sink;
+use upstream::Upstream;
 use watch::Watch;
 
 /// The longest tick; shorter when `alert_every` or a `quiet_after` is short (tests).
@@ -106,11 +113,25 @@ impl Alerts {
             .iter()
             .filter_map(|e| Some((e.name.clone(), e.quiet_after?)))
             .collect();
-        let tick = tick_for(config.every, quiet_after.values().copied());
+        let unrouted_after: HashMap<String, Duration> = endpoints
+            .iter()
+            .filter(|e| e.forwards())
+            .map(|e| (e.name.clone(), e.unrouted_after))
+            .collect();
+        let durations = quiet_after.values().chain(unrouted_after.values());
+        let tick = tick_for(config.every, durations.copied());
         let task = Task {
             book: Book::new(config.every),
             watch: Watch::new(quiet_after.clone(), Vec::new(), now_ms()),
             quiet_after,
+            upstream: Upstream::new(unrouted_after),
+            carries: endpoints
+                .iter()
+                .map(|e| {
+                    let names = e.verifier.carries().iter().map(|c| c.name).collect();
+                    (e.name.clone(), names)
+                })
+                .collect(),
             patience: endpoints
                 .iter()
                 .map(|e| (e.name.clone(), e.verifier.patience()))
@@ -135,15 +156,20 @@ impl Alerts {
     }
 }
 
-/// What the alerts task takes at start (`[alerts]` and each endpoint's `quiet_after`), as a
-/// text to compare a reloaded file's with: a change needs a restart. Never logged (a command's
-/// arguments may hold a token).
+/// What the alerts task takes at start (`[alerts]`, each endpoint's `quiet_after`, and, with
+/// `[alerts]`, each forwarding endpoint's `unrouted_after`), as a text to compare a reloaded
+/// file's with: a change needs a restart. Never logged (a command's arguments may hold a token).
 pub fn settings_at_start(alerts: Option<&config::Alerts>, endpoints: &[Arc<Endpoint>]) -> String {
     let quiet: Vec<_> = endpoints
         .iter()
         .filter_map(|e| Some((e.name.as_str(), e.quiet_after?)))
         .collect();
-    format!("{alerts:?} {quiet:?}")
+    let unrouted: Vec<_> = endpoints
+        .iter()
+        .filter(|e| alerts.is_some() && e.forwards())
+        .map(|e| (e.name.as_str(), e.unrouted_after))
+        .collect();
+    format!("{alerts:?} {quiet:?} {unrouted:?}")
 }
 
 /// A quarter of the shortest duration that matters, within [`MIN_TICK`]..[`MAX_TICK`].
@@ -174,6 +200,10 @@ struct Task {
     book: Book,
     watch: Watch,
     quiet_after: HashMap<String, Duration>,
+    /// New event types and unrouted events (`upstream`).
+    upstream: Upstream,
+    /// The fields each endpoint's provider's events always carry, by name (`drift`).
+    carries: HashMap<String, Vec<&'static str>>,
     /// Each endpoint's gateway's give-up rule, in the config's order.
     patience: Vec<(String, Patience)>,
     public_path: Option<PublicPath>,
@@ -220,6 +250,12 @@ impl Task {
         }
         if self.cursor.is_some() {
             self.fold_paused_long(now).await;
+            let look = self
+                .upstream
+                .look(&self.store, &mut self.book, now, STORE_BOUND);
+            if let Err(u) = look.await {
+                self.store_failed(u.what, &u.error.map_or(Asked::TimedOut, Asked::Failed));
+            }
         }
         self.send_due(now).await;
         self.save().await;
@@ -288,7 +324,7 @@ impl Task {
         for (key, value) in &state {
             if key == CURSOR_KEY {
                 cursor = value.parse().unwrap_or(0);
-            } else if !self.book.load(key, value) {
+            } else if !self.upstream.load(key, value) && !self.book.load(key, value) {
                 tracing::debug!(key, "an alert state row that is not understood; ignored");
             }
         }
@@ -305,6 +341,7 @@ impl Task {
             }
         }
         self.store_ok();
+        self.upstream.loaded();
         self.cursor = Some(cursor);
     }
 
@@ -312,16 +349,12 @@ impl Task {
     /// down for all of them) and leaves the rest for the next tick.
     async fn send_due(&mut self, now: i64) {
         for due in self.book.due(now) {
-            let quiet_after = self.quiet_after.get(&due.endpoint).copied();
+            let after = match due.kind {
+                Kind::Unrouted => self.upstream.unrouted_after(&due.endpoint),
+                _ => self.quiet_after.get(&due.endpoint).copied(),
+            };
             let route = due.route.as_deref();
-            let alert = Alert::new(
-                due.kind,
-                &due.endpoint,
-                route,
-                &due.pending,
-                quiet_after,
-                now,
-            );
+            let alert = Alert::new(due.kind, &due.endpoint, route, &due.pending, after, now);
             let alert = self.with_outlook(alert, due.kind, &due.endpoint, now);
             match self.sink.send(&alert.to_json()).await {
                 Ok(()) => {
@@ -372,6 +405,12 @@ impl Task {
                     }
                 }
             }
+            Kind::Drift => {
+                let names = self.carries.get(endpoint).map(|n| n.join("`, `"));
+                if let Some(names) = names.filter(|n| !n.is_empty()) {
+                    alert = alert.and(&format!("Its provider's events always carry `{names}`."));
+                }
+            }
             _ => {}
         }
         alert
@@ -381,12 +420,14 @@ impl Task {
     /// bookkeeping: no fsync of its own, durable with the next intake commit. A power cut that
     /// loses it sends an alert again, never loses one: the cursor goes back with it.
     async fn save(&mut self) {
-        let cursor_due = self.cursor_dirty
-            && (self.book.is_dirty() || self.cursor_saved_at.elapsed() >= CURSOR_SAVE_EVERY);
-        if !self.book.is_dirty() && !cursor_due {
+        let changed = self.book.is_dirty() || self.upstream.is_dirty();
+        let cursor_due = (self.cursor_dirty || self.upstream.cursors_dirty())
+            && (changed || self.cursor_saved_at.elapsed() >= CURSOR_SAVE_EVERY);
+        if !changed && !cursor_due {
             return;
         }
         let mut rows = self.book.changed_rows();
+        rows.extend(self.upstream.changed_rows(cursor_due));
         if let (true, Some(cursor)) = (cursor_due, self.cursor) {
             rows.push((CURSOR_KEY.to_string(), cursor.to_string()));
         }
@@ -394,6 +435,7 @@ impl Task {
             Ok(Ok(())) => {
                 self.store_ok();
                 self.book.saved();
+                self.upstream.saved(cursor_due);
                 if cursor_due {
                     self.cursor_dirty = false;
                     self.cursor_saved_at = tokio::time::Instant::now();

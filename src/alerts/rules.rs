@@ -102,10 +102,27 @@ impl Book {
             last: id,
             since_ms: now_ms,
             out_of: None,
+            names: Vec::new(),
         });
         p.count += count;
         p.first = p.first.or(id);
         p.last = id.or(p.last);
+    }
+
+    /// One occurrence named `name` (a new event type, about event `id`): counted and named
+    /// once in the summary however often it is noted before the summary is sent.
+    pub fn note_named(&mut self, kind: Kind, endpoint: &str, name: &str, id: i64, now_ms: i64) {
+        let pending = self
+            .states
+            .get(&(kind, endpoint.to_string(), None))
+            .and_then(|s| s.pending.as_ref());
+        if pending.is_some_and(|p| p.names.iter().any(|n| n == name)) {
+            return;
+        }
+        self.note(kind, endpoint, 1, Some(id), now_ms);
+        if let Some(p) = self.entry(kind, endpoint, None).pending.as_mut() {
+            p.names.push(name.to_string());
+        }
     }
 
     /// A level that is above its line now (duplicates): the summary says how far, replacing
@@ -138,6 +155,7 @@ impl Book {
             last: None,
             since_ms,
             out_of,
+            names: Vec::new(),
         });
     }
 
@@ -393,6 +411,35 @@ mod tests {
         let due = again.due(60 * S);
         assert_eq!(kinds(&due), [(Kind::Dead, "a", 1)]);
         assert_eq!(due[0].pending.first, Some(2));
+    }
+
+    #[test]
+    fn named_occurrences_are_counted_and_named_once_per_summary() {
+        let mut book = Book::new(EVERY);
+        book.note_named(Kind::NewType, "a", "payment.created", 3, 0);
+        book.note_named(Kind::NewType, "a", "payment.created", 4, 0);
+        let due = book.due(0);
+        assert_eq!(kinds(&due), [(Kind::NewType, "a", 1)]);
+        assert_eq!(due[0].pending.names, ["payment.created"]);
+        book.sent(Kind::NewType, "a", 0);
+        book.note_named(Kind::NewType, "a", "pix.refunded", 7, S);
+        book.note_named(Kind::NewType, "a", "pix.sent", 9, 2 * S);
+        book.note_named(Kind::NewType, "a", "pix.refunded", 10, 3 * S);
+        assert!(book.due(30 * S).is_empty(), "within alert_every");
+        let due = book.due(60 * S);
+        assert_eq!(kinds(&due), [(Kind::NewType, "a", 2)]);
+        assert_eq!(due[0].pending.names, ["pix.refunded", "pix.sent"]);
+        assert_eq!(
+            (due[0].pending.first, due[0].pending.last),
+            (Some(7), Some(9))
+        );
+        // Saved and read back with its names; a row saved before names still reads.
+        let rows = book.changed_rows();
+        let mut again = Book::new(EVERY);
+        assert!(again.load(&rows[0].0, &rows[0].1));
+        assert_eq!(again.due(60 * S)[0].pending.names.len(), 2);
+        let old = r#"{"sent_at_ms":null,"pending":{"count":1,"first":null,"last":null,"since_ms":0,"out_of":null}}"#;
+        assert!(again.load("alerts:dead:b", old));
     }
 
     #[test]

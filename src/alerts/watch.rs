@@ -17,6 +17,9 @@
 //! [`REJECTED_CALM`] (or since the start). One burst is announced once; a trickle that never
 //! reaches the count in the window is not a burst, and the next burst needs an hour of calm.
 //!
+//! `drift`: every event stored without a field its provider's events always carry is an
+//! occurrence, about the last such event's id.
+//!
 //! `unreachable`: every failed canary probe is an occurrence, since the run of failures began;
 //! a probe that comes back ends it, drops what was not yet sent, and, if an `unreachable` went
 //! out after the last `reachable` (the book's clocks, saved across restarts), notes one
@@ -68,6 +71,7 @@ struct Seen {
     last_rejected_ms: Option<i64>,
     /// The burst of refusals not yet announced: since when, and how many.
     rejected_burst: Option<(i64, u64)>,
+    drifted: u64,
 }
 
 impl Watch {
@@ -154,6 +158,9 @@ impl Watch {
             );
             let rejected = growth(&mut seen.rejected, f.rejected);
             fold_rejected(seen, name, rejected, book, now_ms);
+            // Each event lacking a carried field is an occurrence, about the last of them.
+            let drifted = growth(&mut seen.drifted, f.drifted);
+            book.note(Kind::Drift, name, drifted, f.last_drifted_id, now_ms);
             if f.window_received >= DUPLICATE_MIN_SAMPLE
                 && f.window_duplicates * 100 > f.window_received * DUPLICATE_WARN_PERCENT
             {
@@ -233,6 +240,8 @@ mod tests {
             storage_errors: 0,
             slow_deliveries: 0,
             rejected: 0,
+            drifted: 0,
+            last_drifted_id: None,
             window_duplicates: 0,
             window_received: 0,
         }
@@ -284,6 +293,26 @@ mod tests {
         f.rejected = 5;
         watch.fold(std::slice::from_ref(&f), &mut book, 12 * MIN);
         assert!(pending(&mut book, 12 * MIN).is_empty());
+    }
+
+    #[test]
+    fn events_lacking_a_carried_field_become_drift_naming_the_last() {
+        let mut watch = Watch::new(HashMap::new(), Vec::new(), 0);
+        let mut book = Book::new(Duration::from_secs(60));
+        let mut f = facts("stripe");
+        watch.fold(std::slice::from_ref(&f), &mut book, 0);
+        assert!(pending(&mut book, 0).is_empty());
+        (f.drifted, f.last_drifted_id) = (2, Some(9));
+        watch.fold(std::slice::from_ref(&f), &mut book, S);
+        assert_eq!(pending(&mut book, S), [(Kind::Drift, "stripe".into(), 2)]);
+        book.sent(Kind::Drift, "stripe", S);
+        // Unchanged: nothing more; one more: a summary about it, at alert_every.
+        watch.fold(std::slice::from_ref(&f), &mut book, 2 * S);
+        assert!(book.due(100 * S).is_empty());
+        (f.drifted, f.last_drifted_id) = (3, Some(12));
+        watch.fold(std::slice::from_ref(&f), &mut book, 3 * S);
+        let due = book.due(100 * S);
+        assert_eq!((due[0].pending.count, due[0].pending.last), (1, Some(12)));
     }
 
     #[test]

@@ -1,15 +1,20 @@
 //! `[alerts]`: where alerts to the owner go (a command, a local URL, or both), how often one
-//! kind may alert about one endpoint, and the per-endpoint `quiet_after`. Checked here like the
-//! rest of the file: every problem collected, none fatal on its own.
+//! kind may alert about one endpoint, and the per-endpoint `quiet_after` and `unrouted_after`.
+//! Checked here like the rest of the file: every problem collected, none fatal on its own.
 
 use std::time::Duration;
 
+use super::Route;
 use super::raw::RawAlerts;
 use super::validate::parse_duration;
 use super::validator::Validator;
 
 /// At most one alert per kind and endpoint per this, unless `alert_every` says otherwise.
 pub const DEFAULT_ALERT_EVERY: Duration = Duration::from_secs(3600);
+
+/// How long an event that matched no route may stay stored only before the `unrouted` alert,
+/// unless `unrouted_after` says otherwise.
+pub const DEFAULT_UNROUTED_AFTER: Duration = Duration::from_secs(3600);
 
 /// How long an alert command may run, or a POST take, unless `timeout_secs` says otherwise.
 pub const DEFAULT_ALERT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -75,6 +80,36 @@ impl Validator<'_> {
             every,
             timeout,
         })
+    }
+
+    /// An endpoint's `unrouted_after`, [`DEFAULT_UNROUTED_AFTER`] unless set; set on an
+    /// endpoint without routes (every event of it is stored only, none is unrouted), a warning.
+    pub(super) fn unrouted_after(
+        &mut self,
+        at: &str,
+        raw: Option<&str>,
+        routes: &[Route],
+    ) -> Duration {
+        let Some(raw) = raw else {
+            return DEFAULT_UNROUTED_AFTER;
+        };
+        if routes.is_empty() {
+            self.warnings.push(format!(
+                "{at}.unrouted_after: this endpoint forwards nothing (no `forward`, no route): \
+                 its events are stored only by design, so none is unrouted"
+            ));
+        }
+        match parse_duration(raw) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                self.problem(format!("{at}.unrouted_after: must be more than 0"));
+                DEFAULT_UNROUTED_AFTER
+            }
+            Err(why) => {
+                self.problem(format!("{at}.unrouted_after: {why}"));
+                DEFAULT_UNROUTED_AFTER
+            }
+        }
     }
 
     /// An endpoint's `quiet_after`: off unless set.
@@ -159,6 +194,38 @@ mod tests {
             "[alerts]\ncommand = [\"/a\"]\n{MINIMAL}quiet_after = \"6 hours\"\n"
         ));
         assert!(msg.contains("endpoint[0] (line 4).quiet_after"), "{msg}");
+    }
+
+    #[test]
+    fn unrouted_after_is_an_hour_unless_set_and_a_duration() {
+        let config = parse(MINIMAL).unwrap();
+        assert_eq!(config.endpoints[0].unrouted_after, DEFAULT_UNROUTED_AFTER);
+        let routed = format!(
+            "{MINIMAL}forward = {{ command = [\"/bin/true\"] }}\nunrouted_after = \"15m\"\n"
+        );
+        let config = parse(&routed).unwrap();
+        assert_eq!(
+            config.endpoints[0].unrouted_after,
+            Duration::from_secs(15 * 60)
+        );
+        assert!(config.warnings.is_empty(), "{:?}", config.warnings);
+        for (value, expected) in [
+            ("\"soon\"", "unrouted_after: expected a number"),
+            ("\"0s\"", "unrouted_after: must be more than 0"),
+        ] {
+            let msg = problems(&format!("{MINIMAL}unrouted_after = {value}\n"));
+            assert!(msg.contains("endpoint[0] (line 2).unrouted_after"), "{msg}");
+            assert!(msg.contains(expected), "{value}: {msg}");
+        }
+        let stored_only = parse(&format!("{MINIMAL}unrouted_after = \"2h\"\n")).unwrap();
+        assert!(
+            stored_only
+                .warnings
+                .iter()
+                .any(|w| w.contains("unrouted_after") && w.contains("forwards nothing")),
+            "{:?}",
+            stored_only.warnings
+        );
     }
 
     #[test]

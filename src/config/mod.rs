@@ -274,6 +274,8 @@ pub struct Endpoint {
     pub allow_ips: Option<Vec<IpRange>>,
     /// Alert when no webhook came for this long (an endpoint that has received one); None: off.
     pub quiet_after: Option<Duration>,
+    /// Alert when an event that matched no route is still stored only after this long.
+    pub unrouted_after: Duration,
     /// Only requests on a connection with a verified client certificate (403 otherwise).
     pub client_cert: Option<ClientCertRule>,
     /// `events export`'s columns of its own (`export_fields`): each a name and a JSON pointer

@@ -133,6 +133,8 @@ pub(super) struct RawEndpoint {
     pub(super) allow_ips: Option<Vec<String>>,
     /// Alert when no webhook came for this long (`[alerts]`).
     pub(super) quiet_after: Option<String>,
+    /// Alert when an event that matched no route is still stored only after this long.
+    pub(super) unrouted_after: Option<String>,
     /// Its rejected requests kept (`config::quarantine`).
     pub(super) quarantine_keep: Option<u32>,
     pub(super) quarantine_for: Option<String>,

@@ -364,6 +364,7 @@ impl Validator<'_> {
         let dedup_window = self.dedup_window(at, raw.dedup_window.as_deref(), provider);
         let allow_ips = self.allow_ips(at, raw.allow_ips, verifier.as_ref());
         let quiet_after = self.quiet_after(at, raw.quiet_after.as_deref());
+        let unrouted_after = self.unrouted_after(at, raw.unrouted_after.as_deref(), &routes);
         let quarantine = self.quarantine(at, raw.quarantine_keep, raw.quarantine_for.as_deref());
         if self.problems.len() != before {
             return None;
@@ -377,6 +378,7 @@ impl Validator<'_> {
             routes,
             allow_ips,
             quiet_after,
+            unrouted_after,
             client_cert,
             export_fields,
             reconcile,

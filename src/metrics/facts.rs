@@ -1,6 +1,6 @@
 //! [`Metrics::facts`]: the running counts of each endpoint that the alerts task watches
 //! (accepted, storage errors, slow deliveries, the duplicate window), read from the same
-//! series `/metrics` shows; no series of their own but the slow-delivery count.
+//! series `/metrics` shows; no series of their own but the slow-delivery and drift counts.
 
 use std::sync::PoisonError;
 use std::sync::atomic::Ordering;
@@ -19,12 +19,27 @@ pub struct EndpointFacts {
     pub slow_deliveries: u64,
     /// Requests refused for their signature or timestamp (`bad_signature`, `stale_timestamp`).
     pub rejected: u64,
+    /// Events stored without a field their provider's events always carry (`drift`), and the
+    /// id of the last one (None before the first).
+    pub drifted: u64,
+    pub last_drifted_id: Option<i64>,
     /// Duplicates and verified webhooks over the last 15 minutes.
     pub window_duplicates: u64,
     pub window_received: u64,
 }
 
 impl Metrics {
+    /// Counts event `id` of `endpoint`, stored without a field its provider's events always
+    /// carry (`verify::Carried`).
+    pub fn drifted(&self, endpoint: &str, id: i64) {
+        let endpoints = self.endpoints.read();
+        let endpoints = endpoints.unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = endpoints.get(endpoint) {
+            s.last_drifted.store(id, Ordering::Relaxed);
+            s.drifted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
     /// The counts the alerts task watches, for every configured endpoint.
     pub fn facts(&self) -> Vec<EndpointFacts> {
         let now = self.now_secs();
@@ -49,6 +64,9 @@ impl Metrics {
                     storage_errors: count(s, "storage_error"),
                     slow_deliveries: s.slow.load(Ordering::Relaxed),
                     rejected: count(s, "bad_signature") + count(s, "stale_timestamp"),
+                    drifted: s.drifted.load(Ordering::Relaxed),
+                    last_drifted_id: Some(s.last_drifted.load(Ordering::Relaxed))
+                        .filter(|id| *id > 0),
                     window_duplicates,
                     window_received,
                 }

@@ -17,7 +17,7 @@
 //! (docs/operations.md, "Metrics and health").
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -183,6 +183,10 @@ struct EndpointSeries {
     duplicates: Mutex<DuplicateWindow>,
     /// Attempts over [`SLOW_DELIVERY`], for [`Metrics::facts`] (no series of its own).
     slow: AtomicU64,
+    /// Events stored without a field their provider's events always carry, and the last one's
+    /// id, for [`Metrics::facts`] (`drift`; no series of their own).
+    drifted: AtomicU64,
+    last_drifted: AtomicI64,
 }
 
 /// Handles on one route's delivery series.
@@ -529,6 +533,8 @@ impl Families {
             routes,
             duplicates: Mutex::default(),
             slow: AtomicU64::new(0),
+            drifted: AtomicU64::new(0),
+            last_drifted: AtomicI64::new(0),
         }
     }
 }
@@ -744,6 +750,12 @@ mod tests {
             "{f:?}"
         );
         assert_eq!((f.window_duplicates, f.window_received), (1, 2));
+        assert_eq!((f.drifted, f.last_drifted_id), (0, None));
+        metrics.drifted("pagarme", 7);
+        metrics.drifted("pagarme", 9);
+        metrics.drifted("nobody", 11);
+        let f = fact(&metrics);
+        assert_eq!((f.drifted, f.last_drifted_id), (2, Some(9)));
         assert_eq!(metrics.facts().len(), 2, "one per configured endpoint");
     }
 }

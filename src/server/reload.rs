@@ -20,8 +20,8 @@
 //! What is fixed at start ([`fixed_settings`]: the listen addresses, bound before anything
 //! else; HTTPS or plain HTTP on the webhook listener; the connection cap, a semaphore the
 //! open connections hold; the database path; the canary's `public_url`, `canary_every` and
-//! `canary_ca_file`), and so do `[alerts]` and the endpoints' `quiet_after` (the alerts task
-//! takes them at start), keep their old values, and the log
+//! `canary_ca_file`), and so do `[alerts]` and the endpoints' `quiet_after` and
+//! `unrouted_after` (the alerts task takes them at start), keep their old values, and the log
 //! says that they need a restart. Reloads are served in `serve`'s own task, joined with the
 //! accept loops. Queued events live in the database, not in the configuration: no reload
 //! changes their state, and `Store::recover` runs only at start-up.
@@ -236,8 +236,9 @@ impl Reloader {
             != self.alert_settings
         {
             restart_needed.push(
-                "[alerts] or an endpoint's quiet_after changed, which needs a restart (the \
-                 alerts task takes them at start); the old ones stay in force until then"
+                "[alerts] or an endpoint's quiet_after changed (or, with [alerts], its \
+                 unrouted_after or whether it forwards), which needs a restart (the alerts task \
+                 takes them at start); the old ones stay in force until then"
                     .to_string(),
             );
         }

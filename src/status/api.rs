@@ -124,7 +124,15 @@ pub async fn events(page: &StatusPage, query: &str) -> Answer {
 
 pub async fn event(page: &StatusPage, id: i64) -> Answer {
     match page.detail(id).await {
-        Ok(Some(detail)) => ok(detail_json(&detail)),
+        Ok(Some(detail)) => {
+            // Only for an event flagged: otherwise the very object `events show --json` prints.
+            let mut value = detail_json(&detail);
+            let missing = page.missing(&detail);
+            if !missing.is_empty() {
+                value["missing_fields"] = json!(missing);
+            }
+            ok(value)
+        }
         Ok(None) => error(StatusCode::NOT_FOUND, "no such event"),
         Err(e) => super::unavailable(&e),
     }

@@ -1,4 +1,5 @@
-//! One event's page: what it is, its headers as stored (credential headers were stored as
+//! One event's page: what it is, whether it lacks a field its provider's events always carry
+//! (`drift`: flagged, it was accepted all the same), its headers as stored (credential headers were stored as
 //! `[redacted]` and stay so), its body (pretty-printed when it is JSON, cut at
 //! [`SHOWN_BYTES`] with a download link for the whole), every delivery attempt, and its
 //! replay button. Everything attacker-controlled is escaped by maud; the phrases in `t { }`
@@ -15,7 +16,7 @@ use crate::store::{EventDetail, Origin, Status, Store, header_lines};
 /// How much of a body the page shows; the rest is a download.
 pub const SHOWN_BYTES: usize = 64 * 1024;
 
-pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
+pub fn page(chrome: &Chrome, d: &EventDetail, missing: &[&str], now: i64) -> Markup {
     let e = &d.summary;
     let replayable = !matches!(e.status, Status::Delivering | Status::Stored);
     let (shown, cut) = body_text(&d.body);
@@ -26,6 +27,14 @@ pub fn page(chrome: &Chrome, d: &EventDetail, now: i64) -> Markup {
             div.banner.alert role="alert" {
                 strong { t { "Dead: " } } t { "every attempt failed." }
                 @if let Some(error) = &e.last_error { " " t { "Last error" } ": " code { (excerpt(error, 300)) } }
+            }
+        }
+        @if !missing.is_empty() {
+            p.note role="status" {
+                strong { t { "Drift: " } }
+                t { "this event lacks what its provider's events always carry: " }
+                @for (n, name) in missing.iter().enumerate() { @if n > 0 { ", " } code { (name) } }
+                t { ". It was accepted as usual; has the gateway changed its payload?" }
             }
         }
         dl.facts {

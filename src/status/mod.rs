@@ -48,7 +48,7 @@ use tokio::sync::Notify;
 use crate::public_path::PublicPath;
 use crate::store::{ListFilter, Store};
 use crate::time::now_ms;
-use crate::verify::{Patience, Secret};
+use crate::verify::{Carried, Patience, Secret};
 
 use auth::{Guard, Refused, Visitor};
 use text::Lang;
@@ -86,6 +86,9 @@ pub struct StatusPage {
     public: Option<public::PublicView>,
     /// The configured routes at start, (endpoint, route), for the routes panel.
     routes: Vec<(String, String)>,
+    /// The fields each endpoint's provider's events always carry: an event without one is
+    /// flagged (`drift`), read from its stored body when it is shown.
+    carries: Vec<(String, &'static [Carried])>,
 }
 
 /// What a handler answers.
@@ -108,6 +111,7 @@ impl StatusPage {
             listen,
             public: None,
             routes: Vec::new(),
+            carries: Vec::new(),
         })
     }
 
@@ -116,6 +120,21 @@ impl StatusPage {
     pub fn with_routes(mut self, routes: Vec<(String, String)>) -> Self {
         self.routes = routes;
         self
+    }
+
+    /// Flags an event lacking a field its endpoint's provider's events always carry.
+    pub fn with_carries(mut self, carries: Vec<(String, &'static [Carried])>) -> Self {
+        self.carries = carries;
+        self
+    }
+
+    /// The fields `d` lacks of those its endpoint's provider's events always carry.
+    fn missing(&self, d: &crate::store::EventDetail) -> Vec<&'static str> {
+        let e = &d.summary;
+        let carried = self.carries.iter().find(|(name, _)| *name == e.endpoint);
+        carried.map_or_else(Vec::new, |(_, c)| {
+            Carried::missing(c, e.event_type.as_deref(), &d.body)
+        })
     }
 
     /// Shows the canary's record of the public path, and each endpoint's gateway's patience
@@ -400,7 +419,12 @@ impl StatusPage {
         match self.detail(id).await {
             Ok(Some(detail)) => html(
                 StatusCode::OK,
-                event::page(&self.chrome(visitor, t), &detail, now_ms()),
+                event::page(
+                    &self.chrome(visitor, t),
+                    &detail,
+                    &self.missing(&detail),
+                    now_ms(),
+                ),
                 t,
             ),
             Ok(None) => html(

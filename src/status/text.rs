@@ -163,6 +163,15 @@ const PT_BR: &[(&str, &str)] = &[
     ("Event ", "Evento "),
     ("Dead: ", "Morto: "),
     ("every attempt failed.", "todas as tentativas falharam."),
+    ("Drift: ", "Mudança: "),
+    (
+        "this event lacks what its provider's events always carry: ",
+        "este evento não traz o que os eventos do seu provedor sempre trazem: ",
+    ),
+    (
+        ". It was accepted as usual; has the gateway changed its payload?",
+        ". Foi aceito como de costume; o gateway mudou o formato dos eventos?",
+    ),
     (
         " (not covered by the signature)",
         " (não coberto pela assinatura)",
@@ -667,9 +676,14 @@ mod tests {
             pages::overview(&c, &calm, None, html! {}, &[], NOW),
             pages::events(&c, &endpoints, &full, &listed, 3, NOW),
             pages::events(&c, &endpoints, &ListFilter::default(), &[], 1, NOW),
-            event::page(&c, &detail(Status::Dead, &outcomes, big), NOW),
-            event::page(&c, &detail(Status::Pending, &[], b"{}".to_vec()), NOW),
-            event::page(&c, &reconciled(), NOW),
+            event::page(&c, &detail(Status::Dead, &outcomes, big), &[], NOW),
+            event::page(
+                &c,
+                &detail(Status::Pending, &[], b"{}".to_vec()),
+                &["data.object"],
+                NOW,
+            ),
+            event::page(&c, &reconciled(), &[], NOW),
             pages::login(lang, Some("That is not the admin token.")),
             pages::not_found(&c),
             rejected::list(&c, &endpoints, &asked, &kept_rows, NOW),
@@ -791,7 +805,7 @@ mod tests {
         d.summary.event_type = Some("<t>Events</t>".into());
         d.summary.dedup_key = "dead".into();
         let page = localize(
-            &event::page(&chrome(Lang::PtBr), &d, NOW).into_string(),
+            &event::page(&chrome(Lang::PtBr), &d, &[], NOW).into_string(),
             Lang::PtBr,
         );
         assert!(page.contains("&lt;t&gt;Events&lt;/t&gt;"), "{page}");

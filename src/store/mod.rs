@@ -53,7 +53,9 @@ mod reconcile;
 mod retention;
 mod sqlite;
 
-pub use alerts::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent};
+pub use alerts::{
+    ALERT_KEY_PREFIX, DeadBatch, DeadEvent, TYPES_SETTLE_MS, TypeSeen, TypesBatch, Unrouted,
+};
 pub use backup::{BackupError, Copied};
 pub use copy::{CopyError, CopyReport};
 pub use counters::{Counted, Rejection};

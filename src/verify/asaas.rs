@@ -14,7 +14,7 @@ use http::HeaderName;
 
 use super::credential::Credential;
 use super::patience::Rule;
-use super::preset::{Preset, json_rule};
+use super::preset::{Carried, Preset, json_rule};
 
 /// When Asaas tries a failing queue's head again, in seconds after the first failure: 0 s,
 /// then gaps of 30 s, 1 min, 3.5 min, 5 min, 15 min, 25 min, 1 h five times, 2 h twice and
@@ -25,6 +25,16 @@ pub const RETRY_OFFSETS: &[u32] = &[
 
 pub const TOKEN: &str = "asaas-access-token";
 
+/// A payment event (`PAYMENT_...`) carries its payment, with its id, in `payment` (docs.asaas.com,
+/// "Eventos para cobranças"); transfers, invoices and the rest carry objects of their own.
+/// One without it is `drift`.
+pub const CARRIES: &[Carried] = &[Carried {
+    pointer: "/payment/id",
+    name: "payment.id",
+    types: Some("PAYMENT_"),
+    except: &[],
+}];
+
 pub(super) fn preset() -> Preset {
     let header = HeaderName::from_static(TOKEN);
     Preset::new(
@@ -33,6 +43,7 @@ pub(super) fn preset() -> Preset {
         json_rule("/id"),
     )
     .credential_headers(vec![header])
+    .carries(CARRIES)
     .patience(
         "Asaas",
         Rule::Queue {

@@ -45,7 +45,7 @@ use http::HeaderMap;
 use serde::Deserialize;
 
 use super::hmac_scheme::Algorithm;
-use super::preset::{Coverage, Preset, Scheme, Signed};
+use super::preset::{Carried, Coverage, Preset, Scheme, Signed};
 use super::{Checked, Request, Secret, VerifyError, check_window, find_secret, header};
 use crate::dedup::DedupRule;
 
@@ -267,8 +267,17 @@ fn sign(key: &Secret, body: &[u8], now: i64, delivery_id: &str) -> Signed {
 /// The dedup rule: [`signed_key`], through `Verified::signed_key`.
 pub const DEDUP: DedupRule = DedupRule::Signed("mercadopago-manifest");
 
+/// Every notification names its resource in `data.id` (payments, orders, subscriptions: MP's
+/// "Webhooks" page): one without it is `drift`.
+pub const CARRIES: &[Carried] = &[Carried {
+    pointer: "/data/id",
+    name: "data.id",
+    types: None,
+    except: &[],
+}];
+
 pub(super) fn preset() -> Preset {
-    Preset::new("mercadopago", MercadoPago, DEDUP)
+    Preset::new("mercadopago", MercadoPago, DEDUP).carries(CARRIES)
 }
 
 #[derive(Debug)]

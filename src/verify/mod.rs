@@ -95,7 +95,7 @@ pub use hmac_scheme::HmacOptions;
 pub use patience::Patience;
 pub use preset::Field;
 use preset::Preset;
-pub use preset::{Ack, Signed};
+pub use preset::{Ack, Carried, Signed};
 pub use secret::Secret;
 
 /// The replay window for schemes that sign a timestamp, as in Stripe's and Svix's SDKs.

@@ -274,6 +274,8 @@ pub(super) struct Preset {
     pub secret_too: bool,
     /// How long the gateway keeps retrying a failed delivery, where its docs say (`patience`).
     pub patience: Option<Patience>,
+    /// The fields its events always carry (`drift`); none for most providers.
+    pub carries: &'static [Carried],
 }
 
 impl Preset {
@@ -296,7 +298,14 @@ impl Preset {
             needs_allow_ips: None,
             secret_too: false,
             patience: None,
+            carries: &[],
         }
+    }
+
+    /// See [`Preset::carries`].
+    pub(super) fn carries(mut self, fields: &'static [Carried]) -> Self {
+        self.carries = fields;
+        self
     }
 
     /// The gateway's give-up rule, `gateway` its name as the owner knows it.
@@ -383,6 +392,21 @@ impl Preset {
         self.public_key_setting = Some(name);
         self
     }
+}
+
+/// A field every event of a provider carries, by its docs (issue 27, "Notice what changed
+/// upstream"): an event without it (absent, or null) is flagged (the status page, the alert
+/// `drift`), never refused. Checked by [`Carried::missing`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Carried {
+    /// Where, as an RFC 6901 pointer into the JSON body: `/payment/id`.
+    pub pointer: &'static str,
+    /// As the provider's docs spell it: `payment.id`.
+    pub name: &'static str,
+    /// Only events whose type starts with this carry it (Asaas's `PAYMENT_`); None: every one.
+    pub types: Option<&'static str>,
+    /// ... but those whose type starts with one of these (Stripe's thin events, `v1.`, `v2.`).
+    pub except: &'static [&'static str],
 }
 
 /// A header-based dedup rule for a preset.

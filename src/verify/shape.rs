@@ -1,11 +1,20 @@
 //! What a provider's requests look like besides their signature: the paths they arrive at
 //! (Efí appends `/pix` to the URL it was given), the probe that is not an event (Rede's GET),
 //! what else the endpoint needs (iugu's `allow_ips`), where their event type and object id are
-//! ([`Field`](super::Field): a preset's default, or the endpoint's `event_type` and `object_id`), and whether
-//! what the signature covers includes the event type.
+//! ([`Field`](super::Field): a preset's default, or the endpoint's `event_type` and `object_id`), whether
+//! what the signature covers includes the event type, and the fields its events always carry
+//! ([`Carried`]: an event without one is `drift`, flagged and never refused).
+//!
+//! Whether a body has a field is read like `ingest`'s pointer: serde_json's parser driven along
+//! the pointer's path only, what is off the path skipped unbuilt, stopped at the value; the
+//! first occurrence of a member decides. A value of any kind but null is there.
+
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::Verifier;
-use super::preset::{Coverage, Field};
+use super::preset::{Carried, Coverage, Field};
 
 impl Verifier {
     /// The header carrying the event type for this provider, if it sends one and no
@@ -78,12 +87,236 @@ impl Verifier {
     pub fn appended_path(&self) -> Option<&'static str> {
         self.preset.appended_path
     }
+
+    /// The fields its provider's events always carry ([`Carried`]); empty for most.
+    pub fn carries(&self) -> &'static [Carried] {
+        self.preset.carries
+    }
+}
+
+impl Carried {
+    /// The names of those of `carried` that an event of `event_type` should carry and whose
+    /// `body` lacks (absent, or null). One pass over the body per field that applies; none for
+    /// a provider without fields.
+    pub fn missing(
+        carried: &'static [Carried],
+        event_type: Option<&str>,
+        body: &[u8],
+    ) -> Vec<&'static str> {
+        carried
+            .iter()
+            .filter(|c| {
+                c.types
+                    .is_none_or(|p| event_type.is_some_and(|t| t.starts_with(p)))
+            })
+            .filter(|c| {
+                let except = |t: &str| c.except.iter().any(|p| t.starts_with(p));
+                !event_type.is_some_and(except)
+            })
+            .filter(|c| !has(c.pointer, body))
+            .map(|c| c.name)
+            .collect()
+    }
+}
+
+/// Whether `body` is JSON with a value other than null at `pointer` (checked: starts with `/`).
+fn has(pointer: &str, body: &[u8]) -> bool {
+    let path: Vec<String> = pointer
+        .split('/')
+        .skip(1)
+        .map(|t| t.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let mut found = false;
+    let reach = Reach {
+        path: &path,
+        found: &mut found,
+    };
+    // Stopped at the value, the check for the end of the enclosing object fails: that error
+    // is the stop, not a broken body (`found` says).
+    let _ = reach.deserialize(&mut serde_json::Deserializer::from_slice(body));
+    found
+}
+
+/// What is left of the path; `found` set once its end holds a value other than null.
+struct Reach<'a> {
+    path: &'a [String],
+    found: &'a mut bool,
+}
+
+impl Reach<'_> {
+    fn scalar<E>(self) -> Result<(), E> {
+        *self.found = self.path.is_empty();
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Reach<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Reach<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        self.scalar()
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let Some((token, rest)) = self.path.split_first() else {
+            *self.found = true;
+            return Err(de::Error::custom("found"));
+        };
+        while let Some(matched) = map.next_key_seed(Named(token))? {
+            if matched {
+                map.next_value_seed(Reach {
+                    path: rest,
+                    found: self.found,
+                })?;
+                // The first occurrence decides, whatever it held.
+                return Err(de::Error::custom("decided"));
+            }
+            map.next_value::<IgnoredAny>()?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let Some((token, rest)) = self.path.split_first() else {
+            *self.found = true;
+            return Err(de::Error::custom("found"));
+        };
+        // RFC 6901: digits, no leading zero; anything else names no element.
+        let index = match token.as_bytes() {
+            [b'0'] => 0,
+            [b'1'..=b'9', ..] => token.parse::<usize>().unwrap_or(usize::MAX),
+            _ => return Ok(()),
+        };
+        for _ in 0..index {
+            if seq.next_element::<IgnoredAny>()?.is_none() {
+                return Ok(());
+            }
+        }
+        seq.next_element_seed(Reach {
+            path: rest,
+            found: self.found,
+        })?;
+        Err(de::Error::custom("decided"))
+    }
+}
+
+/// A member name, compared with the token without being kept.
+struct Named<'a>(&'a str);
+
+impl<'de> DeserializeSeed<'de> for Named<'_> {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Named<'_> {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<bool, E> {
+        Ok(name == self.0)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::Verifier;
-    use super::Field;
+    use super::{Carried, Field, has};
+
+    #[test]
+    fn a_field_is_there_with_any_value_but_null() {
+        let body = br#"{"data":{"object":{"id":"ch_1"},"id":7,"n":null},"list":[1,{"a":""}]}"#;
+        for pointer in ["/data/object", "/data/id", "/list/1/a", "/list/0", "/data"] {
+            assert!(has(pointer, body), "{pointer}");
+        }
+        for pointer in [
+            "/data/n",
+            "/data/missing",
+            "/list/2",
+            "/list/01",
+            "/data/id/x",
+            "/x",
+        ] {
+            assert!(!has(pointer, body), "{pointer}");
+        }
+        // The first occurrence decides; not JSON at all: nothing is there.
+        assert!(!has("/a", br#"{"a":null,"a":1}"#));
+        assert!(has("/a/b", br#"{"a":{"b":1},"a":null}"#));
+        assert!(!has("/id", b"id=1&type=x"));
+        // Escaped names, and a body cut after the value.
+        assert!(has("/a~1b", br#"{"a/b":1"#));
+    }
+
+    #[test]
+    fn each_preset_names_the_fields_its_events_carry() {
+        let carries = |provider: &str| {
+            Verifier::new(provider, None, &["s".to_string()], None)
+                .unwrap()
+                .carries()
+        };
+        assert!(carries("pagarme").is_empty());
+        assert!(carries("github").is_empty());
+        let stripe = carries("stripe");
+        let ok = br#"{"id":"evt_1","type":"charge.succeeded","data":{"object":{"id":"ch_1"}}}"#;
+        assert!(Carried::missing(stripe, Some("charge.succeeded"), ok).is_empty());
+        let drifted = br#"{"id":"evt_1","type":"charge.succeeded","data":{"obj":{}}}"#;
+        assert_eq!(Carried::missing(stripe, None, drifted), ["data.object"]);
+        // A thin event (an event destination's) carries a related object only.
+        let thin = br#"{"id":"evt_1","object":"v2.core.event","type":"v1.billing.meter.no_meter_found","related_object":{"id":"mtr_1"}}"#;
+        assert!(Carried::missing(stripe, Some("v1.billing.meter.no_meter_found"), thin).is_empty());
+        let mp = carries("mercadopago");
+        assert!(Carried::missing(mp, None, br#"{"data":{"id":"123"}}"#).is_empty());
+        assert_eq!(Carried::missing(mp, None, br#"{"data":{}}"#), ["data.id"]);
+        // Asaas: only its payment events carry a payment.
+        let asaas = carries("asaas");
+        let paid = br#"{"event":"PAYMENT_RECEIVED","payment":{"id":"pay_1"}}"#;
+        assert!(Carried::missing(asaas, Some("PAYMENT_RECEIVED"), paid).is_empty());
+        let bare = br#"{"event":"PAYMENT_RECEIVED","charge":{"id":"pay_1"}}"#;
+        assert_eq!(
+            Carried::missing(asaas, Some("PAYMENT_RECEIVED"), bare),
+            ["payment.id"]
+        );
+        let transfer = br#"{"event":"TRANSFER_DONE","transfer":{"id":"t_1"}}"#;
+        assert!(Carried::missing(asaas, Some("TRANSFER_DONE"), transfer).is_empty());
+        assert!(Carried::missing(asaas, None, transfer).is_empty());
+    }
 
     #[test]
     fn a_field_is_a_header_a_json_pointer_or_a_form_field() {

@@ -12,7 +12,7 @@ use http::HeaderMap;
 
 use super::hmac_scheme::Algorithm;
 use super::patience::Rule;
-use super::preset::{Preset, Scheme, Signed, json_rule};
+use super::preset::{Carried, Preset, Scheme, Signed, json_rule};
 use super::{
     Checked, Request, Secret, VerifyError, check_window, find_secret, header, parse_timestamp,
 };
@@ -70,15 +70,27 @@ pub(super) fn sign(key: &Secret, body: &[u8], now: i64) -> Vec<(String, String)>
     vec![(SIGNATURE.to_string(), format!("t={timestamp},v1={mac}"))]
 }
 
+/// Every event object carries the object it is about in `data.object` (docs.stripe.com,
+/// "The Event object"): one without it is `drift`. Not the thin events of event destinations
+/// (`v1.billing.meter...`, `v2.core...`: "Thin events"), which carry a `related_object` only.
+pub const CARRIES: &[Carried] = &[Carried {
+    pointer: "/data/object",
+    name: "data.object",
+    types: None,
+    except: &["v1.", "v2."],
+}];
+
 /// The event's `id` (`evt_...`) is the same on every redelivery.
 pub(super) fn preset() -> Preset {
-    Preset::new("stripe", Stripe, json_rule("/id")).patience(
-        "Stripe",
-        Rule::Span {
-            span: std::time::Duration::from_secs(3 * 86_400),
-            attempts: None,
-        },
-    )
+    Preset::new("stripe", Stripe, json_rule("/id"))
+        .patience(
+            "Stripe",
+            Rule::Span {
+                span: std::time::Duration::from_secs(3 * 86_400),
+                attempts: None,
+            },
+        )
+        .carries(CARRIES)
 }
 
 #[derive(Debug)]

@@ -676,3 +676,295 @@ async fn a_route_paused_over_a_day_with_deliveries_waiting_alerts_until_resumed(
     );
     server.stop().await;
 }
+
+/// The id of the first event of type `event_type`.
+fn first_of_type(db: &Path, event_type: &str) -> i64 {
+    open_db(db)
+        .query_row(
+            "SELECT min(id) FROM events WHERE event_type = ?1",
+            [event_type],
+            |r| r.get(0),
+        )
+        .unwrap()
+}
+
+/// The saved known event types of pagarme (`alerts:types:pagarme`), if saved.
+fn known_types(db: &Path) -> Option<Value> {
+    let text: String = open_db(db)
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'alerts:types:pagarme'",
+            [],
+            |r| r.get(0),
+        )
+        .ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+#[tokio::test]
+async fn an_event_type_never_stored_alerts_once_by_name_after_the_learning_day() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let limit = Duration::from_secs(20);
+    let server = TestServer::start(&alerts_table(w, "1s"), "").await;
+    let (db, text) = (
+        server.db.clone(),
+        std::fs::read_to_string(server.config_path()).unwrap(),
+    );
+    // The task's first look starts from the newest event: let it look before the first one.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let kind = |n: usize, t: &str| payment(n, t, Some("pay_1"));
+    let sent = |n| async move { post_pagarme(server.addr, &kind(n, "charge.paid")).await };
+    assert_eq!(sent(1).await.status, 200);
+    // The endpoint's first day: its types are learned, not announced.
+    eventually(limit, "charge.paid learned", || {
+        known_types(&db).is_some_and(|k| k["types"] == serde_json::json!(["charge.paid"]))
+    })
+    .await;
+    let refunded = post_pagarme(server.addr, &kind(2, "charge.refunded")).await;
+    assert_eq!(refunded.status, 200);
+    eventually(limit, "charge.refunded learned", || {
+        known_types(&db).is_some_and(|k| k["types"].as_array().unwrap().len() == 2)
+    })
+    .await;
+    assert!(of_kind(w, "new_type").is_empty(), "{:?}", alerts(w));
+    let dir = server.stop().await;
+
+    // A day later (the endpoint's first event, as the task saved it, 25 hours ago).
+    let mut known = known_types(&db).unwrap();
+    known["since_ms"] = (known["since_ms"].as_i64().unwrap() - 25 * 3_600_000).into();
+    open_db(&db)
+        .execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'alerts:types:pagarme'",
+            [known.to_string()],
+        )
+        .unwrap();
+    let server = TestServer::start_with(dir, db.clone(), &text).await;
+    for (n, t) in [(3, "charge.paid"), (4, "subscription.renewed")] {
+        assert_eq!(post_pagarme(server.addr, &kind(n, t)).await.status, 200);
+    }
+    eventually(limit, "the new_type alert", || {
+        !of_kind(w, "new_type").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "new_type")[0];
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 1);
+    assert_eq!(
+        alert["event_types"],
+        serde_json::json!(["subscription.renewed"])
+    );
+    assert_eq!(
+        alert["first_event_id"],
+        first_of_type(&db, "subscription.renewed")
+    );
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("never stored: `subscription.renewed`")
+            && message.contains("--type subscription.renewed"),
+        "{message}"
+    );
+    // Once: the same type again, and known ones, say nothing more (several ticks, past
+    // alert_every).
+    for (n, t) in [(5, "subscription.renewed"), (6, "charge.refunded")] {
+        assert_eq!(post_pagarme(server.addr, &kind(n, t)).await.status, 200);
+    }
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(of_kind(w, "new_type").len(), 1, "{:?}", alerts(w));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_type_never_stored_alerts_on_postgres_too() {
+    let Some(pg) = crate::support::pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let database = pg.database().await;
+    let text = storage_config(&format!("url = \"{}\"", pg.url(&database)))
+        .pagarme("")
+        .then(&alerts_table(w, "1s"))
+        .text();
+    let start = || async {
+        let dir = tempfile::tempdir().unwrap();
+        let unused = dir.path().join("unused.db");
+        TestServer::start_with(dir, unused, &text).await
+    };
+    let client = pg.connect(&database).await;
+    const KNOWN: &str = "SELECT value FROM meta WHERE key = 'alerts:types:pagarme'";
+    let server = start().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let kind = |n: usize, t: &str| payment(n, t, None);
+    assert_eq!(
+        post_pagarme(server.addr, &kind(1, "charge.paid"))
+            .await
+            .status,
+        200
+    );
+    // Learned by the instance holding the alerts lock, not announced (its first day).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut known: Value = loop {
+        if let Ok(row) = client.query_one(KNOWN, &[]).await {
+            break serde_json::from_str(row.get::<_, &str>(0)).unwrap();
+        }
+        assert!(Instant::now() < deadline, "charge.paid never learned");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(known["types"], serde_json::json!(["charge.paid"]));
+    server.stop().await;
+    assert!(of_kind(w, "new_type").is_empty());
+
+    known["since_ms"] = (known["since_ms"].as_i64().unwrap() - 25 * 3_600_000).into();
+    client
+        .execute(
+            "UPDATE meta SET value = $1 WHERE key = 'alerts:types:pagarme'",
+            &[&known.to_string()],
+        )
+        .await
+        .unwrap();
+    let server = start().await;
+    let renewed = post_pagarme(server.addr, &kind(2, "subscription.renewed")).await;
+    assert_eq!(renewed.status, 200);
+    eventually(Duration::from_secs(20), "the new_type alert", || {
+        !of_kind(w, "new_type").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "new_type")[0];
+    assert_eq!(
+        alert["event_types"],
+        serde_json::json!(["subscription.renewed"])
+    );
+    let id: i64 = client
+        .query_one("SELECT max(id) FROM events", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(alert["first_event_id"], id);
+    server.stop().await;
+}
+
+/// pagarme's keys for the unrouted tests: one route taking `charge.*` only, `unrouted_after`
+/// of 1 s.
+fn charges_only(w: &Path) -> String {
+    let target = w.join("target.sh");
+    write_executable(&target, "#!/bin/sh\ncat > /dev/null\n");
+    format!(
+        "unrouted_after = \"1s\"\n[[endpoint.route]]\nname = \"erp\"\n\
+         events = [\"charge.*\"]\nforward = {{ command = [\"{}\"] }}\n",
+        target.display()
+    )
+}
+
+/// Posts a routed event and two no route takes, waits for the alert, checks what it says and
+/// that it is sent once; returns it (its ids are checked by the caller, engine by engine).
+async fn unrouted_alert(server: &TestServer, w: &Path) -> Value {
+    // Let the task take its first look (it starts the spans).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let body = |n: usize, t: &str| payment(n, t, None);
+    for (n, t) in [(1, "charge.paid"), (2, "order.created"), (3, "order.paid")] {
+        assert_eq!(post_pagarme(server.addr, &body(n, t)).await.status, 200);
+    }
+    eventually(Duration::from_secs(20), "the unrouted alert", || {
+        !of_kind(w, "unrouted").is_empty()
+    })
+    .await;
+    let alert = of_kind(w, "unrouted")[0].clone();
+    assert_eq!(alert["endpoint"], "pagarme");
+    assert_eq!(alert["count"], 2, "{alert}");
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("matched no route and are still stored only after 1s")
+            && message.contains("portaria events list --endpoint pagarme --status stored"),
+        "{message}"
+    );
+    // Announced once: the next ticks find nothing new.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(of_kind(w, "unrouted").len(), 1);
+    alert
+}
+
+#[tokio::test]
+async fn events_no_route_took_alert_once_unrouted_after_has_passed() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "1h"), &charges_only(w)).await;
+    let alert = unrouted_alert(&server, w).await;
+    let of = |t| first_of_type(&server.db, t);
+    assert_eq!(alert["first_event_id"], of("order.created"));
+    assert_eq!(alert["last_event_id"], of("order.paid"));
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_no_route_took_alert_on_postgres_too() {
+    let Some(pg) = crate::support::pg_cluster::shared() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let database = pg.database().await;
+    let text = storage_config(&format!("url = \"{}\"", pg.url(&database)))
+        .pagarme(&charges_only(w))
+        .then(&alerts_table(w, "1h"))
+        .text();
+    let dir = tempfile::tempdir().unwrap();
+    let unused = dir.path().join("unused.db");
+    let server = TestServer::start_with(dir, unused, &text).await;
+    let alert = unrouted_alert(&server, w).await;
+    let client = pg.connect(&database).await;
+    for (field, t) in [
+        ("first_event_id", "order.created"),
+        ("last_event_id", "order.paid"),
+    ] {
+        let sql = format!("SELECT min(id) FROM events WHERE event_type = '{t}'");
+        let id: i64 = client.query_one(&sql, &[]).await.unwrap().get(0);
+        assert_eq!(alert[field], id, "{alert}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_event_lacking_a_field_its_provider_always_sends_is_kept_flagged_and_alerts_drift() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let server = TestServer::start(&alerts_table(w, "1h"), "").await;
+    let stripe = |t: &str, data: &str| {
+        format!(r#"{{"id":"evt_{t}","type":"{t}","data":{data}}}"#).into_bytes()
+    };
+    let post_stripe = |body: Vec<u8>| async move {
+        let headers = stripe_headers(now_secs(), &body);
+        post(server.addr, "/webhooks/stripe", &headers, &body).await
+    };
+    let fine = post_stripe(stripe("charge.succeeded", r#"{"object":{"id":"ch_1"}}"#)).await;
+    assert_eq!(fine.status, 200);
+    // Never refused: stored like any other.
+    let drifted = post_stripe(stripe("charge.failed", r#"{"obj":{"id":"ch_2"}}"#)).await;
+    assert_eq!(drifted.status, 200, "{}", drifted.body);
+    let id = first_of_type(&server.db, "charge.failed");
+    eventually(Duration::from_secs(20), "the drift alert", || {
+        !of_kind(w, "drift").is_empty()
+    })
+    .await;
+    let alert = &of_kind(w, "drift")[0];
+    assert_eq!(alert["endpoint"], "stripe");
+    assert_eq!(alert["count"], 1);
+    assert_eq!(alert["last_event_id"], id);
+    let message = alert["message"].as_str().unwrap();
+    assert!(
+        message.contains("lacked a field") && message.contains("always carry `data.object`"),
+        "{message}"
+    );
+    // The status page flags it, and only it.
+    let admin = server.admin.unwrap();
+    let page = get(admin, &format!("/events/{id}"), &[]).await;
+    assert!(page.body.contains("Drift: "), "{}", page.body);
+    assert!(page.body.contains("<code>data.object</code>"));
+    let api = json(&get(admin, &format!("/api/events/{id}"), &[]).await);
+    assert_eq!(api["missing_fields"], serde_json::json!(["data.object"]));
+    let ok_id = first_of_type(&server.db, "charge.succeeded");
+    let page = get(admin, &format!("/events/{ok_id}"), &[]).await;
+    assert!(!page.body.contains("Drift: "));
+    let api = json(&get(admin, &format!("/api/events/{ok_id}"), &[]).await);
+    assert!(api.get("missing_fields").is_none(), "{api:#}");
+    server.stop().await;
+}

@@ -5,7 +5,7 @@
 use super::Engine;
 use super::Store;
 use crate::store::StoreError;
-use crate::store::alerts::DeadBatch;
+use crate::store::alerts::{DeadBatch, TypesBatch, Unrouted};
 
 impl Store {
     /// Events that went dead with an attempt recorded after `cursor` (0: ever), and the new
@@ -14,6 +14,32 @@ impl Store {
         match self.engine() {
             Engine::Sqlite(db) => db.dead_after(cursor).await,
             Engine::Postgres(pg) => pg.dead_after(cursor).await,
+        }
+    }
+
+    /// The event types stored after `cursor` (0: ever), each with its first event there, and
+    /// the new cursor (`store::alerts`: on PostgreSQL it trails the newest event a minute).
+    /// None: from now on (no types, the cursor at the newest event), without reading the past.
+    /// On PostgreSQL, none unless this instance announces alerts.
+    pub async fn event_types_after(&self, cursor: Option<i64>) -> Result<TypesBatch, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.event_types_after(cursor).await,
+            Engine::Postgres(pg) => pg.event_types_after(cursor).await,
+        }
+    }
+
+    /// The events of `endpoint` received after `after_ms` and up to `until_ms` that no route
+    /// took and are still stored only: a range of `events_endpoint`. On PostgreSQL, none
+    /// unless this instance announces alerts.
+    pub async fn unrouted_between(
+        &self,
+        endpoint: String,
+        after_ms: i64,
+        until_ms: i64,
+    ) -> Result<Unrouted, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.unrouted_between(endpoint, after_ms, until_ms).await,
+            Engine::Postgres(pg) => pg.unrouted_between(endpoint, after_ms, until_ms).await,
         }
     }
 

@@ -14,11 +14,19 @@
 //! after its restart or by the next holder of the lock (at least once, as on SQLite).
 //!
 //! The cursor the task passes is kept as it is (it means nothing here).
+//!
+//! The event types (`new_type`) do use a cursor on `events.id`, one that trails: it passes
+//! only events received over [`TYPES_SETTLE_MS`] ago, since an insert of a lower id may still
+//! commit meanwhile; the events after it are read again at the next look (the task knows
+//! the types it has seen). The unrouted events are a range of `events_endpoint`.
 
 use std::sync::Mutex;
 
 use super::{Pg, error};
-use crate::store::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent, StoreError};
+use crate::store::{
+    ALERT_KEY_PREFIX, DeadBatch, DeadEvent, StoreError, TYPES_SETTLE_MS, TypeSeen, TypesBatch,
+    Unrouted,
+};
 
 /// Dead deliveries whose death was not announced yet, in the order they went dead.
 const UNANNOUNCED: &str = "SELECT event_id, endpoint, route, attempts FROM deliveries \
@@ -27,6 +35,12 @@ const UNANNOUNCED: &str = "SELECT event_id, endpoint, route, attempts FROM deliv
 const MARK: &str = "UPDATE deliveries AS d SET alerted = n.attempts \
      FROM unnest($1::bigint[], $2::text[], $3::int[]) AS n (event_id, route, attempts) \
      WHERE d.event_id = n.event_id AND d.route = n.route";
+const SETTLED: &str =
+    "SELECT coalesce(max(id), $1) FROM events WHERE id > $1 AND received_at <= $2";
+const TYPES_AFTER: &str = "SELECT endpoint, event_type, min(id), min(received_at) FROM events \
+     WHERE id > $1 AND event_type IS NOT NULL GROUP BY endpoint, event_type ORDER BY 3";
+const UNROUTED: &str = "SELECT count(*), min(id), max(id) FROM events \
+     WHERE endpoint = $1 AND received_at > $2 AND received_at <= $3 AND status = 'stored'";
 const HAS_EVENTS: &str = "SELECT EXISTS (SELECT 1 FROM events WHERE endpoint = $1)";
 const ALERT_STATE: &str =
     "SELECT key, value FROM meta WHERE key >= 'alerts:' AND key < 'alerts;' ORDER BY key";
@@ -84,6 +98,71 @@ impl Pg {
             });
         }
         Ok(DeadBatch { events, cursor })
+    }
+
+    /// The event types stored after `cursor`, and the cursor moved past the events received
+    /// over [`TYPES_SETTLE_MS`] ago. Types only for the instance holding the alerts lock; the
+    /// others' cursor moves along all the same, so that one taking the lock over reads on from
+    /// about where the last holder was, not from its own start.
+    pub(in crate::store) async fn event_types_after(
+        &self,
+        asked: Option<i64>,
+    ) -> Result<TypesBatch, StoreError> {
+        let cursor = asked.unwrap_or(0);
+        let leads = self.wakeups.leads_alerts();
+        let settled_at = crate::time::now_ms() - TYPES_SETTLE_MS;
+        let client = self.client().await?;
+        // The cursor first: an event committed after this read is above it, or read below.
+        let settled: i64 = client
+            .query_one(SETTLED, &[&cursor, &settled_at])
+            .await
+            .map_err(error)?
+            .get(0);
+        if asked.is_none() || !leads {
+            return Ok(TypesBatch {
+                types: Vec::new(),
+                cursor: settled,
+            });
+        }
+        let stmt = client.prepare_cached(TYPES_AFTER).await.map_err(error)?;
+        let rows = client.query(&stmt, &[&cursor]).await.map_err(error)?;
+        let types = rows
+            .iter()
+            .map(|r| TypeSeen {
+                endpoint: r.get(0),
+                event_type: r.get(1),
+                first_id: r.get(2),
+                first_ms: r.get(3),
+            })
+            .collect();
+        Ok(TypesBatch {
+            types,
+            cursor: settled,
+        })
+    }
+
+    /// The events of `endpoint` received in (`after_ms`, `until_ms`] still stored only, if
+    /// this instance holds the alerts lock (none otherwise).
+    pub(in crate::store) async fn unrouted_between(
+        &self,
+        endpoint: String,
+        after_ms: i64,
+        until_ms: i64,
+    ) -> Result<Unrouted, StoreError> {
+        if !self.wakeups.leads_alerts() {
+            return Ok(Unrouted::default());
+        }
+        let client = self.client().await?;
+        let stmt = client.prepare_cached(UNROUTED).await.map_err(error)?;
+        let row = client
+            .query_one(&stmt, &[&endpoint, &after_ms, &until_ms])
+            .await
+            .map_err(error)?;
+        Ok(Unrouted {
+            count: row.get::<_, i64>(0).unsigned_abs(),
+            first_id: row.get(1),
+            last_id: row.get(2),
+        })
     }
 
     pub(in crate::store) async fn endpoints_with_events(

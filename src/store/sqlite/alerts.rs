@@ -1,16 +1,39 @@
 //! SQLite's side of the alerts task's questions ([`crate::store::Store::dead_after`] and the
-//! rest): a cursor on `attempts.id`, and the task's state in `meta`.
+//! rest): a cursor on `attempts.id`, one on `events.id` for the event types, a range of
+//! `events_endpoint` for the unrouted events, and the task's state in `meta`.
 
 use rusqlite::{Connection, params};
 
 use super::Sqlite;
-use crate::store::{ALERT_KEY_PREFIX, DeadBatch, DeadEvent, StoreError};
+use crate::store::{
+    ALERT_KEY_PREFIX, DeadBatch, DeadEvent, StoreError, TypeSeen, TypesBatch, Unrouted,
+};
 
 impl Sqlite {
     /// Events that went dead with an attempt recorded after `cursor` (0: ever), and the new
     /// cursor (the newest attempt id now).
     pub(in crate::store) async fn dead_after(&self, cursor: i64) -> Result<DeadBatch, StoreError> {
         self.run(move |conn| dead_after(conn, cursor)).await
+    }
+
+    /// The event types stored after `cursor` (None: none, from now on), and the newest event
+    /// id (the new cursor).
+    pub(in crate::store) async fn event_types_after(
+        &self,
+        cursor: Option<i64>,
+    ) -> Result<TypesBatch, StoreError> {
+        self.run(move |conn| event_types_after(conn, cursor)).await
+    }
+
+    /// The events of `endpoint` received in (`after_ms`, `until_ms`] still stored only.
+    pub(in crate::store) async fn unrouted_between(
+        &self,
+        endpoint: String,
+        after_ms: i64,
+        until_ms: i64,
+    ) -> Result<Unrouted, StoreError> {
+        self.run(move |conn| unrouted_between(conn, &endpoint, after_ms, until_ms))
+            .await
     }
 
     /// Those of `names` that have a stored event: the ones that "usually receive events" when
@@ -67,6 +90,61 @@ fn dead_after(conn: &Connection, cursor: i64) -> rusqlite::Result<DeadBatch> {
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let cursor = conn.query_row(NEWEST_ATTEMPT, [], |r| r.get(0))?;
     Ok(DeadBatch { events, cursor })
+}
+
+const NEWEST_EVENT: &str = "SELECT coalesce(max(id), 0) FROM events";
+
+/// A range of the primary key, bounded above by the newest id read first: an event committed
+/// between the two reads is left for the next look, never skipped.
+const TYPES_AFTER: &str = "SELECT endpoint, event_type, min(id), min(received_at) FROM events \
+     WHERE id > ?1 AND id <= ?2 AND event_type IS NOT NULL \
+     GROUP BY endpoint, event_type ORDER BY 3";
+
+fn event_types_after(conn: &Connection, cursor: Option<i64>) -> rusqlite::Result<TypesBatch> {
+    let newest: i64 = conn.query_row(NEWEST_EVENT, [], |r| r.get(0))?;
+    let Some(cursor) = cursor else {
+        return Ok(TypesBatch {
+            types: Vec::new(),
+            cursor: newest,
+        });
+    };
+    // Pruned below the cursor, ids are handed out again under it: read from the start (the
+    // task knows the types already seen) and let the cursor come down.
+    let from = if newest < cursor { 0 } else { cursor };
+    let mut stmt = conn.prepare_cached(TYPES_AFTER)?;
+    let types = stmt
+        .query_map(params![from, newest], |r| {
+            Ok(TypeSeen {
+                endpoint: r.get(0)?,
+                event_type: r.get(1)?,
+                first_id: r.get(2)?,
+                first_ms: r.get(3)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(TypesBatch {
+        types,
+        cursor: newest,
+    })
+}
+
+const UNROUTED: &str = "SELECT count(*), min(id), max(id) FROM events \
+     WHERE endpoint = ?1 AND received_at > ?2 AND received_at <= ?3 AND status = 'stored'";
+
+fn unrouted_between(
+    conn: &Connection,
+    endpoint: &str,
+    after_ms: i64,
+    until_ms: i64,
+) -> rusqlite::Result<Unrouted> {
+    let mut stmt = conn.prepare_cached(UNROUTED)?;
+    stmt.query_row(params![endpoint, after_ms, until_ms], |r| {
+        Ok(Unrouted {
+            count: r.get::<_, i64>(0)?.unsigned_abs(),
+            first_id: r.get(1)?,
+            last_id: r.get(2)?,
+        })
+    })
 }
 
 /// Whether one endpoint has any event: a search of `events_endpoint` that stops at the first.
@@ -156,6 +234,36 @@ mod tests {
         // Pruned away to nothing: the cursor comes down, so new ids are not skipped.
         conn.execute("DELETE FROM events", []).unwrap();
         assert_eq!(dead_after(conn, third.cursor).unwrap().cursor, 0);
+    }
+
+    #[test]
+    fn the_upstream_queries_walk_an_index_range() {
+        let (_dir, db) = temp_db();
+        let plan = |sql: &str, n: usize| -> String {
+            let mut stmt = db
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap();
+            let args: Vec<i64> = vec![1; n];
+            let rows: Vec<String> = stmt
+                .query_map(rusqlite::params_from_iter(args), |r| r.get(3))
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            rows.join("; ")
+        };
+        let types = plan(TYPES_AFTER, 2);
+        assert!(
+            types.contains("SEARCH events USING INTEGER PRIMARY KEY"),
+            "{types}"
+        );
+        let unrouted = plan(UNROUTED, 3);
+        assert!(
+            unrouted.contains(
+                "USING INDEX events_endpoint (endpoint=? AND received_at>? AND received_at<?)"
+            ),
+            "{unrouted}"
+        );
     }
 
     #[test]

@@ -15,7 +15,8 @@
 //! The files, by concern: `intake` (the barrier and the dedup window), `queue` (claims and
 //! ordering: `Any`, strict, `order_by`), `attempts` (attempts, the roll-up, the replay race),
 //! `retention` (the prunable rule, batches, archive restore), `status` (the status page's
-//! queries and counters), `quarantine` (the rejected requests kept), `copy` (`store copy`, SQLite into PostgreSQL), `reconcile` (what a run never stored), `engines` (where the
+//! queries and counters), `quarantine` (the rejected requests kept), `copy` (`store copy`, SQLite into PostgreSQL), `reconcile` (what a run never stored), `upstream` (the event types and unrouted events the
+//! alerts task reads), `engines` (where the
 //! engines differ on purpose, each difference asserted as each engine documents it).
 //!
 //! Opening a store is per engine by nature ([`Subject::open`], [`Subject::another`]), and so
@@ -71,6 +72,7 @@ mod queue;
 mod reconcile;
 mod retention;
 mod status;
+mod upstream;
 mod windows;
 
 pub const MINUTE: i64 = 60_000;
@@ -396,6 +398,12 @@ impl Webhook {
 
     pub fn window(mut self, ms: i64) -> Webhook {
         self.window_ms = Some(ms);
+        self
+    }
+
+    /// Of this event type (None: untyped).
+    pub fn typed(mut self, event_type: Option<&str>) -> Webhook {
+        self.event_type = event_type.map(str::to_string);
         self
     }
 
