@@ -79,8 +79,9 @@ pub use tls::{ClientCertRule, Tls, TlsFiles};
 pub use validate::parse_duration;
 use validator::{Machine, Validator};
 
-/// The embedded default: a loopback-only demo with example secrets.
-pub const EXAMPLE: &str = include_str!("../../config.example.toml");
+/// The embedded default: a loopback-only demo with example secrets, `config.example.toml`
+/// without its comments (`build.rs`).
+pub const EXAMPLE: &str = include_str!(concat!(env!("OUT_DIR"), "/example.toml"));
 
 /// The system-wide config file, last before the embedded demo.
 pub const SYSTEM_PATH: &str = "/etc/portaria/portaria.toml";
@@ -616,6 +617,16 @@ path = "/webhooks/github"
 provider = "github"
 secret = "s3cret-s3cret-s3cret"
 "#;
+
+    #[test]
+    fn the_embedded_example_is_the_shipped_file_without_its_comments() {
+        let shipped: toml::Table =
+            toml::from_str(include_str!("../../config.example.toml")).unwrap();
+        let embedded: toml::Table = toml::from_str(EXAMPLE).unwrap();
+        assert_eq!(embedded, shipped);
+        assert!(!EXAMPLE.lines().any(|l| l.trim_start().starts_with('#')));
+        assert!(EXAMPLE.len() < include_str!("../../config.example.toml").len() / 4);
+    }
 
     #[test]
     fn the_embedded_example_is_valid() {

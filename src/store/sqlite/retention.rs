@@ -293,10 +293,13 @@ pub(super) fn restore(
             None::<String>,
             e.signed_id,
             e.event_type_signed,
-            s.origin.column(),
         ])?;
         if inserted == 1 {
             let id = conn.last_insert_rowid();
+            if let Some(origin) = s.origin.column() {
+                conn.prepare_cached(super::intake::SET_ORIGIN)?
+                    .execute(params![id, origin])?;
+            }
             super::intake::insert_payload(
                 conn,
                 id,

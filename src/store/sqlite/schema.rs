@@ -629,6 +629,8 @@ mod tests {
             "OMIT_DEPRECATED",
             "OMIT_SHARED_CACHE",
             "OMIT_UTF16",
+            "OMIT_DATETIME_FUNCS",
+            "OMIT_INCRBLOB",
         ] {
             assert!(
                 options.iter().any(|o| o == omitted),
@@ -1365,8 +1367,7 @@ mod status_checks {
                     None::<String>,
                     None::<String>,
                     None::<String>,
-                    None::<bool>,
-                    None::<String>
+                    None::<bool>
                 ],
             )
             .unwrap()
@@ -1461,10 +1462,10 @@ mod status_checks {
         let path = dir.path().join("p.db");
         let v7 = version_7_file(&path);
         // The cost this version removes: the old CHECK's list, built per insert (the
-        // barrier's statement as version 8 spelled it, before version 9's and 14's columns).
+        // barrier's statement as version 8 spelled it, before version 9's columns).
         let v8_barrier = INSERT_UNLESS_KNOWN
-            .replace(", signed_id, event_type_signed, origin", "")
-            .replace(", ?12, ?13, ?14", "");
+            .replace(", signed_id, event_type_signed", "")
+            .replace(", ?12, ?13", "");
         assert!(temporary_b_trees(&v7, &v8_barrier) > 0);
         let before = rows(&v7);
         assert_eq!(before.len(), 9);
