@@ -20,6 +20,7 @@
 //! its own connection's commits through `data_version`). The counters are never on the
 //! request path (`store::counters`).
 
+mod answer;
 mod api;
 mod auth;
 mod chart;
@@ -39,9 +40,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, Method, Request, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use tokio::sync::Notify;
 
@@ -50,6 +50,7 @@ use crate::store::{ListFilter, Store};
 use crate::time::now_ms;
 use crate::verify::{Carried, Patience, Secret};
 
+use answer::{Answer, html, redirect, respond, secure, vary};
 use auth::{Guard, Refused, Visitor};
 use text::Lang;
 use throttle::Way;
@@ -90,9 +91,6 @@ pub struct StatusPage {
     /// flagged (`drift`), read from its stored body when it is shown.
     carries: Vec<(String, &'static [Carried])>,
 }
-
-/// What a handler answers.
-type Answer = Response<Full<Bytes>>;
 
 impl StatusPage {
     /// `token` is `[status]`'s; None: open, which config allows only on loopback.
@@ -518,60 +516,8 @@ fn field(form: &[(String, String)], name: &str) -> Option<String> {
     form.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
 
-/// Headers every answer of the page carries: nothing from elsewhere may run, frame or load.
-fn secure(headers: &mut HeaderMap) {
-    let set = |headers: &mut HeaderMap, name: &'static str, value: &'static str| {
-        headers.insert(name, HeaderValue::from_static(value));
-    };
-    set(
-        headers,
-        "content-security-policy",
-        "default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; \
-         frame-ancestors 'none'; base-uri 'none'",
-    );
-    set(headers, "x-content-type-options", "nosniff");
-    set(headers, "x-frame-options", "DENY");
-    // Not `no-referrer`: with it, a browser sends `Origin: null` on the page's own forms,
-    // which the CSRF check refuses.
-    set(headers, "referrer-policy", "same-origin");
-    set(headers, "cache-control", "no-store");
-}
-
-fn respond(status: StatusCode, content_type: &'static str, body: impl Into<Bytes>) -> Answer {
-    let mut r = Response::new(Full::new(body.into()));
-    *r.status_mut() = status;
-    r.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    r
-}
-
-/// A page, said in `lang` (`Accept-Language`'s choice): caches keep one per language.
-fn html(status: StatusCode, markup: maud::Markup, lang: Lang) -> Answer {
-    vary(respond(
-        status,
-        "text/html; charset=utf-8",
-        text::localize(&markup.into_string(), lang),
-    ))
-}
-
-fn vary(mut answer: Answer) -> Answer {
-    answer
-        .headers_mut()
-        .insert(header::VARY, HeaderValue::from_static("accept-language"));
-    answer
-}
-
 fn css() -> Answer {
     respond(StatusCode::OK, "text/css; charset=utf-8", STYLE)
-}
-
-/// 303 See Other: after a POST, the browser GETs the page (a reload never repeats it).
-fn redirect(to: &str) -> Answer {
-    let mut r = respond(StatusCode::SEE_OTHER, "text/plain; charset=utf-8", "");
-    if let Ok(location) = HeaderValue::from_str(to) {
-        r.headers_mut().insert(header::LOCATION, location);
-    }
-    r
 }
 
 fn logout() -> Answer {

@@ -228,3 +228,36 @@ async fn a_url_answering_410_pauses_its_route_until_resumed() {
     .await;
     assert_eq!(target.count(), 3);
 }
+
+/// On PostgreSQL too: the pause is the database's, so it holds across a restart of the
+/// server, and the resume sends what waited in arrival order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_pause_holds_across_a_restart_and_resumes_in_order() {
+    let Some(pg) = crate::support::pg_cluster::shared() else {
+        return;
+    };
+    let url = pg.url(&pg.database().await);
+    let work = tempfile::tempdir().unwrap();
+    let forward = recorder(work.path());
+    let server = crate::support::postgres::server(&url, &forward).await;
+    let said = route(&server.config_path(), &["pause", "--endpoint", "pagarme"]);
+    assert!(said.starts_with("paused pagarme/default"), "{said}");
+    accept(&server, 1).await;
+    accept(&server, 2).await;
+    let (db, dir) = (server.db.clone(), server.stop().await);
+    let text = std::fs::read_to_string(dir.path().join("portaria.toml")).unwrap();
+    let server = TestServer::start_with(dir, db, &text).await;
+    accept(&server, 3).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        calls(work.path()).is_empty(),
+        "nothing goes out while paused"
+    );
+    let said = route(&server.config_path(), &["resume", "--endpoint", "pagarme"]);
+    assert!(said.starts_with("resumed pagarme/default"), "{said}");
+    eventually(WAIT, "all three delivered", || {
+        calls(work.path()).len() == 3
+    })
+    .await;
+    assert_eq!(calls(work.path()), [1, 2, 3], "in arrival order");
+}
