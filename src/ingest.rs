@@ -498,7 +498,7 @@ impl Intake {
             headers: headers_blob(&parts.headers, endpoint.verifier.credential_headers()),
             body,
             at_ms,
-            dedup_since_ms: endpoint.dedup_window.map(|w| window_start(at_ms, w)),
+            dedup_since_ms: endpoint.dedup_since(at_ms),
             client_cert: conn.client_cert.as_ref().map(|cert| cert.to_string()),
             object_id: meta.object_id.clone(),
             event_type_signed: verifier.event_type_signed(),
@@ -537,13 +537,6 @@ impl Intake {
     }
 }
 
-/// The start of a dedup window of `window` ending at `at_ms` (unix milliseconds): an earlier
-/// event with the key counts as a duplicate only if received at or after it. A window longer
-/// than the clock's past starts before every event.
-fn window_start(at_ms: i64, window: Duration) -> i64 {
-    at_ms.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// The routing rule: the request target's path exactly as sent (no percent-decoding, no `..`
 /// resolution, the query string left out), matched exactly against the configured paths.
 pub fn route<'a, E>(endpoints: &'a HashMap<String, E>, target: &http::Uri) -> Option<&'a E> {
@@ -554,15 +547,6 @@ pub fn route<'a, E>(endpoints: &'a HashMap<String, E>, target: &http::Uri) -> Op
 mod tests {
     use super::*;
     use crate::metrics::REQUEST_OUTCOMES;
-
-    #[test]
-    fn the_dedup_window_starts_its_length_before_the_event() {
-        assert_eq!(window_start(10_000, Duration::from_secs(2)), 8_000);
-        assert_eq!(window_start(10_000, Duration::from_millis(1)), 9_999);
-        // A window longer than the clock's past: no overflow, it starts before every event.
-        assert_eq!(window_start(5, Duration::from_secs(u64::MAX)), 5 - i64::MAX);
-        assert_eq!(window_start(i64::MIN + 1, Duration::from_secs(1)), i64::MIN);
-    }
 
     #[test]
     fn every_outcome_label_has_a_series_from_the_start() {

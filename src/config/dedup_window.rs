@@ -10,6 +10,7 @@
 
 use std::time::Duration;
 
+use super::Endpoint;
 use super::validate::parse_duration;
 use super::validator::Validator;
 
@@ -106,9 +107,34 @@ impl Validator<'_> {
     }
 }
 
+impl Endpoint {
+    /// The start of this endpoint's dedup window for an event received at `at_ms` (unix
+    /// milliseconds), for intake and for what a reconcile run stores; None without a window
+    /// (any earlier event of the key is a duplicate).
+    pub fn dedup_since(&self, at_ms: i64) -> Option<i64> {
+        self.dedup_window.map(|w| window_start(at_ms, w))
+    }
+}
+
+/// The start of a dedup window of `window` ending at `at_ms` (unix milliseconds): an earlier
+/// event with the key counts as a duplicate only if received at or after it. A window longer
+/// than the clock's past starts before every event.
+fn window_start(at_ms: i64, window: Duration) -> i64 {
+    at_ms.saturating_sub(i64::try_from(window.as_millis()).unwrap_or(i64::MAX))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dedup_window_starts_its_length_before_the_event() {
+        assert_eq!(window_start(10_000, Duration::from_secs(2)), 8_000);
+        assert_eq!(window_start(10_000, Duration::from_millis(1)), 9_999);
+        // A window longer than the clock's past: no overflow, it starts before every event.
+        assert_eq!(window_start(5, Duration::from_secs(u64::MAX)), 5 - i64::MAX);
+        assert_eq!(window_start(i64::MIN + 1, Duration::from_secs(1)), i64::MIN);
+    }
     use crate::config::tests::{MINIMAL, parse, problems};
 
     #[test]

@@ -188,7 +188,8 @@ pub async fn run(
         at_ms: crate::time::now_ms(),
         ..Report::default()
     };
-    if since.is_none() {
+    // Only Mercado Pago's search resumes (by update time); the others look at the window.
+    if since.is_none() && report.provider == "mercadopago" {
         report.resume_ms = last_cursor(store, &endpoint.name).await;
     }
     let scheme = match report.provider.as_str() {

@@ -63,9 +63,7 @@ pub(super) async fn store_taken(
             headers: Vec::new(),
             body,
             at_ms,
-            dedup_since_ms: endpoint
-                .dedup_window
-                .map(|w| at_ms.saturating_sub(i64::try_from(w.as_millis()).unwrap_or(i64::MAX))),
+            dedup_since_ms: endpoint.dedup_since(at_ms),
             client_cert: None,
             object_id: t.object_id,
             event_type_signed: true,

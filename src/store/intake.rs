@@ -96,14 +96,59 @@ impl NewEvent {
         received: Received,
         routes: Vec<NewDelivery>,
     ) -> Self {
-        let event_type_signed = received
-            .event_type
-            .is_some()
-            .then_some(received.event_type_signed);
+        let signed_id = proof.signed_id().map(str::to_string);
+        Self::assemble(
+            endpoint,
+            dedup_key,
+            received,
+            routes,
+            signed_id,
+            Origin::Webhook,
+        )
+    }
+
+    /// An event `portaria reconcile` read from the gateway's own API (over TLS, with the
+    /// account's key) because its webhook never reached portaria: no signature to prove it,
+    /// the API's answer is the proof. Its dedup key is the one a real delivery of it would
+    /// have (Stripe's), or one of its own namespace (Mercado Pago's payment states); its type
+    /// counts as signed, and so does `signed_id`, the object id the API answered for (where
+    /// the provider's webhooks sign one: Mercado Pago's `data.id`); targets are told its
+    /// origin (`reconcile`). It came through no connection: no client certificate.
+    pub fn reconciled(
+        endpoint: &str,
+        dedup_key: String,
+        mut received: Received,
+        routes: Vec<NewDelivery>,
+        signed_id: Option<String>,
+    ) -> Self {
+        received.event_type_signed = true;
+        received.client_cert = None;
+        Self::assemble(
+            endpoint,
+            dedup_key,
+            received,
+            routes,
+            signed_id,
+            Origin::Reconcile,
+        )
+    }
+
+    fn assemble(
+        endpoint: &str,
+        dedup_key: String,
+        received: Received,
+        routes: Vec<NewDelivery>,
+        signed_id: Option<String>,
+        origin: Origin,
+    ) -> Self {
         NewEvent {
             endpoint: endpoint.to_string(),
             dedup_hash: dedup_hash(endpoint, &dedup_key),
             dedup_key,
+            event_type_signed: received
+                .event_type
+                .is_some()
+                .then_some(received.event_type_signed),
             event_type: received.event_type,
             content_type: received.content_type,
             headers: received.headers,
@@ -113,44 +158,9 @@ impl NewEvent {
             routes,
             client_cert: received.client_cert,
             object_id: received.object_id,
-            signed_id: proof.signed_id().map(str::to_string),
-            event_type_signed,
-            items: Vec::new(),
-            origin: Origin::Webhook,
-        }
-    }
-
-    /// An event `portaria reconcile` read from the gateway's own API (over TLS, with the
-    /// account's key) because its webhook never reached portaria: no signature to prove it,
-    /// the API's answer is the proof. Its dedup key is the one a real delivery of it would
-    /// have (Stripe's), or one of its own namespace (Mercado Pago's payment states); its type
-    /// counts as signed, and so does `signed_id`, the object id the API answered for (where
-    /// the provider's webhooks sign one: Mercado Pago's `data.id`); targets are told its
-    /// origin (`reconcile`).
-    pub fn reconciled(
-        endpoint: &str,
-        dedup_key: String,
-        received: Received,
-        routes: Vec<NewDelivery>,
-        signed_id: Option<String>,
-    ) -> Self {
-        NewEvent {
-            endpoint: endpoint.to_string(),
-            dedup_hash: dedup_hash(endpoint, &dedup_key),
-            dedup_key,
-            event_type_signed: received.event_type.is_some().then_some(true),
-            event_type: received.event_type,
-            content_type: received.content_type,
-            headers: received.headers,
-            body: received.body,
-            received_at_ms: received.at_ms,
-            dedup_since_ms: received.dedup_since_ms,
-            routes,
-            client_cert: None,
-            object_id: received.object_id,
             signed_id,
             items: Vec::new(),
-            origin: Origin::Reconcile,
+            origin,
         }
     }
 
