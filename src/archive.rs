@@ -199,6 +199,7 @@ impl Line {
             body: decode(self.body, self.body_encoding).map_err(|e| format!("body: {e}"))?,
             signed_id: self.signed_id,
             event_type_signed: self.event_type_signed,
+            fetched: None,
             routes: Vec::new(),
             attempts: self
                 .attempt_log
@@ -442,6 +443,7 @@ mod tests {
             routes: Vec::new(),
             signed_id: Some("123456".into()),
             event_type_signed: Some(false),
+            fetched: None,
         }
     }
 

@@ -4,7 +4,8 @@
 //! files) come from the config's validation, which collects them all; `Config::load_for_check`
 //! adds the machine (the database's directory writable, each program present and executable).
 //! Warnings (risky settings) are shown with the problems, not instead of them. An endpoint
-//! that answers on more paths than its `path` (Efí's, also at `/pix` below it) says so.
+//! that answers on more paths than its `path` (Efí's, also at `/pix` below it) says so, and
+//! one that verifies by fetching (`fetch = true`) names the API it fetches from.
 //!
 //! `--user NAME` checks as the user `serve` runs as (the packaged unit's `portaria`): run as
 //! root, the command becomes that user before reading anything, so a file or directory that
@@ -49,6 +50,13 @@ pub(super) fn run(config: Option<&Path>, args: CheckArgs) -> Result<ExitCode, St
                     println!(
                         "endpoint `{name}` answers on {path} and on {path}{suffix}: {provider} \
                          appends `{suffix}` to the URL it was given"
+                    );
+                }
+                if let Some(r) = endpoint.reconcile.as_ref().filter(|r| r.fetch) {
+                    println!(
+                        "endpoint `{}` verifies by fetching: the payment each event names is \
+                         fetched from {} before it is forwarded",
+                        endpoint.name, r.api_base
                     );
                 }
             }

@@ -15,8 +15,8 @@ use super::filters::{CONFIRM_ABOVE, confirmed};
 use super::{EventsCommand, existing_store};
 use crate::config::Config;
 use crate::store::{
-    EventDetail, EventSummary, ListFilter, Origin, RoutePause, RouteState, Status, detail_json,
-    summary_json,
+    EventDetail, EventSummary, Fetched, ListFilter, Origin, RoutePause, RouteState, Status,
+    detail_json, summary_json,
 };
 use crate::time::{now_ms, rfc3339};
 
@@ -281,6 +281,11 @@ fn write_detail(
             "origin:      reconcile (its webhook never arrived; taken from the gateway's API)"
         )?;
     }
+    match &event.fetched {
+        Some(Fetched::Object(object)) => writeln!(out, "fetched:     {object}")?,
+        Some(Fetched::Rejected(why)) => writeln!(out, "fetch:       rejected_by_fetch: {why}")?,
+        None => {}
+    }
     writeln!(out, "received at: {}", rfc3339(e.received_at_ms))?;
     writeln!(out, "status:      {}", e.status)?;
     writeln!(out, "attempts:    {}", e.attempts)?;
@@ -387,6 +392,7 @@ mod tests {
             routes: Vec::new(),
             signed_id: None,
             event_type_signed: None,
+            fetched: None,
             attempts: Vec::new(),
         }
     }

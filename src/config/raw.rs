@@ -163,6 +163,7 @@ pub(super) struct RawReconcile {
     pub(super) ca_file: Option<String>,
     pub(super) reactivate: Option<bool>,
     pub(super) hook: Option<String>,
+    pub(super) fetch: Option<bool>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

@@ -91,7 +91,13 @@ pub struct Reconcile {
     pub reactivate: bool,
     /// GitHub only: the hook, `repos/OWNER/REPO/hooks/ID` or `orgs/ORG/hooks/ID`.
     pub hook: Option<String>,
+    /// Mercado Pago and Asaas only: before an event is forwarded, the object it names is
+    /// fetched from the API with this key (verify by fetching, `forward/fetch.rs`).
+    pub fetch: bool,
 }
+
+/// The providers whose objects an event can be verified by fetching (`fetch = true`).
+pub const FETCHED: &[&str] = &["mercadopago", "asaas"];
 
 impl Validator<'_> {
     /// The reconcile of endpoint `at` (provider `provider`, dedup rule `dedup`), if it has one.
@@ -129,6 +135,14 @@ impl Validator<'_> {
         if raw.reactivate.is_some() && provider != "asaas" {
             self.problem(format!(
                 "{at}.reactivate: only an Asaas webhook queue is paused and resumed; remove it"
+            ));
+        }
+        let fetch = raw.fetch.unwrap_or(false);
+        if fetch && !FETCHED.contains(&provider) {
+            self.problem(format!(
+                "{at}.fetch: verify-by-fetching is built for {} only; remove it \
+                 (docs/reconcile.md, \"Verify by fetching\")",
+                FETCHED.join(" and ")
             ));
         }
         let api_key = self.reconcile_key(&at, raw.api_key_env, raw.api_key_file);
@@ -181,6 +195,7 @@ impl Validator<'_> {
             extra_roots,
             reactivate: raw.reactivate.unwrap_or(false),
             hook: hook?,
+            fetch,
         })
     }
 
@@ -458,6 +473,10 @@ mod tests {
                 with("reactivate = true"),
                 "reactivate: only an Asaas webhook queue is paused and resumed",
             ),
+            (
+                with("fetch = true"),
+                "reconcile.fetch: verify-by-fetching is built for mercadopago and asaas only",
+            ),
         ] {
             let p = problems(&text);
             assert!(p.contains(why), "{why}: {p}");
@@ -494,6 +513,30 @@ mod tests {
             ),
             "{p}"
         );
+    }
+
+    #[test]
+    fn fetch_is_taken_for_mercado_pago_and_asaas_with_their_key() {
+        let dir = tempfile::tempdir().unwrap();
+        for provider in FETCHED {
+            let text = format!(
+                "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/m\"\n\
+                 provider = \"{provider}\"\nsecret = \"s3cret-s3cret\"\n{}fetch = true\n",
+                key_file(dir.path(), "APP_USR-1")
+            );
+            let r = parse(&text).unwrap().endpoints[0]
+                .reconcile
+                .clone()
+                .unwrap();
+            assert!(r.fetch, "{provider}");
+            // Without the table's key, nothing is fetched: the key is required.
+            let keyless =
+                text.replace(&key_file(dir.path(), "APP_USR-1"), "[endpoint.reconcile]\n");
+            assert!(
+                problems(&keyless).contains("the gateway's API key is missing"),
+                "{provider}"
+            );
+        }
     }
 
     #[test]

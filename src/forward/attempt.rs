@@ -17,7 +17,10 @@ use crate::time::{now_ms, unix_millis};
 pub(super) async fn attempt(lane: &LaneShared, delivery: &Delivery) -> (Tried, AfterAttempt) {
     let started_at = SystemTime::now();
     let clock = Instant::now();
-    let outcome = lane.runner.deliver(delivery).await;
+    let outcome = match &lane.fetch {
+        Some(fetcher) => super::fetch::deliver(lane, fetcher, delivery).await,
+        None => lane.runner.deliver(delivery).await,
+    };
     let elapsed = clock.elapsed();
     let finished_ms = now_ms();
 
@@ -222,6 +225,7 @@ mod tests {
             attempt: 1,
             headers: bytes::Bytes::new(),
             body: bytes::Bytes::new(),
+            fetched: None,
         }
     }
 

@@ -21,6 +21,8 @@
 //!   `deliver` future being dropped, sends SIGKILL to the whole process group.
 //! - Once the program has exited on its own, anything it deliberately left running in the
 //!   background is its business and is not killed.
+//! - An event verified by fetching (`forward/fetch.rs`) gives the program the object too, in
+//!   a second sealed file, its descriptor 3, named by `PORTARIA_FETCHED_FILE=/dev/fd/3`.
 //! - The child never blocks on a full pipe: output past the first few KiB is read and thrown
 //!   away; stdin is a file, so there is no writer to deadlock with.
 
@@ -92,9 +94,21 @@ impl CommandTarget {
                 ));
             }
         };
+        // Verified by fetching: the object in a sealed file of its own, the program's fd 3.
+        let fetched = match d.fetched.as_deref().map(|f| sealed_stdin(f.as_bytes())) {
+            Some(Err(e)) => {
+                let e = describe_io_error(&e);
+                return Outcome::Failed(format!("could not prepare the fetched object: {e}"));
+            }
+            Some(Ok(file)) => Some(file),
+            None => None,
+        };
         let mut command = Command::new(program);
         hide_env(&mut command, &self.hidden_env);
         set_delivery_env(&mut command, d);
+        if let Some(file) = &fetched {
+            pass_fetched(&mut command, file);
+        }
         command
             .args(args)
             .stdin(Stdio::from(stdin))
@@ -343,6 +357,34 @@ async fn capture(stream: Option<impl AsyncRead + Unpin>, into: &mut Captured) {
 /// event has one.
 const SIGNED_ID: &str = "PORTARIA_SIGNED_ID";
 
+/// The variable naming the file of the object fetched from the gateway (verify by fetching):
+/// the program's descriptor [`FETCHED_FD`], set only for an event that has one.
+const FETCHED_FILE: &str = "PORTARIA_FETCHED_FILE";
+const FETCHED_FD: i32 = 3;
+
+/// Gives the program `file` (a sealed memfd, as its stdin is) as its descriptor
+/// [`FETCHED_FD`]: readable at `/dev/fd/3`, from the start each time it is opened, by the
+/// program and what it starts; nothing on disk, nothing to remove.
+fn pass_fetched(command: &mut Command, file: &File) {
+    use std::os::fd::AsRawFd;
+    let fd = file.as_raw_fd();
+    // SAFETY: between fork and exec the closure calls only `dup2` and `fcntl` (async-signal
+    // safe) on a descriptor `file` keeps open until the child has started.
+    unsafe {
+        command.pre_exec(move || {
+            // A descriptor dup'ed onto itself keeps close-on-exec: cleared instead.
+            let done = match fd == FETCHED_FD {
+                true => libc::fcntl(fd, libc::F_SETFD, 0),
+                false => libc::dup2(fd, FETCHED_FD),
+            };
+            match done {
+                -1 => Err(io::Error::last_os_error()),
+                _ => Ok(()),
+            }
+        });
+    }
+}
+
 /// Sets the `PORTARIA_*` variables describing the event. The parent environment is inherited
 /// too, except [`SIGNED_ID`] for an event without one: a value of that name in portaria's own
 /// environment must never pass for a signed id.
@@ -351,6 +393,10 @@ fn set_delivery_env(command: &mut Command, d: &Delivery) {
     match &d.signed_id {
         Some(id) => command.env(SIGNED_ID, env_value(id)),
         None => command.env_remove(SIGNED_ID),
+    };
+    match &d.fetched {
+        Some(_) => command.env(FETCHED_FILE, "/dev/fd/3"),
+        None => command.env_remove(FETCHED_FILE),
     };
 }
 
@@ -490,6 +536,7 @@ mod tests {
             attempt: 3,
             headers: bytes::Bytes::new(),
             body: body.into(),
+            fetched: None,
         }
     }
 

@@ -6,7 +6,9 @@
 //! a 4xx says the request itself is wrong, so retrying cannot help and the delivery is dead at
 //! once, except 408, 409, 425 and 429, which say "not now", and 410, which pauses the route; 429 and 503 may say when to come
 //! back (`Retry-After`); anything else, including a connection error or the timeout, is a
-//! failure for the worker to retry on the schedule.
+//! failure for the worker to retry on the schedule. An event verified by fetching goes as
+//! `fetch::envelope` (`{"event": ..., "fetched": ...}`, JSON, `Portaria-Fetched: 1`), signed
+//! as posted.
 //!
 //! Invariants:
 //! - Event data never makes the request invalid: header values built from it are
@@ -59,6 +61,7 @@ static EVENT_TYPE_SIGNED: HeaderName = HeaderName::from_static("portaria-event-t
 static SIGNED_ID: HeaderName = HeaderName::from_static("portaria-signed-id");
 static ATTEMPT: HeaderName = HeaderName::from_static("portaria-attempt");
 static ORIGIN: HeaderName = HeaderName::from_static("portaria-origin");
+static FETCHED: HeaderName = HeaderName::from_static("portaria-fetched");
 static WEBHOOK_ID: HeaderName = HeaderName::from_static("webhook-id");
 static WEBHOOK_TIMESTAMP: HeaderName = HeaderName::from_static("webhook-timestamp");
 static WEBHOOK_SIGNATURE: HeaderName = HeaderName::from_static("webhook-signature");
@@ -143,9 +146,15 @@ impl HttpTarget {
 
     fn request(&self, d: &Delivery) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut headers = HeaderMap::new();
-        let content_type = d
-            .content_type
-            .as_deref()
+        // Verified by fetching: the body and the object, in one JSON envelope.
+        let (body, content_type) = match &d.fetched {
+            Some(object) => (
+                Bytes::from(super::fetch::envelope(&d.body, object)),
+                Some("application/json"),
+            ),
+            None => (d.body.clone(), d.content_type.as_deref()),
+        };
+        let content_type = content_type
             .filter(|ct| !ct.is_empty())
             .and_then(|ct| HeaderValue::from_str(ct).ok())
             // It arrived as a header, so it is normally valid; if storage mangled it, the
@@ -167,11 +176,14 @@ impl HttpTarget {
         }
         headers.insert(ATTEMPT.clone(), HeaderValue::from(d.attempt));
         headers.insert(ORIGIN.clone(), HeaderValue::from_static(d.origin.as_str()));
+        if d.fetched.is_some() {
+            headers.insert(FETCHED.clone(), HeaderValue::from_static("1"));
+        }
 
         if let Some(key) = &self.signing_key {
             let id = d.event_id.to_string();
             let timestamp = crate::time::unix_secs(SystemTime::now());
-            let signature = standard_webhooks::signature(key, &id, timestamp, &d.body);
+            let signature = standard_webhooks::signature(key, &id, timestamp, &body);
             headers.insert(WEBHOOK_ID.clone(), HeaderValue::from(d.event_id));
             headers.insert(WEBHOOK_TIMESTAMP.clone(), HeaderValue::from(timestamp));
             // `v1,` plus base64 is always a valid header value; the fallible conversion is
@@ -184,7 +196,7 @@ impl HttpTarget {
         let mut request = Request::builder()
             .method(Method::POST)
             .uri(self.url.clone())
-            .body(Full::new(d.body.clone()))?;
+            .body(Full::new(body))?;
         *request.headers_mut() = headers;
         Ok(request)
     }
@@ -359,6 +371,7 @@ mod tests {
             attempt: 2,
             headers: bytes::Bytes::new(),
             body: Bytes::from_static(b"{\"id\":\"evt_1\",\"amount\":1200}\n"),
+            fetched: None,
         }
     }
 

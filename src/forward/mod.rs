@@ -29,6 +29,7 @@
 
 mod attempt;
 pub mod command;
+mod fetch;
 pub mod http;
 pub mod pipe;
 pub mod rollup;
@@ -122,6 +123,8 @@ struct LaneShared {
     endpoint: String,
     route: String,
     runner: Runner,
+    /// The endpoint's verify-by-fetching, if it has one (`fetch`).
+    fetch: Option<fetch::Fetcher>,
     retry: Box<[Duration]>,
     /// Which due deliveries may go (strict order, per key, any).
     order: Order,
@@ -176,6 +179,10 @@ impl Lane {
                 endpoint: endpoint.name.clone(),
                 route: route.name.clone(),
                 runner,
+                fetch: fetch::Fetcher::new(
+                    endpoint.verifier.provider(),
+                    endpoint.reconcile.as_ref(),
+                ),
                 retry: forward.retry.clone().into(),
                 order,
                 store: store.clone(),

@@ -11,7 +11,7 @@ use maud::{Markup, html};
 use super::pages::{Chrome, csrf_field, excerpt, frame, status_badge};
 use super::text::{Lang, when};
 use super::{Answer, respond};
-use crate::store::{EventDetail, Origin, Status, Store, header_lines};
+use crate::store::{EventDetail, Fetched, Origin, Status, Store, header_lines};
 
 /// How much of a body the page shows; the rest is a download.
 pub const SHOWN_BYTES: usize = 64 * 1024;
@@ -54,6 +54,10 @@ pub fn page(chrome: &Chrome, d: &EventDetail, missing: &[&str], now: i64) -> Mar
                 dd { t { "reconcile: its webhook never arrived; taken from the gateway's API" } }
             }
             @if let Some(id) = &d.signed_id { dt { t { "Signed id" } } dd { code { (id) } } }
+            @if let Some(f) = &d.fetched {
+                dt { t { "Fetched" } }
+                dd { code { (f.state()) } @if let Fetched::Rejected(why) = f { " " span.small { (why) } } }
+            }
             dt { t { "Dedup key" } } dd { code { (e.dedup_key) } }
             @if let Some(object) = &e.object_id { dt { t { "Object" } } dd { code { (object) } } }
             dt { t { "Attempts" } } dd { (e.attempts) }

@@ -183,6 +183,7 @@ const PT_BR: &[(&str, &str)] = &[
         "reconcile: o webhook nunca chegou; obtido da API do gateway",
     ),
     ("Signed id", "ID assinado"),
+    ("Fetched", "Consultado"),
     ("Dedup key", "Chave de deduplicação"),
     ("Object", "Objeto"),
     ("Next attempt", "Próxima tentativa"),
@@ -564,6 +565,7 @@ mod tests {
             attempts: attempts.iter().enumerate().map(attempt).collect(),
             signed_id: Some("43".into()),
             event_type_signed: Some(false),
+            fetched: None,
         }
     }
 

@@ -41,6 +41,9 @@ pub struct EventDetail {
     /// Whether the event type came from signed bytes; None without a type, or for an event
     /// stored before this was kept.
     pub event_type_signed: Option<bool>,
+    /// What verify-by-fetching got from the gateway for it (`fetch = true`); None when it
+    /// was not fetched (set by one event's detail only, not by lists or the archive).
+    pub fetched: Option<super::Fetched>,
 }
 
 /// One event's delivery to one route.

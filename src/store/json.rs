@@ -8,7 +8,9 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use super::{Attempt, EventDetail, EventSummary, Quarantined, RejectedSummary, RouteState};
+use super::{
+    Attempt, EventDetail, EventSummary, Fetched, Quarantined, RejectedSummary, RouteState,
+};
 use crate::time::rfc3339;
 
 /// An event as listed; with `routes` (its delivery to each route it matched), a `routes`
@@ -51,6 +53,14 @@ pub fn detail_json(d: &EventDetail) -> Value {
     v["body_text"] = json!(std::str::from_utf8(&d.body).ok());
     v["body_base64"] = json!(base64::engine::general_purpose::STANDARD.encode(&d.body));
     v["delivery_attempts"] = d.attempts.iter().map(attempt_json).collect();
+    // Verified by fetching: `fetched` or `rejected_by_fetch`, and the object or the reason.
+    if let Some(f) = &d.fetched {
+        v["fetch"] = json!(f.state());
+        match f {
+            Fetched::Object(text) => v["fetched"] = serde_json::from_str(text).unwrap_or_default(),
+            Fetched::Rejected(why) => v["fetch_error"] = json!(why),
+        }
+    }
     v
 }
 
@@ -180,6 +190,7 @@ mod tests {
             }],
             signed_id: None,
             event_type_signed: Some(true),
+            fetched: None,
         }
     }
 

@@ -45,6 +45,10 @@ pub struct Delivery {
     /// The request headers as stored (`name: value\r\n` each; credentials redacted).
     pub headers: Bytes,
     pub body: Bytes,
+    /// The object the gateway's API gave for the one the event names (verify-by-fetching:
+    /// compact JSON); never set by the store's claim, only by the worker before a target
+    /// gets it (`forward/fetch.rs`).
+    pub fetched: Option<String>,
 }
 
 /// Which of a lane's due deliveries may go now.

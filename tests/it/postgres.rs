@@ -99,7 +99,7 @@ async fn instances_starting_together_migrate_once_and_a_newer_schema_is_refused(
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, "6");
+    assert_eq!(version, "7");
     for s in [a, b, c] {
         assert_eq!(post_pagarme(s.addr, &payment_body(3)).await.status, 200);
         s.stop().await;

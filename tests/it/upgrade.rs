@@ -12,7 +12,7 @@
 //! items a duplicate; one stored before is known by its own key only. Each also gains version
 //! 12's `deliveries_head` (a strict lane's head in arrival order). A file of version 11
 //! (`tests/fixtures/schema_v11.sql`) gains version 12's index, version 13's `rejected` and
-//! version 14's `origin` in
+//! version 14's `origin` (and 15's `fetches`) in
 //! place: its tables stay on their pages, its events stay, and a forged request is kept there,
 //! never an event.
 
@@ -71,7 +71,7 @@ async fn a_version_5_file_is_upgraded_and_its_waiting_deliveries_are_delivered()
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 14, "upgraded to the current schema");
+    assert_eq!(version, 15, "upgraded to the current schema");
 
     eventually(WAIT, "the two waiting deliveries delivered", || {
         target.count() == 2
@@ -194,7 +194,7 @@ async fn a_version_7_file_gets_the_new_status_checks_in_place_and_delivers_what_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 14);
+    assert_eq!(version, 15);
     let check: String = server.one("PRAGMA integrity_check");
     assert_eq!(check, "ok");
     // In place: every table and index on the pages it had. And a new file's schema exactly.
@@ -288,7 +288,7 @@ async fn a_version_8_file_gains_the_signed_columns_and_its_targets_hear_what_is_
     let text = base_config(&db, "", &forward);
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 14);
+    assert_eq!(version, 15);
     // In place, and a new file's schema exactly.
     assert_eq!(kept_in_place(&server.db()), roots);
     let fresh_dir = tempfile::tempdir().unwrap();
@@ -363,7 +363,7 @@ async fn a_version_10_file_gains_the_items_of_batches_and_keeps_what_it_held() {
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 14);
+    assert_eq!(version, 15);
     // Every table and index of version 10 on the pages it had.
     let mut upgraded = schema(&server.db(), "rootpage");
     upgraded.retain(|(_, name, _)| {
@@ -430,12 +430,14 @@ async fn a_version_11_file_gains_the_rejected_requests_kept_and_keeps_what_it_he
     let text = base_config(&db, "", "");
     let server = TestServer::start_with(dir, db, &text).await;
     let version: i64 = server.one("PRAGMA user_version");
-    assert_eq!(version, 14);
+    assert_eq!(version, 15);
     // Version 14's column: what it held came as webhooks.
     let origin: Option<String> = server.one("SELECT origin FROM events WHERE id = 1");
     assert_eq!(origin, None);
     let mut upgraded = schema(&server.db(), "rootpage");
-    upgraded.retain(|(_, name, _)| name != "deliveries_head" && !name.starts_with("rejected"));
+    upgraded.retain(|(_, name, _)| {
+        !["deliveries_head", "fetches"].contains(&name.as_str()) && !name.starts_with("rejected")
+    });
     assert_eq!(
         upgraded, roots,
         "every table and index of version 11 in place"

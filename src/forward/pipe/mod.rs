@@ -147,6 +147,7 @@ mod tests {
             attempt: 1,
             headers: Bytes::new(),
             body: Bytes::from_static(b"{}"),
+            fetched: None,
         }
     }
 

@@ -66,6 +66,13 @@ pub fn event_line(d: &Delivery, route: &str) -> Result<Vec<u8>, String> {
     // should it ever, the attempt fails with it rather than the handler reading a bad line.
     let mut out = serde_json::to_vec(&line)
         .map_err(|e| format!("cannot write the event as a JSON line: {e}"))?;
+    // Verified by fetching: the object, compact JSON (one line), as the last field.
+    if let Some(object) = &d.fetched {
+        out.pop();
+        out.extend_from_slice(b",\"fetched\":");
+        out.extend_from_slice(object.as_bytes());
+        out.push(b'}');
+    }
     out.push(b'\n');
     Ok(out)
 }
@@ -191,6 +198,7 @@ mod tests {
                 b"content-type: application/json\r\nx-tag: a\r\nx-tag: b\r\nx-bin: \xff\r\n",
             ),
             body: Bytes::from_static(body),
+            fetched: None,
         }
     }
 

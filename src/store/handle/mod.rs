@@ -15,6 +15,7 @@ mod counters;
 mod dashboard;
 mod events;
 mod export;
+mod fetches;
 mod intake;
 mod observe;
 mod pauses;

@@ -175,6 +175,7 @@ impl Pg {
             .await?
             .remove(&id)
             .unwrap_or_default();
+        detail.fetched = super::fetches::read(&client, id).await?;
         detail.routes = self.event_routes(id).await?;
         Ok(Some(detail))
     }

@@ -20,6 +20,7 @@ mod alerts;
 mod copy;
 mod counters;
 mod dashboard;
+mod fetches;
 mod group;
 mod intake;
 mod listen;

@@ -425,6 +425,7 @@ impl Pg {
                 attempt: u32::try_from(attempt).unwrap_or(0),
                 headers: Bytes::from(r.get::<_, Vec<u8>>(5)),
                 body: Bytes::from(r.get::<_, Vec<u8>>(6)),
+                fetched: None,
             });
         }
         Ok(out)

@@ -48,6 +48,7 @@ pub(super) fn detail(row: &Row) -> Result<EventDetail, StoreError> {
         body: row.get(SUMMARY_LEN + 2),
         signed_id: row.get(SUMMARY_LEN + 3),
         event_type_signed: row.get(SUMMARY_LEN + 4),
+        fetched: None,
         routes: Vec::new(),
         attempts: Vec::new(),
     })

@@ -13,7 +13,7 @@ use super::error;
 use crate::store::StoreError;
 
 /// The schema this binary writes.
-pub(super) const VERSION: i64 = 6;
+pub(super) const VERSION: i64 = 7;
 /// The advisory lock migrations hold (an arbitrary constant: "portaria" in ASCII).
 const MIGRATION_LOCK: i64 = 0x706f_7274_6172_6961;
 
@@ -245,6 +245,12 @@ pub(super) async fn migrate(client: &mut Client) -> Result<(), StoreError> {
     }
     if found < 6 {
         tx.batch_execute(V6).await.map_err(error)?;
+    }
+    if found < 7 {
+        // What verify-by-fetching got from the gateway (`fetches.rs`).
+        tx.batch_execute(&super::fetches::v7())
+            .await
+            .map_err(error)?;
     }
     tx.execute(
         "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \

@@ -122,6 +122,7 @@ pub(super) fn detail(r: &Row<'_>) -> rusqlite::Result<EventDetail> {
         body: body_column(r, summary.id, SUMMARY_LEN + 3, SUMMARY_LEN + 2)?,
         signed_id: r.get(SUMMARY_LEN + 4)?,
         event_type_signed: r.get(SUMMARY_LEN + 5)?,
+        fetched: None,
         summary,
         routes: Vec::new(),
         attempts: Vec::new(),
@@ -252,5 +253,6 @@ pub(super) fn event(conn: &Connection, id: i64) -> rusqlite::Result<Option<Event
     };
     detail.routes = routes(conn, id)?;
     detail.attempts = attempts(conn, id)?;
+    detail.fetched = super::fetches::read(conn, id)?;
     Ok(Some(detail))
 }

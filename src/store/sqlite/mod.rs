@@ -48,6 +48,7 @@ pub(super) mod checkpoint;
 pub(super) mod counters;
 pub(super) mod dashboard;
 pub(super) mod events;
+mod fetches;
 pub(super) mod intake;
 pub(super) mod items;
 pub(super) mod observe;

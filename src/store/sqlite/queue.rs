@@ -315,6 +315,7 @@ pub(super) fn claim_due(
                 attempt,
                 headers: Bytes::from(r.get::<_, Vec<u8>>(4)?),
                 body: Bytes::new(),
+                fetched: None,
             };
             Ok((delivery, r.get::<_, Vec<u8>>(5)?, r.get::<_, i64>(6)?))
         })?;

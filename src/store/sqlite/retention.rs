@@ -438,6 +438,7 @@ mod tests {
             routes: Vec::new(),
             signed_id: None,
             event_type_signed: None,
+            fetched: None,
             attempts: Vec::new(),
         };
         let events = [archived("gone"), archived("delivered"), archived("pending")];
@@ -506,6 +507,7 @@ mod tests {
             routes: Vec::new(),
             signed_id: None,
             event_type_signed: None,
+            fetched: None,
             attempts: Vec::new(),
         };
         let events = std::slice::from_ref(&archived);

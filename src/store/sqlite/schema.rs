@@ -12,7 +12,7 @@ use super::StoreError;
 /// it gives up; below the ~5 s in which a gateway must hear 503 rather than nothing.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(3);
 
-pub(super) const SCHEMA_VERSION: i64 = 14;
+pub(super) const SCHEMA_VERSION: i64 = 15;
 
 /// The schema of a new file.
 ///
@@ -487,6 +487,10 @@ fn migrate_in_one_transaction(conn: &Connection) -> rusqlite::Result<()> {
     if version < 14 {
         // A new file too: where an event came from (`reconcile.rs`).
         tx.execute_batch(super::reconcile::V13_TO_V14)?;
+    }
+    if version < 15 {
+        // A new file too: what verify-by-fetching got from the gateway (`fetches.rs`).
+        super::fetches::v14_to_v15(&tx)?;
     }
     tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     tx.commit()
@@ -1130,7 +1134,7 @@ mod tests {
             v5.execute_batch(
                 "ALTER TABLE payloads DROP COLUMN codec; ALTER TABLE events DROP COLUMN \
                  signed_id; ALTER TABLE events DROP COLUMN event_type_signed; \
-                 ALTER TABLE events DROP COLUMN origin; \
+                 ALTER TABLE events DROP COLUMN origin; DROP TABLE fetches; \
                  DROP TABLE route_pauses; DROP TABLE event_items; DROP INDEX deliveries_head; DROP TABLE rejected; \
                  PRAGMA user_version = 6;",
             )
@@ -1488,10 +1492,10 @@ mod status_checks {
         assert_eq!(ok, "ok");
         // Nothing rebuilt: every table and index is where it was, every row as it was (a table
         // of a later version, version 10's `route_pauses`, 11's `event_items`, 12's
-        // `deliveries_head` or 13's `rejected`, is new).
+        // `deliveries_head`, 13's `rejected` or 15's `fetches`, is new).
         let mut kept = schema(&db.conn, "rootpage");
         kept.retain(|(_, name, _)| {
-            !["route_pauses", "deliveries_head"].contains(&&**name)
+            !["route_pauses", "deliveries_head", "fetches"].contains(&&**name)
                 && !name.starts_with("event_items")
                 && !name.starts_with("rejected")
         });
