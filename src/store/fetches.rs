@@ -3,7 +3,8 @@
 //! schema 15, PostgreSQL 7) beside the event, never in its row: the object is a few KiB, and
 //! the queue reads `events` rows on every claim. The first answer kept is the event's for good
 //! ([`Store::keep_fetched`](super::Store::keep_fetched)): a second route, a replay or another
-//! instance reads it instead of asking the gateway again. Its row goes with the event
+//! instance reads it instead of asking the gateway again (a rejection is asked again, and an
+//! object answered then replaces it). Its row goes with the event
 //! (`ON DELETE CASCADE`).
 
 /// The table, one row per fetched event (SQLite's version 15, PostgreSQL's 7), `{id}` the
@@ -15,9 +16,11 @@ pub(super) const CREATE: &str = "CREATE TABLE fetches (
     detail   TEXT NOT NULL
 );";
 
-/// Keeps the first answer: a later one changes nothing.
+/// Keeps the first object answered: a later answer changes nothing, but an object replaces a
+/// rejection (asked again after a replay, once the owner fixed `api_base`, say).
 pub(super) const KEEP: &str = "INSERT INTO fetches (event_id, state, detail) VALUES ($1, $2, $3) \
-     ON CONFLICT (event_id) DO NOTHING";
+     ON CONFLICT (event_id) DO UPDATE SET state = excluded.state, detail = excluded.detail \
+     WHERE fetches.state <> 'fetched'";
 
 pub(super) const READ: &str = "SELECT state, detail FROM fetches WHERE event_id = $1";
 

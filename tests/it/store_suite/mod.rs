@@ -65,6 +65,7 @@ macro_rules! engines {
 mod attempts;
 mod copy;
 mod engines;
+mod fetches;
 mod intake;
 mod pauses;
 mod quarantine;
@@ -123,7 +124,7 @@ async fn checkout(pg: &crate::support::pg_cluster::Cluster) -> String {
         .await
         .batch_execute(
             "TRUNCATE events, payloads, deliveries, attempts, dedup, hourly, route_pauses, \
-             event_items, rejected \
+             event_items, rejected, fetches \
              RESTART IDENTITY; \
              DELETE FROM meta WHERE key <> 'schema_version'",
         )

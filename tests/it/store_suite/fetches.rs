@@ -1,0 +1,93 @@
+//! Verify-by-fetching's record (`Store::fetched`, `Store::keep_fetched`): what the gateway's
+//! API said of the object an event names, kept once per event (the first object answered is
+//! the event's for good; a rejection may still be replaced by an object, a replay after the
+//! owner fixed `api_base`), read back by one event's detail and by another handle, and gone
+//! with the event when it is pruned.
+
+use portaria::store::{AfterAttempt, Cutoffs, Fetched};
+
+use super::{DAY, HOUR, Subject, Webhook};
+
+async fn the_first_object_fetched_is_kept_once_and_read_back(s: &Subject) {
+    let now = s.now;
+    let id = s
+        .new_event(Webhook::new("mercadopago", "mp-1", now - HOUR))
+        .await;
+    let other = s
+        .new_event(Webhook::new("mercadopago", "mp-2", now - HOUR))
+        .await;
+    assert_eq!(s.store.fetched(id).await.unwrap(), None, "never fetched");
+    assert_eq!(s.detail(id).await.fetched, None);
+
+    let first = Fetched::Object(r#"{"id":59,"status":"approved"}"#.into());
+    assert_eq!(
+        s.store.keep_fetched(id, first.clone()).await.unwrap(),
+        first
+    );
+    // A second answer (another route, another instance) changes nothing: the first is kept.
+    let second = Fetched::Object(r#"{"id":59,"status":"refunded"}"#.into());
+    assert_eq!(s.store.keep_fetched(id, second).await.unwrap(), first);
+    let rejected = Fetched::Rejected("no such payment".into());
+    assert_eq!(s.store.keep_fetched(id, rejected).await.unwrap(), first);
+    assert_eq!(s.store.fetched(id).await.unwrap(), Some(first.clone()));
+    assert_eq!(s.detail(id).await.fetched, Some(first.clone()));
+    assert_eq!(
+        s.store.fetched(other).await.unwrap(),
+        None,
+        "one event's only"
+    );
+    // Another handle (a command beside the server) reads the same.
+    let handle = s.another().await;
+    assert_eq!(handle.fetched(id).await.unwrap(), Some(first));
+    super::close(handle).await;
+}
+
+async fn a_rejection_is_kept_until_an_object_replaces_it(s: &Subject) {
+    let now = s.now;
+    let id = s
+        .new_event(Webhook::new("asaas", "evt_1", now - HOUR))
+        .await;
+    let rejected = Fetched::Rejected("the gateway has no such payment (HTTP 404)".into());
+    assert_eq!(
+        s.store.keep_fetched(id, rejected.clone()).await.unwrap(),
+        rejected
+    );
+    let detail = s.detail(id).await;
+    assert_eq!(
+        detail.fetched.as_ref().map(Fetched::state),
+        Some("rejected_by_fetch")
+    );
+    // Asked again after a replay, the gateway has it: the object replaces the rejection.
+    let object = Fetched::Object(r#"{"id":"pay_1"}"#.into());
+    assert_eq!(
+        s.store.keep_fetched(id, object.clone()).await.unwrap(),
+        object
+    );
+    assert_eq!(s.store.fetched(id).await.unwrap(), Some(object));
+}
+
+async fn the_record_goes_with_its_event(s: &Subject) {
+    let now = s.now;
+    let id = s
+        .new_event(Webhook::new("mercadopago", "mp-9", now - HOUR))
+        .await;
+    let object = Fetched::Object(r#"{"id":9}"#.into());
+    s.store.keep_fetched(id, object).await.unwrap();
+    s.attempt("mercadopago", "default", now, AfterAttempt::Delivered)
+        .await;
+    let pruning = s.store.pruning().await.unwrap().unwrap();
+    let later = Cutoffs {
+        finished_before_ms: now + DAY,
+        dead_before_ms: now + DAY,
+    };
+    let removed = pruning.delete_pruned(later, vec![id]).await.unwrap();
+    assert_eq!(removed.len(), 1);
+    drop(pruning);
+    assert_eq!(s.store.fetched(id).await.unwrap(), None);
+}
+
+engines!(
+    the_first_object_fetched_is_kept_once_and_read_back,
+    a_rejection_is_kept_until_an_object_replaces_it,
+    the_record_goes_with_its_event,
+);
