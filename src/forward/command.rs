@@ -710,6 +710,27 @@ cat > "$out/body"
     }
 
     #[tokio::test]
+    async fn a_fetched_object_is_a_file_of_its_own_read_whole_each_time() {
+        // Read twice, and by a child of the program: descriptor 3 is inherited, and each open
+        // of /dev/fd/3 starts at the beginning; stdin is still the body.
+        let target = sh(
+            r#"test "$PORTARIA_FETCHED_FILE" = /dev/fd/3 \
+               && test "$(cat "$PORTARIA_FETCHED_FILE")" = '{"id":59}' \
+               && test "$(sh -c 'cat /dev/fd/3')" = '{"id":59}' && test "$(cat)" = body"#,
+            Duration::from_secs(10),
+        );
+        let mut d = delivery("body");
+        d.fetched = Some(r#"{"id":59}"#.into());
+        assert_eq!(target.deliver(&d).await, Outcome::Delivered);
+        // Without one, the variable is not set (nor inherited) and descriptor 3 is closed.
+        let target = sh(
+            r#"test -z "${PORTARIA_FETCHED_FILE+set}" && ! test -e /dev/fd/3"#,
+            Duration::from_secs(10),
+        );
+        assert_eq!(target.deliver(&delivery("body")).await, Outcome::Delivered);
+    }
+
+    #[tokio::test]
     async fn stdin_is_a_file_holding_the_whole_body_before_the_program_starts() {
         // With a pipe fed while the program runs, its size would be 0 (or what fits so far).
         let target = sh(

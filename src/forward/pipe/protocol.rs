@@ -259,6 +259,13 @@ mod tests {
         d.origin = crate::store::Origin::Reconcile;
         let line = parsed(&event_line(&d, "default").unwrap());
         assert_eq!(line["origin"], "reconcile");
+        // Verified by fetching: the object, a field of its own, on the same one line.
+        d.fetched = Some(r#"{"id":"pay_1","value":1.5}"#.into());
+        let raw = event_line(&d, "default").unwrap();
+        assert_eq!(raw.iter().filter(|&&b| b == b'\n').count(), 1);
+        let line = parsed(&raw);
+        assert_eq!(line["fetched"], serde_json::json!({"id": "pay_1", "value": 1.5}));
+        assert_eq!(line["origin"], "reconcile");
         // An empty body is text.
         let line = parsed(&event_line(&delivery(b""), "default").unwrap());
         assert_eq!(line["body"], "");
