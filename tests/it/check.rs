@@ -176,6 +176,38 @@ fn check_says_an_efi_endpoint_answers_on_its_path_and_on_it_plus_pix() {
 }
 
 #[test]
+fn check_names_the_api_an_endpoint_verifies_by_fetching_from_and_refuses_it_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("p.toml");
+    std::fs::write(dir.path().join("mp.key"), "APP_USR-1\n").unwrap();
+    let text = |provider: &str, secret: &str| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n[storage]\npath = \"{}\"\n\
+             [[endpoint]]\npath = \"/webhooks/mp\"\nprovider = \"{provider}\"\nsecret = \"{secret}\"\n\
+             [endpoint.reconcile]\napi_key_file = \"mp.key\"\nfetch = true\n",
+            dir.path().join("p.db").display()
+        )
+    };
+    std::fs::write(&config, text("mercadopago", "a-mercado-pago-secret")).unwrap();
+    let out = ok_stdout(&run_cli(&["check"], &config));
+    assert!(
+        out.contains(
+            "endpoint `mp` verifies by fetching: the payment each event names is fetched from \
+             https://api.mercadopago.com before it is forwarded"
+        ),
+        "{out}"
+    );
+    std::fs::write(&config, text("github", "a-github-secret")).unwrap();
+    let out = run_cli(&["check"], &config);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("fetch: verify-by-fetching is built for mercadopago and asaas only"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_mistyped_subcommand_or_name_is_answered_with_the_one_meant() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("p.db");

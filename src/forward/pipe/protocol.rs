@@ -264,7 +264,10 @@ mod tests {
         let raw = event_line(&d, "default").unwrap();
         assert_eq!(raw.iter().filter(|&&b| b == b'\n').count(), 1);
         let line = parsed(&raw);
-        assert_eq!(line["fetched"], serde_json::json!({"id": "pay_1", "value": 1.5}));
+        assert_eq!(
+            line["fetched"],
+            serde_json::json!({"id": "pay_1", "value": 1.5})
+        );
         assert_eq!(line["origin"], "reconcile");
         // An empty body is text.
         let line = parsed(&event_line(&delivery(b""), "default").unwrap());
