@@ -11,7 +11,9 @@
 //! next start ([`Store::recover`]) and goes out again. A target's [`Outcome`] becomes the
 //! store's [`AfterAttempt`]; finished events go to [`rollup`]. Targets are told the event's
 //! signed id and whether its type was signed, as stored at intake; no program they run sees
-//! the config's secret variables (`command::hidden_variables`).
+//! the config's secret variables (`command::hidden_variables`). An endpoint that verifies by
+//! fetching (`fetch`) has the payment an event names fetched from the gateway's API before
+//! its target runs, and the target gets it too.
 //!
 //! Each route of an endpoint is a lane with its own target, schedule and concurrency, and its
 //! own delivery rows: a failing route holds back no other. With `concurrency = 1` and no
