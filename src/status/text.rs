@@ -577,6 +577,13 @@ mod tests {
         d
     }
 
+    /// An event of an endpoint that verifies by fetching, which the gateway said is not there.
+    fn fetched() -> EventDetail {
+        let mut d = detail(Status::Dead, &["failed"], b"{}".to_vec());
+        d.fetched = Some(crate::store::Fetched::Rejected("no such payment".into()));
+        d
+    }
+
     /// Every page in every state that shows a phrase of its own, as maud renders it (with
     /// its `<t>` markers).
     fn every_page(lang: Lang) -> Vec<String> {
@@ -686,6 +693,7 @@ mod tests {
                 NOW,
             ),
             event::page(&c, &reconciled(), &[], NOW),
+            event::page(&c, &fetched(), &[], NOW),
             pages::login(lang, Some("That is not the admin token.")),
             pages::not_found(&c),
             rejected::list(&c, &endpoints, &asked, &kept_rows, NOW),
