@@ -322,6 +322,49 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     drop(fake.hooks);
 }
 
+/// One run at a time per store: a command that finds the store held (by `serve`'s schedule,
+/// another instance's or another command; here a handle the test holds as one would) asks
+/// the gateway nothing, keeps nothing, says why and exits 1; once the hold is let go, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_while_another_holds_the_store_does_nothing_and_says_so() {
+    let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
+    let (server, fake) = start(vec![hook("hook_gone", "failed", ours)], "").await;
+    let other = portaria::store::Store::open_read_only(&server.db).unwrap();
+    let hold = other
+        .reconcile_hold()
+        .await
+        .unwrap()
+        .expect("nobody holds it yet");
+
+    let out = reconcile(&server, &["--json"]).await;
+    let (busy, code) = report(&out);
+    assert_eq!(code, Some(1), "{busy}");
+    assert_eq!(busy["busy"], true, "{busy}");
+    let error = busy["errors"][0].as_str().unwrap_or("");
+    assert!(
+        error.contains("another reconcile run holds this store"),
+        "{busy}"
+    );
+    assert!(fake.seen().is_empty(), "the gateway was asked nothing");
+    let runs = server.one::<i64>("SELECT COUNT(*) FROM meta WHERE key LIKE 'reconcile:%'");
+    assert_eq!(
+        runs, 0,
+        "a run that did nothing is not kept as the last run"
+    );
+
+    hold.release().await;
+    let out = reconcile(&server, &["--json"]).await;
+    let (done, code) = report(&out);
+    assert_eq!(code, Some(0), "{done}");
+    assert_eq!(
+        (done["busy"].clone(), done["recovered"].clone()),
+        (json!(false), json!(["hook_gone"]))
+    );
+    tokio::task::spawn_blocking(move || other.close())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_asks_for_nothing_and_exits_1_when_something_is_missing() {
     let ours = "https://hooks.shop.example/webhooks/pagarme-v5";

@@ -25,6 +25,7 @@ mod reconcile;
 mod retention;
 
 pub use pruning::Pruning;
+pub use reconcile::ReconcileHold;
 
 use super::StoreError;
 use super::counters::Tally;
