@@ -273,6 +273,16 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     {
         assert_eq!(deliver(server.addr, h).await.status, 200);
     }
+    let admin = server.admin.expect("the admin listener");
+    let gauge = |name: &'static str| async move {
+        let scraped = scrape(admin).await;
+        find(&scraped, name, &[("endpoint", "pagarme-v5")]).unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(
+        gauge("portaria_reconcile_last_run_timestamp_seconds").await,
+        0.0
+    );
+    assert_eq!(gauge("portaria_reconcile_ok").await, 0.0, "no run yet");
 
     let out = reconcile(&server, &["--json"]).await;
     assert_no_key(&out);
@@ -287,6 +297,11 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     assert_eq!(report["missing"], json!(["hook_missing"]));
     assert_eq!(report["recovered"], json!(["hook_missing"]));
     assert_eq!(fake.retries(), ["/core/v5/hooks/hook_missing/retry"]);
+    // `/metrics` shows the run the command kept, read from the store.
+    assert!(gauge("portaria_reconcile_last_run_timestamp_seconds").await > 1.7e9);
+    assert_eq!(gauge("portaria_reconcile_missing").await, 1.0);
+    assert_eq!(gauge("portaria_reconcile_recovered").await, 1.0);
+    assert_eq!(gauge("portaria_reconcile_ok").await, 1.0);
     // The listing asked for the window, page by page.
     let lists: Vec<String> = fake
         .seen()
