@@ -27,7 +27,7 @@ use hyper::body::Incoming;
 
 use crate::metrics::{self, Metrics};
 use crate::status::StatusPage;
-use crate::store::Store;
+use crate::store::{LastRun, Store};
 use crate::time::now_ms;
 
 /// How long `/readyz` waits for its write. Below the busy timeout (3 s) and the webhook
@@ -142,13 +142,32 @@ impl Admin {
                 None
             }
         };
-        let body = self.metrics.render(queue.as_deref(), now_ms());
+        let runs = match self.metrics.reconciles() {
+            true => self.reconcile_runs().await,
+            false => None,
+        };
+        let body = self
+            .metrics
+            .render(queue.as_deref(), runs.as_deref(), now_ms());
         let mut response = Response::new(Full::new(Bytes::from(body)));
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             header::HeaderValue::from_static(metrics::CONTENT_TYPE),
         );
         response
+    }
+
+    /// Each endpoint's last reconcile run for `/metrics`; None (their series left out) when
+    /// the store does not answer in time.
+    async fn reconcile_runs(&self) -> Option<Vec<LastRun>> {
+        match tokio::time::timeout(SCRAPE_DEADLINE, self.store.reconcile_runs()).await {
+            Ok(Ok(runs)) => Some(LastRun::read_all(&runs)),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot read the reconcile runs for /metrics; leaving their gauges out");
+                None
+            }
+            Err(_) => None,
+        }
     }
 }
 

@@ -229,6 +229,13 @@ pub async fn serve_with(
         endpoint: &e.name,
         routes,
     }));
+    metrics.reconcile_on(
+        endpoints
+            .iter()
+            .filter(|e| e.reconcile.is_some())
+            .map(|e| e.name.clone())
+            .collect(),
+    );
     // The canary: intake answers its probes with this process's key, the task sends them.
     let probes = match &config.server.canary {
         Some(settings) => {

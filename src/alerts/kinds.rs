@@ -57,10 +57,12 @@ pub enum Kind {
     /// Events without a field their provider's events always carry (`verify::Carried`): the
     /// gateway changed its payload. Stored all the same.
     Drift,
+    /// A reconcile run found what the gateway gave up on and portaria never received.
+    Reconciled,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 12] = [
+    pub const ALL: [Kind; 13] = [
         Kind::Dead,
         Kind::Quiet,
         Kind::Duplicates,
@@ -73,6 +75,7 @@ impl Kind {
         Kind::NewType,
         Kind::Unrouted,
         Kind::Drift,
+        Kind::Reconciled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -89,6 +92,7 @@ impl Kind {
             Kind::NewType => "new_type",
             Kind::Unrouted => "unrouted",
             Kind::Drift => "drift",
+            Kind::Reconciled => "reconciled",
         }
     }
 
@@ -280,6 +284,13 @@ fn sentence(
             plural("event", "events"),
             ids(p),
             plural("It was", "They were")
+        ),
+        Kind::Reconciled => format!(
+            "`portaria reconcile` found what the gateway gave up on and endpoint {endpoint} \
+             never received ({n} since {}): the tunnel or this machine was down longer than \
+             the gateway kept trying. See `portaria reconcile --endpoint {endpoint} --dry-run` \
+             and docs/reconcile.md.",
+            rfc3339(p.since_ms)
         ),
         Kind::PausedLong => {
             let (on, only) = match route.filter(|r| *r != SHORTHAND_ROUTE) {

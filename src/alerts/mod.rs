@@ -37,9 +37,14 @@
 //! lacking a field their provider's events always carry are counted at intake (`drift`, in
 //! the facts), and a `drift` alert names the fields.
 //!
+//! A reconcile run that found what the gateway gave up on is `reconciled` (`reconciled`: the
+//! runs kept in the store, each announced once, with what came back and, for a queue the
+//! gateway left paused, when it deletes what it holds).
+//!
 //! The kinds and what one alert says: `kinds`.
 
 mod kinds;
+mod reconciled;
 mod rules;
 mod sink;
 mod upstream;
@@ -60,6 +65,7 @@ use crate::store::{Store, StoreError};
 use crate::time::now_ms;
 
 pub use kinds::{Alert, Kind};
+use reconciled::Reconciled;
 use rules::Book;
 use sink::Sink;
 use upstream::Upstream;
@@ -125,6 +131,7 @@ impl Alerts {
             watch: Watch::new(quiet_after.clone(), Vec::new(), now_ms()),
             quiet_after,
             upstream: Upstream::new(unrouted_after),
+            reconciled: Reconciled::new(endpoints.iter().any(|e| e.reconcile.is_some()), now_ms()),
             carries: endpoints
                 .iter()
                 .map(|e| {
@@ -202,6 +209,8 @@ struct Task {
     quiet_after: HashMap<String, Duration>,
     /// New event types and unrouted events (`upstream`).
     upstream: Upstream,
+    /// Reconcile runs that found something missing (`reconciled`).
+    reconciled: Reconciled,
     /// The fields each endpoint's provider's events always carry, by name (`drift`).
     carries: HashMap<String, Vec<&'static str>>,
     /// Each endpoint's gateway's give-up rule, in the config's order.
@@ -252,6 +261,12 @@ impl Task {
             self.fold_paused_long(now).await;
             let look = self
                 .upstream
+                .look(&self.store, &mut self.book, now, STORE_BOUND);
+            if let Err(u) = look.await {
+                self.store_failed(u.what, &u.error.map_or(Asked::TimedOut, Asked::Failed));
+            }
+            let look = self
+                .reconciled
                 .look(&self.store, &mut self.book, now, STORE_BOUND);
             if let Err(u) = look.await {
                 self.store_failed(u.what, &u.error.map_or(Asked::TimedOut, Asked::Failed));
@@ -324,7 +339,10 @@ impl Task {
         for (key, value) in &state {
             if key == CURSOR_KEY {
                 cursor = value.parse().unwrap_or(0);
-            } else if !self.upstream.load(key, value) && !self.book.load(key, value) {
+            } else if !self.reconciled.load(key, value)
+                && !self.upstream.load(key, value)
+                && !self.book.load(key, value)
+            {
                 tracing::debug!(key, "an alert state row that is not understood; ignored");
             }
         }
@@ -405,6 +423,10 @@ impl Task {
                     }
                 }
             }
+            Kind::Reconciled => {
+                let patience = self.patience.iter().find(|(name, _)| name == endpoint);
+                alert = alert.and(&self.reconciled.detail(endpoint, patience.map(|(_, p)| p)));
+            }
             Kind::Drift => {
                 let names = self.carries.get(endpoint).map(|n| n.join("`, `"));
                 if let Some(names) = names.filter(|n| !n.is_empty()) {
@@ -420,7 +442,8 @@ impl Task {
     /// bookkeeping: no fsync of its own, durable with the next intake commit. A power cut that
     /// loses it sends an alert again, never loses one: the cursor goes back with it.
     async fn save(&mut self) {
-        let changed = self.book.is_dirty() || self.upstream.is_dirty();
+        let changed =
+            self.book.is_dirty() || self.upstream.is_dirty() || self.reconciled.is_dirty();
         let cursor_due = (self.cursor_dirty || self.upstream.cursors_dirty())
             && (changed || self.cursor_saved_at.elapsed() >= CURSOR_SAVE_EVERY);
         if !changed && !cursor_due {
@@ -428,6 +451,7 @@ impl Task {
         }
         let mut rows = self.book.changed_rows();
         rows.extend(self.upstream.changed_rows(cursor_due));
+        rows.extend(self.reconciled.changed_rows());
         if let (true, Some(cursor)) = (cursor_due, self.cursor) {
             rows.push((CURSOR_KEY.to_string(), cursor.to_string()));
         }
@@ -436,6 +460,7 @@ impl Task {
                 self.store_ok();
                 self.book.saved();
                 self.upstream.saved(cursor_due);
+                self.reconciled.saved();
                 if cursor_due {
                     self.cursor_dirty = false;
                     self.cursor_saved_at = tokio::time::Instant::now();

@@ -219,7 +219,7 @@ impl Upstream {
 }
 
 /// `call` within `bound`, or what did not answer.
-async fn ask<T>(
+pub(super) async fn ask<T>(
     bound: Duration,
     what: &'static str,
     call: impl Future<Output = Result<T, StoreError>>,

@@ -32,6 +32,7 @@ use prometheus_client::registry::Registry;
 mod canary;
 mod duplicate_window;
 mod facts;
+mod reconcile;
 mod scrape;
 pub use canary::PROBE_OK;
 pub use duplicate_window::{DuplicateAlert, DuplicateWindow};
@@ -155,6 +156,8 @@ pub struct Metrics {
     scrape: Mutex<()>,
     /// The canary's series, when it runs (`canary`).
     canary: Option<canary::CanarySeries>,
+    /// The reconcile runs' series, when an endpoint reconciles (`reconcile`).
+    reconcile: Option<reconcile::ReconcileSeries>,
 }
 
 /// The families of the per-endpoint counters and histograms.
@@ -305,6 +308,7 @@ impl Metrics {
             started: Instant::now(),
             scrape: Mutex::new(()),
             canary: None,
+            reconcile: None,
         };
         metrics.configure(endpoints);
         metrics
@@ -585,7 +589,7 @@ mod tests {
     #[test]
     fn every_series_exists_at_zero_and_moves_by_what_happened() {
         let metrics = Metrics::new(ENDPOINTS);
-        let text = metrics.render(Some(&[]), 0);
+        let text = metrics.render(Some(&[]), None, 0);
         for series in [
             r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#,
             r#"portaria_requests_total{endpoint="github",outcome="bad_signature"}"#,
@@ -619,7 +623,7 @@ mod tests {
             oldest_pending_ms: Some(1_000),
             dead: 1,
         }];
-        let text = metrics.render(Some(&queue), 31_000);
+        let text = metrics.render(Some(&queue), None, 31_000);
         let get = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series}"));
         assert_eq!(
             get(r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#),
@@ -661,7 +665,7 @@ mod tests {
         let metrics = Metrics::new(ENDPOINTS);
         metrics.request(Some("pagarme"), ACCEPTED, Duration::from_millis(3));
         metrics.request(Some("github"), ACCEPTED, Duration::from_millis(3));
-        metrics.render(Some(&[]), 0);
+        metrics.render(Some(&[]), None, 0);
         // pagarme stops forwarding, github goes, stripe comes.
         metrics.configure([
             Series {
@@ -674,7 +678,7 @@ mod tests {
             },
         ]);
         metrics.request(Some("pagarme"), ACCEPTED, Duration::from_millis(3));
-        let text = metrics.render(Some(&[]), 0);
+        let text = metrics.render(Some(&[]), None, 0);
         let get = |series: &str| sample(&text, series);
         assert_eq!(
             get(r#"portaria_requests_total{endpoint="pagarme",outcome="accepted"}"#),
@@ -701,7 +705,7 @@ mod tests {
         );
         // A request to a removed endpoint that was in flight counts nowhere.
         metrics.request(Some("github"), ACCEPTED, Duration::from_millis(3));
-        let text = metrics.render(Some(&[]), 0);
+        let text = metrics.render(Some(&[]), None, 0);
         assert!(!text.contains(r#"endpoint="github""#), "{text}");
         assert!(
             !text.contains(r#"endpoint="-",outcome="accepted""#),
@@ -719,9 +723,9 @@ mod tests {
             oldest_pending_ms: Some(0),
             dead: 1,
         }];
-        let text = metrics.render(Some(&queue), 0);
+        let text = metrics.render(Some(&queue), None, 0);
         assert!(!text.contains("renamed-long-ago"), "{text}");
-        let text = metrics.render(None, 0);
+        let text = metrics.render(None, None, 0);
         assert!(!text.contains("portaria_events_pending{"), "{text}");
         assert!(!text.contains("portaria_events_dead{"), "{text}");
         assert!(text.contains("portaria_requests_total{"), "{text}");

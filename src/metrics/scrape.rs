@@ -9,12 +9,18 @@ use std::sync::PoisonError;
 use prometheus_client::encoding::prometheus_text;
 
 use super::{EndpointSeries, Metrics, label};
-use crate::store::QueueStats;
+use crate::store::{LastRun, QueueStats};
 
 impl Metrics {
     /// The text of one scrape. `queue` is what the database said, or None if it could not be
     /// read in time: the queue gauges are then left out rather than shown stale.
-    pub fn render(&self, queue: Option<&[QueueStats]>, now_ms: i64) -> String {
+    /// `runs`: each endpoint's last reconcile run, when [`Metrics::reconciles`] (else None).
+    pub fn render(
+        &self,
+        queue: Option<&[QueueStats]>,
+        runs: Option<&[LastRun]>,
+        now_ms: i64,
+    ) -> String {
         let _one_scrape = self.scrape.lock().unwrap_or_else(PoisonError::into_inner);
         let now = self.now_secs();
         let endpoints = self
@@ -32,6 +38,7 @@ impl Metrics {
                 .set(ratio);
         }
         self.set_queue(&endpoints, queue, now_ms);
+        self.set_reconcile(runs);
         drop(endpoints);
         let mut out = String::with_capacity(16 * 1024);
         // Writing into a String cannot fail.

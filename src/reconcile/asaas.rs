@@ -7,7 +7,8 @@
 //! order, signed with the endpoint's token, through intake. A queue penalized but not paused
 //! (`penalizedRequestsCount` above 0: Asaas waits longer before each try) gets its penalty
 //! dropped (`POST /v3/webhooks/{id}/removeBackoff`) under `reactivate`. The key goes in Asaas's
-//! `access_token` header. Sources: docs/reconcile.md.
+//! `access_token` header. A queue a run leaves paused keeps, run after run, when it was first
+//! seen paused (`Report::paused_since_ms`): the alert's deadline. Sources: docs/reconcile.md.
 
 use serde_json::{Value, json};
 
@@ -30,6 +31,7 @@ pub(super) async fn run(
     api: &Api,
     endpoint: &Endpoint,
     reconcile: &Reconcile,
+    paused_before: Option<i64>,
     report: &mut Report,
 ) -> Result<(), String> {
     let paths = endpoint.paths();
@@ -97,6 +99,10 @@ pub(super) async fn run(
             }
             Err(e) => report.errors.push(format!("{id}: {e}")),
         }
+    }
+    // A queue left paused: its deadline runs from when runs first saw it paused.
+    if report.recovered.len() < report.missing.len() {
+        report.paused_since_ms = Some(paused_before.unwrap_or(report.at_ms));
     }
     Ok(())
 }

@@ -23,6 +23,9 @@
 //!   event (`taken`), keyed by (payment, status).
 //!
 //! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
+//! One run at a time per store, too: a run that is not dry takes the store's reconcile hold
+//! ([`Store::reconcile_hold`]) and, when another run (another instance's schedule, a command)
+//! holds it, does nothing and says so ([`Report::busy`]).
 //!
 //! "Never stored" is the store's answer ([`Store::never_stored`]) for the dedup key a real
 //! delivery of the event would have had: the endpoint's `json:` rule read from the event's
@@ -46,7 +49,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 use crate::config::{Endpoint, Reconcile};
-use crate::store::Store;
+use crate::store::{LastRun, Store};
 
 pub use api::{ApiError, MAX_WAIT};
 pub use schedule::Schedule;
@@ -82,6 +85,11 @@ pub struct Report {
     pub resume_ms: Option<i64>,
     /// Where this run got to, for the next one to resume from.
     pub cursor_ms: Option<i64>,
+    /// A queue the gateway paused and this run left paused (Asaas): since when runs have
+    /// seen it paused (the last run's, else this one's start). The alerts' deadline.
+    pub paused_since_ms: Option<i64>,
+    /// Another run held the store ([`Store::reconcile_hold`]): this one did nothing.
+    pub busy: bool,
 }
 
 impl Report {
@@ -147,6 +155,8 @@ impl Report {
             "ok": self.ok(),
             "at_ms": self.at_ms,
             "cursor_ms": self.cursor_ms,
+            "paused_since_ms": self.paused_since_ms,
+            "busy": self.busy,
         })
     }
 }
@@ -161,6 +171,11 @@ fn human(d: Duration) -> String {
         _ => format!("{s}s"),
     }
 }
+
+/// What a run says when another holds the store.
+pub const BUSY: &str = "another reconcile run holds this store now (serve's schedule, another \
+     instance's, or a command): this one did nothing; it runs again at its next turn (a command: \
+     run it again once that one ends)";
 
 /// How far before the last run's cursor a run resumes: an update that raced the last run's
 /// search is looked at again (a state already stored is not stored twice).
@@ -188,10 +203,30 @@ pub async fn run(
         at_ms: crate::time::now_ms(),
         ..Report::default()
     };
+    // One run at a time per store: a dry run asks for lists only, and keeps nothing.
+    let hold = match dry_run {
+        true => None,
+        false => match store.reconcile_hold().await {
+            Ok(Some(hold)) => Some(hold),
+            Ok(None) => {
+                report.busy = true;
+                report.errors.push(BUSY.to_string());
+                return report;
+            }
+            Err(e) => {
+                report
+                    .errors
+                    .push(format!("cannot take the reconcile lock: {e}"));
+                return report;
+            }
+        },
+    };
+    let last = last_run(store, &endpoint.name).await;
     // Only Mercado Pago's search resumes (by update time); the others look at the window.
     if since.is_none() && report.provider == "mercadopago" {
-        report.resume_ms = last_cursor(store, &endpoint.name).await;
+        report.resume_ms = last.as_ref().and_then(|l| l.cursor_ms);
     }
+    let paused_before = last.and_then(|l| l.paused_since_ms);
     let scheme = match report.provider.as_str() {
         "paddle" | "github" | "mercadopago" => api::Auth::Bearer,
         "asaas" => api::Auth::AccessToken,
@@ -208,13 +243,15 @@ pub async fn run(
         "pagarme-v5" => pagarme::run(&api, endpoint, store, &mut report).await,
         "stripe" => stripe::run(&api, endpoint, store, wake, &mut report).await,
         "paddle" => paddle::run(&api, endpoint, store, &mut report).await,
-        "asaas" => asaas::run(&api, endpoint, reconcile, &mut report).await,
+        "asaas" => asaas::run(&api, endpoint, reconcile, paused_before, &mut report).await,
         "github" => github::run(&api, endpoint, reconcile, &mut report).await,
         "mercadopago" => mercadopago::run(&api, endpoint, store, wake, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {
         report.errors.insert(0, e);
+        // Not seen this time: a paused queue's deadline stays the last run's.
+        report.paused_since_ms = report.paused_since_ms.or(paused_before);
     }
     if !dry_run
         && let Err(e) = store
@@ -225,14 +262,17 @@ pub async fn run(
             .errors
             .push(format!("cannot keep this run in the store: {e}"));
     }
+    if let Some(hold) = hold {
+        hold.release().await;
+    }
     report
 }
 
-/// The cursor the endpoint's last run left, if it left one.
-async fn last_cursor(store: &Store, endpoint: &str) -> Option<i64> {
+/// The endpoint's last run, if it kept one.
+async fn last_run(store: &Store, endpoint: &str) -> Option<LastRun> {
     let runs = store.reconcile_runs().await.ok()?;
     let (_, run) = runs.into_iter().find(|(name, _)| name == endpoint)?;
-    serde_json::from_str::<serde_json::Value>(&run).ok()?["cursor_ms"].as_i64()
+    LastRun::read(endpoint, &run)
 }
 
 /// Asks the gateway to send each of `ids` again (a `POST` to `path(id)`, nothing in the

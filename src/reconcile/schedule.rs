@@ -88,7 +88,9 @@ async fn run(
 fn log(report: &super::Report) {
     let (endpoint, checked) = (report.endpoint.as_str(), report.checked);
     let (missing, recovered) = (report.missing.len(), report.recovered.len());
-    if report.ok() {
+    if report.busy {
+        tracing::info!(endpoint, "reconcile: skipped, another run holds the store");
+    } else if report.ok() {
         tracing::info!(endpoint, checked, missing, recovered, "reconcile: run done");
     } else {
         let errors = report.errors.join("; ");

@@ -64,14 +64,15 @@ pub use dashboard::{EndpointNow, HourCounts, Overview, Rejected};
 pub use events::{Attempt, EventDetail, EventSummary, ListFilter, RouteState};
 pub use export::{ExportCursor, Exported};
 pub use fetches::Fetched;
-pub use handle::Pruning;
 pub use handle::Store;
+pub use handle::{Pruning, ReconcileHold};
 pub use intake::{Inserted, NewDelivery, NewEvent, Received, dedup_hash};
 pub use json::{detail_json, header_lines, rejected_detail_json, rejected_json, summary_json};
 pub use observe::{INTAKE_FAILURE_HOLD, NotReady, QueueStats};
 pub use pauses::RoutePause;
 pub use quarantine::{QuarantineKeep, Quarantined, RejectedSummary, ToQuarantine};
 pub use queue::{AfterAttempt, ClaimNext, Claimed, Delivery, LaneClaim, Order, Tried};
+pub use reconcile::LastRun;
 pub use retention::{Cutoffs, PrunableGroup, Reclaimed, Removed, Restored};
 
 /// Why the store could not do what was asked. Cloneable: one failed COMMIT is reported to

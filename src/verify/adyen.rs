@@ -29,8 +29,9 @@
 //! (`store/intake.rs`). Adyen sends one item per notification, so its genuine notifications
 //! are keyed item by item.
 
+use super::secret::STANDARD_PAD_INDIFFERENT;
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
+use base64::engine::general_purpose::STANDARD;
 use http::HeaderMap;
 use serde_json::{Map, Value};
 use subtle::{Choice, ConstantTimeEq};

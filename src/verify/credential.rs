@@ -12,8 +12,9 @@
 //! that carry one are redacted before the event is stored ([`Credential::headers`]); the query
 //! string is never stored.
 
+use super::secret::STANDARD_PAD_INDIFFERENT;
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
+use base64::engine::general_purpose::STANDARD;
 use http::HeaderName;
 use subtle::{Choice, ConstantTimeEq};
 

@@ -4,8 +4,9 @@
 //! `provider = "hmac"` builds one from [`HmacOptions`]; plowf, github and pagarme are presets
 //! of it, so adjusting one of them means changing a few builder calls.
 
+use super::secret::STANDARD_PAD_INDIFFERENT;
 use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_PAD_INDIFFERENT};
+use base64::engine::general_purpose::STANDARD;
 use http::{HeaderMap, HeaderName};
 
 pub use super::secret::Algorithm;

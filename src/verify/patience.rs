@@ -42,6 +42,17 @@ pub enum Rule {
 }
 
 impl Patience {
+    /// For a gateway that pauses a queue: how many days after the pause it deletes the
+    /// queue's events.
+    pub fn deletes_paused_after_days(&self) -> Option<u32> {
+        match self.rule {
+            Rule::Queue {
+                deleted_after_days, ..
+            } => Some(deleted_after_days),
+            _ => None,
+        }
+    }
+
     /// What is left of it for a failure going on since `since_ms` (unix ms), at `now_ms`.
     /// `failures`: the failed deliveries portaria itself saw (the 503s it answered), when it
     /// saw them; a tunnel that is down sees none, and the schedule is all there is to go by.

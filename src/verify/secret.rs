@@ -134,6 +134,14 @@ impl Algorithm {
     }
 }
 
+/// Standard base64 that takes its padding or leaves it out (base64 0.23 names this engine;
+/// 0.22, which tokio-postgres links anyway, spells it out).
+pub(crate) const STANDARD_PAD_INDIFFERENT: GeneralPurpose = GeneralPurpose::new(
+    &alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
 /// Decodes secrets as leniently as Python's `b64decode`: unpadded, and with non-zero bits
 /// after the last full byte (the spec's own unpadded test secret has them).
 const SECRET_BASE64: GeneralPurpose = GeneralPurpose::new(

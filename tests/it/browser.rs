@@ -6,7 +6,10 @@
 //! and phone width) land in `target/screenshots/`. And the login with a `[status]` token
 //! (`tests/browser/login.mjs`): the form, a wrong token, the HttpOnly session cookie, log out.
 //! And the language (`tests/browser/language.mjs`): a Chromium whose language is `pt-BR` gets
-//! the page in Brazilian Portuguese, one whose language is `en-US` in English.
+//! the page in Brazilian Portuguese, one whose language is `en-US` in English. And the controls
+//! of issue 27 (`tests/browser/controls.mjs`): a route paused and resumed from the overview's
+//! routes panel, what waited then delivered in order to a real command; the events list filtered
+//! by type, "Replay these N" pressed, and exactly those N sent again.
 //!
 //! Skipped, with a note, when Chromium or playwright-core is missing; required when
 //! `PORTARIA_REQUIRE_BROWSER` is set (`.ci/run` sets it and installs both).
@@ -259,5 +262,130 @@ async fn a_brazilian_browser_gets_the_page_in_portuguese_and_another_in_english(
         let len = std::fs::metadata(screenshots().join(shot)).map_or(0, |m| m.len());
         assert!(len > 10_000, "{shot}: {len} bytes");
     }
+    server.stop().await;
+}
+
+/// portaria forwarding pagarme to a command in `work` that records each call (`event attempt`).
+async fn recording_to(work: &Path) -> TestServer {
+    let program = record_calls(work, "on-event.sh", "cat >/dev/null", EVENT_ATTEMPT, "");
+    let forward = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 10 }}\nretry = [\"200ms\"]\n",
+        program.display()
+    );
+    TestServer::start("", &forward).await
+}
+
+/// A pagarme event of type `kind` (payment `n`).
+async fn post_typed(server: &TestServer, n: usize, kind: &str) {
+    let body = String::from_utf8(payment_body(n))
+        .unwrap()
+        .replace("charge.paid", kind);
+    assert_eq!(post_pagarme(server.addr, body.as_bytes()).await.status, 200);
+}
+
+fn shots_taken(names: &[&str]) {
+    for shot in names {
+        let len = std::fs::metadata(screenshots().join(shot)).map_or(0, |m| m.len());
+        assert!(len > 10_000, "{shot}: {len} bytes");
+    }
+}
+
+#[tokio::test]
+async fn the_owner_pauses_a_route_on_the_page_and_resumes_it_and_what_waited_goes_out_in_order() {
+    let Some(chromium) = browser_or_skip() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let server = recording_to(work.path()).await;
+    let admin = format!("http://{}", server.admin.unwrap());
+    let step = |step: &str, expect: usize| {
+        [
+            ("STEP", step.to_string()),
+            ("ADMIN_URL", admin.clone()),
+            ("EXPECT", expect.to_string()),
+        ]
+    };
+    run_script("controls.mjs", &chromium, &step("pause", 0)).await;
+    let reason: String = server.one("SELECT reason FROM route_pauses");
+    assert_eq!(reason, "paused on the status page");
+
+    for n in 1..=3 {
+        assert_eq!(
+            post_pagarme(server.addr, &payment_body(n)).await.status,
+            200
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        calls(work.path()),
+        Vec::<String>::new(),
+        "nothing goes out while paused"
+    );
+
+    let resumed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    run_script("controls.mjs", &chromium, &step("resume", 3)).await;
+    assert_eq!(
+        event_attempts(work.path()),
+        [(1, 1), (2, 1), (3, 1)],
+        "each once, in arrival order"
+    );
+    assert_eq!(server.one::<i64>("SELECT count(*) FROM route_pauses"), 0);
+    let first: i64 = server.one("SELECT min(finished_at) FROM deliveries");
+    assert!(
+        first >= resumed_at,
+        "delivered {} ms before the resume",
+        resumed_at - first
+    );
+    shots_taken(&[
+        "route-paused-desktop.png",
+        "route-paused-waiting-desktop.png",
+        "route-resumed-desktop.png",
+    ]);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_owner_filters_the_events_replays_these_n_and_only_those_go_out_again() {
+    let Some(chromium) = browser_or_skip() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let server = recording_to(work.path()).await;
+    // Six delivered events, every other one a refund: the owner's handler mishandled those.
+    for n in 1..=6 {
+        let kind = if n % 2 == 0 {
+            "charge.refunded"
+        } else {
+            "charge.paid"
+        };
+        post_typed(&server, n, kind).await;
+    }
+    eventually(WAIT, "all six delivered once", || {
+        calls(work.path()).len() == 6
+    })
+    .await;
+    let env = [
+        ("STEP", "replay".to_string()),
+        ("ADMIN_URL", format!("http://{}", server.admin.unwrap())),
+        ("TYPE", "*.refunded".to_string()),
+        ("EXPECT", "3".to_string()),
+    ];
+    run_script("controls.mjs", &chromium, &env).await;
+    eventually(WAIT, "the three replayed", || calls(work.path()).len() >= 9).await;
+    // Time for any other to go out, if one wrongly would.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let seen = event_attempts(work.path());
+    assert_eq!(seen.len(), 9, "{seen:?}");
+    let mut replayed: Vec<i64> = seen[6..].iter().map(|(id, _)| *id).collect();
+    replayed.sort();
+    assert_eq!(replayed, [2, 4, 6], "exactly the refunds: {seen:?}");
+    assert_eq!(
+        server.one::<i64>("SELECT count(*) FROM deliveries WHERE status = 'delivered'"),
+        6
+    );
+    shots_taken(&["events-filtered-desktop.png", "events-replayed-desktop.png"]);
     server.stop().await;
 }

@@ -273,6 +273,16 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     {
         assert_eq!(deliver(server.addr, h).await.status, 200);
     }
+    let admin = server.admin.expect("the admin listener");
+    let gauge = |name: &'static str| async move {
+        let scraped = scrape(admin).await;
+        find(&scraped, name, &[("endpoint", "pagarme-v5")]).unwrap_or_else(|| panic!("no {name}"))
+    };
+    assert_eq!(
+        gauge("portaria_reconcile_last_run_timestamp_seconds").await,
+        0.0
+    );
+    assert_eq!(gauge("portaria_reconcile_ok").await, 0.0, "no run yet");
 
     let out = reconcile(&server, &["--json"]).await;
     assert_no_key(&out);
@@ -287,6 +297,11 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     assert_eq!(report["missing"], json!(["hook_missing"]));
     assert_eq!(report["recovered"], json!(["hook_missing"]));
     assert_eq!(fake.retries(), ["/core/v5/hooks/hook_missing/retry"]);
+    // `/metrics` shows the run the command kept, read from the store.
+    assert!(gauge("portaria_reconcile_last_run_timestamp_seconds").await > 1.7e9);
+    assert_eq!(gauge("portaria_reconcile_missing").await, 1.0);
+    assert_eq!(gauge("portaria_reconcile_recovered").await, 1.0);
+    assert_eq!(gauge("portaria_reconcile_ok").await, 1.0);
     // The listing asked for the window, page by page.
     let lists: Vec<String> = fake
         .seen()
@@ -320,6 +335,49 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     assert_eq!(deliver(server.addr, &hooks[101]).await.status, 200);
     assert_eq!(stored_with_key(&server, "hook_missing"), 1);
     drop(fake.hooks);
+}
+
+/// One run at a time per store: a command that finds the store held (by `serve`'s schedule,
+/// another instance's or another command; here a handle the test holds as one would) asks
+/// the gateway nothing, keeps nothing, says why and exits 1; once the hold is let go, it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_while_another_holds_the_store_does_nothing_and_says_so() {
+    let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
+    let (server, fake) = start(vec![hook("hook_gone", "failed", ours)], "").await;
+    let other = portaria::store::Store::open_read_only(&server.db).unwrap();
+    let hold = other
+        .reconcile_hold()
+        .await
+        .unwrap()
+        .expect("nobody holds it yet");
+
+    let out = reconcile(&server, &["--json"]).await;
+    let (busy, code) = report(&out);
+    assert_eq!(code, Some(1), "{busy}");
+    assert_eq!(busy["busy"], true, "{busy}");
+    let error = busy["errors"][0].as_str().unwrap_or("");
+    assert!(
+        error.contains("another reconcile run holds this store"),
+        "{busy}"
+    );
+    assert!(fake.seen().is_empty(), "the gateway was asked nothing");
+    let runs = server.one::<i64>("SELECT COUNT(*) FROM meta WHERE key LIKE 'reconcile:%'");
+    assert_eq!(
+        runs, 0,
+        "a run that did nothing is not kept as the last run"
+    );
+
+    hold.release().await;
+    let out = reconcile(&server, &["--json"]).await;
+    let (done, code) = report(&out);
+    assert_eq!(code, Some(0), "{done}");
+    assert_eq!(
+        (done["busy"].clone(), done["recovered"].clone()),
+        (json!(false), json!(["hook_gone"]))
+    );
+    tokio::task::spawn_blocking(move || other.close())
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

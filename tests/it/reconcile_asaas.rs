@@ -239,3 +239,73 @@ async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_even
     assert_eq!((code, &run["missing"]), (Some(0), &json!([])), "{run}");
     assert_eq!(fake.changes().len(), 2);
 }
+
+/// A queue a run leaves paused is a `reconciled` alert with Asaas's deadline: its events are
+/// deleted 14 days after the pause, counted from when runs first saw it paused, a date the
+/// next run keeps (it does not move the deadline later). A command's runs, announced by the
+/// server's alerts task from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_left_paused_is_an_alert_with_asaas_s_deadline_kept_across_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = ca("fake Asaas CA");
+    let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
+    let ours = "https://hooks.shop.example/webhooks/asaas";
+    let fake = FakeAsaas::start(
+        server_tls(&ca),
+        vec![webhook("wh_ours", ours, true, 15)],
+        vec![],
+    )
+    .await;
+    let alerts = dir.path();
+    let extra = format!(
+        "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"1s\"\n",
+        alert_command(alerts).display()
+    );
+    let server = start(&fake, &ca_file, &extra).await;
+
+    let (first, code) = report(&reconcile(&server, &["--json"]).await);
+    assert_eq!(code, Some(1), "{first}");
+    let since = first["paused_since_ms"]
+        .as_i64()
+        .expect("a paused queue's since");
+    assert_eq!(
+        Some(since),
+        first["at_ms"].as_i64(),
+        "first seen paused now"
+    );
+    let deadline = portaria::time::rfc3339(since + 14 * 86_400_000);
+    eventually(WAIT, "the reconciled alert", || {
+        !of_kind(alerts, "reconciled").is_empty()
+    })
+    .await;
+    let alert = &of_kind(alerts, "reconciled")[0];
+    assert_eq!(
+        (&alert["endpoint"], &alert["count"]),
+        (&json!("asaas"), &json!(1)),
+        "{alert}"
+    );
+    let message = alert["message"].as_str().unwrap_or("");
+    for says in [
+        "never received (wh_ours)",
+        "got none back",
+        "Asaas deletes the events of a paused queue 14 days after the pause",
+        &format!("by {deadline} at the latest"),
+    ] {
+        assert!(message.contains(says), "{says:?} not in {message}");
+    }
+
+    let (second, _) = report(&reconcile(&server, &["--json"]).await);
+    assert!(second["at_ms"].as_i64() > Some(since), "{second}");
+    assert_eq!(second["paused_since_ms"].as_i64(), Some(since), "{second}");
+    eventually(WAIT, "the second run's alert", || {
+        of_kind(alerts, "reconciled").len() == 2
+    })
+    .await;
+    let message = of_kind(alerts, "reconciled")[1]["message"].to_string();
+    assert!(message.contains(&deadline), "the same deadline: {message}");
+    assert_eq!(
+        fake.changes(),
+        Vec::<String>::new(),
+        "nothing asked without reactivate"
+    );
+}

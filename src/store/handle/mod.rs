@@ -26,6 +26,7 @@ mod reconcile;
 mod retention;
 
 pub use pruning::Pruning;
+pub use reconcile::ReconcileHold;
 
 use super::StoreError;
 use super::counters::Tally;

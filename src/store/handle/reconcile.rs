@@ -13,8 +13,45 @@ use std::collections::HashMap;
 use super::Engine;
 use super::Store;
 use crate::store::StoreError;
+use crate::store::postgres::ReconcileLock;
+
+/// A reconcile run's hold on the store ([`Store::reconcile_hold`]): while one is held, no
+/// other run reconciles with this store, in this process, another instance or a command.
+/// Dropping it lets the next one in.
+pub struct ReconcileHold {
+    held: Held,
+}
+
+enum Held {
+    /// The lock file beside the database, locked (closing it unlocks it).
+    Sqlite(std::fs::File),
+    Postgres(ReconcileLock),
+}
+
+impl ReconcileHold {
+    /// Lets the next run in now. A hold dropped instead (a run cut off) is let go too, on
+    /// PostgreSQL a moment later, when its session ends.
+    pub async fn release(self) {
+        match self.held {
+            Held::Sqlite(file) => drop(file),
+            Held::Postgres(lock) => lock.release().await,
+        }
+    }
+}
 
 impl Store {
+    /// The hold one reconcile run needs, or None when another run holds it now (the caller
+    /// skips its run rather than wait). On SQLite a lock on a file beside the database, on
+    /// PostgreSQL a session-level advisory lock: both released by the holder's end however
+    /// it ends.
+    pub async fn reconcile_hold(&self) -> Result<Option<ReconcileHold>, StoreError> {
+        let held = match self.engine() {
+            Engine::Sqlite(db) => db.reconcile_lock()?.map(Held::Sqlite),
+            Engine::Postgres(pg) => pg.reconcile_lock().await?.map(Held::Postgres),
+        };
+        Ok(held.map(|held| ReconcileHold { held }))
+    }
+
     /// Those of `keys` that no stored event of `endpoint` has as its dedup key, in the order
     /// given. A read: on SQLite through the reader a command opened, or the writer's job.
     pub async fn never_stored(

@@ -40,6 +40,7 @@ use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 
+pub(super) use reconcile::ReconcileLock;
 pub(super) use retention::RetentionLock;
 
 use super::StoreError;

@@ -1,9 +1,12 @@
 //! PostgreSQL's side of [`crate::store::Store::never_stored`]: the keys given, less those the
 //! dedup barrier holds for the endpoint (table `dedup`: a row per (endpoint, key) of any stored
 //! event, deleted with the key's last event), in one statement through its PRIMARY KEY
-//! (`unnest ... WITH ORDINALITY` keeps the order given).
+//! (`unnest ... WITH ORDINALITY` keeps the order given). And the reconcile lock: a
+//! session-level advisory lock, as the retention lock (`retention.rs`).
 
 use std::collections::HashMap;
+
+use deadpool_postgres::{ClientWrapper, Object};
 
 use super::{Pg, error};
 use crate::store::StoreError;
@@ -23,7 +26,42 @@ const NEVER_STORED: &str = "SELECT k.key FROM unnest($2::text[]) WITH ORDINALITY
      WHERE NOT EXISTS (SELECT 1 FROM dedup d WHERE d.endpoint = $1 AND d.dedup_key = k.key) \
      ORDER BY k.n";
 
+/// The reconcile lock: whoever holds it runs reconcile (an arbitrary constant: "portaria" in
+/// ASCII with its last byte changed, beside the migration, alerts and retention locks).
+const RECONCILE_LOCK: i64 = 0x706f_7274_6172_6963;
+
+/// The reconcile lock, held on a session of its own, out of the pool: dropping it closes
+/// the connection, and PostgreSQL releases the lock with the session.
+pub(in crate::store) struct ReconcileLock {
+    client: ClientWrapper,
+}
+
+impl ReconcileLock {
+    /// Lets the lock go now: the session's end, when the connection closes after the drop,
+    /// comes a moment later (and still releases it if this fails).
+    pub(in crate::store) async fn release(self) {
+        let unlock = "SELECT pg_advisory_unlock($1)";
+        let _ = self.client.query_one(unlock, &[&RECONCILE_LOCK]).await;
+    }
+}
+
 impl Pg {
+    /// The reconcile lock if no other session holds it (None: another instance, or a
+    /// command, is reconciling).
+    pub(in crate::store) async fn reconcile_lock(
+        &self,
+    ) -> Result<Option<ReconcileLock>, StoreError> {
+        let client = self.client().await?;
+        let took: bool = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&RECONCILE_LOCK])
+            .await
+            .map_err(error)?
+            .get(0);
+        Ok(took.then(|| ReconcileLock {
+            client: Object::take(client),
+        }))
+    }
+
     pub(in crate::store) async fn never_stored(
         &self,
         endpoint: &str,

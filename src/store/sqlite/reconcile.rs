@@ -1,7 +1,10 @@
 //! SQLite's side of [`crate::store::Store::never_stored`]: one look per key through the narrow
 //! `events_dedup` index (the dedup hash), then the full key compared, as the barrier does.
+//! And the reconcile lock: a file lock beside the database.
 
 use std::collections::HashMap;
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::Path;
 
 use rusqlite::params;
 
@@ -30,6 +33,28 @@ const KNOWN_KEY: &str = "SELECT EXISTS (SELECT 1 FROM events WHERE dedup_hash = 
      +endpoint = ?2 AND dedup_key = ?3)";
 
 impl Sqlite {
+    /// The reconcile lock: an exclusive `flock` on `<database>-reconcile.lock` beside the
+    /// file, held by the returned file (closing it, or the process's end, releases it): the
+    /// server's schedule and a command running beside it on the same file. None: taken.
+    pub(in crate::store) fn reconcile_lock(&self) -> Result<Option<File>, StoreError> {
+        let mut name = self.path().as_os_str().to_owned();
+        name.push("-reconcile.lock");
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&name)
+            .map_err(|e| StoreError::Sqlite(format!("{}: {e}", Path::new(&name).display())))?;
+        match file.try_lock() {
+            Ok(()) => Ok(Some(file)),
+            Err(TryLockError::WouldBlock) => Ok(None),
+            Err(TryLockError::Error(e)) => Err(StoreError::Sqlite(format!(
+                "locking {}: {e}",
+                Path::new(&name).display()
+            ))),
+        }
+    }
+
     pub(in crate::store) async fn never_stored(
         &self,
         endpoint: &str,

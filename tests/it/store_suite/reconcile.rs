@@ -186,7 +186,34 @@ async fn the_last_run_of_each_endpoint_is_kept(s: &Subject) {
     super::close(other).await;
 }
 
+/// One reconcile run at a time per store: the hold is exclusive across handles (the server
+/// and a command, two instances), released when let go. On SQLite a lock file beside the
+/// database, on PostgreSQL a session's advisory lock: the same promise.
+async fn one_reconcile_run_holds_the_store_at_a_time(s: &Subject) {
+    let other = s.another().await;
+    let held = s
+        .store
+        .reconcile_hold()
+        .await
+        .unwrap()
+        .expect("free at first");
+    assert!(
+        other.reconcile_hold().await.unwrap().is_none(),
+        "another handle must not get it while it is held"
+    );
+    assert!(
+        s.store.reconcile_hold().await.unwrap().is_none(),
+        "nor the same handle a second time"
+    );
+    held.release().await;
+    let again = other.reconcile_hold().await.unwrap();
+    assert!(again.is_some(), "free again once the holder let go");
+    drop(again);
+    super::close(other).await;
+}
+
 engines!(
+    one_reconcile_run_holds_the_store_at_a_time,
     never_stored_names_the_keys_no_event_of_the_endpoint_has,
     the_last_run_of_each_endpoint_is_kept,
     the_signed_ids_of_a_window_come_with_their_newest_time,

@@ -5,7 +5,8 @@
 //! signing helpers computed here independently of portaria's own code (`signing`), and
 //! command targets that record their calls (`recorder`). Those are re-exported here, for
 //! `use crate::support::*`. The rest is named where it is used: a throwaway PostgreSQL
-//! (`pg_cluster`) and what the PostgreSQL tests share (`postgres`), the providers' own
+//! (`pg_cluster`) and what the PostgreSQL tests share (`postgres`), one test body on either
+//! engine with its deliveries read through the store API (`engine`), the providers' own
 //! libraries as oracles (`oracle`), storage that fails on purpose (`faults`: a tmpfs to fill;
 //! `refusing_fs`: a FUSE mount that turns read-only), HTTPS on loopback and a tunnel in front
 //! of portaria (`tunnel`), and a small random generator (`rng`).
@@ -15,6 +16,7 @@
 #![allow(dead_code)]
 
 pub mod config_text;
+pub mod engine;
 pub mod faults;
 pub mod gateway;
 pub mod http;
