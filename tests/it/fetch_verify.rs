@@ -389,3 +389,72 @@ async fn on_postgresql_a_fetched_payment_is_kept_and_a_missing_one_rejected() {
     assert_eq!(failed, 1, "the 503 was an attempt, retried");
     server.stop().await;
 }
+
+/// The real binary at `RUST_LOG=trace`, its key in a variable: a payment fetched, one the API
+/// does not have, one it fails on until the event is dead; no log line holds the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_key_reaches_no_log_line_even_at_trace() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path();
+    let ca = ca("fake Mercado Pago CA");
+    let ca_file = write_ca(&ca, dir, "api-ca.pem");
+    let answers: Answers = Arc::new(Mutex::new(HashMap::from([
+        (
+            "/v1/payments/59".to_string(),
+            vec![(200, mp_payment(59, "approved"))],
+        ),
+        (
+            "/v1/payments/88".to_string(),
+            vec![(500, json!({"message": "internal_error"}))],
+        ),
+    ])));
+    let api = fake_api(
+        server_tls(&ca),
+        "authorization",
+        format!("Bearer {MP_KEY}"),
+        answers,
+    )
+    .await;
+    let target = Target::start(vec![200]).await;
+    let keys = format!(
+        "secret = \"{MP_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}\n\
+         retry = [\"100ms\"]\n[endpoint.reconcile]\napi_key_env = \"PORTARIA_TEST_MP_TOKEN\"\n\
+         api_base = \"https://localhost:{}\"\nca_file = \"{}\"\nfetch = true\n",
+        target.addr,
+        api.addr.port(),
+        ca_file.display()
+    );
+    let db = dir.join("portaria.db");
+    let config = dir.join("portaria.toml");
+    let text = sqlite_config(&db)
+        .endpoint("/webhooks/mercadopago", "mercadopago", &keys)
+        .text();
+    std::fs::write(&config, text).unwrap();
+    let mut serve = portaria();
+    serve
+        .env("RUST_LOG", "trace")
+        .env("PORTARIA_TEST_MP_TOKEN", MP_KEY)
+        .args(["serve", "--config"])
+        .arg(&config);
+    let server = Process::spawn_command(serve).await;
+    for (n, id) in ["59", "66", "88"].iter().enumerate() {
+        let (path, headers, body) = mercadopago("/webhooks/mercadopago", id, &format!("req-{n}"));
+        assert_eq!(post(server.addr, &path, &headers, &body).await.status, 200);
+    }
+    eventually(WAIT, "59 forwarded, 66 and 88 dead", || {
+        target.count() == 1
+            && count(
+                &open_db(&db),
+                "SELECT COUNT(*) FROM deliveries WHERE status = 'dead'",
+            ) == 2
+    })
+    .await;
+    let log = server.log.lock().unwrap().clone();
+    assert!(log.contains("rejected_by_fetch"), "{log}");
+    assert!(
+        log.contains("fetch: GET /v1/payments/88: HTTP 500"),
+        "{log}"
+    );
+    assert!(!log.contains(MP_KEY), "the key in the log");
+    assert_eq!(api.seen.lock().unwrap().len(), 4, "59, 66, 88 twice");
+}
