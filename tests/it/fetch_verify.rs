@@ -108,7 +108,7 @@ async fn mercado_pago_payments_are_fetched_before_they_are_forwarded() {
         server_tls(&ca),
         "authorization",
         format!("Bearer {MP_KEY}"),
-        answers,
+        answers.clone(),
     )
     .await;
     let target = Target::start(vec![200]).await;
@@ -232,6 +232,22 @@ async fn mercado_pago_payments_are_fetched_before_they_are_forwarded() {
         .collect();
     assert!(!dump.windows(MP_KEY.len()).any(|w| w == MP_KEY.as_bytes()));
     assert!(!shown.contains(MP_KEY));
+
+    // The payment shows up after all (or the owner fixed api_base): a replay asks again, and
+    // the object it gets replaces the rejection and reaches both targets.
+    answers.lock().unwrap().insert(
+        "/v1/payments/66".to_string(),
+        vec![(200, mp_payment(66, "approved"))],
+    );
+    ok_stdout(&run_cli(&["events", "replay", "2"], &server.config_path()));
+    eventually(WAIT, "66 at both targets after the replay", || {
+        target.count() == 3 && calls(&work).len() == 3
+    })
+    .await;
+    let state: String = server.one("SELECT state FROM fetches WHERE event_id = 2");
+    assert_eq!(state, "fetched");
+    let replayed: Value = serde_json::from_slice(&target.seen.lock().unwrap()[2].body).unwrap();
+    assert_eq!(replayed["fetched"], mp_payment(66, "approved"));
     server.stop().await;
 }
 
