@@ -111,8 +111,9 @@ struct SendArgs {
     #[arg(long)]
     file: Option<PathBuf>,
     /// Send the identical delivery this many times (watch deduplication work).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1000))]
-    repeat: u16,
+    // An i64, as the ids: one integer parser in the binary, not one per type.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(i64).range(1..=1000))]
+    repeat: i64,
     /// Where to POST (default: the config's listen address and the endpoint's path).
     #[arg(long)]
     url: Option<String>,

@@ -216,7 +216,8 @@ pub(super) fn run(config: Option<&Path>, args: SendArgs) -> Result<ExitCode, Str
     };
     let signed = prepare(&config, endpoint, body, args.url.as_deref())?;
     let runtime = super::command_runtime()?;
-    let repeat = usize::from(args.repeat);
+    // 1..=1000, by its parser.
+    let repeat = usize::try_from(args.repeat).unwrap_or(1);
     println!(
         "POST {} ({} bytes, signed as {})",
         signed.url,

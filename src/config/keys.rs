@@ -29,7 +29,7 @@ pub(super) fn read(text: &str) -> Result<(RawConfig, Vec<String>), Vec<String>> 
     let mut root = DeTable::parse(text).map_err(|e| vec![toml_message(text, &e)])?;
     let mut unknown = Vec::new();
     walk(root.get_mut(), Table::Root, "", &mut unknown);
-    unknown.sort_by_key(|u| u.offset);
+    unknown.sort_unstable_by_key(|u| u.offset);
     let mut problems: Vec<String> = unknown.into_iter().map(|u| u.message(text)).collect();
     for _ in 0..MAX_REFUSED_VALUES {
         let attempt = RawConfig::deserialize(toml::de::Deserializer::from(root.clone()));

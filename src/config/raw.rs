@@ -175,11 +175,38 @@ pub(super) struct RawSecret {
     pub(super) secret_file: Option<OneOrMany>,
 }
 
-#[derive(Deserialize)]
-#[serde(untagged)]
+/// `"X"` or `["X", "Y"]`. Read by a visitor of its own rather than `#[serde(untagged)]`,
+/// whose buffering of any value costs the binary tens of KB (the 6 MiB budget) and whose
+/// error names no expectation.
 pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),
+}
+
+impl<'de> Deserialize<'de> for OneOrMany {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Either;
+        impl<'de> serde::de::Visitor<'de> for Either {
+            type Value = OneOrMany;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or a list of strings")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<OneOrMany, E> {
+                Ok(OneOrMany::One(v.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<OneOrMany, A::Error> {
+                let mut all = Vec::new();
+                while let Some(one) = seq.next_element::<String>()? {
+                    all.push(one);
+                }
+                Ok(OneOrMany::Many(all))
+            }
+        }
+        deserializer.deserialize_any(Either)
+    }
 }
 
 impl OneOrMany {

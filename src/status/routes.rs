@@ -96,8 +96,11 @@ pub fn panel(
 ) -> Markup {
     let t = chrome.lang;
     let pause_of = |e: &str, r: &str| pauses.iter().find(|p| p.endpoint == e && p.route == r);
-    let mut rows: Vec<&(String, String)> = routes.iter().collect();
-    rows.sort_by_key(|(e, r)| pause_of(e, r).is_none());
+    // The paused first, each part in the config's order (a partition, not a stable sort:
+    // one sort's code less in the binary).
+    let (mut rows, running): (Vec<&(String, String)>, Vec<_>) =
+        routes.iter().partition(|(e, r)| pause_of(e, r).is_some());
+    rows.extend(running);
     html! {
         @if !routes.is_empty() {
             h2 { t { "Routes" } }

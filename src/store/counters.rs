@@ -138,7 +138,7 @@ impl Tally {
                 })
             })
             .collect();
-        rows.sort_by(|a, b| (&a.endpoint, a.hour).cmp(&(&b.endpoint, b.hour)));
+        rows.sort_unstable_by(|a, b| (&a.endpoint, a.hour).cmp(&(&b.endpoint, b.hour)));
         (rows, trim)
     }
 

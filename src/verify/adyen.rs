@@ -172,7 +172,7 @@ fn dedup_key(_headers: &HeaderMap, body: &[u8]) -> Result<String, DedupError> {
         return Ok(hex::encode(crate::digest::sha256(&[body])));
     };
     // Positions kept for the message: which item repeats which.
-    keys.sort();
+    keys.sort_unstable();
     if let Some(pair) = keys.windows(2).find(|pair| pair[0].0 == pair[1].0) {
         let (first, again) = (pair[0].1.min(pair[1].1), pair[0].1.max(pair[1].1));
         return Err(DedupError::Custom(format!(
@@ -192,7 +192,7 @@ fn items_of(_headers: &HeaderMap, body: &[u8]) -> Vec<String> {
         .into_iter()
         .map(|(key, _)| key)
         .collect();
-    keys.sort();
+    keys.sort_unstable();
     keys
 }
 

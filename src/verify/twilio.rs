@@ -51,7 +51,7 @@ fn sorted_params(body: &[u8]) -> Vec<(String, String)> {
     let mut params: Vec<(String, String)> = form_urlencoded::parse(body)
         .map(|(name, value)| (name.into_owned(), value.into_owned()))
         .collect();
-    params.sort();
+    params.sort_unstable();
     params.dedup();
     params
 }

@@ -177,7 +177,7 @@ mod tests {
                         .then(|| name.to_string())
                 })
                 .collect();
-            found.sort();
+            found.sort_unstable();
             found
         };
         let pairs = |t: &Text| {

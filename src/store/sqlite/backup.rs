@@ -290,7 +290,7 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .filter(|n| !n.starts_with("p.db"))
             .collect();
-        names.sort();
+        names.sort_unstable();
         assert_eq!(names, ["copy.db"]);
         // A portaria that opens the copy (a restore) finds its events.
         let restored = Db::open(&file).unwrap();

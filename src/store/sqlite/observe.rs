@@ -151,7 +151,7 @@ mod tests {
         insert(&conn, "b", "2", "dead", 70);
         insert(&conn, "c", "1", "stored", 10);
         let mut stats = queue_stats(&conn).unwrap();
-        stats.sort_by(|x, y| x.endpoint.cmp(&y.endpoint));
+        stats.sort_unstable_by(|x, y| x.endpoint.cmp(&y.endpoint));
         assert_eq!(
             stats,
             vec![

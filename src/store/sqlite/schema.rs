@@ -635,6 +635,8 @@ mod tests {
             "OMIT_UTF16",
             "OMIT_DATETIME_FUNCS",
             "OMIT_INCRBLOB",
+            "OMIT_TRACE",
+            "OMIT_INTROSPECTION_PRAGMAS",
         ] {
             assert!(
                 options.iter().any(|o| o == omitted),
