@@ -43,7 +43,9 @@ const UNFINISHED_BY_ROUTE: &str = "SELECT endpoint, route, count(*) FROM deliver
 /// Due deliveries of a lane: pending and due, or delivering under an expired lease (taken
 /// over: its cut-off attempt is recorded as `interrupted` by the same statement, so every
 /// forward beyond the first is explained by an attempt row). `$which` narrows the candidates
-/// (`order_by`: only a key's head).
+/// (`order_by`: only a key's head). The claimed come back soonest first, then by arrival, as
+/// `due` picked them: an `UPDATE ... RETURNING` gives its rows in the join's order, which the
+/// planner chooses (the store suite saw arrival order under load), so they are ordered again.
 macro_rules! claim {
     ($($which:tt)*) => {
         concat!(
@@ -57,11 +59,12 @@ macro_rules! claim {
              cut AS (INSERT INTO attempts (event_id, route, attempt, started_at, duration_ms, \
                outcome, error) SELECT event_id, $2, tried, $3, 0, 'interrupted', \
                'the instance delivering it stopped renewing its lease' \
-               FROM due WHERE was = 'delivering') \
-             UPDATE deliveries AS d SET status = 'delivering', attempts = d.attempts + 1, \
-             claimed_by = $5, lease_until = $3 + $6 \
-             FROM due WHERE d.event_id = due.event_id AND d.route = $2 \
-             RETURNING d.event_id, d.attempts"
+               FROM due WHERE was = 'delivering'), \
+             claimed AS (UPDATE deliveries AS d SET status = 'delivering', \
+               attempts = d.attempts + 1, claimed_by = $5, lease_until = $3 + $6 \
+               FROM due WHERE d.event_id = due.event_id AND d.route = $2 \
+               RETURNING d.event_id, d.attempts, d.next_attempt_at) \
+             SELECT event_id, attempts FROM claimed ORDER BY next_attempt_at, event_id"
         )
     };
 }
