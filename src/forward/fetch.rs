@@ -6,7 +6,8 @@
 //! trust.
 //!
 //! - Mercado Pago: a `payment` notification, `GET /v1/payments/{id}` (`Authorization:
-//!   Bearer`), the id the signature covers (`data.id` of the query; else the body's).
+//!   Bearer`), the id the signature covers (`data.id` of the query; one signed without it is
+//!   rejected, never fetched by the unsigned body's id).
 //! - Asaas: a `PAYMENT_...` event, `GET /v3/payments/{payment.id}` (`access_token` header).
 //!
 //! Other events (Mercado Pago's orders, Asaas's transfers) go out as they are. What the API
@@ -19,13 +20,13 @@
 //! a refused key) fails the attempt, retried on the route's schedule. The key is in one
 //! header of one request (marked sensitive); no error, log line or stored row holds it.
 
-use http::header::{ACCEPT, AUTHORIZATION};
+use http::header::ACCEPT;
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
 use serde_json::Value;
 
 use super::{Delivery, LaneShared, Outcome};
 use crate::config::Reconcile;
-use crate::outbound::{Client, Limits, Request, Roots};
+use crate::outbound::{Client, KeyAuth, Limits, Request, Roots};
 use crate::store::Fetched;
 
 /// Where a gateway keeps the payments its notifications name.
@@ -56,14 +57,13 @@ impl Fetcher {
         let ready = (|| -> Result<_, String> {
             let roots = Roots::system().with(&r.extra_roots);
             let client = Client::new(&roots, Limits::default()).map_err(|e| e.to_string())?;
-            let key = String::from_utf8_lossy(r.api_key.expose());
-            let (name, value) = match gateway {
-                Gateway::MercadoPago => (AUTHORIZATION, format!("Bearer {key}")),
-                Gateway::Asaas => (HeaderName::from_static("access_token"), key.into_owned()),
+            let scheme = match gateway {
+                Gateway::MercadoPago => KeyAuth::Bearer,
+                Gateway::Asaas => KeyAuth::AccessToken,
             };
-            let mut value = HeaderValue::from_str(&value)
-                .map_err(|_| "the API key cannot be sent in a header".to_string())?;
-            value.set_sensitive(true);
+            let (name, value) = scheme
+                .header(r.api_key.expose())
+                .ok_or("the API key cannot be sent in a header")?;
             Ok((client, name, value))
         })();
         Some(Fetcher {
@@ -73,29 +73,10 @@ impl Fetcher {
         })
     }
 
-    /// The API path of the payment `d` names; None for an event that names none; Err when
-    /// it should and the id is missing or not one a payment has.
+    /// The API path of the payment `d` names ([`payment_path`]).
     fn path(&self, d: &Delivery) -> Option<Result<String, String>> {
         let kind = d.event_type.as_deref().unwrap_or("");
-        let body = || serde_json::from_slice::<Value>(&d.body).ok();
-        let (id, path) = match self.gateway {
-            Gateway::MercadoPago if kind == "payment" => {
-                let id = d.signed_id.clone();
-                (
-                    id.or_else(|| text(body()?.pointer("/data/id")?)),
-                    "/v1/payments/",
-                )
-            }
-            Gateway::Asaas if kind.starts_with("PAYMENT_") => (
-                body().and_then(|b| text(b.pointer("/payment/id")?)),
-                "/v3/payments/",
-            ),
-            _ => return None,
-        };
-        Some(match id {
-            Some(id) if plain(&id) => Ok(format!("{path}{id}")),
-            _ => Err("the event names no payment id the gateway could have".to_string()),
-        })
+        payment_path(self.gateway, kind, d.signed_id.as_deref(), &d.body)
     }
 
     /// GETs `path`: Some(the object, compact JSON) on 2xx, None on 404, Err otherwise.
@@ -165,6 +146,41 @@ async fn fetched(
     }
 }
 
+/// The API path of the payment an event of `kind` names; None for an event that names none;
+/// Err when it should and has no id a payment could have. Mercado Pago's is the id its
+/// signature covers (`data.id` of the URL), never the unsigned body's: a notification signed
+/// without one is rejected, not fetched by what anyone could have written. Asaas signs
+/// nothing: its token vouches for the whole request, `payment.id` included.
+fn payment_path(
+    gateway: Gateway,
+    kind: &str,
+    signed_id: Option<&str>,
+    body: &[u8],
+) -> Option<Result<String, String>> {
+    let (id, path) = match gateway {
+        Gateway::MercadoPago if kind == "payment" => match signed_id {
+            Some(id) => (Some(id.to_string()), "/v1/payments/"),
+            None => {
+                let why =
+                    "the notification's signature covers no payment id (`data.id` of its URL)";
+                return Some(Err(why.to_string()));
+            }
+        },
+        Gateway::Asaas if kind.starts_with("PAYMENT_") => {
+            let body = serde_json::from_slice::<Value>(body).ok();
+            (
+                body.and_then(|b| text(b.pointer("/payment/id")?)),
+                "/v3/payments/",
+            )
+        }
+        _ => return None,
+    };
+    Some(match id {
+        Some(id) if plain(&id) => Ok(format!("{path}{id}")),
+        _ => Err("the event names no payment id the gateway could have".to_string()),
+    })
+}
+
 /// An id as text: a string, or a number (Mercado Pago's `data.id` may be either).
 fn text(value: &Value) -> Option<String> {
     match value {
@@ -216,6 +232,30 @@ mod tests {
         let form: Value = serde_json::from_slice(&envelope(b"a=1&b=\"2\"", fetched)).unwrap();
         assert_eq!(form["event"], "a=1&b=\"2\"");
         assert_eq!(form["fetched"]["status"], "approved");
+    }
+
+    #[test]
+    fn mercado_pago_fetches_only_the_signed_id_and_asaas_the_payment_it_names() {
+        let body = br#"{"data":{"id":"666"},"payment":{"id":"pay_1"}}"#;
+        let mp = |signed| payment_path(Gateway::MercadoPago, "payment", signed, body);
+        assert_eq!(mp(Some("59")), Some(Ok("/v1/payments/59".to_string())));
+        let unsigned = mp(None).unwrap().unwrap_err();
+        assert!(
+            unsigned.contains("signature covers no payment id"),
+            "{unsigned}"
+        );
+        assert_eq!(
+            payment_path(Gateway::MercadoPago, "merchant_order", None, body),
+            None
+        );
+        let asaas = payment_path(Gateway::Asaas, "PAYMENT_RECEIVED", None, body);
+        assert_eq!(asaas, Some(Ok("/v3/payments/pay_1".to_string())));
+        assert_eq!(
+            payment_path(Gateway::Asaas, "TRANSFER_DONE", None, body),
+            None
+        );
+        let bad = payment_path(Gateway::Asaas, "PAYMENT_RECEIVED", None, b"{}");
+        assert!(bad.unwrap().is_err());
     }
 
     #[test]

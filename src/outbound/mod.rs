@@ -25,6 +25,7 @@
 
 mod connect;
 mod http1;
+mod key;
 mod retry_after;
 
 use std::fmt;
@@ -40,6 +41,7 @@ use serde::de::DeserializeOwned;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 pub use connect::Phase;
+pub use key::KeyAuth;
 pub use retry_after::retry_after;
 
 const USER_AGENT_VALUE: &str = concat!("portaria/", env!("CARGO_PKG_VERSION"));

@@ -9,8 +9,7 @@
 
 use std::time::{Duration, SystemTime};
 
-use base64::Engine as _;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
 
 use crate::config::Reconcile;
@@ -44,16 +43,8 @@ pub enum ApiError {
     Shape(String),
 }
 
-/// How the key goes into the `Authorization` header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Auth {
-    /// `Basic base64(key + ":")`: the key as the user, no password (Pagar.me, Stripe).
-    Basic,
-    /// `Bearer key` (Paddle).
-    Bearer,
-    /// `access_token: key`, not in `Authorization` (Asaas).
-    AccessToken,
-}
+/// How the key goes (`outbound::KeyAuth`).
+pub use crate::outbound::KeyAuth as Auth;
 
 /// A gateway's API, for one run.
 pub struct Api {
@@ -69,30 +60,13 @@ impl Api {
         let roots = Roots::system().with(&reconcile.extra_roots);
         let client = Client::new(&roots, Limits::default())
             .map_err(|e| ApiError::Unreachable(e.to_string()))?;
-        let key = reconcile.api_key.expose();
-        let value = match scheme {
-            Auth::Basic => {
-                let mut user = key.to_vec();
-                user.push(b':');
-                format!(
-                    "Basic {}",
-                    base64::engine::general_purpose::STANDARD.encode(user)
-                )
-            }
-            Auth::Bearer => format!("Bearer {}", String::from_utf8_lossy(key)),
-            Auth::AccessToken => String::from_utf8_lossy(key).into_owned(),
-        };
-        let name = match scheme {
-            Auth::AccessToken => HeaderName::from_static("access_token"),
-            Auth::Basic | Auth::Bearer => AUTHORIZATION,
-        };
-        let mut auth = HeaderValue::from_str(&value)
-            .map_err(|_| ApiError::Unreachable("the API key cannot be sent in a header".into()))?;
-        auth.set_sensitive(true);
+        let auth = scheme.header(reconcile.api_key.expose()).ok_or_else(|| {
+            ApiError::Unreachable("the API key cannot be sent in a header".into())
+        })?;
         Ok(Api {
             client,
             base: reconcile.api_base.clone(),
-            auth: (name, auth),
+            auth,
         })
     }
 
