@@ -126,7 +126,7 @@ struct LaneShared {
     route: String,
     runner: Runner,
     /// The endpoint's verify-by-fetching, if it has one (`fetch`).
-    fetch: Option<fetch::Fetcher>,
+    fetch: Option<Arc<fetch::Fetcher>>,
     retry: Box<[Duration]>,
     /// Which due deliveries may go (strict order, per key, any).
     order: Order,
@@ -144,10 +144,11 @@ struct LaneShared {
 
 impl Lane {
     /// The lane of one route of `endpoint`; a command target runs with `hide_env` removed
-    /// from its environment.
+    /// from its environment. `fetch`: the endpoint's fetching, shared by its lanes.
     fn new(
         endpoint: &Endpoint,
         route: &Route,
+        fetch: Option<Arc<fetch::Fetcher>>,
         hide_env: &[String],
         store: &Store,
         metrics: &Arc<Metrics>,
@@ -181,10 +182,7 @@ impl Lane {
                 endpoint: endpoint.name.clone(),
                 route: route.name.clone(),
                 runner,
-                fetch: fetch::Fetcher::new(
-                    endpoint.verifier.provider(),
-                    endpoint.reconcile.as_ref(),
-                ),
+                fetch,
                 retry: forward.retry.clone().into(),
                 order,
                 store: store.clone(),
@@ -287,18 +285,24 @@ impl Worker {
         endpoints: &[Arc<Endpoint>],
         hide_env: &[String],
     ) -> Result<(), StoreError> {
-        let finished = self.rollup.sender();
+        let finished = &self.rollup.sender();
+        let (store, metrics) = (&self.store, &self.metrics);
         let lanes: Vec<Lane> = endpoints
             .iter()
             .flat_map(|endpoint| {
-                endpoint.routes.iter().map(|route| {
+                // One client (and one read of the system's roots) per endpoint, not per route.
+                let provider = endpoint.verifier.provider();
+                let fetch =
+                    fetch::Fetcher::new(provider, endpoint.reconcile.as_ref()).map(Arc::new);
+                endpoint.routes.iter().map(move |route| {
                     Lane::new(
                         endpoint,
                         route,
+                        fetch.clone(),
                         hide_env,
-                        &self.store,
-                        &self.metrics,
-                        &finished,
+                        store,
+                        metrics,
+                        finished,
                     )
                 })
             })
