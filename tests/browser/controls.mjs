@@ -16,39 +16,16 @@
 // /usr/bin/chromium). Exit 77: playwright-core is not installed (npm install --prefix
 // tests/browser).
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch (e) {
-  console.error(`playwright-core is not installed: ${e.message}`);
-  process.exit(77);
-}
+import { check, exitWith, withBrowser } from "./common.mjs";
 
 const step = process.env.STEP;
 const admin = process.env.ADMIN_URL;
 const expect = Number(process.env.EXPECT || "0");
 const shots = process.env.SCREENSHOTS;
-const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 
-const FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 
-function check(condition, what) {
-  if (!condition) throw new Error(`check failed: ${what}`);
-  console.log(`ok: ${what}`);
-}
 
 /** The routes panel's row of the pagarme endpoint (its one route is named by the endpoint). */
 function pagarmeRoute(page) {
@@ -119,27 +96,13 @@ async function replay(page) {
   await page.screenshot({ path: join(shots, "events-replayed-desktop.png"), fullPage: true });
 }
 
-const profile = mkdtempSync(join(tmpdir(), "portaria-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath,
-  headless: true,
-  args: FLAGS,
-  viewport: { width: 1280, height: 900 },
-});
-let failed = false;
-try {
-  const page = context.pages()[0] ?? (await context.newPage());
-  const errors = [];
-  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
-  const steps = { pause, resume, replay };
-  check(step in steps, `a known step (${step})`);
-  await steps[step](page);
-  check(errors.length === 0, `no console errors (${errors.join("; ")})`);
-} catch (e) {
-  failed = true;
-  console.error(e.stack || String(e));
-} finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+await exitWith(() =>
+  withBrowser({ viewport: { width: 1280, height: 900 } }, async (page, context) => {
+    const errors = [];
+    page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+    const steps = { pause, resume, replay };
+    check(step in steps, `a known step (${step})`);
+    await steps[step](page);
+    check(errors.length === 0, `no console errors (${errors.join("; ")})`);
+  }),
+);

@@ -11,31 +11,15 @@
 // Environment: ADMIN_URL, EVENT_ID, EXPECT_DEAD, SCREENSHOTS, CHROMIUM. Exit 77:
 // playwright-core is missing.
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch (e) {
-  console.error(`playwright-core is not installed: ${e.message}`);
-  process.exit(77);
-}
+import { check, exitWith, withBrowser } from "./common.mjs";
 
 const admin = process.env.ADMIN_URL;
 const eventId = process.env.EVENT_ID;
 const dead = Number(process.env.EXPECT_DEAD || "1");
 const shots = process.env.SCREENSHOTS;
-const FLAGS = [
-  "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-];
 
-function check(condition, what) {
-  if (!condition) throw new Error(`check failed: ${what}`);
-  console.log(`ok: ${what}`);
-}
 
 // What each language's page must say: the browser's flag, `<html lang>`, and phrases.
 const LANGUAGES = [
@@ -65,15 +49,8 @@ const LANGUAGES = [
 
 /** One browser whose language is `lang.flag`, through the page; its overview's screenshot. */
 async function visit(lang) {
-  const profile = mkdtempSync(join(tmpdir(), "portaria-chromium-"));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-    headless: true,
-    args: [...FLAGS, `--accept-lang=${lang.flag}`],
-    viewport: { width: 1280, height: 900 },
-  });
-  try {
-    const page = context.pages()[0] ?? (await context.newPage());
+  const browser = { viewport: { width: 1280, height: 900 }, args: [`--accept-lang=${lang.flag}`] };
+  await withBrowser(browser, async (page) => {
     const [response] = await Promise.all([page.waitForResponse(`${admin}/`), page.goto(`${admin}/`)]);
     const asked = (await response.request().allHeaders())["accept-language"] || "";
     check(asked.startsWith(lang.flag), `a ${lang.flag} browser asks for ${asked}`);
@@ -98,17 +75,9 @@ async function visit(lang) {
     await page.getByRole("link", { name: eventId, exact: true }).click();
     await page.waitForURL(new RegExp(`/events/${eventId}$`));
     check(await page.getByRole("button", { name: lang.replay }).isVisible(), `the event's button "${lang.replay}"`);
-  } finally {
-    await context.close();
-    rmSync(profile, { recursive: true, force: true });
-  }
+  });
 }
 
-let failed = false;
-try {
+await exitWith(async () => {
   for (const lang of LANGUAGES) await visit(lang);
-} catch (e) {
-  failed = true;
-  console.error(e.stack || String(e));
-}
-process.exit(failed ? 1 : 0);
+});

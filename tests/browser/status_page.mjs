@@ -9,42 +9,19 @@
 // /usr/bin/chromium). Exit 77: playwright-core is not installed (npm install --prefix
 // tests/browser).
 
-import { mkdtempSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-let chromium;
-try {
-  ({ chromium } = await import("playwright-core"));
-} catch (e) {
-  console.error(`playwright-core is not installed: ${e.message}`);
-  process.exit(77);
-}
+import { check, exitWith, withBrowser } from "./common.mjs";
 
 const admin = process.env.ADMIN_URL;
 const target = process.env.TARGET_URL;
 const eventId = process.env.EVENT_ID;
 const expectDead = Number(process.env.EXPECT_DEAD || "1");
 const shots = process.env.SCREENSHOTS;
-const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 
-const FLAGS = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync",
-];
 const DESKTOP = { width: 1280, height: 900 };
 const PHONE = { width: 390, height: 844 };
 
-function check(condition, what) {
-  if (!condition) throw new Error(`check failed: ${what}`);
-  console.log(`ok: ${what}`);
-}
 
 /** The page fits the viewport's width: nothing to scroll sideways but the tables' own boxes. */
 async function fitsWidth(page, width) {
@@ -52,115 +29,101 @@ async function fitsWidth(page, width) {
   check(scroll <= width + 1, `no sideways scrolling at ${width} px (${scroll})`);
 }
 
-const profile = mkdtempSync(join(tmpdir(), "portaria-chromium-"));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath,
-  headless: true,
-  args: FLAGS,
-  viewport: DESKTOP,
-});
-let failed = false;
-try {
-  // The page needs nothing but portaria: any request elsewhere (a CDN, a font) fails.
-  const elsewhere = [];
-  context.on("request", (r) => {
-    if (new URL(r.url()).hostname !== "127.0.0.1") elsewhere.push(r.url());
-  });
-  const page = context.pages()[0] ?? (await context.newPage());
-  const errors = [];
-  page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
+await exitWith(() =>
+  withBrowser({ viewport: DESKTOP }, async (page, context) => {
+    // The page needs nothing but portaria: any request elsewhere (a CDN, a font) fails.
+    const elsewhere = [];
+    context.on("request", (r) => {
+      if (new URL(r.url()).hostname !== "127.0.0.1") elsewhere.push(r.url());
+    });
+    const errors = [];
+    page.on("console", (m) => m.type() === "error" && errors.push(m.text()));
 
-  // The overview: the red banner names the dead event.
-  await page.goto(`${admin}/`);
-  const banner = page.locator(".banner.alert");
-  check(await banner.isVisible(), "the red banner is shown");
-  const deadText = `${expectDead} dead event${expectDead === 1 ? "" : "s"}`;
-  check((await banner.innerText()).includes(deadText), `the banner says "${deadText}"`);
-  check(await page.locator("svg[role=img]").isVisible(), "the 48-hour chart is drawn");
-  await page.screenshot({ path: join(shots, "overview-desktop.png"), fullPage: true });
+    // The overview: the red banner names the dead event.
+    await page.goto(`${admin}/`);
+    const banner = page.locator(".banner.alert");
+    check(await banner.isVisible(), "the red banner is shown");
+    const deadText = `${expectDead} dead event${expectDead === 1 ? "" : "s"}`;
+    check((await banner.innerText()).includes(deadText), `the banner says "${deadText}"`);
+    check(await page.locator("svg[role=img]").isVisible(), "the 48-hour chart is drawn");
+    await page.screenshot({ path: join(shots, "overview-desktop.png"), fullPage: true });
 
-  const phone = await context.newPage();
-  await phone.setViewportSize(PHONE);
-  await phone.goto(`${admin}/`);
-  check(await phone.locator(".banner.alert").isVisible(), "the banner on a phone");
-  await fitsWidth(phone, PHONE.width);
-  await phone.screenshot({ path: join(shots, "overview-phone.png"), fullPage: true });
+    const phone = await context.newPage();
+    await phone.setViewportSize(PHONE);
+    await phone.goto(`${admin}/`);
+    check(await phone.locator(".banner.alert").isVisible(), "the banner on a phone");
+    await fitsWidth(phone, PHONE.width);
+    await phone.screenshot({ path: join(shots, "overview-phone.png"), fullPage: true });
 
-  // From the banner to the dead events, and to the one event.
-  await banner.getByRole("link").first().click();
-  await page.waitForURL(/\/events\?status=dead/);
-  await page.getByRole("link", { name: eventId, exact: true }).click();
-  await page.waitForURL(new RegExp(`/events/${eventId}$`));
-  const dead = page.locator(".banner.alert");
-  check((await dead.innerText()).includes("Dead"), "the event's page says it is dead");
-  const error = await page.locator("dd.error").first().innerText();
-  check(error.includes("500"), `the error is shown (${error})`);
-  check((await page.locator("table tbody tr").count()) >= 2, "every attempt is listed");
-  await page.screenshot({ path: join(shots, "event-dead-desktop.png"), fullPage: true });
-  await phone.goto(page.url());
-  await fitsWidth(phone, PHONE.width);
-  await phone.screenshot({ path: join(shots, "event-dead-phone.png"), fullPage: true });
+    // From the banner to the dead events, and to the one event.
+    await banner.getByRole("link").first().click();
+    await page.waitForURL(/\/events\?status=dead/);
+    await page.getByRole("link", { name: eventId, exact: true }).click();
+    await page.waitForURL(new RegExp(`/events/${eventId}$`));
+    const dead = page.locator(".banner.alert");
+    check((await dead.innerText()).includes("Dead"), "the event's page says it is dead");
+    const error = await page.locator("dd.error").first().innerText();
+    check(error.includes("500"), `the error is shown (${error})`);
+    check((await page.locator("table tbody tr").count()) >= 2, "every attempt is listed");
+    await page.screenshot({ path: join(shots, "event-dead-desktop.png"), fullPage: true });
+    await phone.goto(page.url());
+    await fitsWidth(phone, PHONE.width);
+    await phone.screenshot({ path: join(shots, "event-dead-phone.png"), fullPage: true });
 
-  // Fix the target, replay, and watch the event end delivered.
-  const fixed = await fetch(`${target}/fix`, { method: "POST" });
-  check(fixed.ok, "the target is fixed");
-  const [replayed] = await Promise.all([
-    page.waitForResponse((r) => r.url().endsWith(`/events/${eventId}/replay`)),
-    page.getByRole("button", { name: "Replay this event" }).click(),
-  ]);
-  check(replayed.status() === 303, `the replay form is taken (${replayed.status()})`);
-  await page.waitForLoadState();
-  const deadline = Date.now() + 20_000;
-  let status = "";
-  while (Date.now() < deadline) {
-    status = await page.locator("dl.facts .badge").first().innerText();
-    if (status === "delivered") break;
-    await page.waitForTimeout(250);
-    await page.reload();
-  }
-  check(status === "delivered", `the replayed event ends delivered (${status})`);
-  await page.screenshot({ path: join(shots, "event-delivered-desktop.png"), fullPage: true });
-  // The rest of the endpoint's dead events, with the card's button.
-  await page.goto(`${admin}/`);
-  if (expectDead > 1) {
-    const [all] = await Promise.all([
-      page.waitForResponse((r) => r.url().endsWith("/replay-dead")),
-      page.getByRole("button", { name: /^Replay all \d+ dead events? of / }).click(),
+    // Fix the target, replay, and watch the event end delivered.
+    const fixed = await fetch(`${target}/fix`, { method: "POST" });
+    check(fixed.ok, "the target is fixed");
+    const [replayed] = await Promise.all([
+      page.waitForResponse((r) => r.url().endsWith(`/events/${eventId}/replay`)),
+      page.getByRole("button", { name: "Replay this event" }).click(),
     ]);
-    check(all.status() === 303, `the replay-all form is taken (${all.status()})`);
-    await page.waitForURL(/\/events\?endpoint=/);
-    const until = Date.now() + 20_000;
-    while (Date.now() < until && (await page.locator(".badge.delivered").count()) < expectDead) {
+    check(replayed.status() === 303, `the replay form is taken (${replayed.status()})`);
+    await page.waitForLoadState();
+    const deadline = Date.now() + 20_000;
+    let status = "";
+    while (Date.now() < deadline) {
+      status = await page.locator("dl.facts .badge").first().innerText();
+      if (status === "delivered") break;
       await page.waitForTimeout(250);
       await page.reload();
     }
-    check((await page.locator(".badge.delivered").count()) === expectDead, "every event delivered");
+    check(status === "delivered", `the replayed event ends delivered (${status})`);
+    await page.screenshot({ path: join(shots, "event-delivered-desktop.png"), fullPage: true });
+    // The rest of the endpoint's dead events, with the card's button.
     await page.goto(`${admin}/`);
-  }
-  check(await page.locator(".banner.ok").isVisible(), "the banner is no longer red");
-  await page.screenshot({ path: join(shots, "overview-after-replay-desktop.png"), fullPage: true });
-  // The rejected request (a bad signature): listed from the nav with its reason, its page
-  // shows the command that explains it and nothing to press.
-  await page.getByRole("link", { name: "Rejected", exact: true }).click();
-  await page.waitForURL(/\/rejected$/);
-  await page.screenshot({ path: join(shots, "rejected-list-desktop.png"), fullPage: true });
-  const row = page.locator("tbody tr").first();
-  check((await row.innerText()).includes("bad signature"), "the rejected list says why");
-  await row.getByRole("link").first().click();
-  await page.waitForURL(/\/rejected\/\d+$/);
-  const command = await page.locator("pre code").first().innerText();
-  check(/^portaria verify --rejected \d+$/.test(command), `the command to explain it (${command})`);
-  check((await page.getByRole("button").count()) === 0, "no button on a rejected request");
-  await page.screenshot({ path: join(shots, "rejected-desktop.png"), fullPage: true });
-  await phone.goto(`${admin}/rejected`);
-  await fitsWidth(phone, PHONE.width);
-  check(errors.length === 0, `no console errors (${errors.join("; ")})`);
-  check(elsewhere.length === 0, `no request off loopback (${elsewhere.join(", ")})`);
-} catch (e) {
-  failed = true;
-  console.error(e.stack || String(e));
-} finally {
-  await context.close();
-  rmSync(profile, { recursive: true, force: true });
-}
-process.exit(failed ? 1 : 0);
+    if (expectDead > 1) {
+      const [all] = await Promise.all([
+        page.waitForResponse((r) => r.url().endsWith("/replay-dead")),
+        page.getByRole("button", { name: /^Replay all \d+ dead events? of / }).click(),
+      ]);
+      check(all.status() === 303, `the replay-all form is taken (${all.status()})`);
+      await page.waitForURL(/\/events\?endpoint=/);
+      const until = Date.now() + 20_000;
+      while (Date.now() < until && (await page.locator(".badge.delivered").count()) < expectDead) {
+        await page.waitForTimeout(250);
+        await page.reload();
+      }
+      check((await page.locator(".badge.delivered").count()) === expectDead, "every event delivered");
+      await page.goto(`${admin}/`);
+    }
+    check(await page.locator(".banner.ok").isVisible(), "the banner is no longer red");
+    await page.screenshot({ path: join(shots, "overview-after-replay-desktop.png"), fullPage: true });
+    // The rejected request (a bad signature): listed from the nav with its reason, its page
+    // shows the command that explains it and nothing to press.
+    await page.getByRole("link", { name: "Rejected", exact: true }).click();
+    await page.waitForURL(/\/rejected$/);
+    await page.screenshot({ path: join(shots, "rejected-list-desktop.png"), fullPage: true });
+    const row = page.locator("tbody tr").first();
+    check((await row.innerText()).includes("bad signature"), "the rejected list says why");
+    await row.getByRole("link").first().click();
+    await page.waitForURL(/\/rejected\/\d+$/);
+    const command = await page.locator("pre code").first().innerText();
+    check(/^portaria verify --rejected \d+$/.test(command), `the command to explain it (${command})`);
+    check((await page.getByRole("button").count()) === 0, "no button on a rejected request");
+    await page.screenshot({ path: join(shots, "rejected-desktop.png"), fullPage: true });
+    await phone.goto(`${admin}/rejected`);
+    await fitsWidth(phone, PHONE.width);
+    check(errors.length === 0, `no console errors (${errors.join("; ")})`);
+    check(elsewhere.length === 0, `no request off loopback (${elsewhere.join(", ")})`);
+  }),
+);
