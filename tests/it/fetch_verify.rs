@@ -26,6 +26,11 @@ const ASAAS_TOKEN: &str = "asaas-webhook-token-F3tch";
 /// Per API path, the answers still to give (the last one repeats).
 type Answers = Arc<Mutex<HashMap<String, Vec<(u16, Value)>>>>;
 
+/// The fake Mercado Pago API: [`fake_api`] taking its access token as a Bearer token.
+async fn fake_mercadopago(tls: Arc<rustls::ServerConfig>, answers: Answers) -> HttpsServer {
+    fake_api(tls, "authorization", format!("Bearer {MP_KEY}"), answers).await
+}
+
 /// A fake gateway API answering `GET path` from `answers` (404 for a path it does not know),
 /// and 401 without `header: value`.
 async fn fake_api(
@@ -348,13 +353,7 @@ async fn on_postgresql_a_fetched_payment_is_kept_and_a_missing_one_rejected() {
         "/v1/payments/59".to_string(),
         vec![(503, json!({})), (200, mp_payment(59, "approved"))],
     )])));
-    let api = fake_api(
-        server_tls(&ca),
-        "authorization",
-        format!("Bearer {MP_KEY}"),
-        answers,
-    )
-    .await;
+    let api = fake_mercadopago(server_tls(&ca), answers).await;
     let target = Target::start(vec![200]).await;
     let keys = format!(
         "secret = \"{MP_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}\n\
@@ -424,13 +423,7 @@ async fn the_key_reaches_no_log_line_even_at_trace() {
             vec![(500, json!({"message": "internal_error"}))],
         ),
     ])));
-    let api = fake_api(
-        server_tls(&ca),
-        "authorization",
-        format!("Bearer {MP_KEY}"),
-        answers,
-    )
-    .await;
+    let api = fake_mercadopago(server_tls(&ca), answers).await;
     let target = Target::start(vec![200]).await;
     let keys = format!(
         "secret = \"{MP_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}\n\
