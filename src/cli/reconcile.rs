@@ -39,22 +39,32 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
     let endpoints: Vec<_> = match &args.endpoint {
         Some(name) => {
             let endpoint = super::find_endpoint(&config, name)?;
-            if endpoint.reconcile.is_none() {
-                return Err(format!(
-                    "endpoint `{name}` has no [endpoint.reconcile] table (docs/reconcile.md)"
-                ));
+            match &endpoint.reconcile {
+                None => {
+                    return Err(format!(
+                        "endpoint `{name}` has no [endpoint.reconcile] table (docs/reconcile.md)"
+                    ));
+                }
+                Some(r) if !r.runs => {
+                    return Err(format!(
+                        "endpoint `{name}`: {} has no list a run could read; its \
+                         [endpoint.reconcile] table only verifies by fetching (docs/reconcile.md)",
+                        endpoint.verifier.provider()
+                    ));
+                }
+                Some(_) => {}
             }
             vec![endpoint]
         }
         None => config
             .endpoints
             .iter()
-            .filter(|e| e.reconcile.is_some())
+            .filter(|e| e.reconcile_run().is_some())
             .collect(),
     };
     if endpoints.is_empty() {
         return Err(format!(
-            "no endpoint in {} has an [endpoint.reconcile] table (docs/reconcile.md)",
+            "no endpoint in {} has an [endpoint.reconcile] table a run reads (docs/reconcile.md)",
             config.source
         ));
     }
@@ -68,7 +78,7 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
     let opened = Opened::open(&config, access)?;
     let mut ok = true;
     for endpoint in endpoints {
-        let Some(reconcile) = &endpoint.reconcile else {
+        let Some(reconcile) = endpoint.reconcile_run() else {
             continue;
         };
         let report = opened.block_on(crate::reconcile::run(

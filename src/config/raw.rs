@@ -164,6 +164,7 @@ pub(super) struct RawReconcile {
     pub(super) reactivate: Option<bool>,
     pub(super) hook: Option<String>,
     pub(super) fetch: Option<bool>,
+    pub(super) merchant_id: Option<String>,
 }
 
 /// The ways to give a secret. `secret_env` and `secret_file` may name several (rotation):

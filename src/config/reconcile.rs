@@ -71,7 +71,17 @@ const PROVIDERS: &[(&str, &str, Duration)] = &[
         "https://api.mercadopago.com",
         Duration::from_secs(30 * 86_400),
     ),
+    // Fetch only (LISTLESS): sales are queried by id for 3 months.
+    (
+        "cielo",
+        "https://apiquery.cieloecommerce.cielo.com.br",
+        Duration::from_secs(90 * 86_400),
+    ),
 ];
+
+/// The providers whose API has no list a run could read (Cielo: no list of sales or of
+/// notifications, reconcile.md §7): their table only verifies by fetching.
+const LISTLESS: &[&str] = &["cielo"];
 
 /// An endpoint's reconcile, as validated.
 #[derive(Debug, Clone)]
@@ -91,13 +101,19 @@ pub struct Reconcile {
     pub reactivate: bool,
     /// GitHub only: the hook, `repos/OWNER/REPO/hooks/ID` or `orgs/ORG/hooks/ID`.
     pub hook: Option<String>,
-    /// Mercado Pago and Asaas only: before an event is forwarded, the object it names is
-    /// fetched from the API with this key (verify by fetching, `forward/fetch.rs`).
+    /// Mercado Pago, Asaas and Cielo only: before an event is forwarded, the object it names
+    /// is fetched from the API with this key (verify by fetching, `forward/fetch.rs`).
     pub fetch: bool,
+    /// Whether `portaria reconcile` has a run for it: false for a gateway with no list to
+    /// read (Cielo), whose table only fetches.
+    pub runs: bool,
+    /// Cielo only: the store's `MerchantId` (a GUID; it names the store, the `MerchantKey`
+    /// in `api_key_*` is the secret), sent beside the key.
+    pub merchant_id: Option<String>,
 }
 
 /// The providers whose objects an event can be verified by fetching (`fetch = true`).
-pub const FETCHED: &[&str] = &["mercadopago", "asaas"];
+pub const FETCHED: &[&str] = &["mercadopago", "asaas", "cielo"];
 
 impl Validator<'_> {
     /// The reconcile of endpoint `at` (provider `provider`, dedup rule `dedup`), if it has one.
@@ -111,19 +127,24 @@ impl Validator<'_> {
         let raw = raw?;
         let at = format!("{at}.reconcile");
         let Some(&(_, base, retention)) = PROVIDERS.iter().find(|(p, ..)| *p == provider) else {
-            let built = PROVIDERS.iter().map(|(p, ..)| *p).collect::<Vec<_>>();
+            let (built, fetched): (Vec<&str>, Vec<&str>) = PROVIDERS
+                .iter()
+                .map(|(p, ..)| *p)
+                .partition(|p| !LISTLESS.contains(p));
             self.problem(format!(
-                "{at}: provider `{provider}` has no reconcile yet (built for: {}; \
-                 docs/reconcile.md)",
-                built.join(", ")
+                "{at}: provider `{provider}` has no reconcile yet (built for: {}; fetch only: \
+                 {}; docs/reconcile.md)",
+                built.join(", "),
+                fetched.join(", ")
             ));
             return None;
         };
         // GitHub's list names deliveries by their GUID, not by what portaria keys on: a run
         // asks GitHub again for every event it never delivered (reconcile/github.rs). Mercado
         // Pago's run keys the states it stores in a namespace of its own
-        // (reconcile/mercadopago.rs).
-        let keyed = !matches!(provider, "github" | "mercadopago");
+        // (reconcile/mercadopago.rs). A fetch-only table (Cielo) runs nothing.
+        let runs = !LISTLESS.contains(&provider);
+        let keyed = runs && !matches!(provider, "github" | "mercadopago");
         let hook = self.github_hook(&at, provider, raw.hook);
         if let Some(rule) = dedup.filter(|r| keyed && !matches!(r, DedupRule::JsonPointer(_))) {
             self.problem(format!(
@@ -142,15 +163,19 @@ impl Validator<'_> {
             self.problem(format!(
                 "{at}.fetch: verify-by-fetching is built for {} only; remove it \
                  (docs/reconcile.md, \"Verify by fetching\")",
-                FETCHED.join(" and ")
+                FETCHED.join(", ")
             ));
         }
+        if !runs {
+            self.fetch_only(&at, fetch, &raw.every, &raw.window);
+        }
+        let merchant_id = self.merchant_id(&at, provider, raw.merchant_id);
         let api_key = self.reconcile_key(&at, raw.api_key_env, raw.api_key_file);
-        let every = match raw.every {
+        let every = match raw.every.filter(|_| runs) {
             None => Some(None),
             Some(text) => self.reconcile_every(&at, &text),
         };
-        let window = match raw.window.as_deref().map(parse_duration) {
+        let window = match raw.window.as_deref().filter(|_| runs).map(parse_duration) {
             None => DEFAULT_RECONCILE_WINDOW,
             Some(Ok(w)) if w >= Duration::from_secs(60) && w <= retention => w,
             Some(Ok(_)) => {
@@ -196,7 +221,71 @@ impl Validator<'_> {
             reactivate: raw.reactivate.unwrap_or(false),
             hook: hook?,
             fetch,
+            runs,
+            merchant_id: merchant_id?,
         })
+    }
+
+    /// A gateway with nothing a run could list (Cielo): its table only fetches, so it says
+    /// `fetch = true` and has no schedule or window.
+    fn fetch_only(
+        &mut self,
+        at: &str,
+        fetch: bool,
+        every: &Option<String>,
+        window: &Option<String>,
+    ) {
+        let why = "Cielo has no list of sales or notifications a run could read: its table only \
+                   verifies by fetching (docs/reconcile.md)";
+        if !fetch {
+            self.problem(format!("{at}: set fetch = true; {why}"));
+        }
+        for (key, given) in [("every", every), ("window", window)] {
+            if given.is_some() {
+                self.problem(format!("{at}.{key}: remove it; {why}"));
+            }
+        }
+    }
+
+    /// `merchant_id`: required for Cielo (a GUID), refused elsewhere. Some(it) or Some(None)
+    /// when right, None after a problem.
+    fn merchant_id(
+        &mut self,
+        at: &str,
+        provider: &str,
+        id: Option<String>,
+    ) -> Option<Option<String>> {
+        let guid = |s: &str| {
+            s.len() == 36
+                && s.bytes().enumerate().all(|(i, b)| {
+                    matches!(i, 8 | 13 | 18 | 23) == (b == b'-')
+                        && (b == b'-' || b.is_ascii_hexdigit())
+                })
+        };
+        match (provider, id) {
+            ("cielo", Some(id)) if guid(&id) => Some(Some(id)),
+            ("cielo", Some(id)) => {
+                self.problem(format!(
+                    "{at}.merchant_id: `{id}` is not a MerchantId (a GUID like \
+                     xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, in Cielo's credentials page)"
+                ));
+                None
+            }
+            ("cielo", None) => {
+                self.problem(format!(
+                    "{at}: Cielo's API needs the store's merchant_id = \"<MerchantId>\" beside \
+                     its MerchantKey (api_key_env or api_key_file)"
+                ));
+                None
+            }
+            (_, Some(_)) => {
+                self.problem(format!(
+                    "{at}.merchant_id: only a Cielo table names a MerchantId"
+                ));
+                None
+            }
+            (_, None) => Some(None),
+        }
     }
 
     /// `hook`: required for GitHub, refused elsewhere. Some(the hook) or Some(None) when
@@ -475,7 +564,7 @@ mod tests {
             ),
             (
                 with("fetch = true"),
-                "reconcile.fetch: verify-by-fetching is built for mercadopago and asaas only",
+                "reconcile.fetch: verify-by-fetching is built for mercadopago, asaas, cielo only",
             ),
         ] {
             let p = problems(&text);
@@ -509,7 +598,7 @@ mod tests {
         let p = problems(&shopify);
         assert!(
             p.contains(
-                "provider `shopify` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github, mercadopago;"
+                "provider `shopify` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github, mercadopago; fetch only: cielo;"
             ),
             "{p}"
         );
@@ -518,7 +607,7 @@ mod tests {
     #[test]
     fn fetch_is_taken_for_mercado_pago_and_asaas_with_their_key() {
         let dir = tempfile::tempdir().unwrap();
-        for provider in FETCHED {
+        for provider in ["mercadopago", "asaas"] {
             let text = format!(
                 "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/m\"\n\
                  provider = \"{provider}\"\nsecret = \"s3cret-s3cret\"\n{}fetch = true\n",
@@ -537,6 +626,54 @@ mod tests {
                 "{provider}"
             );
         }
+    }
+
+    #[test]
+    fn a_cielo_table_only_fetches_with_its_merchant_id_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "e4db3e1b-985f-4e33-80cf-a19d559f0f60";
+        let text = |more: &str| {
+            format!(
+                "[storage]\npath = \"/tmp/p.db\"\n[[endpoint]]\npath = \"/c\"\n\
+                 provider = \"cielo\"\ncredential_headers = [\"X-Shop-Key\"]\n\
+                 secret = \"s3cret-s3cret\"\n{}{more}",
+                key_file(dir.path(), "0123456789012345678901234567890123456789")
+            )
+        };
+        let good = text(&format!("fetch = true\nmerchant_id = \"{id}\"\n"));
+        let config = parse(&good).unwrap();
+        let r = config.endpoints[0].reconcile.clone().unwrap();
+        assert_eq!(
+            (r.fetch, r.runs, r.merchant_id.as_deref()),
+            (true, false, Some(id))
+        );
+        assert_eq!(r.api_base, "https://apiquery.cieloecommerce.cielo.com.br");
+        assert!(config.endpoints[0].reconcile_run().is_none());
+        // Nothing a run could read: no schedule, no window, and fetch said.
+        let said = problems(&text(&format!(
+            "merchant_id = \"{id}\"\nevery = \"1h\"\nwindow = \"1d\"\n"
+        )));
+        assert!(
+            said.contains("reconcile: set fetch = true; Cielo has no list"),
+            "{said}"
+        );
+        assert!(said.contains("reconcile.every: remove it"), "{said}");
+        assert!(said.contains("reconcile.window: remove it"), "{said}");
+        let said = problems(&text("fetch = true\n"));
+        assert!(said.contains("needs the store's merchant_id"), "{said}");
+        for bad in [
+            "e4db3e1b985f4e3380cfa19d559f0f60",
+            "e4db3e1b-985f-4e33-80cf-a19d559f0f6g",
+        ] {
+            let said = problems(&text(&format!("fetch = true\nmerchant_id = \"{bad}\"\n")));
+            assert!(said.contains("is not a MerchantId"), "{said}");
+        }
+        // Elsewhere a MerchantId means nothing.
+        let other = text_of(
+            dir.path(),
+            &(key_file(dir.path(), "sk_1") + &format!("merchant_id = \"{id}\"\n")),
+        );
+        assert!(problems(&other).contains("only a Cielo table names a MerchantId"));
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //!   Bearer`), the id the signature covers (`data.id` of the query; one signed without it is
 //!   rejected, never fetched by the unsigned body's id).
 //! - Asaas: a `PAYMENT_...` event, `GET /v3/payments/{payment.id}` (`access_token` header).
+//! - Cielo: every notification, `GET /1/sales/{PaymentId}` on the query host (`MerchantId` and
+//!   `MerchantKey` headers); the body is nothing but that pointer, vouched for by the static
+//!   headers, as Asaas's by its token.
 //!
 //! Other events (Mercado Pago's orders, Asaas's transfers) go out as they are. What the API
 //! answered decides the attempt: 200, the object is kept with the event
@@ -17,8 +20,9 @@
 //! (command: `PORTARIA_FETCHED_FILE`; URL: [`envelope`]; pipe: the line's `fetched`). 404 (or
 //! an id no payment has), the event is `rejected_by_fetch`: its delivery is dead with that
 //! reason, never forwarded (a replay asks again). Anything else (the network, a 5xx, a 429,
-//! a refused key) fails the attempt, retried on the route's schedule. The key is in one
-//! header of one request (marked sensitive); no error, log line or stored row holds it.
+//! a refused key, no answer within the route's `timeout_secs`) fails the attempt, retried on
+//! the route's schedule. The key is in one header of one request (marked sensitive); no
+//! error, log line or stored row holds it.
 
 use http::header::ACCEPT;
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
@@ -34,15 +38,16 @@ use crate::store::Fetched;
 enum Gateway {
     MercadoPago,
     Asaas,
+    Cielo,
 }
 
 /// One endpoint's fetching, for a lane.
 pub(super) struct Fetcher {
     gateway: Gateway,
     base: String,
-    /// The client and the key's header; Err: why no request can be made (every attempt
-    /// fails with it: nothing goes out unfetched).
-    ready: Result<(Client, HeaderName, HeaderValue), String>,
+    /// The client and the headers (the key's, Cielo's `MerchantId`); Err: why no request
+    /// can be made (every attempt fails with it: nothing goes out unfetched).
+    ready: Result<(Client, Vec<(HeaderName, HeaderValue)>), String>,
 }
 
 impl Fetcher {
@@ -52,6 +57,7 @@ impl Fetcher {
         let gateway = match provider {
             "mercadopago" => Gateway::MercadoPago,
             "asaas" => Gateway::Asaas,
+            "cielo" => Gateway::Cielo,
             _ => return None,
         };
         let ready = (|| -> Result<_, String> {
@@ -60,11 +66,18 @@ impl Fetcher {
             let scheme = match gateway {
                 Gateway::MercadoPago => KeyAuth::Bearer,
                 Gateway::Asaas => KeyAuth::AccessToken,
+                Gateway::Cielo => KeyAuth::MerchantKey,
             };
-            let (name, value) = scheme
-                .header(r.api_key.expose())
-                .ok_or("the API key cannot be sent in a header")?;
-            Ok((client, name, value))
+            let mut headers = vec![
+                scheme
+                    .header(r.api_key.expose())
+                    .ok_or("the API key cannot be sent in a header")?,
+            ];
+            if let Some(id) = r.merchant_id.as_deref() {
+                let id = HeaderValue::from_str(id).map_err(|_| "merchant_id is not a header")?;
+                headers.push((HeaderName::from_static("merchantid"), id));
+            }
+            Ok((client, headers))
         })();
         Some(Fetcher {
             gateway,
@@ -81,13 +94,15 @@ impl Fetcher {
 
     /// GETs `path`: Some(the object, compact JSON) on 2xx, None on 404, Err otherwise.
     async fn get(&self, path: &str) -> Result<Option<String>, String> {
-        let (client, name, key) = self.ready.as_ref().map_err(Clone::clone)?;
+        let (client, headers) = self.ready.as_ref().map_err(Clone::clone)?;
         let url: Uri = format!("{}{path}", self.base)
             .parse()
             .map_err(|_| format!("cannot make a URL of {path}"))?;
-        let request = Request::get(url)
-            .header(name.clone(), key.clone())
-            .header(ACCEPT, HeaderValue::from_static("application/json"));
+        let mut request =
+            Request::get(url).header(ACCEPT, HeaderValue::from_static("application/json"));
+        for (name, value) in headers {
+            request = request.header(name.clone(), value.clone());
+        }
         let answer = client.send(request).await.map_err(|e| e.to_string())?;
         match answer.status {
             s if s.is_success() => match answer.json::<Value>() {
@@ -131,12 +146,17 @@ async fn fetched(
     let got = match fetcher.path(d) {
         None => return Ok(None),
         Some(Err(why)) => Fetched::Rejected(why),
-        Some(Ok(path)) => match fetcher.get(&path).await {
-            Ok(Some(object)) => Fetched::Object(object),
-            Ok(None) => Fetched::Rejected(format!(
+        Some(Ok(path)) => match tokio::time::timeout(lane.timeout, fetcher.get(&path)).await {
+            Ok(Ok(Some(object))) => Fetched::Object(object),
+            Ok(Ok(None)) => Fetched::Rejected(format!(
                 "the gateway has no such payment (GET {path}: HTTP 404)"
             )),
-            Err(why) => return Err(failed("", why)),
+            Ok(Err(why)) => return Err(failed("", why)),
+            Err(_) => {
+                let secs = lane.timeout.as_secs_f64();
+                let why = format!("GET {path}: no answer within the route's {secs}s timeout");
+                return Err(failed("", why));
+            }
         },
     };
     match lane.store.keep_fetched(d.event_id, got).await {
@@ -149,8 +169,8 @@ async fn fetched(
 /// The API path of the payment an event of `kind` names; None for an event that names none;
 /// Err when it should and has no id a payment could have. Mercado Pago's is the id its
 /// signature covers (`data.id` of the URL), never the unsigned body's: a notification signed
-/// without one is rejected, not fetched by what anyone could have written. Asaas signs
-/// nothing: its token vouches for the whole request, `payment.id` included.
+/// without one is rejected, not fetched by what anyone could have written. Asaas and Cielo
+/// sign nothing: their static credential vouches for the whole request, the id included.
 fn payment_path(
     gateway: Gateway,
     kind: &str,
@@ -167,18 +187,21 @@ fn payment_path(
             }
         },
         Gateway::Asaas if kind.starts_with("PAYMENT_") => {
-            let body = serde_json::from_slice::<Value>(body).ok();
-            (
-                body.and_then(|b| text(b.pointer("/payment/id")?)),
-                "/v3/payments/",
-            )
+            (pointer(body, "/payment/id"), "/v3/payments/")
         }
+        // Every notification of Cielo's is `{"PaymentId", "ChangeType"}`: look the sale up.
+        Gateway::Cielo => (pointer(body, "/PaymentId"), "/1/sales/"),
         _ => return None,
     };
     Some(match id {
         Some(id) if plain(&id) => Ok(format!("{path}{id}")),
         _ => Err("the event names no payment id the gateway could have".to_string()),
     })
+}
+
+/// The id at `at` in the JSON `body`, as text.
+fn pointer(body: &[u8], at: &str) -> Option<String> {
+    text(serde_json::from_slice::<Value>(body).ok()?.pointer(at)?)
 }
 
 /// An id as text: a string, or a number (Mercado Pago's `data.id` may be either).
@@ -256,6 +279,16 @@ mod tests {
         );
         let bad = payment_path(Gateway::Asaas, "PAYMENT_RECEIVED", None, b"{}");
         assert!(bad.unwrap().is_err());
+        // Cielo: whatever the change, the sale its PaymentId names; none, rejected.
+        let cielo = br#"{"PaymentId":"24bc8366-fc31-4d6c-8555-17049a836a07","ChangeType":3}"#;
+        assert_eq!(
+            payment_path(Gateway::Cielo, "", None, cielo),
+            Some(Ok(
+                "/1/sales/24bc8366-fc31-4d6c-8555-17049a836a07".to_string()
+            ))
+        );
+        let none = payment_path(Gateway::Cielo, "", None, br#"{"ChangeType":1}"#);
+        assert!(none.unwrap().is_err());
     }
 
     #[test]

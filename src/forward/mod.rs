@@ -127,6 +127,8 @@ struct LaneShared {
     runner: Runner,
     /// The endpoint's verify-by-fetching, if it has one (`fetch`).
     fetch: Option<Arc<fetch::Fetcher>>,
+    /// The route's `timeout_secs`: a target's run, and a fetch before it, each within it.
+    timeout: Duration,
     retry: Box<[Duration]>,
     /// Which due deliveries may go (strict order, per key, any).
     order: Order,
@@ -183,6 +185,7 @@ impl Lane {
                 route: route.name.clone(),
                 runner,
                 fetch,
+                timeout: forward.timeout,
                 retry: forward.retry.clone().into(),
                 order,
                 store: store.clone(),

@@ -15,6 +15,8 @@ pub enum KeyAuth {
     Bearer,
     /// `access_token: key`, not in `Authorization` (Asaas).
     AccessToken,
+    /// `MerchantKey: key`, beside a `MerchantId` the caller sends (Cielo).
+    MerchantKey,
 }
 
 impl KeyAuth {
@@ -31,10 +33,13 @@ impl KeyAuth {
                 )
             }
             KeyAuth::Bearer => format!("Bearer {}", String::from_utf8_lossy(key)),
-            KeyAuth::AccessToken => String::from_utf8_lossy(key).into_owned(),
+            KeyAuth::AccessToken | KeyAuth::MerchantKey => {
+                String::from_utf8_lossy(key).into_owned()
+            }
         };
         let name = match self {
             KeyAuth::AccessToken => HeaderName::from_static("access_token"),
+            KeyAuth::MerchantKey => HeaderName::from_static("merchantkey"),
             KeyAuth::Basic | KeyAuth::Bearer => AUTHORIZATION,
         };
         let mut value = HeaderValue::from_str(&value).ok()?;
@@ -65,6 +70,12 @@ mod tests {
             (name.as_str(), value.to_str().unwrap()),
             ("access_token", "$aact_1")
         );
+        let (name, value) = KeyAuth::MerchantKey.header(b"0123456789").unwrap();
+        assert_eq!(
+            (name.as_str(), value.to_str().unwrap()),
+            ("merchantkey", "0123456789")
+        );
+        assert!(value.is_sensitive());
         assert!(KeyAuth::Bearer.header(b"a\nb").is_none());
     }
 }

@@ -202,7 +202,7 @@ fn check_names_the_api_an_endpoint_verifies_by_fetching_from_and_refuses_it_else
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("fetch: verify-by-fetching is built for mercadopago and asaas only"),
+        err.contains("fetch: verify-by-fetching is built for mercadopago, asaas, cielo only"),
         "{err}"
     );
 }

@@ -20,6 +20,7 @@ mod disk_full;
 mod event_fields;
 mod events_filters;
 mod fail_fast;
+mod fetch_cielo;
 mod fetch_verify;
 mod forwarding;
 mod handover;

@@ -1,0 +1,207 @@
+//! Verify by fetching for Cielo (issue 26), and the route's timeout over any fetch, with the
+//! real server, a real command target and a local HTTPS server with a test CA that speaks
+//! Cielo's query call: `GET /1/sales/{PaymentId}` with the `MerchantId` and `MerchantKey`
+//! headers (shapes as /work/shared/reference/reconcile.md §7 cites Cielo's API reference; an
+//! unknown sale is HTTP 404, "Resource Not Found" in Cielo's table of statuses). Cielo's
+//! notification is only `{"PaymentId", "ChangeType"}` behind static headers: the sale fetched
+//! is what the target can trust. Cielo has no list a run could read: `portaria reconcile`
+//! says so instead of running.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::gateway::answer;
+use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
+use crate::support::*;
+
+const WAIT: Duration = Duration::from_secs(20);
+const MERCHANT_ID: &str = "e4db3e1b-985f-4e33-80cf-a19d559f0f60";
+const MERCHANT_KEY: &str = "0123456789MerchantKeyF3tch0123456789ABCD";
+const SHOP_HEADER: &str = "cielo-shop-header-F3tch";
+const SALE: &str = "24bc8366-fc31-4d6c-8555-17049a836a07";
+const UNKNOWN: &str = "99999999-0000-4000-8000-000000000000";
+
+/// A sale as `GET /1/sales/{PaymentId}` gives it (Cielo's fields, reconcile.md §7).
+fn sale(id: &str, status: u8) -> Value {
+    json!({"MerchantOrderId": "order-123", "Customer": {"Name": "Comprador"},
+        "Payment": {"PaymentId": id, "Type": "CreditCard", "Amount": 15700,
+            "Status": status, "ReturnCode": "6", "ReceivedDate": "2026-11-30 10:00:00"}})
+}
+
+/// The fake query API: 401 without both credentials, the sales it knows, 404 for others.
+async fn fake_cielo(tls: Arc<rustls::ServerConfig>, sales: HashMap<String, Value>) -> HttpsServer {
+    HttpsServer::start(tls, move |seen: &Seen| {
+        let header = |name: &str| seen.headers.get(name).and_then(|v| v.to_str().ok());
+        if header("merchantid") != Some(MERCHANT_ID) || header("merchantkey") != Some(MERCHANT_KEY)
+        {
+            return answer(401, json!([{"Code": 0, "Message": "Unauthorized"}]), None);
+        }
+        match sales.get(&seen.target) {
+            Some(sale) => answer(200, sale.clone(), None),
+            None => answer(404, json!({}), None),
+        }
+    })
+    .await
+}
+
+/// The endpoint's lines: the header Cielo sends, the key in `dir/cielo.key`, `api_base`.
+fn cielo_keys(dir: &std::path::Path, route: &str, api_base: &str, ca: Option<&str>) -> String {
+    std::fs::write(dir.join("cielo.key"), format!("{MERCHANT_KEY}\n")).unwrap();
+    let ca_file = ca
+        .map(|f| format!("ca_file = \"{f}\"\n"))
+        .unwrap_or_default();
+    format!(
+        "credential_headers = [\"X-Shop-Key\"]\nsecret = \"{SHOP_HEADER}\"\n{route}\
+         [endpoint.reconcile]\napi_key_file = \"cielo.key\"\nmerchant_id = \"{MERCHANT_ID}\"\n\
+         api_base = \"{api_base}\"\n{ca_file}fetch = true\n"
+    )
+}
+
+async fn notify(server: &TestServer, payment_id: &str, change: u8) {
+    let body = json!({"PaymentId": payment_id, "ChangeType": change}).to_string();
+    let headers = [
+        h("content-type", "application/json"),
+        h("x-shop-key", SHOP_HEADER),
+    ];
+    let reply = post(server.addr, "/webhooks/cielo", &headers, body.as_bytes()).await;
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+/// The last error of each delivery of `event`.
+fn last_errors(server: &TestServer, event: i64) -> Vec<(String, Option<String>)> {
+    let conn = server.db();
+    let mut stmt = conn
+        .prepare("SELECT status, last_error FROM deliveries WHERE event_id = ?1")
+        .unwrap();
+    stmt.query_map([event], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cielo_sales_are_fetched_with_merchant_id_and_key_before_they_are_forwarded() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let work = dir.path().to_path_buf();
+    let ca = ca("fake Cielo CA");
+    let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
+    let sales = HashMap::from([(format!("/1/sales/{SALE}"), sale(SALE, 2))]);
+    let api = fake_cielo(server_tls(&ca), sales).await;
+    let erp = record_calls(
+        &work,
+        "erp",
+        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
+        "$PORTARIA_EVENT_ID",
+        "",
+    );
+    let route = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
+        erp.display()
+    );
+    let api_base = format!("https://localhost:{}", api.addr.port());
+    let keys = cielo_keys(
+        dir.path(),
+        &route,
+        &api_base,
+        Some(&ca_file.display().to_string()),
+    );
+    let text = sqlite_config(&db)
+        .endpoint("/webhooks/cielo", "cielo", &keys)
+        .text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    notify(&server, SALE, 1).await;
+    notify(&server, UNKNOWN, 1).await;
+    eventually(WAIT, "the sale forwarded, the unknown one dead", || {
+        calls(&work).len() == 1 && last_errors(&server, 2).iter().all(|(s, _)| s == "dead")
+    })
+    .await;
+    assert_eq!(calls(&work), ["1"]);
+    let fetched = std::fs::read_to_string(work.join("fetched-1")).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&fetched).unwrap(),
+        sale(SALE, 2)
+    );
+    let rejected = format!(
+        "rejected_by_fetch: the gateway has no such payment (GET /1/sales/{UNKNOWN}: HTTP 404)"
+    );
+    assert_eq!(
+        last_errors(&server, 2),
+        [("dead".to_string(), Some(rejected))]
+    );
+    let asked: Vec<String> = api
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.target.clone())
+        .collect();
+    assert_eq!(
+        asked,
+        [format!("/1/sales/{SALE}"), format!("/1/sales/{UNKNOWN}")]
+    );
+    // The key is in no stored row and reached no target.
+    let row: String = server.one("SELECT detail FROM fetches WHERE event_id = 1");
+    assert!(!row.contains(MERCHANT_KEY) && !fetched.contains(MERCHANT_KEY));
+
+    // No run for Cielo: the command says why instead of asking an API that has no list.
+    let out = run_cli(&["reconcile", "--endpoint", "cielo"], &server.config_path());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("cielo has no list a run could read; its [endpoint.reconcile] table only verifies by fetching"),
+        "{said}"
+    );
+    let out = run_cli(&["reconcile"], &server.config_path());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("has an [endpoint.reconcile] table a run reads"),
+        "{said}"
+    );
+    assert_eq!(api.seen.lock().unwrap().len(), 2, "no run asked the API");
+    server.stop().await;
+}
+
+/// A gateway that takes the connection and never answers: each fetch gives up at the route's
+/// `timeout_secs` (1 s here), not at the outbound client's 30 s, and the attempt is retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_that_gets_no_answer_fails_within_the_route_s_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let work = dir.path().to_path_buf();
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api_base = format!("http://127.0.0.1:{}", silent.local_addr().unwrap().port());
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let holder = held.clone();
+    let quiet = tokio::spawn(async move {
+        while let Ok((tcp, _)) = silent.accept().await {
+            holder.lock().unwrap().push(tcp);
+        }
+    });
+    let erp = record_calls(&work, "erp", "cat > /dev/null", "$PORTARIA_EVENT_ID", "");
+    let route = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 1 }}\nretry = [\"100ms\"]\n",
+        erp.display()
+    );
+    let keys = cielo_keys(dir.path(), &route, &api_base, None);
+    let text = sqlite_config(&db)
+        .endpoint("/webhooks/cielo", "cielo", &keys)
+        .text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    notify(&server, SALE, 1).await;
+    eventually(WAIT, "two attempts timed out, the delivery dead", || {
+        last_errors(&server, 1).iter().all(|(s, _)| s == "dead")
+    })
+    .await;
+    let error = format!("fetch: GET /1/sales/{SALE}: no answer within the route's 1s timeout");
+    assert_eq!(last_errors(&server, 1), [("dead".to_string(), Some(error))]);
+    let attempts: i64 = server.one("SELECT COUNT(*) FROM attempts WHERE event_id = 1");
+    assert_eq!(attempts, 2);
+    assert!(calls(&work).is_empty(), "nothing forwarded unfetched");
+    assert_eq!(held.lock().unwrap().len(), 2, "one connection per attempt");
+    quiet.abort();
+    server.stop().await;
+}
