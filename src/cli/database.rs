@@ -6,6 +6,7 @@
 //! speaks to the same [`Store`] methods, whatever the engine.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use crate::config::{Config, DatabaseUrl};
 use crate::store::Store;
@@ -46,8 +47,15 @@ impl Opened {
         Ok(Opened { store, runtime })
     }
 
-    /// Runs one of the store's calls to its end.
+    /// Runs one of the store's calls to its end. The runtime's `block_on` is built once, for
+    /// a boxed future ([`Opened::run`]), not once per command's future: 24 callers.
     pub(super) fn block_on<F: Future>(&self, call: F) -> F::Output {
+        let mut out = None;
+        self.run(Box::pin(async { out = Some(call.await) }));
+        out.expect("block_on runs its future to the end")
+    }
+
+    fn run(&self, call: Pin<Box<dyn Future<Output = ()> + '_>>) {
         self.runtime.block_on(call)
     }
 
