@@ -52,7 +52,11 @@ impl Opened {
     pub(super) fn block_on<F: Future>(&self, call: F) -> F::Output {
         let mut out = None;
         self.run(Box::pin(async { out = Some(call.await) }));
-        out.expect("block_on runs its future to the end")
+        match out {
+            Some(out) => out,
+            // The runtime's block_on returns only once the future is done.
+            None => unreachable!("block_on returned before its future ended"),
+        }
     }
 
     fn run(&self, call: Pin<Box<dyn Future<Output = ()> + '_>>) {
