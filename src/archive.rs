@@ -36,8 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::store::{
-    Attempt, EventDetail, EventSummary, Fetched, NewDelivery, Origin, Restored, Status,
-    StoreError,
+    Attempt, EventDetail, EventSummary, Fetched, NewDelivery, Origin, Restored, Status, StoreError,
 };
 use crate::time::rfc3339;
 
@@ -526,7 +525,11 @@ mod tests {
         assert_eq!(json["fetch"], "fetched");
         assert_eq!(json["fetched"]["id"], 59, "an object, not a string: {json}");
         let back: Line = serde_json::from_value(json).unwrap();
-        assert_eq!(back.into_event().unwrap().fetched, e.fetched, "the same text");
+        assert_eq!(
+            back.into_event().unwrap().fetched,
+            e.fetched,
+            "the same text"
+        );
 
         e.fetched = Some(Fetched::Rejected("no such payment".into()));
         let json = serde_json::to_value(Line::new(&e, 0)).unwrap();

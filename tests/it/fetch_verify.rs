@@ -504,7 +504,10 @@ async fn an_archived_payment_comes_back_with_its_object_and_is_not_fetched_again
     let forty_days = 40 * 86_400_000_i64;
     server
         .db()
-        .execute("UPDATE events SET received_at = received_at - ?1", [forty_days])
+        .execute(
+            "UPDATE events SET received_at = received_at - ?1",
+            [forty_days],
+        )
         .unwrap();
     answers.lock().unwrap().insert(
         "/v1/payments/59".to_string(),
@@ -516,7 +519,11 @@ async fn an_archived_payment_comes_back_with_its_object_and_is_not_fetched_again
     let file = crate::retention::archive_file(&server.dir.path().join("archive"));
     let line = &crate::retention::archived_lines(&file)[0];
     assert_eq!(line["fetch"], "fetched");
-    assert_eq!(line["fetched"], mp_payment(59, "approved"), "the object, as JSON");
+    assert_eq!(
+        line["fetched"],
+        mp_payment(59, "approved"),
+        "the object, as JSON"
+    );
 
     let out = ok_stdout(&run_cli(
         &["archive", "replay", file.to_str().unwrap()],
@@ -525,7 +532,15 @@ async fn an_archived_payment_comes_back_with_its_object_and_is_not_fetched_again
     assert!(out.contains("1 event(s) pending again (1 new"), "{out}");
     eventually(WAIT, "59 forwarded again", || target.count() == 2).await;
     let again: Value = serde_json::from_slice(&target.seen.lock().unwrap()[1].body).unwrap();
-    assert_eq!(again["fetched"], mp_payment(59, "approved"), "the archived object");
-    assert_eq!(api.seen.lock().unwrap().len(), 1, "asked once, before the archive");
+    assert_eq!(
+        again["fetched"],
+        mp_payment(59, "approved"),
+        "the archived object"
+    );
+    assert_eq!(
+        api.seen.lock().unwrap().len(),
+        1,
+        "asked once, before the archive"
+    );
     server.stop().await;
 }

@@ -9,8 +9,8 @@
 //! row (`payload.rs`) is decoded here, since PostgreSQL keeps raw bodies (TOAST compresses).
 
 use super::{Pg, error};
-use crate::store::sqlite::Sqlite;
 use crate::store::fetches::KEEP;
+use crate::store::sqlite::Sqlite;
 use crate::store::{CopyReport, StoreError};
 
 const EVENTS: &str = "SELECT e.id, e.endpoint, e.dedup_key, e.event_type, e.content_type, \

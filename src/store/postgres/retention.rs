@@ -174,7 +174,9 @@ impl RetentionLock {
         for r in &rows {
             let mut event = detail(r)?;
             // What fetching got, if anything (the LEFT JOIN's last two columns).
-            let row = r.get::<_, Option<&str>>(SUMMARY_LEN + 5).zip(r.get(SUMMARY_LEN + 6));
+            let row = r
+                .get::<_, Option<&str>>(SUMMARY_LEN + 5)
+                .zip(r.get(SUMMARY_LEN + 6));
             event.fetched = row.and_then(|(state, text)| Fetched::from_columns(state, text));
             batch.push(event);
         }

@@ -99,7 +99,10 @@ async fn the_record_goes_to_the_archive_and_back(s: &Subject) {
         ids.push(s.new_event(w).await);
     }
     s.store.keep_fetched(ids[0], object.clone()).await.unwrap();
-    s.store.keep_fetched(ids[1], rejected.clone()).await.unwrap();
+    s.store
+        .keep_fetched(ids[1], rejected.clone())
+        .await
+        .unwrap();
     let pruning = s.store.pruning().await.unwrap().unwrap();
     let cutoffs = Cutoffs {
         finished_before_ms: now - 30 * DAY,
@@ -131,7 +134,10 @@ async fn the_record_goes_to_the_archive_and_back(s: &Subject) {
     let stored = s
         .new_event(Webhook::new("mercadopago", "mp-5", now - HOUR).to(&[]))
         .await;
-    s.store.keep_fetched(stored, rejected.clone()).await.unwrap();
+    s.store
+        .keep_fetched(stored, rejected.clone())
+        .await
+        .unwrap();
     let mut archived = s.detail(stored).await;
     archived.fetched = Some(object.clone());
     assert_eq!(s.restore(&[archived], &[]).await.reset, 1);
