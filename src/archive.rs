@@ -10,7 +10,10 @@
 //! key, event and content type, received time, the stored headers (`name: value\r\n` each) and
 //! the raw body, and the delivery outcome (status, attempts, last error, each attempt). Headers
 //! and body are text when they are UTF-8 and base64 otherwise; `headers_encoding` and
-//! `body_encoding` say which (`utf8` or `base64`).
+//! `body_encoding` say which (`utf8` or `base64`). An event verified by fetching carries what
+//! the gateway's API said as `events show --json` does: `fetch` (`fetched` or
+//! `rejected_by_fetch`) and the object as JSON (`fetched`) or why (`fetch_error`); replay
+//! keeps it again, so a restored event with its object does not ask the API again.
 //!
 //! [`replay`] puts archived events back into the queue through the restore it is given
 //! (`Store::restore`, one rule for both engines): a new pending
@@ -33,7 +36,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
 use crate::store::{
-    Attempt, EventDetail, EventSummary, NewDelivery, Origin, Restored, Status, StoreError,
+    Attempt, EventDetail, EventSummary, Fetched, NewDelivery, Origin, Restored, Status, StoreError,
 };
 use crate::time::rfc3339;
 
@@ -73,6 +76,15 @@ pub struct Line {
     /// webhook (and in lines written before it was stored).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// Verify by fetching: `fetched` or `rejected_by_fetch`; absent when the event was not
+    /// fetched (and in lines written before it was archived). `fetched` is the object the
+    /// API answered, `fetch_error` why it was rejected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetched: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fetch_error: Option<String>,
     pub attempt_log: Vec<AttemptLine>,
     /// When it was pruned (RFC 3339, UTC).
     pub pruned_at: String,
@@ -133,6 +145,11 @@ impl Line {
         let s = &event.summary;
         let (headers, headers_encoding) = encode(&event.headers);
         let (body, body_encoding) = encode(&event.body);
+        let (fetched, fetch_error) = match &event.fetched {
+            Some(Fetched::Object(text)) => (serde_json::from_str(text).ok(), None),
+            Some(Fetched::Rejected(why)) => (None, Some(why.clone())),
+            None => (None, None),
+        };
         Line {
             v: FORMAT,
             id: s.id,
@@ -149,6 +166,9 @@ impl Line {
             signed_id: event.signed_id.clone(),
             event_type_signed: event.event_type_signed,
             origin: s.origin.column().map(str::to_string),
+            fetch: event.fetched.as_ref().map(|f| f.state().to_string()),
+            fetched,
+            fetch_error,
             attempt_log: event
                 .attempts
                 .iter()
@@ -199,7 +219,10 @@ impl Line {
             body: decode(self.body, self.body_encoding).map_err(|e| format!("body: {e}"))?,
             signed_id: self.signed_id,
             event_type_signed: self.event_type_signed,
-            fetched: None,
+            fetched: match (self.fetched, self.fetch_error) {
+                (Some(object), _) => Some(Fetched::Object(object.to_string())),
+                (None, why) => why.map(Fetched::Rejected),
+            },
             routes: Vec::new(),
             attempts: self
                 .attempt_log
@@ -486,9 +509,34 @@ mod tests {
         let old = json.as_object_mut().unwrap();
         old.remove("signed_id");
         old.remove("event_type_signed");
+        assert!(old.get("fetch").is_none(), "not fetched: no field");
         let back: Line = serde_json::from_value(json).unwrap();
         let back = back.into_event().unwrap();
         assert_eq!((back.signed_id, back.event_type_signed), (None, None));
+        assert_eq!(back.fetched, None);
+    }
+
+    #[test]
+    fn what_fetching_got_is_archived_as_json_and_read_back() {
+        let mut e = event(7, b"{}");
+        let object = r#"{"id":59,"status":"approved"}"#;
+        e.fetched = Some(Fetched::Object(object.into()));
+        let json = serde_json::to_value(Line::new(&e, 0)).unwrap();
+        assert_eq!(json["fetch"], "fetched");
+        assert_eq!(json["fetched"]["id"], 59, "an object, not a string: {json}");
+        let back: Line = serde_json::from_value(json).unwrap();
+        assert_eq!(
+            back.into_event().unwrap().fetched,
+            e.fetched,
+            "the same text"
+        );
+
+        e.fetched = Some(Fetched::Rejected("no such payment".into()));
+        let json = serde_json::to_value(Line::new(&e, 0)).unwrap();
+        assert_eq!(json["fetch"], "rejected_by_fetch");
+        assert_eq!(json["fetch_error"], "no such payment");
+        let back: Line = serde_json::from_value(json).unwrap();
+        assert_eq!(back.into_event().unwrap().fetched, e.fetched);
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct EventDetail {
     /// stored before this was kept.
     pub event_type_signed: Option<bool>,
     /// What verify-by-fetching got from the gateway for it (`fetch = true`); None when it
-    /// was not fetched (set by one event's detail only, not by lists or the archive).
+    /// was not fetched (set by one event's detail and the archive's batches, not by lists).
     pub fetched: Option<super::Fetched>,
 }
 

@@ -4,8 +4,9 @@
 //! the queue reads `events` rows on every claim. The first answer kept is the event's for good
 //! ([`Store::keep_fetched`](super::Store::keep_fetched)): a second route, a replay or another
 //! instance reads it instead of asking the gateway again (a rejection is asked again, and an
-//! object answered then replaces it). Its row goes with the event
-//! (`ON DELETE CASCADE`).
+//! object answered then replaces it). Its row goes with the event (`ON DELETE CASCADE`), into
+//! the archive's line (`archive.rs`) and back with a restore, and into PostgreSQL with
+//! `store copy`.
 
 /// The table, one row per fetched event (SQLite's version 15, PostgreSQL's 7), `{id}` the
 /// engine's integer key: `state` is [`Fetched::state`], `detail` the object's JSON, or why it

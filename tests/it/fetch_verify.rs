@@ -467,3 +467,80 @@ async fn the_key_reaches_no_log_line_even_at_trace() {
     assert!(!log.contains(MP_KEY), "the key in the log");
     assert_eq!(api.seen.lock().unwrap().len(), 4, "59, 66, 88 twice");
 }
+
+/// An event fetched, pruned into the archive and replayed from it: its line carries the object
+/// (as JSON), and the restored event reaches its target with that object without asking the
+/// gateway again (which would now answer otherwise).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archived_payment_comes_back_with_its_object_and_is_not_fetched_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let ca = ca("fake Mercado Pago CA");
+    write_ca(&ca, dir.path(), "api-ca.pem");
+    let answers: Answers = Arc::new(Mutex::new(HashMap::from([(
+        "/v1/payments/59".to_string(),
+        vec![(200, mp_payment(59, "approved"))],
+    )])));
+    let api = fake_mercadopago(server_tls(&ca), answers.clone()).await;
+    let target = Target::start(vec![200]).await;
+    let keys = format!(
+        "secret = \"{MP_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}\n{}",
+        target.addr,
+        fetch_table(dir.path(), "mp.key", MP_KEY, &api)
+    );
+    let text = sqlite_config(&db)
+        .storage("archive_dir = \"archive\"")
+        .endpoint("/webhooks/mercadopago", "mercadopago", &keys)
+        .text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    let (path, headers, body) = mercadopago("/webhooks/mercadopago", "59", "req-0");
+    assert_eq!(post(server.addr, &path, &headers, &body).await.status, 200);
+    eventually(WAIT, "59 forwarded and recorded", || {
+        target.count() == 1
+            && server.one::<i64>("SELECT COUNT(*) FROM events WHERE status = 'delivered'") == 1
+    })
+    .await;
+    // Forty days pass; the payment has been refunded since.
+    let forty_days = 40 * 86_400_000_i64;
+    server
+        .db()
+        .execute(
+            "UPDATE events SET received_at = received_at - ?1",
+            [forty_days],
+        )
+        .unwrap();
+    answers.lock().unwrap().insert(
+        "/v1/payments/59".to_string(),
+        vec![(200, mp_payment(59, "refunded"))],
+    );
+    let config = server.config_path();
+    ok_stdout(&run_cli(&["prune"], &config));
+    assert_eq!(server.count_rows(), 0);
+    let file = crate::retention::archive_file(&server.dir.path().join("archive"));
+    let line = &crate::retention::archived_lines(&file)[0];
+    assert_eq!(line["fetch"], "fetched");
+    assert_eq!(
+        line["fetched"],
+        mp_payment(59, "approved"),
+        "the object, as JSON"
+    );
+
+    let out = ok_stdout(&run_cli(
+        &["archive", "replay", file.to_str().unwrap()],
+        &config,
+    ));
+    assert!(out.contains("1 event(s) pending again (1 new"), "{out}");
+    eventually(WAIT, "59 forwarded again", || target.count() == 2).await;
+    let again: Value = serde_json::from_slice(&target.seen.lock().unwrap()[1].body).unwrap();
+    assert_eq!(
+        again["fetched"],
+        mp_payment(59, "approved"),
+        "the archived object"
+    );
+    assert_eq!(
+        api.seen.lock().unwrap().len(),
+        1,
+        "asked once, before the archive"
+    );
+    server.stop().await;
+}

@@ -173,7 +173,7 @@ fn row_of(out: &str, endpoint: &str, status: &str) -> Option<Vec<String>> {
 }
 
 /// The one archive file in `dir`.
-fn archive_file(dir: &Path) -> PathBuf {
+pub(crate) fn archive_file(dir: &Path) -> PathBuf {
     let files: Vec<PathBuf> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -189,7 +189,7 @@ fn archive_file(dir: &Path) -> PathBuf {
     files[0].clone()
 }
 
-fn archived_lines(file: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn archived_lines(file: &Path) -> Vec<serde_json::Value> {
     let gz = flate2::read::MultiGzDecoder::new(std::fs::File::open(file).unwrap());
     BufReader::new(gz)
         .lines()

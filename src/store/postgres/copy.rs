@@ -2,12 +2,14 @@
 //! into an empty PostgreSQL one, in one transaction, keeping ids, statuses, due times and
 //! dedup keys, so that a user who outgrows one box moves without losing the dedup window.
 //! The barrier rows (`dedup`) are made from the copied events: the newest event of each key;
-//! a batch's item rows (`event_items`) come along, with their event's endpoint and time.
+//! a batch's item rows (`event_items`) come along, with their event's endpoint and time, and so
+//! does what verify-by-fetching got (`fetches`).
 //! A delivery that was `delivering` (a server stopped mid-attempt) arrives `pending`, due at
 //! its old time: no instance holds its claim. Bodies arrive as received: a deflated SQLite
 //! row (`payload.rs`) is decoded here, since PostgreSQL keeps raw bodies (TOAST compresses).
 
 use super::{Pg, error};
+use crate::store::fetches::KEEP;
 use crate::store::sqlite::Sqlite;
 use crate::store::{CopyReport, StoreError};
 
@@ -35,6 +37,8 @@ const ITEMS: &str = "SELECT i.event_id, e.endpoint, i.item_key, e.received_at \
      FROM event_items i JOIN events e ON e.id = i.event_id";
 const INSERT_ITEM: &str = "INSERT INTO event_items (event_id, endpoint, item_key, received_at) \
      VALUES ($1, $2, $3, $4)";
+/// Verify-by-fetching's record (SQLite's version 15), put in by `fetches::KEEP`.
+const FETCHES: &str = "SELECT event_id, state, detail FROM fetches";
 /// The barrier: per (endpoint, key), the newest event.
 const DEDUP: &str = "INSERT INTO dedup (endpoint, dedup_key, event_id, received_at) \
      SELECT DISTINCT ON (endpoint, dedup_key) endpoint, dedup_key, id, received_at \
@@ -198,6 +202,19 @@ impl Pg {
                 r.get(3).map_err(read)?,
             );
             tx.execute(&item, &[&id, &endpoint, &key, &received])
+                .await
+                .map_err(error)?;
+        }
+        let fetched = tx.prepare(KEEP).await.map_err(error)?;
+        let mut stmt = source.prepare(FETCHES).map_err(read)?;
+        let mut rows = stmt.query([]).map_err(read)?;
+        while let Some(r) = rows.next().map_err(read)? {
+            let (id, state, detail): (i64, String, String) = (
+                r.get(0).map_err(read)?,
+                r.get(1).map_err(read)?,
+                r.get(2).map_err(read)?,
+            );
+            tx.execute(&fetched, &[&id, &state, &detail])
                 .await
                 .map_err(error)?;
         }

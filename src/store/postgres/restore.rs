@@ -7,12 +7,14 @@
 //! the key's events (with a dedup window, a key may have older ones) is pending or being
 //! delivered, when nothing changes; never a second row for one key. A reset event keeps its
 //! history: a delivered attempt (its delivery row) becomes an attempt row first, as a replay
-//! from the status page does. The transaction ends with a `NOTIFY`, so every running instance
-//! delivers them at once.
+//! from the status page does. What fetching got comes back with it (`keep_fetched`'s rule: an
+//! object the event already has stays). The transaction ends with a `NOTIFY`, so every running
+//! instance delivers them at once.
 
 use tokio_postgres::types::ToSql;
 
 use super::{Pg, error};
+use crate::store::fetches::KEEP;
 use crate::store::{EventDetail, NewDelivery, Restored, Status, StoreError};
 
 /// A new event for an archived one whose (endpoint, dedup key) has no barrier row: the row
@@ -79,6 +81,7 @@ impl Pg {
         let lock = tx.prepare_cached(LOCK_DELIVERIES).await.map_err(error)?;
         let reset = tx.prepare_cached(RESET).await.map_err(error)?;
         let deliver = tx.prepare_cached(DELIVER).await.map_err(error)?;
+        let keep = tx.prepare_cached(KEEP).await.map_err(error)?;
         let mut out = Restored::default();
         for (e, plan) in events.iter().zip(plans) {
             let s = &e.summary;
@@ -108,44 +111,47 @@ impl Pg {
                 &e.event_type_signed,
                 &s.origin.column(),
             ];
-            if tx
-                .query_opt(&insert, &params)
-                .await
-                .map_err(error)?
-                .is_some()
-            {
+            let id: i64 = if let Some(new) = tx.query_opt(&insert, &params).await.map_err(error)? {
                 out.inserted += 1;
-                continue;
-            }
-            let Some(found) = tx
-                .query_opt(&newest, &[&s.endpoint, &s.dedup_key])
-                .await
-                .map_err(error)?
-            else {
-                out.already_queued += 1;
-                continue;
-            };
-            let id: i64 = found.get(0);
-            let on_its_way = tx
-                .query(&lock, &[&id])
-                .await
-                .map_err(error)?
-                .iter()
-                .any(|r| matches!(r.get::<_, &str>(0), "pending" | "delivering"));
-            if on_its_way
-                || tx
-                    .query_opt(&reset, &[&id, &status.as_str()])
+                new.get(0)
+            } else {
+                let Some(found) = tx
+                    .query_opt(&newest, &[&s.endpoint, &s.dedup_key])
                     .await
                     .map_err(error)?
-                    .is_none()
-            {
-                out.already_queued += 1;
-                continue;
+                else {
+                    out.already_queued += 1;
+                    continue;
+                };
+                let id: i64 = found.get(0);
+                let on_its_way = tx
+                    .query(&lock, &[&id])
+                    .await
+                    .map_err(error)?
+                    .iter()
+                    .any(|r| matches!(r.get::<_, &str>(0), "pending" | "delivering"));
+                if on_its_way
+                    || tx
+                        .query_opt(&reset, &[&id, &status.as_str()])
+                        .await
+                        .map_err(error)?
+                        .is_none()
+                {
+                    out.already_queued += 1;
+                    continue;
+                }
+                tx.execute(&deliver, &[&id, &s.endpoint, &now_ms, &routes, &keys])
+                    .await
+                    .map_err(error)?;
+                out.reset += 1;
+                id
+            };
+            // What fetching got, kept as `keep_fetched` keeps it.
+            if let Some(f) = &e.fetched {
+                tx.execute(&keep, &[&id, &f.state(), &f.detail()])
+                    .await
+                    .map_err(error)?;
             }
-            tx.execute(&deliver, &[&id, &s.endpoint, &now_ms, &routes, &keys])
-                .await
-                .map_err(error)?;
-            out.reset += 1;
         }
         if out.inserted + out.reset > 0 {
             tx.execute(super::listen::WAKE_ON_COMMIT, &[])

@@ -17,7 +17,8 @@ use deadpool_postgres::{ClientWrapper, Object};
 
 use super::rows::{DETAIL, attempts_of, detail};
 use super::{Pg, error};
-use crate::store::events::{self, EventDetail};
+use crate::store::events::{self, EventDetail, SUMMARY_LEN};
+use crate::store::fetches::Fetched;
 use crate::store::retention::prunable;
 use crate::store::{Cutoffs, PrunableGroup, Removed, StoreError};
 
@@ -36,9 +37,10 @@ const DELETE_PRUNABLE: &str = concat!(
      RETURNING endpoint, status, payload_bytes"
 );
 
-/// Up to $3 prunable events, in the order they were stored (by id), in full, stopping once
-/// the headers and bodies before an event reach $4 (at least one event): what an archive
-/// batch writes. `before` is the bytes of the events ahead of each in the batch.
+/// Up to $3 prunable events, in the order they were stored (by id), in full with what
+/// fetching got, stopping once the headers and bodies before an event reach $4 (at least one
+/// event): what an archive batch writes. `before` is the bytes of the events ahead of each in
+/// the batch.
 fn prunable_batch() -> String {
     format!(
         "WITH oldest AS (SELECT id, payload_bytes FROM events WHERE {} \
@@ -46,9 +48,10 @@ fn prunable_batch() -> String {
          batch AS (SELECT id AS pruned_id, \
            (sum(payload_bytes) OVER (ORDER BY id))::bigint - payload_bytes \
            AS before FROM oldest) \
-         SELECT {}, {} FROM batch \
+         SELECT {}, {}, fetches.state, fetches.detail FROM batch \
          JOIN events ON events.id = batch.pruned_id \
          JOIN payloads ON payloads.event_id = batch.pruned_id \
+         LEFT JOIN fetches ON fetches.event_id = batch.pruned_id \
          WHERE batch.before < $4::bigint ORDER BY batch.pruned_id",
         prunable!("$"),
         events::SUMMARY,
@@ -167,7 +170,16 @@ impl RetentionLock {
             )
             .await
             .map_err(error)?;
-        let mut batch = rows.iter().map(detail).collect::<Result<Vec<_>, _>>()?;
+        let mut batch = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let mut event = detail(r)?;
+            // What fetching got, if anything (the LEFT JOIN's last two columns).
+            let row = r
+                .get::<_, Option<&str>>(SUMMARY_LEN + 5)
+                .zip(r.get(SUMMARY_LEN + 6));
+            event.fetched = row.and_then(|(state, text)| Fetched::from_columns(state, text));
+            batch.push(event);
+        }
         let ids: Vec<i64> = batch.iter().map(|e| e.summary.id).collect();
         let mut attempts = attempts_of(&self.client, &ids).await?;
         for event in &mut batch {

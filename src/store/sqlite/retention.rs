@@ -148,6 +148,7 @@ pub(super) fn prunable(
     drop(rows);
     for event in &mut out {
         event.attempts = attempts(conn, event.summary.id)?;
+        event.fetched = super::fetches::read(conn, event.summary.id)?;
     }
     Ok(out)
 }
@@ -264,6 +265,7 @@ pub(super) fn restore(
     )?;
     let mut forget = conn.prepare_cached("DELETE FROM deliveries WHERE event_id = ?1")?;
     let mut deliver = conn.prepare_cached(INSERT_DELIVERY)?;
+    let mut fetched = conn.prepare_cached(crate::store::fetches::KEEP)?;
     let mut out = Restored::default();
     for (e, routes) in events.iter().zip(plans) {
         let s = &e.summary;
@@ -273,9 +275,13 @@ pub(super) fn restore(
         } else {
             Status::Pending
         };
+        // Its deliveries, and what fetching got (kept as `keep_fetched` keeps it).
         let mut deliver_to = |id: i64| -> rusqlite::Result<()> {
             for d in routes {
                 deliver.execute(params![id, d.route, s.endpoint, now_ms, d.order_key])?;
+            }
+            if let Some(f) = &e.fetched {
+                fetched.execute(params![id, f.state(), f.detail()])?;
             }
             Ok(())
         };

@@ -2,10 +2,13 @@
 //! alike (ids, statuses, due times, headers and bodies, attempts), the dedup barrier carried
 //! over (a copy of a copied key is a duplicate, within its window too; so is a batch of a
 //! copied batch's items), ids going on after
-//! the copied ones, a delivery cut off mid-attempt arriving pending. The target is always
+//! the copied ones, a delivery cut off mid-attempt arriving pending, what verify-by-fetching got
+//! carried over. The target is always
 //! PostgreSQL: on SQLite the copy is refused.
 
-use portaria::store::{AfterAttempt, CopyError, EventDetail, Inserted, ListFilter, Status, Store};
+use portaria::store::{
+    AfterAttempt, CopyError, EventDetail, Fetched, Inserted, ListFilter, Status, Store,
+};
 
 use super::{Engine, HOUR, MINUTE, Subject, Webhook, dead, retry_at};
 
@@ -25,11 +28,14 @@ async fn source() -> (Subject, Vec<EventDetail>) {
     s.attempt("pagarme", "erp", now - HOUR + 10, AfterAttempt::Delivered)
         .await;
     // Dead on one route, waiting on the other.
-    s.new_event(
-        Webhook::new("pagarme", "dead", now - 2 * HOUR).to(&[("erp", None), ("audit", None)]),
-    )
-    .await;
+    let rejected = s
+        .new_event(
+            Webhook::new("pagarme", "dead", now - 2 * HOUR).to(&[("erp", None), ("audit", None)]),
+        )
+        .await;
     s.attempt("pagarme", "erp", now - HOUR, dead()).await;
+    let why = Fetched::Rejected("the gateway has no such payment".into());
+    s.store.keep_fetched(rejected, why).await.unwrap();
     // Cut off mid-attempt: it arrives pending.
     s.new_event(Webhook::new("pagarme", "delivering", now - HOUR).to(&[("slow", None)]))
         .await;
@@ -43,7 +49,10 @@ async fn source() -> (Subject, Vec<EventDetail>) {
     .into_bytes();
     stored.client_cert = Some("CN=gateway".into());
     stored.signed_id = Some("pay_9".into());
-    s.new_event(stored).await;
+    let stored = s.new_event(stored).await;
+    // Verified by fetching: the object comes along, and so does a rejection.
+    let object = Fetched::Object(r#"{"id":"pay_9","status":"approved"}"#.into());
+    s.store.keep_fetched(stored, object).await.unwrap();
     // A key with a window, received twice in two windows.
     for ago in [50 * MINUTE, 20 * MINUTE] {
         s.new_event(
@@ -122,7 +131,10 @@ async fn a_sqlite_database_is_copied_whole_into_postgres(s: &Subject) {
         );
         assert_eq!(was.routes, is.routes, "{}", was.summary.dedup_key);
         assert_eq!(was.attempts, is.attempts, "{}", was.summary.dedup_key);
+        assert_eq!(was.fetched, is.fetched, "{}", was.summary.dedup_key);
     }
+    let fetched = events.iter().filter(|e| e.fetched.is_some()).count();
+    assert_eq!(fetched, 2, "an object and a rejection");
     let stored = events
         .iter()
         .find(|e| e.summary.dedup_key == "stored")

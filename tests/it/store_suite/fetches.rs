@@ -1,12 +1,12 @@
 //! Verify-by-fetching's record (`Store::fetched`, `Store::keep_fetched`): what the gateway's
 //! API said of the object an event names, kept once per event (the first object answered is
 //! the event's for good; a rejection may still be replaced by an object, a replay after the
-//! owner fixed `api_base`), read back by one event's detail and by another handle, and gone
-//! with the event when it is pruned.
+//! owner fixed `api_base`), read back by one event's detail and by another handle, gone
+//! with the event when it is pruned, and back with it when the archive is replayed.
 
-use portaria::store::{AfterAttempt, Cutoffs, Fetched};
+use portaria::store::{AfterAttempt, Cutoffs, Fetched, ListFilter};
 
-use super::{DAY, HOUR, Subject, Webhook};
+use super::{DAY, HOUR, Subject, Webhook, route};
 
 async fn the_first_object_fetched_is_kept_once_and_read_back(s: &Subject) {
     let now = s.now;
@@ -86,7 +86,70 @@ async fn the_record_goes_with_its_event(s: &Subject) {
     assert_eq!(s.store.fetched(id).await.unwrap(), None);
 }
 
+/// Pruned into the archive, the record goes with its event's batch; restored, it is the
+/// event's again (a delivery reads the object instead of asking the gateway; a rejection is
+/// asked again), on a new row as on a row reset, where an object the row has stays.
+async fn the_record_goes_to_the_archive_and_back(s: &Subject) {
+    let now = s.now;
+    let object = Fetched::Object(r#"{"id":59,"status":"approved"}"#.into());
+    let rejected = Fetched::Rejected("no such payment".into());
+    let mut ids = Vec::new();
+    for key in ["mp-59", "mp-66", "mp-1"] {
+        let w = Webhook::new("mercadopago", key, now - 40 * DAY).to(&[]);
+        ids.push(s.new_event(w).await);
+    }
+    s.store.keep_fetched(ids[0], object.clone()).await.unwrap();
+    s.store
+        .keep_fetched(ids[1], rejected.clone())
+        .await
+        .unwrap();
+    let pruning = s.store.pruning().await.unwrap().unwrap();
+    let cutoffs = Cutoffs {
+        finished_before_ms: now - 30 * DAY,
+        dead_before_ms: now - 30 * DAY,
+    };
+    let batch = pruning.prunable(cutoffs, 500, u64::MAX).await.unwrap();
+    let read: Vec<_> = batch.iter().map(|e| e.fetched.clone()).collect();
+    assert_eq!(read, [Some(object.clone()), Some(rejected.clone()), None]);
+    assert_eq!(pruning.delete_pruned(cutoffs, ids).await.unwrap().len(), 3);
+    drop(pruning);
+
+    let to = [route("default", None)];
+    assert_eq!(s.restore(&batch, &to).await.inserted, 3);
+    let mut back = Vec::new();
+    for e in s.store.list_events(ListFilter::default()).await.unwrap() {
+        back.push((e.dedup_key, s.store.fetched(e.id).await.unwrap()));
+    }
+    back.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        back,
+        [
+            ("mp-1".to_string(), None),
+            ("mp-59".to_string(), Some(object.clone())),
+            ("mp-66".to_string(), Some(rejected.clone())),
+        ]
+    );
+
+    // A key still stored is reset: an object replaces its rejection, and stays once kept.
+    let stored = s
+        .new_event(Webhook::new("mercadopago", "mp-5", now - HOUR).to(&[]))
+        .await;
+    s.store
+        .keep_fetched(stored, rejected.clone())
+        .await
+        .unwrap();
+    let mut archived = s.detail(stored).await;
+    archived.fetched = Some(object.clone());
+    assert_eq!(s.restore(&[archived], &[]).await.reset, 1);
+    assert_eq!(s.store.fetched(stored).await.unwrap(), Some(object.clone()));
+    let mut archived = s.detail(stored).await;
+    archived.fetched = Some(rejected);
+    assert_eq!(s.restore(&[archived], &[]).await.reset, 1);
+    assert_eq!(s.store.fetched(stored).await.unwrap(), Some(object));
+}
+
 engines!(
+    the_record_goes_to_the_archive_and_back,
     the_first_object_fetched_is_kept_once_and_read_back,
     a_rejection_is_kept_until_an_object_replaces_it,
     the_record_goes_with_its_event,
