@@ -1,13 +1,16 @@
 //! One test body on either store engine: [`Engine::server`] starts the real server on a SQLite
-//! file in a temp dir or on a new database of the shared PostgreSQL cluster (`pg_cluster`), and
-//! [`Reader`] reads what it stored back through the store API (what `portaria events show`
-//! reads), the same calls on both engines: no SQL of either.
+//! file in a temp dir or on a new database of the shared PostgreSQL cluster (`pg_cluster`)
+//! ([`Engine::config`]: the config of one, for a test that writes the rest of it), and
+//! [`Reader`] reads what it stored back through the store API (what `portaria events list`
+//! and `events show` read), the same calls on both engines: no SQL of either.
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use portaria::config::{Config, Source};
-use portaria::store::{EventDetail, RouteState, Store};
+use portaria::store::{EventDetail, EventSummary, ListFilter, RouteState, Store};
 
+use super::config_text::{ConfigText, sqlite_config, storage_config};
 use super::server::TestServer;
 use super::{pg_cluster, postgres};
 
@@ -28,6 +31,24 @@ impl Engine {
                 let pg = pg_cluster::shared()?;
                 let url = pg.url(&pg.database().await);
                 Some(postgres::server(&url, pagarme_extra).await)
+            }
+        }
+    }
+
+    /// A config on this engine for a server whose files are in `dir` (a SQLite file there,
+    /// or a new database of the shared cluster), with the path [`TestServer::start_with`]
+    /// takes (a file nobody opens, on PostgreSQL); None where [`Engine::server`] skips.
+    pub async fn config(self, dir: &Path) -> Option<(ConfigText, PathBuf)> {
+        match self {
+            Engine::Sqlite => {
+                let db = dir.join("portaria.db");
+                Some((sqlite_config(&db), db))
+            }
+            Engine::Postgres => {
+                let pg = pg_cluster::shared()?;
+                let url = pg.url(&pg.database().await);
+                let text = storage_config(&format!("url = \"{url}\""));
+                Some((text, dir.join("unused.db")))
             }
         }
     }
@@ -60,6 +81,50 @@ impl Reader {
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("no event {id}"))
+    }
+
+    /// Every stored event, newest first (`events list` without a filter or a limit).
+    pub async fn events(&self) -> Vec<EventSummary> {
+        self.store.list_events(ListFilter::default()).await.unwrap()
+    }
+
+    /// The stored events whose dedup key is `key`, whatever their endpoint.
+    pub async fn with_key(&self, key: &str) -> Vec<EventSummary> {
+        let filter = ListFilter {
+            text: Some(key.to_string()),
+            ..ListFilter::default()
+        };
+        let mut found = self.store.list_events(filter).await.unwrap();
+        found.retain(|e| e.dedup_key == key);
+        found
+    }
+
+    /// What `endpoint`'s last reconcile run kept in the store (its JSON: the next run's
+    /// cursor, the status page's view).
+    pub async fn reconcile_run(&self, endpoint: &str) -> serde_json::Value {
+        let runs = self.store.reconcile_runs().await.unwrap();
+        let (_, run) = runs
+            .iter()
+            .find(|(name, _)| name == endpoint)
+            .unwrap_or_else(|| panic!("no run of {endpoint} kept: {runs:?}"));
+        serde_json::from_str(run).unwrap()
+    }
+
+    /// Polls every 20 ms until exactly one event has the dedup key `key`; panics after
+    /// `limit`, saying how many had it last.
+    pub async fn until_stored_once(&self, key: &str, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let n = self.with_key(key).await.len();
+            if n == 1 {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {key} stored once; {n} stored"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// Event `id`'s one delivery (to its one route).
