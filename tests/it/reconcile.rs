@@ -5,7 +5,8 @@
 //! /work/shared/reference/reconcile.md §1 cites them). Asked to retry, it really posts the
 //! delivery to portaria, signed RS256 with a test key whose JWKS the endpoint reads, so the
 //! copy goes through intake like any webhook. The real server in-process, the real binary
-//! for the command.
+//! for the command. Stripe's run and `serve`'s schedule run on each store engine (SQLite, and
+//! PostgreSQL as `on_postgres_...`), reading what was stored through the store API.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -13,8 +14,10 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use portaria::store::Origin;
 use serde_json::{Value, json};
 
+use crate::support::engine::{Engine, Reader};
 use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
@@ -216,14 +219,25 @@ impl FakePagarme {
 /// The fake Pagar.me with `hooks`, and portaria with a pagarme-v5 endpoint reconciling against
 /// it (its key in a file, the fake's CA as `ca_file`, `extra` more reconcile keys).
 async fn start(hooks: Vec<Value>, extra: &str) -> (TestServer, FakePagarme) {
+    start_on(Engine::Sqlite, hooks, extra)
+        .await
+        .expect("SQLite is always there")
+}
+
+/// [`start`] with portaria's store on `engine`; None where PostgreSQL is missing (skipped).
+async fn start_on(
+    engine: Engine,
+    hooks: Vec<Value>,
+    extra: &str,
+) -> Option<(TestServer, FakePagarme)> {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
+    let (config, db) = engine.config(dir.path()).await?;
     let ca = ca("fake Pagar.me CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let fake = FakePagarme::start(server_tls(&ca), hooks).await;
     std::fs::write(dir.path().join("pagarme-jwks.json"), jwks().to_string()).unwrap();
     std::fs::write(dir.path().join("pagarme.key"), format!("{API_KEY}\n")).unwrap();
-    let text = sqlite_config(&db)
+    let text = config
         .endpoint(PATH, "pagarme-v5", "jwks_file = \"pagarme-jwks.json\"")
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"pagarme.key\"\napi_base = \"{}\"\n\
@@ -234,7 +248,7 @@ async fn start(hooks: Vec<Value>, extra: &str) -> (TestServer, FakePagarme) {
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     *fake.portaria.lock().unwrap() = Some(server.addr);
-    (server, fake)
+    Some((server, fake))
 }
 
 /// Neither the key nor its Basic form in what the command said.
@@ -489,8 +503,19 @@ async fn fake_stripe(tls: Arc<rustls::ServerConfig>, events: Vec<Value>) -> Http
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconciled() {
+    stripe_events_stored_from_the_api(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconciled() {
+    stripe_events_stored_from_the_api(Engine::Postgres).await;
+}
+
+async fn stripe_events_stored_from_the_api(engine: Engine) {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
+    let Some((config, db)) = engine.config(dir.path()).await else {
+        return;
+    };
     let ca = ca("fake Stripe CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     // 101 events whose delivery has not succeeded (for some endpoint of the account):
@@ -503,7 +528,7 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
         "secret = \"{STRIPE_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}",
         target.addr
     );
-    let text = sqlite_config(&db)
+    let text = config
         .endpoint("/webhooks/stripe", "stripe", &keys)
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"stripe.key\"\napi_base = \"https://localhost:{}\"\n\
@@ -513,6 +538,7 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
         ))
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
+    let reader = Reader::of(&server).await;
     for event in &events[..100] {
         let body = event.to_string().into_bytes();
         let reply = post(
@@ -532,7 +558,7 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
     assert_eq!(code, Some(1), "missing and not got back: {dry}");
     assert_eq!(dry["missing"], json!(["evt_0100"]));
     assert_eq!(dry["recovered"], json!([]));
-    assert_eq!(stored_with_key(&server, "evt_0100"), 0);
+    assert_eq!(reader.with_key("evt_0100").await.len(), 0);
 
     let out = reconcile(&server, &["--json"]).await;
     assert_no_key(&out);
@@ -563,18 +589,21 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
     assert_eq!(query(&lists[3], "starting_after"), Some("evt_0099"));
 
     // Stored once, marked, with the API's copy of the event as its body and its type.
-    assert_eq!(stored_with_key(&server, "evt_0100"), 1);
-    let marked = count(
-        &server.db(),
-        "SELECT COUNT(*) FROM events WHERE origin = 'reconcile' AND dedup_key = 'evt_0100' \
-         AND event_type = 'payment_intent.succeeded' AND object_id = 'pi_100'",
-    );
-    assert_eq!(marked, 1);
+    let stored = reader.with_key("evt_0100").await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    let marked = stored.iter().filter(|e| {
+        e.origin == Origin::Reconcile
+            && e.event_type.as_deref() == Some("payment_intent.succeeded")
+            && e.object_id.as_deref() == Some("pi_100")
+    });
+    assert_eq!(marked.count(), 1, "{stored:?}");
+    let events_kept = reader.events().await;
+    assert_eq!(events_kept.len(), 101);
     assert_eq!(
-        count(
-            &server.db(),
-            "SELECT COUNT(*) FROM events WHERE origin IS NOT NULL"
-        ),
+        events_kept
+            .iter()
+            .filter(|e| e.origin != Origin::Webhook)
+            .count(),
         1,
         "webhooks keep no origin"
     );
@@ -636,7 +665,7 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
     )
     .await;
     assert_eq!(reply.status, 200, "{}", reply.body);
-    assert_eq!(stored_with_key(&server, "evt_0100"), 1);
+    assert_eq!(reader.with_key("evt_0100").await.len(), 1);
     let out = reconcile(&server, &["--endpoint", "stripe"]).await;
     let text = ok_stdout(&out);
     assert!(
@@ -647,17 +676,29 @@ async fn stripe_events_portaria_never_stored_are_stored_from_the_api_as_reconcil
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_runs_the_reconcile_on_its_every_and_stops_cleanly() {
+    serve_runs_the_schedule(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_serve_runs_the_reconcile_on_its_every_and_stops_cleanly() {
+    serve_runs_the_schedule(Engine::Postgres).await;
+}
+
+async fn serve_runs_the_schedule(engine: Engine) {
     let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
-    let (server, fake) = start(vec![hook("hook_lost", "failed", ours)], "every = \"200ms\"").await;
+    let hooks = vec![hook("hook_lost", "failed", ours)];
+    let Some((server, fake)) = start_on(engine, hooks, "every = \"200ms\"").await else {
+        return;
+    };
+    let reader = Reader::of(&server).await;
     // No command: the server's own schedule asks Pagar.me, whose resend comes through intake.
-    eventually(WAIT, "the resent delivery stored", || {
-        stored_with_key(&server, "hook_lost") == 1
-    })
-    .await;
+    reader.until_stored_once("hook_lost", WAIT).await;
     let lists = || fake.seen().iter().filter(|s| s.method == "GET").count();
     eventually(WAIT, "more runs", || lists() >= 3).await;
-    // Later runs find it stored and ask for nothing more.
+    // Later runs find it stored and ask for nothing more: it stays stored once.
     assert_eq!(fake.retries(), ["/core/v5/hooks/hook_lost/retry"]);
+    assert_eq!(reader.with_key("hook_lost").await.len(), 1);
+    drop(reader);
     tokio::time::timeout(WAIT, server.stop())
         .await
         .expect("serve stops with its schedule");
