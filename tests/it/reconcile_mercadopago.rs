@@ -4,13 +4,16 @@
 //! access token; shapes from Mercado Pago's API reference as
 //! /work/shared/reference/reconcile.md §6 cites them). Mercado Pago cannot resend, and its
 //! notifications carry no state: a payment whose last update portaria never heard of is
-//! stored by the run as a state event and forwarded, marked `origin = reconcile`.
+//! stored by the run as a state event and forwarded, marked `origin = reconcile`. On each
+//! store engine (SQLite, and PostgreSQL as `on_postgres_...`): the cursor is kept in the store.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use portaria::store::Origin;
 use serde_json::{Value, json};
 
+use crate::support::engine::{Engine, Reader};
 use crate::support::gateway::{answer, query, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
@@ -85,8 +88,19 @@ async fn fake_mercadopago(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payment_states_portaria_never_heard_of_are_stored_and_forwarded() {
+    payment_states_stored_and_forwarded(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_payment_states_portaria_never_heard_of_are_stored_and_forwarded() {
+    payment_states_stored_and_forwarded(Engine::Postgres).await;
+}
+
+async fn payment_states_stored_and_forwarded(engine: Engine) {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
+    let Some((config, db)) = engine.config(dir.path()).await else {
+        return;
+    };
     let ca = ca("fake Mercado Pago CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let ten_minutes_ago = portaria::time::now_ms() - 600_000;
@@ -102,7 +116,7 @@ async fn payment_states_portaria_never_heard_of_are_stored_and_forwarded() {
         "secret = \"{MP_SECRET}\"\nforward = {{ url = \"http://{}/in\", timeout_secs = 2 }}",
         target.addr
     );
-    let text = sqlite_config(&db)
+    let text = config
         .endpoint(PATH, "mercadopago", &keys)
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"mp.key\"\napi_base = \"https://localhost:{}\"\n\
@@ -187,6 +201,11 @@ async fn payment_states_portaria_never_heard_of_are_stored_and_forwarded() {
 
     // A second run has heard of everything: nothing stored twice. It resumes where the last
     // run got to (its cursor, kept in the store), less an hour, not three days back.
+    let reader = Reader::of(&server).await;
+    let kept = reader.reconcile_run("mercadopago").await;
+    let cursor = kept["cursor_ms"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("{kept}"));
     let out = reconcile(&server, &["--endpoint", "mercadopago"]).await;
     let text = ok_stdout(&out);
     assert!(
@@ -200,11 +219,8 @@ async fn payment_states_portaria_never_heard_of_are_stored_and_forwarded() {
         (hour_ago - begin).abs() < 60_000,
         "resumed at {begin}, not {hour_ago}"
     );
-    assert_eq!(
-        count(
-            &server.db(),
-            "SELECT COUNT(*) FROM events WHERE origin = 'reconcile'"
-        ),
-        2
-    );
+    assert_eq!(begin, cursor - 3_600_000, "the kept cursor, less an hour");
+    let events = reader.events().await;
+    let reconciled = events.iter().filter(|e| e.origin == Origin::Reconcile);
+    assert_eq!(reconciled.count(), 2, "{events:?}");
 }
