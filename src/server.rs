@@ -232,7 +232,7 @@ pub async fn serve_with(
     metrics.reconcile_on(
         endpoints
             .iter()
-            .filter(|e| e.reconcile_run().is_some())
+            .filter(|e| e.reconcile.is_some())
             .map(|e| e.name.clone())
             .collect(),
     );

@@ -131,10 +131,7 @@ impl Alerts {
             watch: Watch::new(quiet_after.clone(), Vec::new(), now_ms()),
             quiet_after,
             upstream: Upstream::new(unrouted_after),
-            reconciled: Reconciled::new(
-                endpoints.iter().any(|e| e.reconcile_run().is_some()),
-                now_ms(),
-            ),
+            reconciled: Reconciled::new(endpoints.iter().any(|e| e.reconcile.is_some()), now_ms()),
             carries: endpoints
                 .iter()
                 .map(|e| {

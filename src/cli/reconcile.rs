@@ -39,32 +39,22 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
     let endpoints: Vec<_> = match &args.endpoint {
         Some(name) => {
             let endpoint = super::find_endpoint(&config, name)?;
-            match &endpoint.reconcile {
-                None => {
-                    return Err(format!(
-                        "endpoint `{name}` has no [endpoint.reconcile] table (docs/reconcile.md)"
-                    ));
-                }
-                Some(r) if !r.runs => {
-                    return Err(format!(
-                        "endpoint `{name}`: {} has no list a run could read; its \
-                         [endpoint.reconcile] table only verifies by fetching (docs/reconcile.md)",
-                        endpoint.verifier.provider()
-                    ));
-                }
-                Some(_) => {}
+            if endpoint.reconcile.is_none() {
+                return Err(format!(
+                    "endpoint `{name}` has no [endpoint.reconcile] table (docs/reconcile.md)"
+                ));
             }
             vec![endpoint]
         }
         None => config
             .endpoints
             .iter()
-            .filter(|e| e.reconcile_run().is_some())
+            .filter(|e| e.reconcile.is_some())
             .collect(),
     };
     if endpoints.is_empty() {
         return Err(format!(
-            "no endpoint in {} has an [endpoint.reconcile] table a run reads (docs/reconcile.md)",
+            "no endpoint in {} has an [endpoint.reconcile] table (docs/reconcile.md)",
             config.source
         ));
     }
@@ -78,7 +68,7 @@ pub(super) fn run(config: Option<&Path>, args: ReconcileArgs) -> Result<ExitCode
     let opened = Opened::open(&config, access)?;
     let mut ok = true;
     for endpoint in endpoints {
-        let Some(reconcile) = endpoint.reconcile_run() else {
+        let Some(reconcile) = &endpoint.reconcile else {
             continue;
         };
         let report = opened.block_on(crate::reconcile::run(

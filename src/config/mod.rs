@@ -290,11 +290,6 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// Its reconcile, when `portaria reconcile` has a run for it (not a fetch-only table).
-    pub fn reconcile_run(&self) -> Option<&Reconcile> {
-        self.reconcile.as_ref().filter(|r| r.runs)
-    }
-
     /// The paths it answers on: its `path`, and that path followed by what its provider
     /// appends to the URL it was given (Efí's `/pix`).
     pub fn paths(&self) -> Vec<String> {

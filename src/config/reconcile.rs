@@ -71,17 +71,13 @@ const PROVIDERS: &[(&str, &str, Duration)] = &[
         "https://api.mercadopago.com",
         Duration::from_secs(30 * 86_400),
     ),
-    // Fetch only (LISTLESS): sales are queried by id for 3 months.
+    // Sales are queried by id for 3 months (reconcile/cielo.rs).
     (
         "cielo",
         "https://apiquery.cieloecommerce.cielo.com.br",
         Duration::from_secs(90 * 86_400),
     ),
 ];
-
-/// The providers whose API has no list a run could read (Cielo: no list of sales or of
-/// notifications, reconcile.md §7): their table only verifies by fetching.
-const LISTLESS: &[&str] = &["cielo"];
 
 /// An endpoint's reconcile, as validated.
 #[derive(Debug, Clone)]
@@ -104,9 +100,6 @@ pub struct Reconcile {
     /// Mercado Pago, Asaas and Cielo only: before an event is forwarded, the object it names
     /// is fetched from the API with this key (verify by fetching, `forward/fetch.rs`).
     pub fetch: bool,
-    /// Whether `portaria reconcile` has a run for it: false for a gateway with no list to
-    /// read (Cielo), whose table only fetches.
-    pub runs: bool,
     /// Cielo only: the store's `MerchantId` (a GUID; it names the store, the `MerchantKey`
     /// in `api_key_*` is the secret), sent beside the key.
     pub merchant_id: Option<String>,
@@ -127,24 +120,19 @@ impl Validator<'_> {
         let raw = raw?;
         let at = format!("{at}.reconcile");
         let Some(&(_, base, retention)) = PROVIDERS.iter().find(|(p, ..)| *p == provider) else {
-            let (built, fetched): (Vec<&str>, Vec<&str>) = PROVIDERS
-                .iter()
-                .map(|(p, ..)| *p)
-                .partition(|p| !LISTLESS.contains(p));
+            let built = PROVIDERS.iter().map(|(p, ..)| *p).collect::<Vec<_>>();
             self.problem(format!(
-                "{at}: provider `{provider}` has no reconcile yet (built for: {}; fetch only: \
-                 {}; docs/reconcile.md)",
-                built.join(", "),
-                fetched.join(", ")
+                "{at}: provider `{provider}` has no reconcile yet (built for: {}; \
+                 docs/reconcile.md)",
+                built.join(", ")
             ));
             return None;
         };
         // GitHub's list names deliveries by their GUID, not by what portaria keys on: a run
         // asks GitHub again for every event it never delivered (reconcile/github.rs). Mercado
         // Pago's run keys the states it stores in a namespace of its own
-        // (reconcile/mercadopago.rs). A fetch-only table (Cielo) runs nothing.
-        let runs = !LISTLESS.contains(&provider);
-        let keyed = runs && !matches!(provider, "github" | "mercadopago");
+        // (reconcile/mercadopago.rs), and so does Cielo's (reconcile/cielo.rs).
+        let keyed = !matches!(provider, "github" | "mercadopago" | "cielo");
         let hook = self.github_hook(&at, provider, raw.hook);
         if let Some(rule) = dedup.filter(|r| keyed && !matches!(r, DedupRule::JsonPointer(_))) {
             self.problem(format!(
@@ -166,16 +154,19 @@ impl Validator<'_> {
                 FETCHED.join(", ")
             ));
         }
-        if !runs {
-            self.fetch_only(&at, fetch, &raw.every, &raw.window);
+        if provider == "cielo" && !fetch {
+            self.problem(format!(
+                "{at}: set fetch = true: a Cielo run asks again for the sales whose last state \
+                 portaria fetched (Cielo has no list to read; docs/reconcile.md)"
+            ));
         }
         let merchant_id = self.merchant_id(&at, provider, raw.merchant_id);
         let api_key = self.reconcile_key(&at, raw.api_key_env, raw.api_key_file);
-        let every = match raw.every.filter(|_| runs) {
+        let every = match raw.every {
             None => Some(None),
             Some(text) => self.reconcile_every(&at, &text),
         };
-        let window = match raw.window.as_deref().filter(|_| runs).map(parse_duration) {
+        let window = match raw.window.as_deref().map(parse_duration) {
             None => DEFAULT_RECONCILE_WINDOW,
             Some(Ok(w)) if w >= Duration::from_secs(60) && w <= retention => w,
             Some(Ok(_)) => {
@@ -221,30 +212,8 @@ impl Validator<'_> {
             reactivate: raw.reactivate.unwrap_or(false),
             hook: hook?,
             fetch,
-            runs,
             merchant_id: merchant_id?,
         })
-    }
-
-    /// A gateway with nothing a run could list (Cielo): its table only fetches, so it says
-    /// `fetch = true` and has no schedule or window.
-    fn fetch_only(
-        &mut self,
-        at: &str,
-        fetch: bool,
-        every: &Option<String>,
-        window: &Option<String>,
-    ) {
-        let why = "Cielo has no list of sales or notifications a run could read: its table only \
-                   verifies by fetching (docs/reconcile.md)";
-        if !fetch {
-            self.problem(format!("{at}: set fetch = true; {why}"));
-        }
-        for (key, given) in [("every", every), ("window", window)] {
-            if given.is_some() {
-                self.problem(format!("{at}.{key}: remove it; {why}"));
-            }
-        }
     }
 
     /// `merchant_id`: required for Cielo (a GUID), refused elsewhere. Some(it) or Some(None)
@@ -598,7 +567,7 @@ mod tests {
         let p = problems(&shopify);
         assert!(
             p.contains(
-                "provider `shopify` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github, mercadopago; fetch only: cielo;"
+                "provider `shopify` has no reconcile yet (built for: pagarme-v5, stripe, paddle, asaas, github, mercadopago, cielo;"
             ),
             "{p}"
         );
@@ -629,7 +598,7 @@ mod tests {
     }
 
     #[test]
-    fn a_cielo_table_only_fetches_with_its_merchant_id_and_key() {
+    fn a_cielo_table_fetches_with_its_merchant_id_and_key() {
         let dir = tempfile::tempdir().unwrap();
         let id = "e4db3e1b-985f-4e33-80cf-a19d559f0f60";
         let text = |more: &str| {
@@ -640,25 +609,28 @@ mod tests {
                 key_file(dir.path(), "0123456789012345678901234567890123456789")
             )
         };
-        let good = text(&format!("fetch = true\nmerchant_id = \"{id}\"\n"));
+        let good = text(&format!(
+            "fetch = true\nmerchant_id = \"{id}\"\nwindow = \"90d\"\n"
+        ));
         let config = parse(&good).unwrap();
         let r = config.endpoints[0].reconcile.clone().unwrap();
-        assert_eq!(
-            (r.fetch, r.runs, r.merchant_id.as_deref()),
-            (true, false, Some(id))
-        );
+        assert_eq!((r.fetch, r.merchant_id.as_deref()), (true, Some(id)));
         assert_eq!(r.api_base, "https://apiquery.cieloecommerce.cielo.com.br");
-        assert!(config.endpoints[0].reconcile_run().is_none());
-        // Nothing a run could read: no schedule, no window, and fetch said.
-        let said = problems(&text(&format!(
-            "merchant_id = \"{id}\"\nevery = \"1h\"\nwindow = \"1d\"\n"
-        )));
+        // Its body-hash dedup is no problem: a run keys the states it stores itself.
+        assert_eq!(config.endpoints[0].dedup.to_string(), "body-sha256");
+        // A run knows a sale's state from what fetching got: fetch is required.
+        let said = problems(&text(&format!("merchant_id = \"{id}\"\n")));
         assert!(
-            said.contains("reconcile: set fetch = true; Cielo has no list"),
+            said.contains("reconcile: set fetch = true: a Cielo run"),
             "{said}"
         );
-        assert!(said.contains("reconcile.every: remove it"), "{said}");
-        assert!(said.contains("reconcile.window: remove it"), "{said}");
+        let said = problems(&text(&format!(
+            "fetch = true\nmerchant_id = \"{id}\"\nwindow = \"91d\"\n"
+        )));
+        assert!(
+            said.contains("window: must be between 1m and 90d"),
+            "{said}"
+        );
         let said = problems(&text("fetch = true\n"));
         assert!(said.contains("needs the store's merchant_id"), "{said}");
         for bad in [

@@ -68,15 +68,9 @@ impl Fetcher {
                 Gateway::Asaas => KeyAuth::AccessToken,
                 Gateway::Cielo => KeyAuth::MerchantKey,
             };
-            let mut headers = vec![
-                scheme
-                    .header(r.api_key.expose())
-                    .ok_or("the API key cannot be sent in a header")?,
-            ];
-            if let Some(id) = r.merchant_id.as_deref() {
-                let id = HeaderValue::from_str(id).map_err(|_| "merchant_id is not a header")?;
-                headers.push((HeaderName::from_static("merchantid"), id));
-            }
+            let headers = scheme
+                .headers(r.api_key.expose(), r.merchant_id.as_deref())
+                .ok_or("the API key cannot be sent in a header")?;
             Ok((client, headers))
         })();
         Some(Fetcher {

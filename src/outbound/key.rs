@@ -48,6 +48,23 @@ impl KeyAuth {
     }
 }
 
+impl KeyAuth {
+    /// Every header a call carries for the account: the key's ([`KeyAuth::header`]) and, for
+    /// Cielo, the store's `MerchantId` beside it. None as for `header`.
+    pub fn headers(
+        self,
+        key: &[u8],
+        merchant_id: Option<&str>,
+    ) -> Option<Vec<(HeaderName, HeaderValue)>> {
+        let mut out = vec![self.header(key)?];
+        if let Some(id) = merchant_id {
+            let id = HeaderValue::from_str(id).ok()?;
+            out.push((HeaderName::from_static("merchantid"), id));
+        }
+        Some(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,5 +94,11 @@ mod tests {
         );
         assert!(value.is_sensitive());
         assert!(KeyAuth::Bearer.header(b"a\nb").is_none());
+        let both = KeyAuth::MerchantKey
+            .headers(b"k", Some("e4db3e1b"))
+            .unwrap();
+        let names: Vec<&str> = both.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["merchantkey", "merchantid"]);
+        assert_eq!(KeyAuth::Bearer.headers(b"k", None).unwrap().len(), 1);
     }
 }

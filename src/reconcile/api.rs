@@ -50,7 +50,7 @@ pub use crate::outbound::KeyAuth as Auth;
 pub struct Api {
     client: Client,
     base: String,
-    auth: (HeaderName, HeaderValue),
+    auth: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Api {
@@ -60,9 +60,12 @@ impl Api {
         let roots = Roots::system().with(&reconcile.extra_roots);
         let client = Client::new(&roots, Limits::default())
             .map_err(|e| ApiError::Unreachable(e.to_string()))?;
-        let auth = scheme.header(reconcile.api_key.expose()).ok_or_else(|| {
-            ApiError::Unreachable("the API key cannot be sent in a header".into())
-        })?;
+        let key = reconcile.api_key.expose();
+        let auth = scheme
+            .headers(key, reconcile.merchant_id.as_deref())
+            .ok_or_else(|| {
+                ApiError::Unreachable("the API key cannot be sent in a header".into())
+            })?;
         Ok(Api {
             client,
             base: reconcile.api_base.clone(),
@@ -102,8 +105,10 @@ impl Api {
         loop {
             tried += 1;
             let mut request = Request::new(method.clone(), url.clone())
-                .header(self.auth.0.clone(), self.auth.1.clone())
                 .header(ACCEPT, HeaderValue::from_static("application/json"));
+            for (name, value) in &self.auth {
+                request = request.header(name.clone(), value.clone());
+            }
             if let Some(body) = body {
                 request = request
                     .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))

@@ -21,6 +21,9 @@
 //! - `mercadopago` (`mercadopago`): the payments updated in the window; each one whose last
 //!   update portaria never heard of (no notification of it since) is stored as a state
 //!   event (`taken`), keyed by (payment, status).
+//! - `cielo` (`cielo`): no list at all; the sales of the window whose last state portaria
+//!   fetched is still open are asked for again, and a state portaria never heard of is
+//!   stored as the notification Cielo would have sent (`taken`), keyed by (sale, status).
 //!
 //! `serve` runs it on each endpoint's `every` too (`schedule`: one task, one run at a time).
 //! One run at a time per store, too: a run that is not dry takes the store's reconcile hold
@@ -35,6 +38,7 @@
 
 mod api;
 mod asaas;
+mod cielo;
 mod github;
 mod mercadopago;
 mod paddle;
@@ -230,6 +234,7 @@ pub async fn run(
     let scheme = match report.provider.as_str() {
         "paddle" | "github" | "mercadopago" => api::Auth::Bearer,
         "asaas" => api::Auth::AccessToken,
+        "cielo" => api::Auth::MerchantKey,
         _ => api::Auth::Basic,
     };
     let api = match api::Api::new(reconcile, scheme) {
@@ -246,6 +251,7 @@ pub async fn run(
         "asaas" => asaas::run(&api, endpoint, reconcile, paused_before, &mut report).await,
         "github" => github::run(&api, endpoint, reconcile, &mut report).await,
         "mercadopago" => mercadopago::run(&api, endpoint, store, wake, &mut report).await,
+        "cielo" => cielo::run(&api, endpoint, store, wake, &mut report).await,
         other => Err(format!("provider `{other}` has no reconcile yet")),
     };
     if let Err(e) = outcome {

@@ -33,7 +33,7 @@ impl Schedule {
         let now = Instant::now();
         let due: Vec<(Instant, Arc<Endpoint>)> = endpoints
             .iter()
-            .filter(|e| e.reconcile_run().is_some_and(|r| r.every.is_some()))
+            .filter(|e| e.reconcile.as_ref().is_some_and(|r| r.every.is_some()))
             .map(|e| (now, e.clone()))
             .collect();
         if due.is_empty() {

@@ -4,8 +4,8 @@
 //! headers (shapes as /work/shared/reference/reconcile.md §7 cites Cielo's API reference; an
 //! unknown sale is HTTP 404, "Resource Not Found" in Cielo's table of statuses). Cielo's
 //! notification is only `{"PaymentId", "ChangeType"}` behind static headers: the sale fetched
-//! is what the target can trust. Cielo has no list a run could read: `portaria reconcile`
-//! says so instead of running.
+//! is what the target can trust. Cielo has no list a run could read: a run asks again for
+//! the sales whose last state portaria fetched is still open, on both store engines.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::answer;
+use crate::support::engine::{Engine, Reader};
+use crate::support::gateway::{answer, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -31,15 +32,18 @@ fn sale(id: &str, status: u8) -> Value {
             "Status": status, "ReturnCode": "6", "ReceivedDate": "2026-11-30 10:00:00"}})
 }
 
+/// The sales the fake API knows, by path; a test changes one to change its state.
+type Sales = Arc<Mutex<HashMap<String, Value>>>;
+
 /// The fake query API: 401 without both credentials, the sales it knows, 404 for others.
-async fn fake_cielo(tls: Arc<rustls::ServerConfig>, sales: HashMap<String, Value>) -> HttpsServer {
+async fn fake_cielo(tls: Arc<rustls::ServerConfig>, sales: Sales) -> HttpsServer {
     HttpsServer::start(tls, move |seen: &Seen| {
         let header = |name: &str| seen.headers.get(name).and_then(|v| v.to_str().ok());
         if header("merchantid") != Some(MERCHANT_ID) || header("merchantkey") != Some(MERCHANT_KEY)
         {
             return answer(401, json!([{"Code": 0, "Message": "Unauthorized"}]), None);
         }
-        match sales.get(&seen.target) {
+        match sales.lock().unwrap().get(&seen.target) {
             Some(sale) => answer(200, sale.clone(), None),
             None => answer(404, json!({}), None),
         }
@@ -90,7 +94,7 @@ async fn cielo_sales_are_fetched_with_merchant_id_and_key_before_they_are_forwar
     let ca = ca("fake Cielo CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let sales = HashMap::from([(format!("/1/sales/{SALE}"), sale(SALE, 2))]);
-    let api = fake_cielo(server_tls(&ca), sales).await;
+    let api = fake_cielo(server_tls(&ca), Arc::new(Mutex::new(sales))).await;
     let erp = record_calls(
         &work,
         "erp",
@@ -147,21 +151,6 @@ async fn cielo_sales_are_fetched_with_merchant_id_and_key_before_they_are_forwar
     let row: String = server.one("SELECT detail FROM fetches WHERE event_id = 1");
     assert!(!row.contains(MERCHANT_KEY) && !fetched.contains(MERCHANT_KEY));
 
-    // No run for Cielo: the command says why instead of asking an API that has no list.
-    let out = run_cli(&["reconcile", "--endpoint", "cielo"], &server.config_path());
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0), "{said}");
-    assert!(
-        said.contains("cielo has no list a run could read; its [endpoint.reconcile] table only verifies by fetching"),
-        "{said}"
-    );
-    let out = run_cli(&["reconcile"], &server.config_path());
-    let said = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        said.contains("has an [endpoint.reconcile] table a run reads"),
-        "{said}"
-    );
-    assert_eq!(api.seen.lock().unwrap().len(), 2, "no run asked the API");
     server.stop().await;
 }
 
@@ -203,5 +192,122 @@ async fn a_fetch_that_gets_no_answer_fails_within_the_route_s_timeout() {
     assert!(calls(&work).is_empty(), "nothing forwarded unfetched");
     assert_eq!(held.lock().unwrap().len(), 2, "one connection per attempt");
     quiet.abort();
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cielo_run_asks_again_for_the_open_sales_and_stores_a_state_never_heard_of() {
+    a_run_recovers_an_open_sale_s_change(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_cielo_run_asks_again_for_the_open_sales_and_stores_a_state_never_heard_of() {
+    a_run_recovers_an_open_sale_s_change(Engine::Postgres).await;
+}
+
+/// Sale A is authorised (1, open) and sale B confirmed (2) when their notifications are
+/// fetched. A is then captured (2) and B refunded (11); Cielo's notification of A's capture is
+/// byte-identical to the first, so within the dedup window it is a repeat, and nothing tells
+/// the target. One run asks for A only (B's last known state is final), stores the capture as
+/// the notification Cielo would have sent, and the target gets it with the sale fetched; a
+/// second run has nothing open to ask for.
+async fn a_run_recovers_an_open_sale_s_change(engine: Engine) {
+    const B: &str = "5a1e0000-0000-4000-8000-00000000000b";
+    let dir = tempfile::tempdir().unwrap();
+    let Some((config, db)) = engine.config(dir.path()).await else {
+        return;
+    };
+    let work = dir.path().to_path_buf();
+    let ca = ca("fake Cielo CA");
+    let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
+    let sales: Sales = Arc::new(Mutex::new(HashMap::from([
+        (format!("/1/sales/{SALE}"), sale(SALE, 1)),
+        (format!("/1/sales/{B}"), sale(B, 2)),
+    ])));
+    let api = fake_cielo(server_tls(&ca), sales.clone()).await;
+    let erp = record_calls(
+        &work,
+        "erp",
+        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
+        "$PORTARIA_EVENT_ID $PORTARIA_ORIGIN",
+        "",
+    );
+    let route = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
+        erp.display()
+    );
+    let api_base = format!("https://localhost:{}", api.addr.port());
+    let ca_file = ca_file.display().to_string();
+    let keys = cielo_keys(dir.path(), &route, &api_base, Some(&ca_file));
+    let text = config.endpoint("/webhooks/cielo", "cielo", &keys).text();
+    let server = TestServer::start_with(dir, db, &text).await;
+    notify(&server, SALE, 1).await;
+    notify(&server, B, 1).await;
+    eventually(WAIT, "both sales forwarded", || calls(&work).len() == 2).await;
+
+    // A captured, B refunded; A's notification is a repeat of the first: not stored.
+    sales
+        .lock()
+        .unwrap()
+        .insert(format!("/1/sales/{SALE}"), sale(SALE, 2));
+    sales
+        .lock()
+        .unwrap()
+        .insert(format!("/1/sales/{B}"), sale(B, 11));
+    notify(&server, SALE, 1).await;
+    let reader = Reader::of(&server).await;
+    assert_eq!(
+        reader.events().await.len(),
+        2,
+        "the capture's notification is a repeat"
+    );
+
+    let out = reconcile(&server, &["--json"]).await;
+    let (first, code) = report(&out);
+    assert_eq!(code, Some(0), "{first}");
+    assert_eq!(first["checked"], 1, "only the open sale: {first}");
+    assert_eq!(first["missing"], json!([format!("{SALE} 2")]));
+    assert_eq!(first["recovered"], json!([format!("{SALE} 2")]));
+    eventually(WAIT, "the capture forwarded", || calls(&work).len() == 3).await;
+    let calls = calls(&work);
+    assert_eq!(calls[..2], ["1 webhook", "2 webhook"]);
+    // Its id: the next one on SQLite; PostgreSQL's sequence also spent one on the repeat.
+    let (id, origin) = calls[2].split_once(' ').unwrap();
+    assert_eq!(origin, "reconcile");
+    let fetched = std::fs::read_to_string(work.join(format!("fetched-{id}"))).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&fetched).unwrap(),
+        sale(SALE, 2)
+    );
+    let stored = reader.event(id.parse().unwrap()).await;
+    assert_eq!(
+        serde_json::from_slice::<Value>(&stored.body).unwrap(),
+        json!({"PaymentId": SALE, "ChangeType": 1}),
+        "the notification Cielo would have sent"
+    );
+    assert_eq!(stored.summary.dedup_key, format!("cielo:sale:{SALE}:2"));
+
+    // Nothing open any more: a second run asks for nothing and finds nothing missing.
+    let asked = api.seen.lock().unwrap().len();
+    let out = reconcile(&server, &["--json"]).await;
+    let (again, code) = report(&out);
+    assert_eq!(
+        (again["checked"].as_u64(), code),
+        (Some(0), Some(0)),
+        "{again}"
+    );
+    assert_eq!(api.seen.lock().unwrap().len(), asked);
+    let paths: Vec<String> = api
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.target.clone())
+        .collect();
+    let b_asked = paths.iter().filter(|p| p.ends_with(B)).count();
+    assert_eq!(
+        b_asked, 1,
+        "B, final, was fetched once and never asked again: {paths:?}"
+    );
     server.stop().await;
 }

@@ -1,0 +1,163 @@
+//! Cielo (API E-commerce 3.0): its notification is only `{"PaymentId", "ChangeType"}`, it
+//! tries three times and gives up, and its API lists nothing (no sales by date, no
+//! notifications; research notes §7). What a run can do is what Cielo itself advises: ask
+//! again for the sales still open. It reads the endpoint's events of the window: the state
+//! of each sale, `Payment.Status`, from what verify-by-fetching got (so the table needs
+//! `fetch = true`) or from the key of a state a run stored; a sale whose newest known state
+//! is open (0 NotFinished, 1 Authorized, 12 Pending, 20 Scheduled) is asked for,
+//! `GET /1/sales/{PaymentId}`. A state portaria never heard of is stored as an event of the
+//! endpoint (`taken.rs`, origin `reconcile`): the notification Cielo would have sent, keyed
+//! `cielo:sale:<PaymentId>:<Status>` (one state stored once whatever later runs find), its
+//! sale fetched when it is forwarded as any other. This also recovers a change that the
+//! endpoint's dedup window took for a repeat (two changes of one sale are byte-identical
+//! notifications). A sale portaria never heard of at all stays unknown: there is no list.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+use super::Report;
+use super::api::Api;
+use super::taken::{Taken, store_taken};
+use crate::config::Endpoint;
+use crate::store::{Fetched, ListFilter, Store};
+use crate::time::now_ms;
+
+/// The most sales a run asks for: a run is bounded (Cielo publishes no quota).
+const MAX_SALES: usize = 500;
+
+/// The statuses after which Cielo's sale still changes by itself.
+const OPEN: &[i64] = &[0, 1, 12, 20];
+
+/// The namespace of the states a run stores.
+const KEY_PREFIX: &str = "cielo:sale:";
+
+pub(super) async fn run(
+    api: &Api,
+    endpoint: &Endpoint,
+    store: &Store,
+    wake: Option<&Notify>,
+    report: &mut Report,
+) -> Result<(), String> {
+    let since = now_ms().saturating_sub(report.since.as_millis() as i64);
+    let open = open_sales(store, &endpoint.name, since).await?;
+    let mut changed = Vec::new();
+    for (id, known) in open {
+        report.checked += 1;
+        let answer = match api.get(&format!("/1/sales/{id}")).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                report.errors.push(format!("{id}: {e}"));
+                continue;
+            }
+        };
+        match answer.json::<Value>().ok().as_ref().and_then(status) {
+            Some((_, now)) if now != known => changed.push((id, now)),
+            Some(_) => {}
+            None => report
+                .errors
+                .push(format!("{id}: no `Payment.Status` in the sale")),
+        }
+    }
+    report.failed_at_gateway = changed.len();
+    let name = |(id, status): &(String, i64)| format!("{id} {status}");
+    let key = |(id, status): &(String, i64)| format!("{KEY_PREFIX}{id}:{status}");
+    let candidates = changed.iter().map(|c| (name(c), key(c))).collect();
+    report.missing = super::never_stored(store, &endpoint.name, candidates).await?;
+    if report.dry_run || report.missing.is_empty() {
+        return Ok(());
+    }
+    let taken = changed
+        .iter()
+        .filter(|c| report.missing.contains(&name(c)))
+        .map(|c| Taken {
+            id: name(c),
+            dedup_key: key(c),
+            event_type: None,
+            object_id: Some(c.0.clone()),
+            signed_id: None,
+            body: json!({"PaymentId": c.0, "ChangeType": 1})
+                .to_string()
+                .into_bytes(),
+        })
+        .collect();
+    store_taken(store, endpoint, taken, wake, report).await;
+    Ok(())
+}
+
+/// The sales of `endpoint`'s events since `since` whose newest known state is open, with that
+/// state, at most [`MAX_SALES`].
+async fn open_sales(
+    store: &Store,
+    endpoint: &str,
+    since: i64,
+) -> Result<Vec<(String, i64)>, String> {
+    let cannot = |e: crate::store::StoreError| format!("cannot read the store: {e}");
+    let filter = ListFilter {
+        endpoint: Some(endpoint.to_string()),
+        since: Some(since),
+        ..ListFilter::default()
+    };
+    // Newest first: the first state found for a sale is its newest.
+    let events = store.list_events(filter).await.map_err(cannot)?;
+    let mut newest: HashMap<String, i64> = HashMap::new();
+    let mut order = Vec::new();
+    for e in events {
+        let state = match e.dedup_key.strip_prefix(KEY_PREFIX) {
+            Some(stored) => stored
+                .rsplit_once(':')
+                .and_then(|(id, s)| Some((id.to_string(), s.parse().ok()?))),
+            None => match store.fetched(e.id).await.map_err(cannot)? {
+                Some(Fetched::Object(sale)) => {
+                    serde_json::from_str(&sale).ok().and_then(|v| status(&v))
+                }
+                _ => None,
+            },
+        };
+        if let Some((id, s)) = state
+            && !newest.contains_key(&id)
+        {
+            newest.insert(id.clone(), s);
+            order.push(id);
+        }
+    }
+    Ok(order
+        .into_iter()
+        .filter_map(|id| Some((id.clone(), *newest.get(&id)?)))
+        .filter(|(_, s)| OPEN.contains(s))
+        .take(MAX_SALES)
+        .collect())
+}
+
+/// A sale's `Payment.PaymentId` and `Payment.Status`, as Cielo's query answers it.
+fn status(sale: &Value) -> Option<(String, i64)> {
+    let payment = sale.get("Payment")?;
+    let id = payment.get("PaymentId")?.as_str()?;
+    let status = payment.get("Status")?.as_i64()?;
+    super::plain_id(id).then(|| (id.to_string(), status))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sale_s_state_is_its_payment_s_id_and_status() {
+        let sale = json!({"MerchantOrderId": "o-1",
+            "Payment": {"PaymentId": "24bc8366-fc31-4d6c-8555-17049a836a07", "Status": 1}});
+        assert_eq!(
+            status(&sale),
+            Some(("24bc8366-fc31-4d6c-8555-17049a836a07".to_string(), 1))
+        );
+        assert_eq!(
+            status(&json!({"Payment": {"PaymentId": "../x", "Status": 1}})),
+            None
+        );
+        assert_eq!(
+            status(&json!({"Payment": {"PaymentId": "p", "Status": "1"}})),
+            None
+        );
+        assert_eq!(status(&json!({"PaymentId": "p"})), None);
+    }
+}
