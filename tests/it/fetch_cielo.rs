@@ -311,3 +311,105 @@ async fn a_run_recovers_an_open_sale_s_change(engine: Engine) {
     );
     server.stop().await;
 }
+
+/// REVIEW: a fake query API whose answer for SALE is the `n`th of `states` (the last one
+/// after), or 401 from ask number `refuse_from` on; every other sale is open (1).
+async fn stepping_cielo(
+    tls: Arc<rustls::ServerConfig>,
+    states: &'static [u8],
+    refuse_from: usize,
+) -> HttpsServer {
+    let asked = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    HttpsServer::start(tls, move |seen: &Seen| {
+        let n = asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if n >= refuse_from {
+            return answer(401, json!([{"Code": 0, "Message": "Unauthorized"}]), None);
+        }
+        let id = seen.target.trim_start_matches("/1/sales/").to_string();
+        let status = if id == SALE {
+            states[n.min(states.len() - 1)]
+        } else {
+            1
+        };
+        answer(200, sale(&id, status), None)
+    })
+    .await
+}
+
+async fn review_server(
+    api: &HttpsServer,
+    ca: &crate::support::tunnel::Ca,
+) -> (TestServer, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("portaria.db");
+    let work = dir.path().to_path_buf();
+    let ca_file = write_ca(ca, dir.path(), "api-ca.pem");
+    let erp = record_calls(
+        &work,
+        "erp",
+        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
+        "$PORTARIA_EVENT_ID $PORTARIA_ORIGIN",
+        "",
+    );
+    let route = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
+        erp.display()
+    );
+    let api_base = format!("https://localhost:{}", api.addr.port());
+    let ca_file = ca_file.display().to_string();
+    let keys = cielo_keys(dir.path(), &route, &api_base, Some(&ca_file));
+    let text = sqlite_config(&db)
+        .endpoint("/webhooks/cielo", "cielo", &keys)
+        .text();
+    (TestServer::start_with(dir, db, &text).await, work)
+}
+
+/// REVIEW: the sale is 0 when its notification is fetched, 1 when run R1 asks (R1 stores
+/// `cielo:sale:SALE:1`), and 2 when that stored state is forwarded and fetched: the target
+/// has state 2 already. R2 still takes the state from the key (1, open), asks, and stores 2
+/// as a second event: the target gets state 2 twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_run_prefers_the_key_over_the_sale_fetched_since() {
+    let ca = ca("fake Cielo CA");
+    let api = stepping_cielo(server_tls(&ca), &[0, 1, 2], usize::MAX).await;
+    let (server, work) = review_server(&api, &ca).await;
+    notify(&server, SALE, 1).await;
+    eventually(WAIT, "the sale forwarded", || calls(&work).len() == 1).await;
+    let (first, _) = report(&reconcile(&server, &["--json"]).await);
+    assert_eq!(first["recovered"], json!([format!("{SALE} 1")]), "{first}");
+    eventually(WAIT, "the stored state forwarded", || calls(&work).len() == 2).await;
+    let id = calls(&work)[1].split_once(' ').unwrap().0.to_string();
+    let fetched = std::fs::read_to_string(work.join(format!("fetched-{id}"))).unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&fetched).unwrap()["Payment"]["Status"],
+        2,
+        "the target has state 2 with the stored state's event"
+    );
+    let (second, _) = report(&reconcile(&server, &["--json"]).await);
+    assert_eq!(
+        second["missing"],
+        json!([]),
+        "state 2 reached the target already: {second}"
+    );
+    server.stop().await;
+}
+
+/// REVIEW: three open sales; the key is then refused. The run asks for every open sale
+/// anyway (one 401 each), where the first refusal says all there is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn review_a_refused_key_stops_the_run() {
+    const B: &str = "5a1e0000-0000-4000-8000-00000000000b";
+    const C: &str = "5a1e0000-0000-4000-8000-00000000000c";
+    let ca = ca("fake Cielo CA");
+    let api = stepping_cielo(server_tls(&ca), &[1], 3).await;
+    let (server, work) = review_server(&api, &ca).await;
+    for id in [SALE, B, C] {
+        notify(&server, id, 1).await;
+    }
+    eventually(WAIT, "three sales forwarded", || calls(&work).len() == 3).await;
+    let before = api.seen.lock().unwrap().len();
+    let (run, _) = report(&reconcile(&server, &["--json"]).await);
+    let asked = api.seen.lock().unwrap().len() - before;
+    assert_eq!(asked, 1, "asked {asked} times with a refused key: {run}");
+    server.stop().await;
+}
