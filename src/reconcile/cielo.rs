@@ -18,13 +18,14 @@ use serde_json::{Value, json};
 use tokio::sync::Notify;
 
 use super::Report;
-use super::api::Api;
+use super::api::{Api, ApiError};
 use super::taken::{Taken, store_taken};
 use crate::config::Endpoint;
-use crate::store::{Fetched, ListFilter, Store};
+use crate::store::{Fetched, ListFilter, Origin, Store};
 use crate::time::now_ms;
 
-/// The most sales a run asks for: a run is bounded (Cielo publishes no quota).
+/// The most sales a run asks for: a run is bounded (Cielo publishes no quota); the report's
+/// note says when some were left.
 const MAX_SALES: usize = 500;
 
 /// The statuses after which Cielo's sale still changes by itself.
@@ -41,15 +42,29 @@ pub(super) async fn run(
     report: &mut Report,
 ) -> Result<(), String> {
     let since = now_ms().saturating_sub(report.since.as_millis() as i64);
-    let open = open_sales(store, &endpoint.name, since).await?;
+    let mut open = open_sales(store, &endpoint.name, since).await?;
+    if open.len() > MAX_SALES {
+        open.truncate(MAX_SALES);
+        report.note = Some(
+            "more than 500 sales of the window are open: the oldest were not asked for \
+             (a shorter window or --since reaches them)",
+        );
+    }
     let mut changed = Vec::new();
     for (id, known) in open {
         report.checked += 1;
         let answer = match api.get(&format!("/1/sales/{id}")).await {
             Ok(answer) => answer,
-            Err(e) => {
+            // A sale the API does not know is that sale's; anything else (the key, the
+            // network, a 5xx or 429 after its tries) is every sale's: stop asking, and keep
+            // what was found so far.
+            Err(e @ (ApiError::NotFound(_) | ApiError::Shape(_))) => {
                 report.errors.push(format!("{id}: {e}"));
                 continue;
+            }
+            Err(e) => {
+                report.errors.push(format!("{id}: {e}"));
+                break;
             }
         };
         match answer.json::<Value>().ok().as_ref().and_then(status) {
@@ -87,7 +102,9 @@ pub(super) async fn run(
 }
 
 /// The sales of `endpoint`'s events since `since` whose newest known state is open, with that
-/// state, at most [`MAX_SALES`].
+/// state, newest first. An event's state is the sale fetched for it (at least as recent as
+/// anything else portaria knows of it), else, for an event a run stored and not fetched yet,
+/// the state its key names.
 async fn open_sales(
     store: &Store,
     endpoint: &str,
@@ -104,16 +121,13 @@ async fn open_sales(
     let mut newest: HashMap<String, i64> = HashMap::new();
     let mut order = Vec::new();
     for e in events {
-        let state = match e.dedup_key.strip_prefix(KEY_PREFIX) {
-            Some(stored) => stored
-                .rsplit_once(':')
-                .and_then(|(id, s)| Some((id.to_string(), s.parse().ok()?))),
-            None => match store.fetched(e.id).await.map_err(cannot)? {
-                Some(Fetched::Object(sale)) => {
-                    serde_json::from_str(&sale).ok().and_then(|v| status(&v))
-                }
-                _ => None,
-            },
+        let state = match store.fetched(e.id).await.map_err(cannot)? {
+            Some(Fetched::Object(sale)) => {
+                serde_json::from_str(&sale).ok().and_then(|v| status(&v))
+            }
+            // Only a run's own key: a webhook's is whatever the request carried.
+            _ if e.origin == Origin::Reconcile => stored_state(&e.dedup_key),
+            _ => None,
         };
         if let Some((id, s)) = state
             && !newest.contains_key(&id)
@@ -126,8 +140,13 @@ async fn open_sales(
         .into_iter()
         .filter_map(|id| Some((id.clone(), *newest.get(&id)?)))
         .filter(|(_, s)| OPEN.contains(s))
-        .take(MAX_SALES)
         .collect())
+}
+
+/// The sale and status a run's key `cielo:sale:<id>:<status>` names.
+fn stored_state(key: &str) -> Option<(String, i64)> {
+    let (id, status) = key.strip_prefix(KEY_PREFIX)?.rsplit_once(':')?;
+    super::plain_id(id).then_some((id.to_string(), status.parse().ok()?))
 }
 
 /// A sale's `Payment.PaymentId` and `Payment.Status`, as Cielo's query answers it.
@@ -159,5 +178,17 @@ mod tests {
             None
         );
         assert_eq!(status(&json!({"PaymentId": "p"})), None);
+        assert_eq!(
+            stored_state("cielo:sale:p-1:12"),
+            Some(("p-1".to_string(), 12))
+        );
+        for bad in [
+            "cielo:sale:../x:1",
+            "cielo:sale:p:x",
+            "other:p:1",
+            "cielo:sale:p",
+        ] {
+            assert_eq!(stored_state(bad), None, "{bad}");
+        }
     }
 }

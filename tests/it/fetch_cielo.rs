@@ -312,7 +312,7 @@ async fn a_run_recovers_an_open_sale_s_change(engine: Engine) {
     server.stop().await;
 }
 
-/// REVIEW: a fake query API whose answer for SALE is the `n`th of `states` (the last one
+/// A fake query API whose answer for SALE is the `n`th of `states` (the last one
 /// after), or 401 from ask number `refuse_from` on; every other sale is open (1).
 async fn stepping_cielo(
     tls: Arc<rustls::ServerConfig>,
@@ -336,7 +336,8 @@ async fn stepping_cielo(
     .await
 }
 
-async fn review_server(
+/// A SQLite server on `api` with a recording command target, and the target's directory.
+async fn stepping_server(
     api: &HttpsServer,
     ca: &crate::support::tunnel::Ca,
 ) -> (TestServer, std::path::PathBuf) {
@@ -364,20 +365,23 @@ async fn review_server(
     (TestServer::start_with(dir, db, &text).await, work)
 }
 
-/// REVIEW: the sale is 0 when its notification is fetched, 1 when run R1 asks (R1 stores
+/// The sale is 0 when its notification is fetched, 1 when run R1 asks (R1 stores
 /// `cielo:sale:SALE:1`), and 2 when that stored state is forwarded and fetched: the target
-/// has state 2 already. R2 still takes the state from the key (1, open), asks, and stores 2
-/// as a second event: the target gets state 2 twice.
+/// has state 2 already. R2 takes the sale fetched (2, settled), not the key (1, open), and
+/// stores nothing: the target never gets state 2 twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_a_run_prefers_the_key_over_the_sale_fetched_since() {
+async fn a_run_takes_the_sale_fetched_since_over_its_own_key() {
     let ca = ca("fake Cielo CA");
     let api = stepping_cielo(server_tls(&ca), &[0, 1, 2], usize::MAX).await;
-    let (server, work) = review_server(&api, &ca).await;
+    let (server, work) = stepping_server(&api, &ca).await;
     notify(&server, SALE, 1).await;
     eventually(WAIT, "the sale forwarded", || calls(&work).len() == 1).await;
     let (first, _) = report(&reconcile(&server, &["--json"]).await);
     assert_eq!(first["recovered"], json!([format!("{SALE} 1")]), "{first}");
-    eventually(WAIT, "the stored state forwarded", || calls(&work).len() == 2).await;
+    eventually(WAIT, "the stored state forwarded", || {
+        calls(&work).len() == 2
+    })
+    .await;
     let id = calls(&work)[1].split_once(' ').unwrap().0.to_string();
     let fetched = std::fs::read_to_string(work.join(format!("fetched-{id}"))).unwrap();
     assert_eq!(
@@ -394,15 +398,15 @@ async fn review_a_run_prefers_the_key_over_the_sale_fetched_since() {
     server.stop().await;
 }
 
-/// REVIEW: three open sales; the key is then refused. The run asks for every open sale
-/// anyway (one 401 each), where the first refusal says all there is.
+/// Three open sales; the key is then refused. The run stops at the first refusal, which
+/// says all there is, instead of one 401 per sale (or, for a dead host, tries and waits each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn review_a_refused_key_stops_the_run() {
+async fn a_refused_key_stops_the_run_at_the_first_sale() {
     const B: &str = "5a1e0000-0000-4000-8000-00000000000b";
     const C: &str = "5a1e0000-0000-4000-8000-00000000000c";
     let ca = ca("fake Cielo CA");
     let api = stepping_cielo(server_tls(&ca), &[1], 3).await;
-    let (server, work) = review_server(&api, &ca).await;
+    let (server, work) = stepping_server(&api, &ca).await;
     for id in [SALE, B, C] {
         notify(&server, id, 1).await;
     }
