@@ -42,8 +42,9 @@ impl Store {
     /// whatever the endpoint's: no row yet means a new pending row; a finished row (delivered,
     /// dead, stored) goes back to pending with a fresh schedule, its history kept, like
     /// `events replay`; a pending or delivering row is left alone. Never a second row for one
-    /// key. An event's `fetched` is kept for the row it lands on as
-    /// [`Store::keep_fetched`] keeps it (an object the row has stays).
+    /// key. An event's `fetched` is kept as [`Store::keep_fetched`] keeps it (an object the
+    /// row has stays) when the row is that event's, new or its own; a newer event of the key
+    /// is not given the older object.
     ///
     /// An endpoint with a `dedup_window` may hold several rows of one key (one per window).
     /// Then the key's notification goes out once more, never once per row: if any of its rows

@@ -111,43 +111,45 @@ impl Pg {
                 &e.event_type_signed,
                 &s.origin.column(),
             ];
-            let id: i64 = if let Some(new) = tx.query_opt(&insert, &params).await.map_err(error)? {
-                out.inserted += 1;
-                new.get(0)
-            } else {
-                let Some(found) = tx
-                    .query_opt(&newest, &[&s.endpoint, &s.dedup_key])
-                    .await
-                    .map_err(error)?
-                else {
-                    out.already_queued += 1;
-                    continue;
-                };
-                let id: i64 = found.get(0);
-                let on_its_way = tx
-                    .query(&lock, &[&id])
-                    .await
-                    .map_err(error)?
-                    .iter()
-                    .any(|r| matches!(r.get::<_, &str>(0), "pending" | "delivering"));
-                if on_its_way
-                    || tx
-                        .query_opt(&reset, &[&id, &status.as_str()])
+            let (id, own): (i64, bool) =
+                if let Some(new) = tx.query_opt(&insert, &params).await.map_err(error)? {
+                    out.inserted += 1;
+                    (new.get(0), true)
+                } else {
+                    let Some(found) = tx
+                        .query_opt(&newest, &[&s.endpoint, &s.dedup_key])
                         .await
                         .map_err(error)?
-                        .is_none()
-                {
-                    out.already_queued += 1;
-                    continue;
-                }
-                tx.execute(&deliver, &[&id, &s.endpoint, &now_ms, &routes, &keys])
-                    .await
-                    .map_err(error)?;
-                out.reset += 1;
-                id
-            };
-            // What fetching got, kept as `keep_fetched` keeps it.
-            if let Some(f) = &e.fetched {
+                    else {
+                        out.already_queued += 1;
+                        continue;
+                    };
+                    let id: i64 = found.get(0);
+                    let on_its_way = tx
+                        .query(&lock, &[&id])
+                        .await
+                        .map_err(error)?
+                        .iter()
+                        .any(|r| matches!(r.get::<_, &str>(0), "pending" | "delivering"));
+                    if on_its_way
+                        || tx
+                            .query_opt(&reset, &[&id, &status.as_str()])
+                            .await
+                            .map_err(error)?
+                            .is_none()
+                    {
+                        out.already_queued += 1;
+                        continue;
+                    }
+                    tx.execute(&deliver, &[&id, &s.endpoint, &now_ms, &routes, &keys])
+                        .await
+                        .map_err(error)?;
+                    out.reset += 1;
+                    (id, id == s.id)
+                };
+            // What fetching got, kept as `keep_fetched` keeps it, when the row is this event's:
+            // a newer event of the key (a thin body's repeat) is not given an older object.
+            if let Some(f) = e.fetched.as_ref().filter(|_| own) {
                 tx.execute(&keep, &[&id, &f.state(), &f.detail()])
                     .await
                     .map_err(error)?;

@@ -275,12 +275,14 @@ pub(super) fn restore(
         } else {
             Status::Pending
         };
-        // Its deliveries, and what fetching got (kept as `keep_fetched` keeps it).
-        let mut deliver_to = |id: i64| -> rusqlite::Result<()> {
+        // Its deliveries, and what fetching got (kept as `keep_fetched` keeps it) when the
+        // row is this event's: a newer event of the key (a thin body's repeat) is not given
+        // an older object.
+        let mut deliver_to = |id: i64, own: bool| -> rusqlite::Result<()> {
             for d in routes {
                 deliver.execute(params![id, d.route, s.endpoint, now_ms, d.order_key])?;
             }
-            if let Some(f) = &e.fetched {
+            if let Some(f) = e.fetched.as_ref().filter(|_| own) {
                 fetched.execute(params![id, f.state(), f.detail()])?;
             }
             Ok(())
@@ -313,7 +315,7 @@ pub(super) fn restore(
                 &e.body,
                 &StoredBody::encode(&e.body),
             )?;
-            deliver_to(id)?;
+            deliver_to(id, true)?;
             out.inserted += 1;
         } else if let Some(id) = reset
             .query_row(
@@ -325,7 +327,7 @@ pub(super) fn restore(
             // Its old deliveries (finished, all of them) give way to the current routes'.
             keep.execute([id])?;
             forget.execute([id])?;
-            deliver_to(id)?;
+            deliver_to(id, id == s.id)?;
             out.reset += 1;
         } else {
             out.already_queued += 1;

@@ -144,8 +144,20 @@ async fn the_record_goes_to_the_archive_and_back(s: &Subject) {
     assert_eq!(s.store.fetched(stored).await.unwrap(), Some(object.clone()));
     let mut archived = s.detail(stored).await;
     archived.fetched = Some(rejected);
-    assert_eq!(s.restore(&[archived], &[]).await.reset, 1);
-    assert_eq!(s.store.fetched(stored).await.unwrap(), Some(object));
+    assert_eq!(s.restore(&[archived.clone()], &[]).await.reset, 1);
+    assert_eq!(s.store.fetched(stored).await.unwrap(), Some(object.clone()));
+
+    // An archived event whose key a newer event holds now (a thin body's repeat: Cielo's two
+    // changes of one sale) resets that event, without giving it the older object.
+    let newer = s
+        .new_event(Webhook::new("mercadopago", "mp-7", now - HOUR).to(&[]))
+        .await;
+    let mut older = archived;
+    older.summary.id = newer + 1_000;
+    older.summary.dedup_key = "mp-7".into();
+    older.fetched = Some(object);
+    assert_eq!(s.restore(&[older], &[]).await.reset, 1);
+    assert_eq!(s.store.fetched(newer).await.unwrap(), None);
 }
 
 engines!(
