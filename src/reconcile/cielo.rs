@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 
 use super::Report;
 use super::api::{Api, ApiError};
-use super::taken::{Taken, store_taken};
+use super::taken::{Taken, store_missing};
 use crate::config::Endpoint;
 use crate::store::{Fetched, ListFilter, Origin, Store};
 use crate::time::now_ms;
@@ -76,29 +76,20 @@ pub(super) async fn run(
         }
     }
     report.failed_at_gateway = changed.len();
-    let name = |(id, status): &(String, i64)| format!("{id} {status}");
-    let key = |(id, status): &(String, i64)| format!("{KEY_PREFIX}{id}:{status}");
-    let candidates = changed.iter().map(|c| (name(c), key(c))).collect();
-    report.missing = super::never_stored(store, &endpoint.name, candidates).await?;
-    if report.dry_run || report.missing.is_empty() {
-        return Ok(());
-    }
     let taken = changed
-        .iter()
-        .filter(|c| report.missing.contains(&name(c)))
-        .map(|c| Taken {
-            id: name(c),
-            dedup_key: key(c),
+        .into_iter()
+        .map(|(id, status)| Taken {
+            id: format!("{id} {status}"),
+            dedup_key: format!("{KEY_PREFIX}{id}:{status}"),
             event_type: None,
-            object_id: Some(c.0.clone()),
+            object_id: Some(id.clone()),
             signed_id: None,
-            body: json!({"PaymentId": c.0, "ChangeType": 1})
+            body: json!({"PaymentId": id, "ChangeType": 1})
                 .to_string()
                 .into_bytes(),
         })
         .collect();
-    store_taken(store, endpoint, taken, wake, report).await;
-    Ok(())
+    store_missing(store, endpoint, taken, wake, report).await
 }
 
 /// The sales of `endpoint`'s events since `since` whose newest known state is open, with that

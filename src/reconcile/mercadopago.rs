@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 
 use super::Report;
 use super::api::Api;
-use super::taken::{Taken, store_taken};
+use super::taken::{Taken, store_missing};
 use crate::config::Endpoint;
 use crate::store::Store;
 use crate::time::{now_ms, parse_rfc3339, rfc3339};
@@ -64,17 +64,8 @@ pub(super) async fn run(
         .filter(|p| heard.get(&p.id).is_none_or(|at| *at < p.updated_ms))
         .collect();
     report.failed_at_gateway = unheard.len();
-    let candidates = unheard
-        .iter()
-        .map(|p| (state_name(p), state_key(p)))
-        .collect();
-    report.missing = super::never_stored(store, &endpoint.name, candidates).await?;
-    if report.dry_run || report.missing.is_empty() {
-        return Ok(());
-    }
     let taken = unheard
         .into_iter()
-        .filter(|p| report.missing.contains(&state_name(p)))
         .map(|p| Taken {
             id: state_name(&p),
             dedup_key: state_key(&p),
@@ -91,8 +82,7 @@ pub(super) async fn run(
             .into_bytes(),
         })
         .collect();
-    store_taken(store, endpoint, taken, wake, report).await;
-    Ok(())
+    store_missing(store, endpoint, taken, wake, report).await
 }
 
 /// The payments updated between `since` and `now`, oldest update first, and where the next

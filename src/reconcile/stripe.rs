@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use super::Report;
 use super::api::Api;
-use super::taken::{Taken, store_taken};
+use super::taken::{Taken, store_missing};
 use crate::config::Endpoint;
 use crate::store::Store;
 
@@ -32,7 +32,6 @@ pub(super) async fn run(
 ) -> Result<(), String> {
     let now = crate::time::now_ms() / 1000;
     let since = now.saturating_sub(report.since.as_secs() as i64);
-    let mut candidates = Vec::new();
     let mut events_of = Vec::new();
     let mut after: Option<String> = None;
     for _ in 0..MAX_PAGES {
@@ -59,7 +58,6 @@ pub(super) async fn run(
             let body = event.to_string().into_bytes();
             match endpoint.dedup.extract(&HeaderMap::new(), &body) {
                 Ok(key) => {
-                    candidates.push((id.to_string(), key.clone()));
                     events_of.push(Taken {
                         id: id.to_string(),
                         dedup_key: key,
@@ -76,14 +74,5 @@ pub(super) async fn run(
             break;
         }
     }
-    report.missing = super::never_stored(store, &endpoint.name, candidates).await?;
-    if report.dry_run || report.missing.is_empty() {
-        return Ok(());
-    }
-    let missing: Vec<Taken> = events_of
-        .into_iter()
-        .filter(|t| report.missing.contains(&t.id))
-        .collect();
-    store_taken(store, endpoint, missing, wake, report).await;
-    Ok(())
+    store_missing(store, endpoint, events_of, wake, report).await
 }

@@ -37,10 +37,35 @@ pub(super) struct Taken {
     pub body: Vec<u8>,
 }
 
+/// Of `candidates`, the ones whose dedup key `endpoint` never stored are the report's
+/// `missing`, and stored ([`store_taken`]) unless the run is dry.
+pub(super) async fn store_missing(
+    store: &Store,
+    endpoint: &Endpoint,
+    candidates: Vec<Taken>,
+    wake: Option<&Notify>,
+    report: &mut Report,
+) -> Result<(), String> {
+    let keys = candidates
+        .iter()
+        .map(|t| (t.id.clone(), t.dedup_key.clone()))
+        .collect();
+    report.missing = super::never_stored(store, &endpoint.name, keys).await?;
+    if report.dry_run || report.missing.is_empty() {
+        return Ok(());
+    }
+    let missing = candidates
+        .into_iter()
+        .filter(|t| report.missing.contains(&t.id))
+        .collect();
+    store_taken(store, endpoint, missing, wake, report).await;
+    Ok(())
+}
+
 /// Stores each of `taken` as an event of `endpoint` (origin `reconcile`); each one stored, or
 /// found stored already, is recovered, each failure an error of the report. Wakes the
 /// forwarding worker (`wake`, inside `serve`) once something new is stored.
-pub(super) async fn store_taken(
+async fn store_taken(
     store: &Store,
     endpoint: &Endpoint,
     taken: Vec<Taken>,
