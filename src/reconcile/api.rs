@@ -1,6 +1,7 @@
 //! One gateway API as a run calls it: the base URL, the key in the `Authorization` header
 //! ([`Auth`]: HTTP Basic with the key as the user, which Pagar.me and Stripe take, or a
-//! Bearer token, Paddle's), or in Asaas's own `access_token` header, and what an answer's
+//! Bearer token, Paddle's), or in Asaas's own `access_token` header (Cielo's `MerchantKey`
+//! in its own, beside the `MerchantId`), and what an answer's
 //! status means. A 429 or a 5xx is tried again after the `Retry-After` the API sent
 //! (else 1 s, then 2 s), up to [`TRIES`] times and never waiting more than [`MAX_WAIT`] at
 //! once: a run is bounded, and an API that asks for longer is told about, not waited for.

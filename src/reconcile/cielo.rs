@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::Report;
@@ -84,9 +84,8 @@ pub(super) async fn run(
             event_type: None,
             object_id: Some(id.clone()),
             signed_id: None,
-            body: json!({"PaymentId": id, "ChangeType": 1})
-                .to_string()
-                .into_bytes(),
+            // Cielo's own field order (the id is plain: nothing to escape).
+            body: format!(r#"{{"PaymentId":"{id}","ChangeType":1}}"#).into_bytes(),
         })
         .collect();
     store_missing(store, endpoint, taken, wake, report).await
@@ -150,6 +149,8 @@ fn status(sale: &Value) -> Option<(String, i64)> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
