@@ -12,7 +12,7 @@
 //! endpoint's dedup window took for a repeat (two changes of one sale are byte-identical
 //! notifications). A sale portaria never heard of at all stays unknown: there is no list.
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -106,31 +106,27 @@ async fn open_sales(
         since: Some(since),
         ..ListFilter::default()
     };
-    // Newest first: the first state found for a sale is its newest.
+    // Newest first: the first state found for a sale is its newest. Two reads for the
+    // window, not one per event.
     let events = store.list_events(filter).await.map_err(cannot)?;
-    let mut newest: HashMap<String, i64> = HashMap::new();
-    let mut order = Vec::new();
+    let fetched = store.fetched_since(endpoint, since).await.map_err(cannot)?;
+    let mut seen = HashSet::new();
+    let mut open = Vec::new();
     for e in events {
-        let state = match store.fetched(e.id).await.map_err(cannot)? {
-            Some(Fetched::Object(sale)) => {
-                serde_json::from_str(&sale).ok().and_then(|v| status(&v))
-            }
+        let state = match fetched.get(&e.id) {
+            Some(Fetched::Object(sale)) => serde_json::from_str(sale).ok().and_then(|v| status(&v)),
             // Only a run's own key: a webhook's is whatever the request carried.
             _ if e.origin == Origin::Reconcile => stored_state(&e.dedup_key),
             _ => None,
         };
         if let Some((id, s)) = state
-            && !newest.contains_key(&id)
+            && seen.insert(id.clone())
+            && OPEN.contains(&s)
         {
-            newest.insert(id.clone(), s);
-            order.push(id);
+            open.push((id, s));
         }
     }
-    Ok(order
-        .into_iter()
-        .filter_map(|id| Some((id.clone(), *newest.get(&id)?)))
-        .filter(|(_, s)| OPEN.contains(s))
-        .collect())
+    Ok(open)
 }
 
 /// The sale and status a run's key `cielo:sale:<id>:<status>` names.

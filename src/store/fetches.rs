@@ -25,6 +25,11 @@ pub(super) const KEEP: &str = "INSERT INTO fetches (event_id, state, detail) VAL
 
 pub(super) const READ: &str = "SELECT state, detail FROM fetches WHERE event_id = $1";
 
+/// Every record of an endpoint's events received at or after $2, in one read (a Cielo
+/// reconcile run's view of the sales it has seen).
+pub(super) const SINCE: &str = "SELECT f.event_id, f.state, f.detail FROM fetches f \
+     JOIN events e ON e.id = f.event_id WHERE e.endpoint = $1 AND e.received_at >= $2";
+
 /// What the gateway's API said of the object an event names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fetched {

@@ -2,6 +2,8 @@
 //! gateway, kept once after it answered. Each method is one `match` over
 //! [`Engine`](super::Engine).
 
+use std::collections::HashMap;
+
 use super::Engine;
 use super::Store;
 use crate::store::StoreError;
@@ -13,6 +15,19 @@ impl Store {
         match self.engine() {
             Engine::Sqlite(db) => db.fetched(event_id).await,
             Engine::Postgres(pg) => pg.fetched(event_id).await,
+        }
+    }
+
+    /// The records of `endpoint`'s events received at or after `since_ms`, by event id: one
+    /// read for a window, where [`Store::fetched`] is one per event.
+    pub async fn fetched_since(
+        &self,
+        endpoint: &str,
+        since_ms: i64,
+    ) -> Result<HashMap<i64, Fetched>, StoreError> {
+        match self.engine() {
+            Engine::Sqlite(db) => db.fetched_since(endpoint.to_string(), since_ms).await,
+            Engine::Postgres(pg) => pg.fetched_since(endpoint, since_ms).await,
         }
     }
 

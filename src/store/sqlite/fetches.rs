@@ -1,11 +1,13 @@
 //! SQLite's side of verify-by-fetching's record (`store/fetches.rs`): table `fetches`, version
 //! 15, one row per fetched event.
 
+use std::collections::HashMap;
+
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::Sqlite;
 use crate::store::StoreError;
-use crate::store::fetches::{CREATE, Fetched, KEEP, READ};
+use crate::store::fetches::{CREATE, Fetched, KEEP, READ, SINCE};
 
 /// Version 15: the table, `event_id` the rowid (a new file too).
 pub(super) fn v14_to_v15(conn: &Connection) -> rusqlite::Result<()> {
@@ -27,6 +29,26 @@ impl Sqlite {
         event_id: i64,
     ) -> Result<Option<Fetched>, StoreError> {
         self.run(move |c| read(c, event_id)).await
+    }
+
+    pub(in crate::store) async fn fetched_since(
+        &self,
+        endpoint: String,
+        since_ms: i64,
+    ) -> Result<HashMap<i64, Fetched>, StoreError> {
+        self.run(move |c| {
+            let mut stmt = c.prepare_cached(SINCE)?;
+            let rows = stmt.query_map(params![endpoint, since_ms], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?, r.get(2)?))
+            })?;
+            let mut out = HashMap::new();
+            for row in rows {
+                let (id, state, detail) = row?;
+                out.extend(Fetched::from_columns(&state, detail).map(|f| (id, f)));
+            }
+            Ok(out)
+        })
+        .await
     }
 
     pub(in crate::store) async fn keep_fetched(

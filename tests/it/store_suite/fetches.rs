@@ -86,6 +86,37 @@ async fn the_record_goes_with_its_event(s: &Subject) {
     assert_eq!(s.store.fetched(id).await.unwrap(), None);
 }
 
+/// An endpoint's records since a time, in one read: its events' only, from that time on,
+/// an object or a rejection alike, keyed by event.
+async fn an_endpoint_s_records_since_a_time_are_read_at_once(s: &Subject) {
+    let now = s.now;
+    let mut ids = Vec::new();
+    for (endpoint, key, at) in [
+        ("cielo", "c-old", now - 2 * DAY),
+        ("cielo", "c-1", now - HOUR),
+        ("cielo", "c-2", now - HOUR),
+        ("cielo", "c-none", now - HOUR),
+        ("mercadopago", "mp-1", now - HOUR),
+    ] {
+        ids.push(s.new_event(Webhook::new(endpoint, key, at)).await);
+    }
+    let object = Fetched::Object(r#"{"Payment":{"Status":1}}"#.into());
+    let rejected = Fetched::Rejected("no such sale".into());
+    for (id, f) in [
+        (ids[0], &object),
+        (ids[1], &object),
+        (ids[2], &rejected),
+        (ids[4], &object),
+    ] {
+        s.store.keep_fetched(id, f.clone()).await.unwrap();
+    }
+    let got = s.store.fetched_since("cielo", now - DAY).await.unwrap();
+    let mut got: Vec<(i64, Fetched)> = got.into_iter().collect();
+    got.sort_unstable_by_key(|(id, _)| *id);
+    assert_eq!(got, [(ids[1], object), (ids[2], rejected)]);
+    assert!(s.store.fetched_since("none", 0).await.unwrap().is_empty());
+}
+
 /// Pruned into the archive, the record goes with its event's batch; restored, it is the
 /// event's again (a delivery reads the object instead of asking the gateway; a rejection is
 /// asked again), on a new row as on a row reset, where an object the row has stays.
@@ -161,6 +192,7 @@ async fn the_record_goes_to_the_archive_and_back(s: &Subject) {
 }
 
 engines!(
+    an_endpoint_s_records_since_a_time_are_read_at_once,
     the_record_goes_to_the_archive_and_back,
     the_first_object_fetched_is_kept_once_and_read_back,
     a_rejection_is_kept_until_an_object_replaces_it,
