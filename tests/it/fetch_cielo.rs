@@ -8,6 +8,7 @@
 //! the sales whose last state portaria fetched is still open, on both store engines.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,7 +16,7 @@ use serde_json::{Value, json};
 
 use crate::support::engine::{Engine, Reader};
 use crate::support::gateway::{answer, reconcile, report};
-use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
+use crate::support::tunnel::{Ca, HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
 const WAIT: Duration = Duration::from_secs(20);
@@ -74,6 +75,32 @@ async fn notify(server: &TestServer, payment_id: &str, change: u8) {
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 
+/// A server on `engine` whose Cielo endpoint fetches from `api` (trusting `ca`) and forwards
+/// to a command that records `<event id> <origin>` and keeps each sale it gets as
+/// `fetched-<id>`, in the directory returned; None where the engine is not here.
+async fn cielo_server(engine: Engine, api: &HttpsServer, ca: &Ca) -> Option<(TestServer, PathBuf)> {
+    let dir = tempfile::tempdir().unwrap();
+    let (config, db) = engine.config(dir.path()).await?;
+    let work = dir.path().to_path_buf();
+    let ca_file = write_ca(ca, dir.path(), "api-ca.pem");
+    let erp = record_calls(
+        &work,
+        "erp",
+        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
+        "$PORTARIA_EVENT_ID $PORTARIA_ORIGIN",
+        "",
+    );
+    let route = format!(
+        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
+        erp.display()
+    );
+    let api_base = format!("https://localhost:{}", api.addr.port());
+    let ca_file = ca_file.display().to_string();
+    let keys = cielo_keys(dir.path(), &route, &api_base, Some(&ca_file));
+    let text = config.endpoint("/webhooks/cielo", "cielo", &keys).text();
+    Some((TestServer::start_with(dir, db, &text).await, work))
+}
+
 /// The last error of each delivery of `event`.
 fn last_errors(server: &TestServer, event: i64) -> Vec<(String, Option<String>)> {
     let conn = server.db();
@@ -88,42 +115,17 @@ fn last_errors(server: &TestServer, event: i64) -> Vec<(String, Option<String>)>
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cielo_sales_are_fetched_with_merchant_id_and_key_before_they_are_forwarded() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
-    let work = dir.path().to_path_buf();
     let ca = ca("fake Cielo CA");
-    let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let sales = HashMap::from([(format!("/1/sales/{SALE}"), sale(SALE, 2))]);
     let api = fake_cielo(server_tls(&ca), Arc::new(Mutex::new(sales))).await;
-    let erp = record_calls(
-        &work,
-        "erp",
-        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
-        "$PORTARIA_EVENT_ID",
-        "",
-    );
-    let route = format!(
-        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
-        erp.display()
-    );
-    let api_base = format!("https://localhost:{}", api.addr.port());
-    let keys = cielo_keys(
-        dir.path(),
-        &route,
-        &api_base,
-        Some(&ca_file.display().to_string()),
-    );
-    let text = sqlite_config(&db)
-        .endpoint("/webhooks/cielo", "cielo", &keys)
-        .text();
-    let server = TestServer::start_with(dir, db, &text).await;
+    let (server, work) = cielo_server(Engine::Sqlite, &api, &ca).await.unwrap();
     notify(&server, SALE, 1).await;
     notify(&server, UNKNOWN, 1).await;
     eventually(WAIT, "the sale forwarded, the unknown one dead", || {
         calls(&work).len() == 1 && last_errors(&server, 2).iter().all(|(s, _)| s == "dead")
     })
     .await;
-    assert_eq!(calls(&work), ["1"]);
+    assert_eq!(calls(&work), ["1 webhook"]);
     let fetched = std::fs::read_to_string(work.join("fetched-1")).unwrap();
     assert_eq!(
         serde_json::from_str::<Value>(&fetched).unwrap(),
@@ -213,34 +215,15 @@ async fn on_postgres_a_cielo_run_asks_again_for_the_open_sales_and_stores_a_stat
 /// second run has nothing open to ask for.
 async fn a_run_recovers_an_open_sale_s_change(engine: Engine) {
     const B: &str = "5a1e0000-0000-4000-8000-00000000000b";
-    let dir = tempfile::tempdir().unwrap();
-    let Some((config, db)) = engine.config(dir.path()).await else {
-        return;
-    };
-    let work = dir.path().to_path_buf();
     let ca = ca("fake Cielo CA");
-    let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let sales: Sales = Arc::new(Mutex::new(HashMap::from([
         (format!("/1/sales/{SALE}"), sale(SALE, 1)),
         (format!("/1/sales/{B}"), sale(B, 2)),
     ])));
     let api = fake_cielo(server_tls(&ca), sales.clone()).await;
-    let erp = record_calls(
-        &work,
-        "erp",
-        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
-        "$PORTARIA_EVENT_ID $PORTARIA_ORIGIN",
-        "",
-    );
-    let route = format!(
-        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
-        erp.display()
-    );
-    let api_base = format!("https://localhost:{}", api.addr.port());
-    let ca_file = ca_file.display().to_string();
-    let keys = cielo_keys(dir.path(), &route, &api_base, Some(&ca_file));
-    let text = config.endpoint("/webhooks/cielo", "cielo", &keys).text();
-    let server = TestServer::start_with(dir, db, &text).await;
+    let Some((server, work)) = cielo_server(engine, &api, &ca).await else {
+        return;
+    };
     notify(&server, SALE, 1).await;
     notify(&server, B, 1).await;
     eventually(WAIT, "both sales forwarded", || calls(&work).len() == 2).await;
@@ -336,35 +319,6 @@ async fn stepping_cielo(
     .await
 }
 
-/// A SQLite server on `api` with a recording command target, and the target's directory.
-async fn stepping_server(
-    api: &HttpsServer,
-    ca: &crate::support::tunnel::Ca,
-) -> (TestServer, std::path::PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
-    let work = dir.path().to_path_buf();
-    let ca_file = write_ca(ca, dir.path(), "api-ca.pem");
-    let erp = record_calls(
-        &work,
-        "erp",
-        "cat > /dev/null\ncp \"$PORTARIA_FETCHED_FILE\" \"$D/fetched-$PORTARIA_EVENT_ID\"",
-        "$PORTARIA_EVENT_ID $PORTARIA_ORIGIN",
-        "",
-    );
-    let route = format!(
-        "forward = {{ command = [\"{}\"], timeout_secs = 5 }}\nretry = [\"300ms\"]\n",
-        erp.display()
-    );
-    let api_base = format!("https://localhost:{}", api.addr.port());
-    let ca_file = ca_file.display().to_string();
-    let keys = cielo_keys(dir.path(), &route, &api_base, Some(&ca_file));
-    let text = sqlite_config(&db)
-        .endpoint("/webhooks/cielo", "cielo", &keys)
-        .text();
-    (TestServer::start_with(dir, db, &text).await, work)
-}
-
 /// The sale is 0 when its notification is fetched, 1 when run R1 asks (R1 stores
 /// `cielo:sale:SALE:1`), and 2 when that stored state is forwarded and fetched: the target
 /// has state 2 already. R2 takes the sale fetched (2, settled), not the key (1, open), and
@@ -373,7 +327,7 @@ async fn stepping_server(
 async fn a_run_takes_the_sale_fetched_since_over_its_own_key() {
     let ca = ca("fake Cielo CA");
     let api = stepping_cielo(server_tls(&ca), &[0, 1, 2], usize::MAX).await;
-    let (server, work) = stepping_server(&api, &ca).await;
+    let (server, work) = cielo_server(Engine::Sqlite, &api, &ca).await.unwrap();
     notify(&server, SALE, 1).await;
     eventually(WAIT, "the sale forwarded", || calls(&work).len() == 1).await;
     let (first, _) = report(&reconcile(&server, &["--json"]).await);
@@ -406,7 +360,7 @@ async fn a_refused_key_stops_the_run_at_the_first_sale() {
     const C: &str = "5a1e0000-0000-4000-8000-00000000000c";
     let ca = ca("fake Cielo CA");
     let api = stepping_cielo(server_tls(&ca), &[1], 3).await;
-    let (server, work) = stepping_server(&api, &ca).await;
+    let (server, work) = cielo_server(Engine::Sqlite, &api, &ca).await.unwrap();
     for id in [SALE, B, C] {
         notify(&server, id, 1).await;
     }
