@@ -138,13 +138,7 @@ async fn cielo_sales_are_fetched_with_merchant_id_and_key_before_they_are_forwar
         last_errors(&server, 2),
         [("dead".to_string(), Some(rejected))]
     );
-    let asked: Vec<String> = api
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.target.clone())
-        .collect();
+    let asked: Vec<String> = api.targets();
     assert_eq!(
         asked,
         [format!("/1/sales/{SALE}"), format!("/1/sales/{UNKNOWN}")]
@@ -280,13 +274,7 @@ async fn a_run_recovers_an_open_sale_s_change(engine: Engine) {
         "{again}"
     );
     assert_eq!(api.seen.lock().unwrap().len(), asked);
-    let paths: Vec<String> = api
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.target.clone())
-        .collect();
+    let paths: Vec<String> = api.targets();
     let b_asked = paths.iter().filter(|p| p.ends_with(B)).count();
     assert_eq!(
         b_asked, 1,

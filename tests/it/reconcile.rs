@@ -569,13 +569,7 @@ async fn stripe_events_stored_from_the_api(engine: Engine) {
     assert_eq!(report["recovered"], json!(["evt_0100"]));
     assert_eq!(report["recovered_by"], "stored from the API", "{report}");
     assert!(report["note"].is_null(), "{report}");
-    let lists: Vec<String> = fake
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.target.clone())
-        .collect();
+    let lists: Vec<String> = fake.targets();
     assert_eq!(lists.len(), 4, "two pages per run: {lists:?}");
     assert_eq!(query(&lists[2], "delivery_success"), Some("false"));
     let since: i64 = query(&lists[2], "created%5Bgte%5D")

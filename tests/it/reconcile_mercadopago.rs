@@ -160,13 +160,7 @@ async fn payment_states_stored_and_forwarded(engine: Engine) {
     assert_eq!(run["missing"], json!(["60 approved", "59 refunded"]));
     assert_eq!(run["recovered"], run["missing"]);
     assert_eq!(run["recovered_by"], "stored from the API");
-    let searches: Vec<String> = fake
-        .seen
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.target.clone())
-        .collect();
+    let searches: Vec<String> = fake.targets();
     assert_eq!(searches.len(), 4, "two pages per run: {searches:?}");
     assert_eq!(query(&searches[3], "offset"), Some("50"));
 

@@ -81,6 +81,12 @@ pub struct HttpsServer {
 }
 
 impl HttpsServer {
+    /// The request targets (path and query) it has been asked, in order.
+    pub fn targets(&self) -> Vec<String> {
+        let seen = self.seen.lock().unwrap();
+        seen.iter().map(|s| s.target.clone()).collect()
+    }
+
     pub async fn start(
         tls: Arc<ServerConfig>,
         answer: impl Fn(&Seen) -> Answer + Send + Sync + 'static,
