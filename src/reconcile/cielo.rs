@@ -43,13 +43,7 @@ pub(super) async fn run(
 ) -> Result<(), String> {
     let since = now_ms().saturating_sub(report.since.as_millis() as i64);
     let mut open = open_sales(store, &endpoint.name, since).await?;
-    if open.len() > MAX_SALES {
-        open.truncate(MAX_SALES);
-        report.note = Some(
-            "more than 500 sales of the window are open: the oldest were not asked for \
-             (a shorter window or --since reaches them)",
-        );
-    }
+    at_most(&mut open, report);
     let mut changed = Vec::new();
     for (id, known) in open {
         report.checked += 1;
@@ -129,6 +123,17 @@ async fn open_sales(
     Ok(open)
 }
 
+/// Keeps the newest [`MAX_SALES`] of `open`; the report's note says when some were left.
+fn at_most(open: &mut Vec<(String, i64)>, report: &mut Report) {
+    if open.len() > MAX_SALES {
+        open.truncate(MAX_SALES);
+        report.note = Some(
+            "more than 500 sales of the window are open: the oldest were not asked for \
+             (a shorter window or --since reaches them)",
+        );
+    }
+}
+
 /// The sale and status a run's key `cielo:sale:<id>:<status>` names.
 fn stored_state(key: &str) -> Option<(String, i64)> {
     let (id, status) = key.strip_prefix(KEY_PREFIX)?.rsplit_once(':')?;
@@ -148,6 +153,23 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_run_asks_for_the_newest_500_open_sales_and_says_when_it_left_some() {
+        let mut open: Vec<(String, i64)> = (0..MAX_SALES).map(|n| (n.to_string(), 1)).collect();
+        let mut report = Report::default();
+        at_most(&mut open, &mut report);
+        assert_eq!((open.len(), report.note), (MAX_SALES, None));
+        open.push(("oldest".into(), 1));
+        at_most(&mut open, &mut report);
+        assert_eq!(open.len(), MAX_SALES);
+        assert_eq!(open.last().map(|(id, _)| id.as_str()), Some("499"));
+        assert!(
+            report
+                .note
+                .is_some_and(|n| n.contains("the oldest were not asked for"))
+        );
+    }
 
     #[test]
     fn a_sale_s_state_is_its_payment_s_id_and_status() {
