@@ -5,8 +5,8 @@
 //! /work/shared/reference/reconcile.md §1 cites them). Asked to retry, it really posts the
 //! delivery to portaria, signed RS256 with a test key whose JWKS the endpoint reads, so the
 //! copy goes through intake like any webhook. The real server in-process, the real binary
-//! for the command. Stripe's run and `serve`'s schedule run on each store engine (SQLite, and
-//! PostgreSQL as `on_postgres_...`), reading what was stored through the store API.
+//! for the command. Each test runs on each store engine (SQLite, and PostgreSQL as
+//! `on_postgres_...`), reading what was stored through the store API.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -18,7 +18,7 @@ use portaria::store::Origin;
 use serde_json::{Value, json};
 
 use crate::support::engine::{Engine, Reader};
-use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
+use crate::support::gateway::{answer, query, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -216,15 +216,9 @@ impl FakePagarme {
     }
 }
 
-/// The fake Pagar.me with `hooks`, and portaria with a pagarme-v5 endpoint reconciling against
-/// it (its key in a file, the fake's CA as `ca_file`, `extra` more reconcile keys).
-async fn start(hooks: Vec<Value>, extra: &str) -> (TestServer, FakePagarme) {
-    start_on(Engine::Sqlite, hooks, extra)
-        .await
-        .expect("SQLite is always there")
-}
-
-/// [`start`] with portaria's store on `engine`; None where PostgreSQL is missing (skipped).
+/// The fake Pagar.me with `hooks`, and portaria on `engine` with a pagarme-v5 endpoint
+/// reconciling against it (its key in a file, the fake's CA as `ca_file`, `extra` more
+/// reconcile keys); None where PostgreSQL is missing (skipped).
 async fn start_on(
     engine: Engine,
     hooks: Vec<Value>,
@@ -265,6 +259,16 @@ fn assert_no_key(out: &std::process::Output) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the_next_run() {
+    resent_once_and_found_by_the_next_run(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the_next_run()
+ {
+    resent_once_and_found_by_the_next_run(Engine::Postgres).await;
+}
+
+async fn resent_once_and_found_by_the_next_run(engine: Engine) {
     let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
     // Page 1: 100 deliveries that reached portaria (`sent`); page 2: one that did and failed
     // at Pagar.me anyway (its answer lost), one that never did, one still pending, and a
@@ -280,7 +284,10 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
         "failed",
         "https://other.example/pagarme",
     ));
-    let (server, fake) = start(hooks.clone(), "").await;
+    let Some((server, fake)) = start_on(engine, hooks.clone(), "").await else {
+        return;
+    };
+    let reader = Reader::of(&server).await;
     for h in hooks
         .iter()
         .filter(|h| h["status"] == "sent" || h["id"] == "hook_answerlost")
@@ -331,10 +338,7 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
     assert_eq!(query(&lists[1], "page"), Some("2"));
 
     // Resent by Pagar.me, signed: it arrives through intake.
-    eventually(WAIT, "the resent delivery stored", || {
-        stored_with_key(&server, "hook_missing") == 1
-    })
-    .await;
+    reader.until_stored_once("hook_missing", WAIT).await;
 
     // The next run finds nothing missing, and asks for nothing.
     let out = reconcile(&server, &[]).await;
@@ -344,10 +348,10 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
         "{text}"
     );
     assert_eq!(fake.retries().len(), 1);
-    assert_eq!(stored_with_key(&server, "hook_missing"), 1);
+    assert_eq!(reader.with_key("hook_missing").await.len(), 1);
     // A late genuine delivery is a duplicate.
     assert_eq!(deliver(server.addr, &hooks[101]).await.status, 200);
-    assert_eq!(stored_with_key(&server, "hook_missing"), 1);
+    assert_eq!(reader.with_key("hook_missing").await.len(), 1);
     drop(fake.hooks);
 }
 
@@ -356,10 +360,24 @@ async fn a_failed_delivery_portaria_never_stored_is_resent_once_and_found_by_the
 /// the gateway nothing, keeps nothing, says why and exits 1; once the hold is let go, it runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_while_another_holds_the_store_does_nothing_and_says_so() {
+    a_run_while_held(Engine::Sqlite).await;
+}
+
+/// On PostgreSQL the hold is another instance's: a handle of its own on the database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_run_while_another_instance_holds_the_store_does_nothing_and_says_so() {
+    a_run_while_held(Engine::Postgres).await;
+}
+
+async fn a_run_while_held(engine: Engine) {
     let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
-    let (server, fake) = start(vec![hook("hook_gone", "failed", ours)], "").await;
-    let other = portaria::store::Store::open_read_only(&server.db).unwrap();
+    let hooks = vec![hook("hook_gone", "failed", ours)];
+    let Some((server, fake)) = start_on(engine, hooks, "").await else {
+        return;
+    };
+    let other = Reader::of(&server).await;
     let hold = other
+        .store()
         .reconcile_hold()
         .await
         .unwrap()
@@ -375,9 +393,10 @@ async fn a_run_while_another_holds_the_store_does_nothing_and_says_so() {
         "{busy}"
     );
     assert!(fake.seen().is_empty(), "the gateway was asked nothing");
-    let runs = server.one::<i64>("SELECT COUNT(*) FROM meta WHERE key LIKE 'reconcile:%'");
+    let runs = other.store().reconcile_runs().await.unwrap();
     assert_eq!(
-        runs, 0,
+        runs,
+        [],
         "a run that did nothing is not kept as the last run"
     );
 
@@ -389,15 +408,30 @@ async fn a_run_while_another_holds_the_store_does_nothing_and_says_so() {
         (done["busy"].clone(), done["recovered"].clone()),
         (json!(false), json!(["hook_gone"]))
     );
-    tokio::task::spawn_blocking(move || other.close())
-        .await
-        .unwrap();
+    let kept = other.reconcile_run("pagarme-v5").await;
+    assert_eq!(
+        kept["recovered"],
+        json!(["hook_gone"]),
+        "the run that ran is kept: {kept}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_asks_for_nothing_and_exits_1_when_something_is_missing() {
+    a_dry_run(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_dry_run_asks_for_nothing_and_exits_1_when_something_is_missing() {
+    a_dry_run(Engine::Postgres).await;
+}
+
+async fn a_dry_run(engine: Engine) {
     let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
-    let (server, fake) = start(vec![hook("hook_gone", "failed", ours)], "").await;
+    let hooks = vec![hook("hook_gone", "failed", ours)];
+    let Some((server, fake)) = start_on(engine, hooks, "").await else {
+        return;
+    };
     let out = reconcile(
         &server,
         &["--dry-run", "--since", "12h", "--endpoint", "pagarme-v5"],
@@ -411,13 +445,32 @@ async fn a_dry_run_asks_for_nothing_and_exits_1_when_something_is_missing() {
         "{text}"
     );
     assert!(fake.retries().is_empty());
-    assert_eq!(stored_with_key(&server, "hook_gone"), 0);
+    assert!(
+        Reader::of(&server)
+            .await
+            .with_key("hook_gone")
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_are_waited_out_and_errors_said_in_plain_words() {
+    rate_limits(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_rate_limits_are_waited_out_and_errors_said_in_plain_words() {
+    rate_limits(Engine::Postgres).await;
+}
+
+async fn rate_limits(engine: Engine) {
     let ours = "https://hooks.shop.example/webhooks/pagarme-v5";
-    let (server, fake) = start(vec![hook("hook_late", "failed", ours)], "").await;
+    let hooks = vec![hook("hook_late", "failed", ours)];
+    let Some((server, fake)) = start_on(engine, hooks, "").await else {
+        return;
+    };
+    let reader = Reader::of(&server).await;
     // A 429 with Retry-After, then a 503: waited out, and the run goes on.
     *fake.script.lock().unwrap() = vec![(429, Some("1")), (503, None)];
     let out = reconcile(&server, &["--json"]).await;
@@ -428,10 +481,7 @@ async fn rate_limits_are_waited_out_and_errors_said_in_plain_words() {
         "{report}"
     );
     assert_eq!(fake.seen().iter().filter(|s| s.method == "GET").count(), 3);
-    eventually(WAIT, "the resent delivery stored", || {
-        stored_with_key(&server, "hook_late") == 1
-    })
-    .await;
+    reader.until_stored_once("hook_late", WAIT).await;
 
     for (script, says) in [
         (vec![(401, None)], "the API key was refused (HTTP 401)"),

@@ -74,6 +74,12 @@ impl Reader {
         Reader { store }
     }
 
+    /// The store itself, for a call no method here wraps (a reconcile run's hold, say: the
+    /// handle is then another instance's, as on a second machine).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// Event `id` with its deliveries and attempts.
     pub async fn event(&self, id: i64) -> EventDetail {
         self.store
