@@ -4,7 +4,8 @@
 //! /v3/webhooks/{id}/removeBackoff`; the key in the `access_token` header; shapes from Asaas's
 //! reference as /work/shared/reference/reconcile.md §5 cites them). A paused queue holds
 //! events; resumed, the fake really posts them to portaria in order with the webhook's token
-//! (`asaas-access-token`), so they go through intake like any webhook.
+//! (`asaas-access-token`), so they go through intake like any webhook. Each test runs on each
+//! store engine (SQLite, and PostgreSQL as `on_postgres_...`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -12,7 +13,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
+use crate::support::engine::{Engine, Reader};
+use crate::support::gateway::{answer, query, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -148,12 +150,18 @@ impl FakeAsaas {
     }
 }
 
-/// portaria with an asaas endpoint reconciling against `fake` (`extra` more reconcile keys).
-async fn start(fake: &FakeAsaas, ca_file: &std::path::Path, extra: &str) -> TestServer {
+/// portaria on `engine` with an asaas endpoint reconciling against `fake` (`extra` more
+/// reconcile keys); None where PostgreSQL is missing (skipped).
+async fn start(
+    engine: Engine,
+    fake: &FakeAsaas,
+    ca_file: &std::path::Path,
+    extra: &str,
+) -> Option<TestServer> {
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
+    let (config, db) = engine.config(dir.path()).await?;
     std::fs::write(dir.path().join("asaas.key"), format!("{API_KEY}\n")).unwrap();
-    let text = sqlite_config(&db)
+    let text = config
         .endpoint(PATH, "asaas", &format!("secret = \"{TOKEN}\""))
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"asaas.key\"\n\
@@ -164,11 +172,21 @@ async fn start(fake: &FakeAsaas, ca_file: &std::path::Path, extra: &str) -> Test
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     *fake.portaria.lock().unwrap() = Some(server.addr);
-    server
+    Some(server)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_events_arrive_once() {
+    named_then_resumed(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_events_arrive_once()
+ {
+    named_then_resumed(Engine::Postgres).await;
+}
+
+async fn named_then_resumed(engine: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca("fake Asaas CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
@@ -185,7 +203,9 @@ async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_even
     let fake = FakeAsaas::start(server_tls(&ca), webhooks, vec![event(1), event(2)]).await;
 
     // Without `reactivate`: named, with what to do before the 14 days run out; nothing asked.
-    let plain = start(&fake, &ca_file, "").await;
+    let Some(plain) = start(engine, &fake, &ca_file, "").await else {
+        return;
+    };
     let out = reconcile(&plain, &["--json"]).await;
     let (run, code) = report(&out);
     assert_eq!(code, Some(1), "{run}");
@@ -211,7 +231,10 @@ async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_even
 
     // With it: a dry run still asks nothing; a run resumes this endpoint's queue only and
     // drops its penalty, and what the queue held arrives, once each.
-    let server = start(&fake, &ca_file, "reactivate = true").await;
+    let Some(server) = start(engine, &fake, &ca_file, "reactivate = true").await else {
+        return;
+    };
+    let reader = Reader::of(&server).await;
     let (run, code) = report(&reconcile(&server, &["--json", "--dry-run"]).await);
     assert_eq!(
         (code, &run["missing"]),
@@ -229,10 +252,8 @@ async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_even
             "POST /v3/webhooks/wh_ours/removeBackoff",
         ]
     );
-    eventually(WAIT, "the held events stored", || {
-        stored_with_key(&server, "evt_asaas_1") == 1 && stored_with_key(&server, "evt_asaas_2") == 1
-    })
-    .await;
+    reader.until_stored_once("evt_asaas_1", WAIT).await;
+    reader.until_stored_once("evt_asaas_2", WAIT).await;
 
     // The next run finds the queue running and asks nothing more.
     let (run, code) = report(&reconcile(&server, &["--json"]).await);
@@ -246,6 +267,15 @@ async fn a_paused_asaas_queue_is_named_then_resumed_with_reactivate_and_its_even
 /// server's alerts task from the store.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queue_left_paused_is_an_alert_with_asaas_s_deadline_kept_across_runs() {
+    left_paused(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_queue_left_paused_is_an_alert_with_asaas_s_deadline_kept_across_runs() {
+    left_paused(Engine::Postgres).await;
+}
+
+async fn left_paused(engine: Engine) {
     let dir = tempfile::tempdir().unwrap();
     let ca = ca("fake Asaas CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
@@ -261,7 +291,9 @@ async fn a_queue_left_paused_is_an_alert_with_asaas_s_deadline_kept_across_runs(
         "\n[alerts]\ncommand = [\"{}\"]\nalert_every = \"1s\"\n",
         alert_command(alerts).display()
     );
-    let server = start(&fake, &ca_file, &extra).await;
+    let Some(server) = start(engine, &fake, &ca_file, &extra).await else {
+        return;
+    };
 
     let (first, code) = report(&reconcile(&server, &["--json"]).await);
     assert_eq!(code, Some(1), "{first}");

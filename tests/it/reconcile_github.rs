@@ -4,7 +4,8 @@
 //! attempts` answered 202; a Bearer token; shapes from GitHub's REST reference as
 //! /work/shared/reference/reconcile.md §4 cites them). Asked to redeliver, it really posts the
 //! event's body to portaria, signed (`X-Hub-Signature-256`) with the same `X-GitHub-Delivery`,
-//! and lists the redelivery (`OK`) first.
+//! and lists the redelivery (`OK`) first. The test runs on each store engine (SQLite, and
+//! PostgreSQL as `on_postgres_...`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -14,6 +15,7 @@ use bytes::Bytes;
 use http_body_util::Full;
 use serde_json::{Value, json};
 
+use crate::support::engine::{Engine, Reader};
 use crate::support::gateway::{query, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
@@ -134,17 +136,29 @@ impl FakeGitHub {
     }
 }
 
-fn stored(server: &TestServer, guid: &str) -> i64 {
-    count(
-        &server.db(),
-        &format!(
-            "SELECT COUNT(*) FROM payloads WHERE CAST(headers AS TEXT) LIKE '%x-github-delivery: {guid}%'"
-        ),
-    )
+/// How many stored events came with the delivery id `guid` (their headers as kept).
+async fn stored(reader: &Reader, guid: &str) -> usize {
+    let header = format!("x-github-delivery: {guid}");
+    let mut n = 0;
+    for event in reader.events().await {
+        let headers = reader.event(event.id).await.headers;
+        n += usize::from(String::from_utf8_lossy(&headers).contains(&header));
+    }
+    n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn github_events_never_delivered_are_redelivered_once_and_a_stored_one_is_a_duplicate() {
+    redelivered_once(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_github_events_never_delivered_are_redelivered_once_and_a_stored_one_is_a_duplicate()
+ {
+    redelivered_once(Engine::Postgres).await;
+}
+
+async fn redelivered_once(engine: Engine) {
     // Newest first: C failed twice (portaria stored its first try; the answer was lost), B
     // failed, A went through, D failed five days ago (past the window).
     let deliveries = vec![
@@ -155,12 +169,14 @@ async fn github_events_never_delivered_are_redelivered_once_and_a_stored_one_is_
         delivery(100, "guid-d", "failed to connect", 5 * 86_400),
     ];
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
+    let Some((config, db)) = engine.config(dir.path()).await else {
+        return;
+    };
     let ca = ca("fake GitHub CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let fake = FakeGitHub::start(server_tls(&ca), deliveries).await;
     std::fs::write(dir.path().join("github.token"), format!("{TOKEN}\n")).unwrap();
-    let text = sqlite_config(&db)
+    let text = config
         .endpoint(PATH, "github", &format!("secret = \"{GITHUB_SECRET}\""))
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"github.token\"\nhook = \"{HOOK}\"\n\
@@ -171,6 +187,7 @@ async fn github_events_never_delivered_are_redelivered_once_and_a_stored_one_is_
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     *fake.portaria.lock().unwrap() = Some(server.addr);
+    let reader = Reader::of(&server).await;
     for guid in ["guid-a", "guid-c"] {
         let body = body(guid);
         let sent = post(server.addr, PATH, &github_headers(Some(guid), &body), &body).await;
@@ -202,9 +219,9 @@ async fn github_events_never_delivered_are_redelivered_once_and_a_stored_one_is_
     .await;
     assert_eq!(*fake.answered.lock().unwrap(), [200, 200]);
     // B is stored; C came back as a duplicate (the same body), not stored again.
-    assert_eq!(stored(&server, "guid-b"), 1);
-    assert_eq!(stored(&server, "guid-c"), 1);
-    assert_eq!(count(&server.db(), "SELECT COUNT(*) FROM events"), 3);
+    assert_eq!(stored(&reader, "guid-b").await, 1);
+    assert_eq!(stored(&reader, "guid-c").await, 1);
+    assert_eq!(reader.events().await.len(), 3);
 
     // The redeliveries are OK now: the next run asks nothing.
     let (run, code) = report(&reconcile(&server, &["--json"]).await);

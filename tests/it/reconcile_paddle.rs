@@ -6,6 +6,7 @@
 //! /work/shared/reference/reconcile.md §3 cites them). Asked to replay, it really posts the
 //! notification's payload to portaria, signed as Paddle signs (`Paddle-Signature`), so the copy
 //! goes through intake like any webhook; the replay is a new notification of the same event.
+//! The test runs on each store engine (SQLite, and PostgreSQL as `on_postgres_...`).
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -13,7 +14,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::support::gateway::{answer, query, reconcile, report, stored_with_key};
+use crate::support::engine::{Engine, Reader};
+use crate::support::gateway::{answer, query, reconcile, report};
 use crate::support::tunnel::{HttpsServer, Seen, ca, server_tls, write_ca};
 use crate::support::*;
 
@@ -176,6 +178,16 @@ fn assert_no_key(out: &std::process::Output) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_replay_never_asked() {
+    replayed_once(Engine::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_postgres_a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_replay_never_asked()
+ {
+    replayed_once(Engine::Postgres).await;
+}
+
+async fn replayed_once(engine: Engine) {
     // Five failed notifications whose events reached portaria (their answers lost), one that
     // never did, one delivered, and a failed one to the account's other destination.
     let mut list: Vec<Value> = (1..=5)
@@ -207,12 +219,14 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
     ));
 
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("portaria.db");
+    let Some((config, db)) = engine.config(dir.path()).await else {
+        return;
+    };
     let ca = ca("fake Paddle CA");
     let ca_file = write_ca(&ca, dir.path(), "api-ca.pem");
     let fake = FakePaddle::start(server_tls(&ca), list.clone()).await;
     std::fs::write(dir.path().join("paddle.key"), format!("{API_KEY}\n")).unwrap();
-    let text = sqlite_config(&db)
+    let text = config
         .endpoint(PATH, "paddle", &format!("secret = \"{SECRET}\""))
         .then(&format!(
             "[endpoint.reconcile]\napi_key_file = \"paddle.key\"\napi_base = \"https://localhost:{}\"\n\
@@ -223,6 +237,7 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
         .text();
     let server = TestServer::start_with(dir, db, &text).await;
     *fake.portaria.lock().unwrap() = Some(server.addr);
+    let reader = Reader::of(&server).await;
     for n in list
         .iter()
         .filter(|n| n["id"].as_str().unwrap().starts_with("ntf_lost"))
@@ -251,10 +266,7 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
     assert_eq!(query(&lists[1], "after"), Some("ntf_lost3"));
 
     // Replayed by Paddle, signed: it arrives through intake.
-    eventually(WAIT, "the replayed notification stored", || {
-        stored_with_key(&server, "evt_missing") == 1
-    })
-    .await;
+    reader.until_stored_once("evt_missing", WAIT).await;
 
     // The next run finds nothing missing (the original stays `failed` at Paddle; its event is
     // stored now), and asks for nothing.
@@ -265,7 +277,7 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
     // A late genuine delivery is a duplicate.
     let late = deliver(server.addr, &list[5]["payload"]).await;
     assert_eq!(late.status, 200);
-    assert_eq!(stored_with_key(&server, "evt_missing"), 1);
+    assert_eq!(reader.with_key("evt_missing").await.len(), 1);
 
     // A failed replay whose original is not listed: Paddle would refuse to replay it, so the
     // run names it, asks for nothing and exits 1.
@@ -278,5 +290,5 @@ async fn a_notification_paddle_gave_up_on_is_replayed_once_and_a_replay_of_a_rep
     let errors = run["errors"].to_string();
     assert!(errors.contains("Paddle replays only"), "{errors}");
     assert_eq!(fake.replays().len(), 1);
-    assert_eq!(stored_with_key(&server, "evt_gone"), 0);
+    assert!(reader.with_key("evt_gone").await.is_empty());
 }
