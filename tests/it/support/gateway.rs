@@ -65,11 +65,3 @@ pub fn report(out: &std::process::Output) -> (Value, Option<i32>) {
     let value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     (value, out.status.code())
 }
-
-/// How many of `server`'s events have the dedup key `key`.
-pub fn stored_with_key(server: &TestServer, key: &str) -> i64 {
-    super::count(
-        &server.db(),
-        &format!("SELECT COUNT(*) FROM events WHERE dedup_key = '{key}'"),
-    )
-}
