@@ -234,7 +234,8 @@ async fn past_the_body_budget_a_request_gets_503_with_retry_after_and_nothing_is
     // stored, even signed and valid.
     // How long the test waits is patience, not a bound on portaria: a probe taken (200) before
     // the three bodies are read waits for its commit, which a disk busy with other tests'
-    // writes can stretch to seconds (CI once spent the 5 s this was on one such probe).
+    // writes can stretch to seconds. A full `.ci/run` here, 4 tests at a time, once ran out
+    // of the 5 s this was (why was not seen: the panic now says how many probes were taken).
     let (mut refused, mut taken) = (None, 0);
     let start = Instant::now();
     let deadline = start + Duration::from_secs(20);
