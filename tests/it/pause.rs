@@ -41,6 +41,21 @@ fn calls(dir: &Path) -> Vec<i64> {
         .collect()
 }
 
+/// Each event's `finished_at`, by id, once all `n` deliveries have one: the command writes its
+/// line before it exits, and the worker records the delivery only after that.
+async fn finished_all(server: &TestServer, n: usize) -> Vec<(i64, i64)> {
+    let recorded = || {
+        let all = finished(server);
+        (all.len() == n && all.iter().all(|(_, at)| at.is_some())).then(|| {
+            all.into_iter()
+                .filter_map(|(id, at)| Some((id, at?)))
+                .collect::<Vec<_>>()
+        })
+    };
+    eventually(WAIT, "every delivery recorded", || recorded().is_some()).await;
+    recorded().unwrap_or_default()
+}
+
 /// Each event's `finished_at`, by id.
 fn finished(server: &TestServer) -> Vec<(i64, Option<i64>)> {
     let db = server.db();
@@ -119,8 +134,7 @@ async fn a_paused_route_stores_and_waits_across_a_restart_and_resumes_in_order()
     assert_eq!(calls(work.path()), [1, 2, 3], "in arrival order");
     assert_eq!(paused().await, Some(0.0), "/metrics says resumed");
     // None went out while the route was paused.
-    for (id, at) in finished(&server) {
-        let at = at.unwrap();
+    for (id, at) in finished_all(&server, 3).await {
         assert!(
             at >= resumed_at,
             "event {id} delivered {} ms before the resume",
@@ -153,8 +167,7 @@ async fn a_pause_for_a_while_runs_out_by_itself() {
     accept(&server, 2).await;
     eventually(WAIT, "both delivered", || calls(work.path()).len() == 2).await;
     assert_eq!(calls(work.path()), [1, 2]);
-    for (id, at) in finished(&server) {
-        let at = at.unwrap();
+    for (id, at) in finished_all(&server, 2).await {
         assert!(
             at >= paused_at + 2_000,
             "event {id} delivered {} ms into the pause",
