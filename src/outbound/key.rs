@@ -46,9 +46,7 @@ impl KeyAuth {
         value.set_sensitive(true);
         Some((name, value))
     }
-}
 
-impl KeyAuth {
     /// Every header a call carries for the account: the key's ([`KeyAuth::header`]) and, for
     /// Cielo, the store's `MerchantId` beside it. None as for `header`.
     pub fn headers(
