@@ -47,6 +47,7 @@ mod schedule;
 mod stripe;
 mod taken;
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::json;
@@ -310,10 +311,12 @@ async fn never_stored(
     candidates: Vec<(String, String)>,
 ) -> Result<Vec<String>, String> {
     let keys = candidates.iter().map(|(_, key)| key.clone()).collect();
-    let missing = store
+    let missing: HashSet<String> = store
         .never_stored(endpoint, keys)
         .await
-        .map_err(|e| format!("cannot read the store: {e}"))?;
+        .map_err(|e| format!("cannot read the store: {e}"))?
+        .into_iter()
+        .collect();
     Ok(candidates
         .into_iter()
         .filter(|(_, key)| missing.contains(key))

@@ -7,6 +7,7 @@
 //! a late real delivery is a duplicate) or one of its own (a payment's state), and a run that
 //! finds it stored already (a delivery came in between) counts it recovered all the same.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -54,9 +55,10 @@ pub(super) async fn store_missing(
     if report.dry_run || report.missing.is_empty() {
         return Ok(());
     }
+    let ids: HashSet<&str> = report.missing.iter().map(String::as_str).collect();
     let missing = candidates
         .into_iter()
-        .filter(|t| report.missing.contains(&t.id))
+        .filter(|t| ids.contains(t.id.as_str()))
         .collect();
     store_taken(store, endpoint, missing, wake, report).await;
     Ok(())
