@@ -44,16 +44,20 @@ fn calls(dir: &Path) -> Vec<i64> {
 /// Each event's `finished_at`, by id, once all `n` deliveries have one: the command writes its
 /// line before it exits, and the worker records the delivery only after that.
 async fn finished_all(server: &TestServer, n: usize) -> Vec<(i64, i64)> {
-    let recorded = || {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
         let all = finished(server);
-        (all.len() == n && all.iter().all(|(_, at)| at.is_some())).then(|| {
-            all.into_iter()
-                .filter_map(|(id, at)| Some((id, at?)))
-                .collect::<Vec<_>>()
-        })
-    };
-    eventually(WAIT, "every delivery recorded", || recorded().is_some()).await;
-    recorded().unwrap_or_default()
+        let recorded: Option<Vec<(i64, i64)>> =
+            all.iter().map(|&(id, at)| Some((id, at?))).collect();
+        match recorded {
+            Some(done) if done.len() == n => return done,
+            _ => assert!(
+                std::time::Instant::now() < deadline,
+                "not all {n} deliveries recorded: {all:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Each event's `finished_at`, by id.
